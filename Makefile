@@ -1,0 +1,31 @@
+# The two commands of the README: `make demo` and `make test`. Each creates the virtualenv
+# and installs the pinned stack when it is missing, then does its job.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test venv lint clean
+
+venv: $(STAMP)
+
+$(STAMP): requirements/constraints.txt setup.cfg pyproject.toml
+	@command -v java >/dev/null || { echo "Java 17+ is needed for Spark: install a JDK (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[test]'
+	$(BIN)/python -m pip check
+	touch $(STAMP)
+
+demo: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m airflow_transactional.demo
+
+test: $(STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check provider tests dags spark_jobs
+	$(BIN)/mypy provider/airflow_transactional
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,82 @@
+"""Errors of the transaction core. Every message names what to do about it."""
+
+from __future__ import annotations
+
+
+class TransactionalError(Exception):
+    """Base class of every error raised by airflow_transactional."""
+
+
+class ConfigError(TransactionalError, ValueError):
+    """A topology, state or source is declared wrongly (raised before anything runs)."""
+
+
+class UnknownTopology(TransactionalError):
+    """The topology was never registered in this state store."""
+
+    def __init__(self, topology_id: str) -> None:
+        super().__init__(
+            f"topology {topology_id!r} is not registered in this state store: "
+            "call Coordinator.register(spec) (the plan task does this) before using it"
+        )
+
+
+class SchemaMismatch(TransactionalError):
+    """An existing table does not have the shape the topology declares."""
+
+
+class TooManyInFlight(TransactionalError):
+    """Planning would exceed ``max_in_flight`` uncommitted transactions."""
+
+    def __init__(self, topology_id: str, in_flight: list[int], max_in_flight: int) -> None:
+        self.in_flight = in_flight
+        super().__init__(
+            f"topology {topology_id!r} already has {len(in_flight)} uncommitted transactions "
+            f"(txids {', '.join(map(str, in_flight))}; max_in_flight={max_in_flight}): "
+            f"wait for txid {in_flight[0]} to commit, or raise max_in_flight"
+        )
+
+
+class UnknownTransaction(TransactionalError):
+    """No transaction with this txid (or run key) exists."""
+
+
+class WaitingForPredecessor(TransactionalError):
+    """The commit of txid N was asked for while txid N-1 is not committed yet."""
+
+    def __init__(self, topology_id: str, txid: int, committed_txid: int) -> None:
+        self.txid = txid
+        self.committed_txid = committed_txid
+        super().__init__(
+            f"topology {topology_id!r}: cannot commit txid {txid} yet, waiting for txid "
+            f"{committed_txid + 1} (last committed: {committed_txid}); commits are strictly "
+            "in txid order"
+        )
+
+
+class NotProcessed(TransactionalError):
+    """Commit was asked for but no complete processing attempt of the current plan exists."""
+
+
+class StagedOutputIncomplete(TransactionalError):
+    """The staged rows of an attempt do not match what the attempt reported writing."""
+
+
+class BatchUnavailable(TransactionalError):
+    """The planned batch can no longer be read from the source (retention, lost files)."""
+
+
+class StaleAttempt(TransactionalError):
+    """An attempt was made for a plan that has since been re-planned, or was superseded."""
+
+
+class BadRecord(TransactionalError):
+    """A record failed parsing or validation; it is quarantined unless the topology fails fast."""
+
+
+class ReplayBehindState(TransactionalError):
+    """A state value already carries a txid later than the batch being applied."""
+
+
+class EmbeddedPostgresError(TransactionalError):
+    """The embedded PostgreSQL server could not be set up or started."""

@@ -1,0 +1,164 @@
+"""Declarations of a topology: its source, its state tables, its limits. Plain data, no I/O.
+
+Everything is validated when the object is built, so a wrong declaration fails at DAG-parse
+time with a message that names the fix, long before a database is touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import identifiers
+from .exceptions import ConfigError
+from .values import Combiner, ValueKind
+
+if TYPE_CHECKING:
+    from .sources.base import Source
+
+DEFAULT_STATE_SCHEMA = "public"
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """A keyed state table updated by the commit phase.
+
+    ``keys`` maps key column names to SQL types (``{"url": "text"}``); the provider adds
+    ``value`` (of ``value_type``), ``txid`` and, for opaque values, ``prev_value``.
+    ``database`` names another Postgres (see ``Coordinator(external_dsns=...)``): such a state
+    is not atomic with the checkpoint and relies on the per-value txid rule to stay idempotent.
+    """
+
+    name: str
+    keys: Mapping[str, str]
+    combiner: Combiner | str = Combiner.SUM
+    value_type: str = "bigint"
+    kind: ValueKind | str = ValueKind.TRANSACTIONAL
+    table: str | None = None
+    database: str | None = None
+
+    def __post_init__(self) -> None:
+        identifiers.name("state name", self.name)
+        if not self.keys:
+            raise ConfigError(
+                f"state {self.name!r} has no key columns: give keys={{'column': 'text'}} "
+                "(a single global value uses a constant key, e.g. {'id': 'text'} with key 'all')"
+            )
+        keys = {identifiers.column(c): identifiers.sql_type(t) for c, t in dict(self.keys).items()}
+        object.__setattr__(self, "keys", keys)
+        combiner = Combiner.parse(self.combiner)
+        object.__setattr__(self, "combiner", combiner)
+        value_type = identifiers.sql_type(self.value_type)
+        if combiner.numeric and value_type not in ("bigint", "integer", "numeric", "double precision"):
+            raise ConfigError(
+                f"state {self.name!r}: combiner {combiner.value!r} needs a numeric value_type "
+                f"(bigint, integer, numeric, double precision), not {value_type!r}"
+            )
+        object.__setattr__(self, "value_type", value_type)
+        object.__setattr__(self, "kind", ValueKind.parse(self.kind))
+        identifiers.qualified_table(self.table or self.name, DEFAULT_STATE_SCHEMA)
+        if self.database is not None:
+            identifiers.name("database name", self.database)
+
+    @property
+    def schema_and_table(self) -> tuple[str, str]:
+        return identifiers.qualified_table(self.table or self.name, DEFAULT_STATE_SCHEMA)
+
+    @property
+    def key_columns(self) -> list[str]:
+        return list(self.keys)
+
+    def to_config(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "keys": dict(self.keys),
+            "combiner": Combiner.parse(self.combiner).value,
+            "value_type": self.value_type,
+            "kind": ValueKind.parse(self.kind).value,
+            "table": self.table,
+            "database": self.database,
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> StateSpec:
+        return cls(**config)
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """A transactional topology: one source, one or more states, and its limits.
+
+    ``max_in_flight`` is Storm's ``topology.max.spout.pending``: how many planned, uncommitted
+    transactions may exist at once. ``max_batch_size`` caps one batch (events, or files for a
+    landing directory). ``opaque`` lets a batch that can no longer be read be re-planned from the
+    committed checkpoint (with every later uncommitted txid). ``on_bad_record`` is
+    ``"quarantine"`` (default) or ``"fail"``.
+    """
+
+    topology_id: str
+    source: Source
+    states: Sequence[StateSpec]
+    max_in_flight: int = 3
+    max_batch_size: int = 100_000
+    opaque: bool = False
+    on_bad_record: str = "quarantine"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        identifiers.topology_id(self.topology_id)
+        states = tuple(self.states)
+        if not states:
+            raise ConfigError(f"topology {self.topology_id!r} has no states: give at least one StateSpec")
+        names = [s.name for s in states]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"topology {self.topology_id!r}: state names must be unique, got {names}")
+        tables = [s.schema_and_table for s in states]
+        if len(set(tables)) != len(tables):
+            raise ConfigError(f"topology {self.topology_id!r}: two states write the same table")
+        object.__setattr__(self, "states", states)
+        for attr in ("max_in_flight", "max_batch_size"):
+            val = getattr(self, attr)
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise ConfigError(f"topology {self.topology_id!r}: {attr} must be a positive integer, got {val!r}")
+        if self.on_bad_record not in ("quarantine", "fail"):
+            raise ConfigError(
+                f"topology {self.topology_id!r}: on_bad_record must be 'quarantine' or 'fail', "
+                f"got {self.on_bad_record!r}"
+            )
+
+    def state(self, name: str) -> StateSpec:
+        for s in self.states:
+            if s.name == name:
+                return s
+        raise ConfigError(
+            f"topology {self.topology_id!r} has no state {name!r} "
+            f"(states: {', '.join(s.name for s in self.states)})"
+        )
+
+    def to_config(self) -> dict[str, Any]:
+        return {
+            "topology_id": self.topology_id,
+            "source": self.source.to_config(),
+            "states": [s.to_config() for s in self.states],
+            "max_in_flight": self.max_in_flight,
+            "max_batch_size": self.max_batch_size,
+            "opaque": self.opaque,
+            "on_bad_record": self.on_bad_record,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> TopologySpec:
+        from .sources import source_from_config
+
+        return cls(
+            topology_id=config["topology_id"],
+            source=source_from_config(config["source"]),
+            states=[StateSpec.from_config(s) for s in config["states"]],
+            max_in_flight=config["max_in_flight"],
+            max_batch_size=config["max_batch_size"],
+            opaque=config["opaque"],
+            on_bad_record=config["on_bad_record"],
+            extra=config.get("extra", {}),
+        )

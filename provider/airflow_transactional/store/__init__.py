@@ -1,0 +1,1 @@
+"""The PostgreSQL state store: connections, migrations, and all of its SQL."""

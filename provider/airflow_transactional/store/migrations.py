@@ -1,0 +1,177 @@
+"""Versioned, idempotent migrations of the provider's own schema (never ``public``).
+
+Each migration runs once, in order, in the transaction that records it, under an advisory lock
+so concurrent workers starting at once do not race. The run-time role needs only ownership of
+the schema (or CREATE on the database to create it): no superuser.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+
+from psycopg2 import sql
+
+from .. import identifiers
+from .connection import Database
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEMA = "airflow_txn"
+
+# (version, name, statements). Never edit a released migration: add a new one.
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "transaction core",
+        """
+CREATE TABLE {s}.topologies (
+    topology_id      text PRIMARY KEY,
+    num              serial UNIQUE,
+    spec             jsonb NOT NULL,
+    committed_txid   bigint NOT NULL DEFAULT 0,
+    committed_offsets jsonb NOT NULL DEFAULT '{{}}',
+    last_commit_at   timestamptz,
+    lost_records     bigint NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE {s}.transactions (
+    topology_id    text NOT NULL REFERENCES {s}.topologies ON DELETE CASCADE,
+    txid           bigint NOT NULL CHECK (txid > 0),
+    run_key        text NOT NULL,
+    plan_version   integer NOT NULL DEFAULT 1,
+    start_offsets  jsonb NOT NULL,
+    end_offsets    jsonb NOT NULL,
+    batch          jsonb NOT NULL,
+    planned_records bigint NOT NULL,
+    status         text NOT NULL DEFAULT 'planned' CHECK (status IN ('planned', 'committed')),
+    planned_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+    replanned_at   timestamptz,
+    replan_reason  text,
+    pinned_attempt integer,
+    committed_at   timestamptz,
+    PRIMARY KEY (topology_id, txid),
+    UNIQUE (topology_id, run_key)
+);
+CREATE INDEX ON {s}.transactions (topology_id, status, txid);
+CREATE TABLE {s}.attempts (
+    topology_id   text NOT NULL,
+    txid          bigint NOT NULL,
+    attempt       integer NOT NULL CHECK (attempt > 0),
+    plan_version  integer NOT NULL,
+    status        text NOT NULL CHECK (status IN ('running', 'complete', 'failed', 'discarded', 'committed')),
+    started_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at   timestamptz,
+    row_counts    jsonb,
+    records_read  bigint,
+    quarantined   bigint NOT NULL DEFAULT 0,
+    worker        text,
+    error         text,
+    PRIMARY KEY (topology_id, txid, attempt),
+    FOREIGN KEY (topology_id, txid) REFERENCES {s}.transactions ON DELETE CASCADE
+);
+CREATE TABLE {s}.commits (
+    topology_id    text NOT NULL REFERENCES {s}.topologies ON DELETE CASCADE,
+    txid           bigint NOT NULL,
+    attempt        integer NOT NULL,
+    plan_version   integer NOT NULL,
+    run_key        text NOT NULL,
+    start_offsets  jsonb NOT NULL,
+    end_offsets    jsonb NOT NULL,
+    records_read   bigint NOT NULL,
+    row_counts     jsonb NOT NULL,
+    quarantined    bigint NOT NULL,
+    committer      text,
+    commit_started_at timestamptz NOT NULL,
+    committed_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (topology_id, txid)
+);
+CREATE TABLE {s}.quarantine (
+    id            bigserial PRIMARY KEY,
+    topology_id   text NOT NULL,
+    txid          bigint NOT NULL,
+    attempt       integer NOT NULL,
+    source_offset text NOT NULL,
+    event_id      text,
+    reason        text NOT NULL,
+    record        text,
+    committed     boolean NOT NULL DEFAULT false,
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX ON {s}.quarantine (topology_id, txid, attempt);
+CREATE TABLE {s}.logs (
+    log_name    text PRIMARY KEY,
+    partitions  integer NOT NULL CHECK (partitions > 0),
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE {s}.log_partitions (
+    log_name          text NOT NULL REFERENCES {s}.logs ON DELETE CASCADE,
+    partition         integer NOT NULL,
+    next_lsn          bigint NOT NULL DEFAULT 1,
+    truncated_through bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (log_name, partition)
+);
+CREATE TABLE {s}.log_events (
+    log_name    text NOT NULL,
+    partition   integer NOT NULL,
+    lsn         bigint NOT NULL,
+    event_id    text NOT NULL,
+    payload     text NOT NULL,
+    appended_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (log_name, partition, lsn)
+);
+CREATE UNIQUE INDEX log_events_event_id ON {s}.log_events (log_name, event_id);
+CREATE TABLE {s}.landing_files (
+    topology_id   text NOT NULL REFERENCES {s}.topologies ON DELETE CASCADE,
+    seq           bigint NOT NULL,
+    path          text NOT NULL,
+    size          bigint NOT NULL,
+    mtime         double precision NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (topology_id, seq),
+    UNIQUE (topology_id, path)
+);
+""",
+    ),
+]
+
+
+def _lock_key(schema: str) -> int:
+    return zlib.crc32(f"airflow_transactional:{schema}".encode()) & 0x7FFFFFFF
+
+
+def current_version(db: Database, schema: str = DEFAULT_SCHEMA) -> int:
+    """The highest applied migration, 0 for an empty database."""
+    with db.transaction() as cur:
+        cur.execute("SELECT to_regclass(%s)", (f"{schema}.schema_migrations",))
+        if cur.fetchone()[0] is None:
+            return 0
+        cur.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_migrations").format(
+            sql.Identifier(schema)))
+        return int(cur.fetchone()[0])
+
+
+def migrate(db: Database, schema: str = DEFAULT_SCHEMA) -> list[int]:
+    """Bring the schema to the latest version; return the versions applied now (often none)."""
+    identifiers.name("schema name", schema)
+    s = sql.Identifier(schema)
+    applied: list[int] = []
+    with db.transaction() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+        cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(s))
+        cur.execute(sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())").format(s))
+        cur.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(s))
+        done = {row[0] for row in cur.fetchall()}
+        for version, name, statements in MIGRATIONS:
+            if version in done:
+                continue
+            cur.execute(sql.SQL(statements).format(s=s))
+            cur.execute(sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)")
+                        .format(s), (version, name))
+            applied.append(version)
+            log.info("applied migration %d (%s) to schema %s", version, name, schema)
+    return applied
