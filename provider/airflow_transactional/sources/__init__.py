@@ -1,0 +1,28 @@
+"""Sources (spouts): the Postgres event log and the landing directory."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..exceptions import ConfigError
+from .base import BatchPlan, Offsets, Record, Source
+from .landing import LandingDirectory
+from .pglog import EventLog, PostgresLogSource
+
+__all__ = ["BatchPlan", "EventLog", "LandingDirectory", "Offsets", "PostgresLogSource", "Record",
+           "Source", "source_from_config"]
+
+_KINDS: dict[str, type[Source]] = {
+    PostgresLogSource.kind: PostgresLogSource,
+    LandingDirectory.kind: LandingDirectory,
+}
+
+
+def source_from_config(config: Mapping[str, Any]) -> Source:
+    """Rebuild a source from the description stored with its topology."""
+    cfg = dict(config)
+    kind = cfg.pop("kind", None)
+    if kind not in _KINDS:
+        raise ConfigError(f"unknown source kind {kind!r}: use one of {', '.join(sorted(_KINDS))}")
+    return _KINDS[kind](**cfg)

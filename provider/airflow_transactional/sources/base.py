@@ -1,0 +1,76 @@
+"""The source (spout) interface: plan a batch at exact offsets, check it is still readable, read it.
+
+A source must be *transactional*: reading a stored plan again yields the identical batch. When
+retention makes that impossible the topology may be declared opaque: the batch is re-planned
+from the committed checkpoint, skipping what is gone, and the loss is recorded and reported.
+A Kafka source fits the same interface (offsets per partition, like the Postgres log).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import psycopg2.extensions
+
+Offsets = dict[str, int]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The exact extent of one batch: where it starts and ends, and how to read it."""
+
+    start: Offsets
+    end: Offsets
+    batch: dict[str, Any]
+    planned_records: int
+    lost_records: int = 0  # skipped because retention removed them (opaque re-plan only)
+    lost_detail: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One source record: where it sits (``offset``), its id for dedupe, its raw text."""
+
+    offset: str
+    event_id: str | None
+    payload: str
+
+
+class Source(ABC):
+    """A source of batches. Methods get a cursor inside the caller's transaction."""
+
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def to_config(self) -> dict[str, Any]:
+        """JSON-able description, stored with the topology (never credentials)."""
+
+    def register(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str) -> None:  # noqa: B027
+        """Create or check what the source needs in the store (default: nothing)."""
+
+    @abstractmethod
+    def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
+             max_records: int, *, skip_unavailable: bool) -> BatchPlan:
+        """Fix the next batch beginning exactly at ``start``.
+
+        With ``skip_unavailable`` (opaque topologies) records removed by retention are skipped
+        and counted in ``lost_records``; without it their absence raises BatchUnavailable.
+        """
+
+    @abstractmethod
+    def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+                    batch: Mapping[str, Any]) -> str | None:
+        """Why the planned ``batch`` can no longer be read in full, or None when it can."""
+
+    @abstractmethod
+    def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+             batch: Mapping[str, Any]) -> Iterator[Record]:
+        """Yield the batch's records in source order."""
+
+    @abstractmethod
+    def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+            committed: Offsets) -> int:
+        """How many records (files for a directory) the source holds beyond ``committed``."""

@@ -1,0 +1,298 @@
+"""A partitioned, append-only event log in PostgreSQL (the OLEP log), and its source.
+
+Ordering and visibility. Every partition has a counter row (``log_partitions.next_lsn``). An
+append locks the counter rows of its partitions (always in ascending partition order, so two
+producers never deadlock), inserts its events with the next LSNs, advances the counters and
+commits. A second producer of the same partition waits for that lock, so LSNs of a partition
+become visible strictly in LSN order and a rolled-back append gives its LSNs back. A committed
+counter value is therefore a *safe point*: every event below it is visible and final. Planning
+reads only the counters -- never ``max(lsn)`` of a sequence, where LSN 11 can become visible
+after 12 has been read (DESIGN.md trap 6) -- and costs O(partitions), whatever the log's size.
+
+Idempotence. ``event_id`` is unique per log: a duplicate delivery (a producer retrying after a
+lost acknowledgement, a resent message) is dropped at append time and counted once.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import psycopg2
+import psycopg2.extensions
+from psycopg2 import sql
+
+from .. import faults, identifiers
+from ..exceptions import BatchUnavailable, ConfigError
+from ..store.connection import CONNECTION_ERRORS, Database, redact
+from ..store.migrations import DEFAULT_SCHEMA, migrate
+from .base import BatchPlan, Offsets, Record, Source
+
+log = logging.getLogger(__name__)
+
+
+def partition_of(event_id: str, partitions: int) -> int:
+    """The partition an event id maps to when the producer names none (stable across runs)."""
+    return zlib.crc32(event_id.encode()) % partitions
+
+
+def _copy_text(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    appended: int
+    duplicates: int
+    retries: int = 0
+
+
+class EventLog:
+    """Producer-side API of a log: create it, append events, apply retention."""
+
+    def __init__(self, dsn: str, name: str, *, schema: str = DEFAULT_SCHEMA,
+                 retry_for: float = 60.0) -> None:
+        self.name = identifiers.name("log name", name)
+        self.schema = identifiers.name("schema name", schema)
+        self.db = Database(dsn, application_name=f"airflow_transactional:log:{name}")
+        self.retry_for = retry_for
+        self._partitions: int | None = None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def create(self, partitions: int) -> None:
+        """Create the log (idempotent); partitions can be added later, never removed."""
+        if not isinstance(partitions, int) or partitions < 1:
+            raise ConfigError(f"log {self.name!r}: partitions must be a positive integer, got {partitions!r}")
+        migrate(self.db, self.schema)
+        s = sql.Identifier(self.schema)
+        with self.db.transaction() as cur:
+            cur.execute(sql.SQL(
+                "INSERT INTO {}.logs (log_name, partitions) VALUES (%s, %s) ON CONFLICT (log_name) "
+                "DO UPDATE SET partitions = greatest(logs.partitions, EXCLUDED.partitions)").format(s),
+                (self.name, partitions))
+            cur.execute(sql.SQL(
+                "INSERT INTO {}.log_partitions (log_name, partition) SELECT %s, p "
+                "FROM generate_series(0, %s - 1) p ON CONFLICT DO NOTHING").format(s),
+                (self.name, partitions))
+        self._partitions = None
+
+    def partitions(self) -> int:
+        if self._partitions is None:
+            with self.db.transaction() as cur:
+                cur.execute(sql.SQL("SELECT partitions FROM {}.logs WHERE log_name = %s")
+                            .format(sql.Identifier(self.schema)), (self.name,))
+                row = cur.fetchone()
+            if row is None:
+                raise ConfigError(f"log {self.name!r} does not exist: call EventLog.create(partitions) first")
+            self._partitions = int(row[0])
+        return self._partitions
+
+    def append(self, events: Iterable[tuple[str, str]], *, partition: int | None = None) -> AppendResult:
+        """Append ``(event_id, payload)`` pairs atomically; duplicates of stored ids are dropped.
+
+        Without ``partition`` each event goes to ``partition_of(event_id)``. A lost connection
+        (Postgres restart, network) is retried for up to ``retry_for`` seconds: the append is
+        all-or-nothing and ids are unique, so a retry after an unknown outcome cannot duplicate.
+        """
+        n_parts = self.partitions()
+        rows: list[tuple[int, str, str]] = []
+        for event_id, payload in events:
+            if not isinstance(event_id, str) or not event_id:
+                raise ConfigError(f"event id must be a non-empty string, got {event_id!r}")
+            p = partition if partition is not None else partition_of(event_id, n_parts)
+            if not 0 <= p < n_parts:
+                raise ConfigError(f"log {self.name!r} has partitions 0..{n_parts - 1}, not {p}")
+            rows.append((p, event_id, payload))
+        if not rows:
+            return AppendResult(0, 0)
+        deadline = time.monotonic() + self.retry_for
+        retries = 0
+        while True:
+            try:
+                appended = self._append_once(rows)
+                return AppendResult(appended, len(rows) - appended, retries)
+            except CONNECTION_ERRORS as exc:
+                self.db.close()
+                if time.monotonic() > deadline:
+                    raise
+                retries += 1
+                log.warning("append to log %s lost its connection (%s); retrying", self.name,
+                            redact(str(exc)).strip())
+                time.sleep(min(0.2 * retries, 2.0))
+
+    def _append_once(self, rows: Sequence[tuple[int, str, str]]) -> int:
+        s = sql.Identifier(self.schema)
+        buf = io.StringIO()
+        for ordinal, (p, event_id, payload) in enumerate(rows):
+            buf.write(f"{ordinal}\t{p}\t{_copy_text(event_id)}\t{_copy_text(payload)}\n")
+        buf.seek(0)
+        appended = 0
+        with self.db.transaction() as cur:
+            cur.execute("CREATE TEMP TABLE IF NOT EXISTS txn_append "
+                        "(ord int, partition int, event_id text, payload text) ON COMMIT DELETE ROWS")
+            cur.copy_expert("COPY txn_append FROM STDIN", buf)
+            # Duplicates within this call: keep the first delivery.
+            cur.execute("DELETE FROM txn_append a USING txn_append b "
+                        "WHERE a.event_id = b.event_id AND a.ord > b.ord")
+            for p in sorted({r[0] for r in rows}):
+                cur.execute(sql.SQL("SELECT next_lsn FROM {}.log_partitions "
+                                    "WHERE log_name = %s AND partition = %s FOR UPDATE").format(s),
+                            (self.name, p))
+                base = int(cur.fetchone()[0])
+                # Duplicates of events already in the log (any partition). Checked under the
+                # partition lock, so LSNs are only handed to events that will be inserted.
+                cur.execute(sql.SQL("DELETE FROM txn_append t USING {}.log_events e "
+                                    "WHERE t.partition = %s AND e.log_name = %s AND e.event_id = t.event_id")
+                            .format(s), (p, self.name))
+                cur.execute(sql.SQL(
+                    "INSERT INTO {}.log_events (log_name, partition, lsn, event_id, payload) "
+                    "SELECT %s, %s, %s + row_number() OVER (ORDER BY ord) - 1, event_id, payload "
+                    "FROM txn_append WHERE partition = %s "
+                    "ON CONFLICT (log_name, event_id) DO NOTHING").format(s),
+                    (self.name, p, base, p))
+                appended += cur.rowcount
+                # A concurrent append of the same id to another partition can still win the
+                # unique index; its LSN stays a harmless gap. The counter moves past every
+                # LSN handed out.
+                cur.execute("SELECT count(*) FROM txn_append WHERE partition = %s", (p,))
+                handed_out = int(cur.fetchone()[0])
+                cur.execute(sql.SQL("UPDATE {}.log_partitions SET next_lsn = %s "
+                                    "WHERE log_name = %s AND partition = %s").format(s),
+                            (base + handed_out, self.name, p))
+            faults.point("append.before_commit", cur)
+        faults.point("append.after_commit")
+        return appended
+
+    def truncate(self, partition: int, through_lsn: int) -> int:
+        """Retention: delete the events of ``partition`` with LSN <= ``through_lsn``."""
+        s = sql.Identifier(self.schema)
+        with self.db.transaction() as cur:
+            cur.execute(sql.SQL("SELECT truncated_through FROM {}.log_partitions "
+                                "WHERE log_name = %s AND partition = %s FOR UPDATE").format(s),
+                        (self.name, partition))
+            row = cur.fetchone()
+            if row is None:
+                raise ConfigError(f"log {self.name!r} has no partition {partition}")
+            if through_lsn <= row[0]:
+                return 0
+            cur.execute(sql.SQL("DELETE FROM {}.log_events WHERE log_name = %s AND partition = %s "
+                                "AND lsn <= %s").format(s), (self.name, partition, through_lsn))
+            deleted = cur.rowcount
+            cur.execute(sql.SQL("UPDATE {}.log_partitions SET truncated_through = %s "
+                                "WHERE log_name = %s AND partition = %s").format(s),
+                        (through_lsn, self.name, partition))
+        return int(deleted)
+
+
+class PostgresLogSource(Source):
+    """Batches of a Postgres event log: per partition, the LSN range ``(start, end]``."""
+
+    kind: ClassVar[str] = "postgres_log"
+
+    def __init__(self, log: str, *, schema: str | None = None) -> None:
+        self.log = identifiers.name("log name", log)
+        # The log lives in the store's schema unless named otherwise.
+        self.schema = identifiers.name("schema name", schema) if schema else None
+
+    def to_config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "log": self.log, "schema": self.schema}
+
+    def _s(self, schema: str) -> sql.Identifier:
+        return sql.Identifier(self.schema or schema)
+
+    def _partitions(self, cur: psycopg2.extensions.cursor, schema: str) -> list[tuple[int, int, int]]:
+        cur.execute(sql.SQL("SELECT partition, next_lsn - 1, truncated_through FROM {}.log_partitions "
+                            "WHERE log_name = %s ORDER BY partition").format(self._s(schema)), (self.log,))
+        rows = [(int(p), int(h), int(t)) for p, h, t in cur.fetchall()]
+        if not rows:
+            raise ConfigError(f"event log {self.log!r} does not exist: create it with "
+                              f"EventLog(dsn, {self.log!r}).create(partitions=N)")
+        return rows
+
+    def register(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str) -> None:
+        self._partitions(cur, schema)
+
+    def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
+             max_records: int, *, skip_unavailable: bool) -> BatchPlan:
+        parts = self._partitions(cur, schema)
+        lo: dict[int, int] = {}
+        avail: dict[int, int] = {}
+        lost = 0
+        lost_detail: list[str] = []
+        for p, head, truncated in parts:
+            begin = int(start.get(str(p), 0))
+            if truncated > begin:
+                detail = f"partition {p} LSN {begin + 1}..{truncated}"
+                if not skip_unavailable:
+                    raise BatchUnavailable(
+                        f"log {self.log!r}: events {detail} were removed by retention before "
+                        f"topology {topology_id!r} committed them; restore them, or declare the "
+                        "topology opaque=True to skip what is gone (the loss is recorded)")
+                lost += truncated - begin
+                lost_detail.append(detail)
+                begin = truncated
+            lo[p] = begin
+            avail[p] = max(0, head - begin)
+        take = _fair_shares(avail, max_records)
+        end = {str(p): lo[p] + take[p] for p in lo}
+        ranges = [[p, lo[p], lo[p] + take[p]] for p in sorted(lo) if take[p] > 0]
+        return BatchPlan(
+            start={str(p): int(start.get(str(p), 0)) for p in lo},
+            end=end,
+            batch={"log": self.log, "ranges": ranges},
+            planned_records=sum(take.values()),
+            lost_records=lost,
+            lost_detail=lost_detail,
+        )
+
+    def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+                    batch: Mapping[str, Any]) -> str | None:
+        if not batch.get("ranges"):
+            return None
+        truncated = {p: t for p, _h, t in self._partitions(cur, schema)}
+        gone = [f"partition {p} LSN {lo + 1}..{min(hi, truncated.get(p, 0))}"
+                for p, lo, hi in batch["ranges"] if truncated.get(p, 0) > lo]
+        if gone:
+            return f"log {self.log!r}: events removed by retention: {', '.join(gone)}"
+        return None
+
+    def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+             batch: Mapping[str, Any]) -> Iterator[Record]:
+        for p, lo, hi in batch.get("ranges", []):
+            # A server-side cursor: a batch of millions of events is streamed, not loaded.
+            with cur.connection.cursor(name=f"txn_read_{p}") as rc:
+                rc.itersize = 10_000
+                rc.execute(sql.SQL("SELECT lsn, event_id, payload FROM {}.log_events WHERE log_name = %s "
+                                   "AND partition = %s AND lsn > %s AND lsn <= %s ORDER BY lsn")
+                           .format(self._s(schema)), (self.log, p, lo, hi))
+                for lsn, event_id, payload in rc:
+                    yield Record(f"{p}:{lsn}", event_id, payload)
+
+    def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
+        return sum(max(0, head - max(int(committed.get(str(p), 0)), t))
+                   for p, head, t in self._partitions(cur, schema))
+
+
+def _fair_shares(avail: Mapping[int, int], cap: int) -> dict[int, int]:
+    """Split ``cap`` records over partitions: equal shares, leftovers to those with more."""
+    take = dict.fromkeys(avail, 0)
+    remaining = cap
+    open_parts = [p for p in sorted(avail) if avail[p] > 0]
+    while remaining > 0 and open_parts:
+        share = max(1, remaining // len(open_parts))
+        for p in list(open_parts):
+            n = min(share, avail[p] - take[p], remaining)
+            take[p] += n
+            remaining -= n
+            if take[p] >= avail[p]:
+                open_parts.remove(p)
+            if remaining == 0:
+                break
+    return take

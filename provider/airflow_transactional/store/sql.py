@@ -1,0 +1,130 @@
+"""All SQL of the state store that depends on a topology's declaration: state tables, staging
+tables, and the commit's set-based upsert with the transactional / opaque value rules.
+
+Identifiers are validated by :mod:`airflow_transactional.identifiers` when the spec is built and
+quoted here with ``sql.Identifier``; values are always ``%s`` parameters.
+"""
+
+from __future__ import annotations
+
+from psycopg2 import sql
+
+from ..spec import StateSpec
+from ..values import Combiner, ValueKind, combine_sql
+
+
+def staging_table(schema: str, topology_num: int, state: StateSpec) -> sql.Composed:
+    """Staged partials of one state, keyed by (txid, attempt, key)."""
+    return sql.SQL("{}.{}").format(sql.Identifier(schema),
+                                   sql.Identifier(f"stg_{topology_num}_{state.name}"))
+
+
+def state_table(state: StateSpec) -> sql.Composed:
+    schema, table = state.schema_and_table
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
+
+
+def _key_defs(state: StateSpec) -> sql.Composed:
+    return sql.SQL(", ").join(
+        sql.SQL("{} {} NOT NULL").format(sql.Identifier(c), sql.SQL(t)) for c, t in state.keys.items())
+
+
+def _keys(state: StateSpec, prefix: str | None = None) -> sql.Composed:
+    if prefix:
+        return sql.SQL(", ").join(sql.Identifier(prefix, c) for c in state.key_columns)
+    return sql.SQL(", ").join(map(sql.Identifier, state.key_columns))
+
+
+def create_state_table(state: StateSpec) -> list[sql.Composed]:
+    schema, _ = state.schema_and_table
+    opaque = ValueKind(state.kind) is ValueKind.OPAQUE
+    cols = sql.SQL("{keys}, value {vt}, {prev}txid bigint NOT NULL, PRIMARY KEY ({pk})").format(
+        keys=_key_defs(state), vt=sql.SQL(state.value_type),
+        prev=sql.SQL("prev_value {}, ").format(sql.SQL(state.value_type)) if opaque else sql.SQL(""),
+        pk=_keys(state))
+    return [
+        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)),
+        sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(state_table(state), cols),
+    ]
+
+
+def expected_columns(state: StateSpec) -> dict[str, str]:
+    """Column name -> type (as ``format_type`` spells it) a state table must have."""
+    cols = dict(state.keys)
+    cols["value"] = state.value_type
+    if ValueKind(state.kind) is ValueKind.OPAQUE:
+        cols["prev_value"] = state.value_type
+    cols["txid"] = "bigint"
+    return cols
+
+
+TABLE_COLUMNS = """
+SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_attribute a
+WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+
+def create_staging_table(table: sql.Composed, state: StateSpec) -> sql.Composed:
+    return sql.SQL("CREATE TABLE IF NOT EXISTS {} (txid bigint NOT NULL, attempt integer NOT NULL, "
+                   "{keys}, value {vt}, PRIMARY KEY (txid, attempt, {pk}))").format(
+        table, keys=_key_defs(state), vt=sql.SQL(state.value_type), pk=_keys(state))
+
+
+def staging_columns(state: StateSpec) -> list[str]:
+    return ["txid", "attempt", *state.key_columns, "value"]
+
+
+def count_staged(table: sql.Composed) -> sql.Composed:
+    return sql.SQL("SELECT count(*) FROM {} WHERE txid = %s AND attempt = %s").format(table)
+
+
+def delete_staged_txid(table: sql.Composed) -> sql.Composed:
+    return sql.SQL("DELETE FROM {} WHERE txid = %s").format(table)
+
+
+def staged_delta(table: sql.Composed, state: StateSpec) -> sql.Composed:
+    """The delta of one attempt: ``SELECT keys, value`` (parameters ``txid``, ``attempt``)."""
+    return sql.SQL("SELECT {keys}, value FROM {t} WHERE txid = %(txid)s AND attempt = %(attempt)s").format(
+        keys=_keys(state), t=table)
+
+
+def upsert(state: StateSpec, target: sql.Composed, delta: sql.Composable) -> sql.Composed:
+    """Apply ``delta`` (a SELECT of keys, value) as batch ``%(txid)s`` under the value rule.
+
+    Transactional: skip keys whose stored txid is already this batch's (``WHERE t.txid <
+    EXCLUDED.txid``). Opaque: recompute from ``prev_value`` when the stored txid is this
+    batch's, else shift ``value`` into ``prev_value``. Rows whose stored txid is *later* are not
+    touched here; :func:`rows_ahead` finds them so the commit can refuse.
+    """
+    combiner = Combiner(state.combiner)
+    t_val = sql.SQL("t.value")
+    new = sql.SQL("EXCLUDED.value")
+    keys = _keys(state)
+    if ValueKind(state.kind) is ValueKind.TRANSACTIONAL:
+        return sql.SQL(
+            "INSERT INTO {target} AS t ({keys}, value, txid) "
+            "SELECT {keys}, value, %(txid)s FROM ({delta}) d "
+            "ON CONFLICT ({keys}) DO UPDATE SET value = {combined}, txid = EXCLUDED.txid "
+            "WHERE t.txid < EXCLUDED.txid").format(
+            target=target, keys=keys, delta=delta, combined=combine_sql(combiner, t_val, new))
+    return sql.SQL(
+        "INSERT INTO {target} AS t ({keys}, value, prev_value, txid) "
+        "SELECT {keys}, value, NULL, %(txid)s FROM ({delta}) d "
+        "ON CONFLICT ({keys}) DO UPDATE SET "
+        "value = CASE WHEN t.txid = EXCLUDED.txid THEN {from_prev} ELSE {from_value} END, "
+        "prev_value = CASE WHEN t.txid = EXCLUDED.txid THEN t.prev_value ELSE t.value END, "
+        "txid = EXCLUDED.txid "
+        "WHERE t.txid <= EXCLUDED.txid").format(
+        target=target, keys=keys, delta=delta,
+        from_prev=combine_sql(combiner, sql.SQL("t.prev_value"), new),
+        from_value=combine_sql(combiner, t_val, new))
+
+
+def rows_ahead(state: StateSpec, target: sql.Composed, delta: sql.Composable) -> sql.Composed:
+    """Count delta keys whose stored value already carries a txid later than ``%(txid)s``."""
+    on = sql.SQL(" AND ").join(
+        sql.SQL("t.{c} = d.{c}").format(c=sql.Identifier(c)) for c in state.key_columns)
+    return sql.SQL("SELECT count(*) FROM ({delta}) d JOIN {target} t ON {on} WHERE t.txid > %(txid)s"
+                   ).format(delta=delta, target=target, on=on)
