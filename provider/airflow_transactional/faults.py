@@ -6,7 +6,8 @@ happens unless a fault is armed, either in-process (:func:`inject`) or for a chi
 
 * ``exit``      -- the process dies on the spot (``os._exit``), like a SIGKILL;
 * ``terminate`` -- the server drops this connection (``pg_terminate_backend``);
-* ``raise``     -- an InjectedFault exception.
+* ``raise``     -- an InjectedFault exception;
+* ``pause:S``   -- sleep S seconds (to hold a transaction open while others run).
 
 ``name=action@N`` fires only the first N times in this process.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -65,7 +67,10 @@ def point(name: str, cur: Any = None) -> None:
         return
     if action == "raise":
         raise InjectedFault(name)
-    raise ValueError(f"unknown fault action {action!r} at {name}: use exit, terminate or raise")
+    if action.startswith("pause:"):
+        time.sleep(float(action.split(":", 1)[1]))
+        return
+    raise ValueError(f"unknown fault action {action!r} at {name}: use exit, terminate, raise or pause:S")
 
 
 @contextmanager

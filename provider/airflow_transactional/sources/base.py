@@ -48,6 +48,15 @@ class Source(ABC):
     def to_config(self) -> dict[str, Any]:
         """JSON-able description, stored with the topology (never credentials)."""
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Source) and self.to_config() == other.to_config()
+
+    def __hash__(self) -> int:
+        return hash(repr(sorted(self.to_config().items())))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_config()!r})"
+
     def register(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str) -> None:  # noqa: B027
         """Create or check what the source needs in the store (default: nothing)."""
 

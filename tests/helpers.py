@@ -1,0 +1,64 @@
+"""Small helpers shared by the integration tests (reading state tables, making topologies)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg2
+
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.processing import process_batch
+from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.spec import StateSpec, TopologySpec
+
+
+def query(dsn: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(statement, params)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
+def table(dsn: str, name: str) -> dict[Any, Any]:
+    """A state table as {key: value} (single key column)."""
+    return {k: v for k, v, *_ in query(dsn, f"SELECT * FROM {name}")}  # noqa: S608
+
+
+def counting_topology(topology_id: str = "clicks", *, log: str = "clicks", max_in_flight: int = 3,
+                      max_batch_size: int = 50, opaque: bool = False, kind: str = "transactional",
+                      on_bad_record: str = "quarantine") -> TopologySpec:
+    """Per-user click counts and a per-user sum of amounts: two states committed together."""
+    return TopologySpec(
+        topology_id, PostgresLogSource(log),
+        [StateSpec(f"{topology_id}_count", {"user_id": "text"}, combiner="count", kind=kind),
+         StateSpec(f"{topology_id}_amount", {"user_id": "text"}, combiner="sum", kind=kind)],
+        max_in_flight=max_in_flight, max_batch_size=max_batch_size, opaque=opaque,
+        on_bad_record=on_bad_record)
+
+
+def click_fn(rec: dict[str, Any]) -> list[tuple[str, tuple[Any, ...], Any]]:
+    user = rec["user"]
+    amount = int(rec["amount"])
+    return [("clicks_count", (user,), 1), ("clicks_amount", (user,), amount)]
+
+
+def click(i: int, user: str | None = None, amount: int | None = None) -> tuple[str, str]:
+    return f"ev-{i}", json.dumps({"user": user or f"u{i % 7}", "amount": i % 11 if amount is None else amount})
+
+
+def make_log(dsn: str, name: str = "clicks", partitions: int = 3) -> EventLog:
+    log = EventLog(dsn, name)
+    log.create(partitions)
+    return log
+
+
+def run_one(coord: Coordinator, topology_id: str, run_key: str, fn: Any = click_fn) -> int:
+    """Plan, process and commit one transaction; return its txid."""
+    txn = coord.plan(topology_id, run_key)
+    process_batch(coord, topology_id, txn.txid, fn)
+    coord.commit(topology_id, txn.txid)
+    return txn.txid

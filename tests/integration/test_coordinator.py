@@ -1,0 +1,216 @@
+"""Plan, attempts, ordered commit, recover and status on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.exceptions import (
+    NotProcessed,
+    StagedOutputIncomplete,
+    StaleAttempt,
+    TooManyInFlight,
+    UnknownTopology,
+    WaitingForPredecessor,
+)
+from airflow_transactional.processing import process_batch
+from tests.helpers import click, click_fn, counting_topology, make_log, query, run_one, table
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def topo(coordinator: Coordinator, dsn: str):  # type: ignore[no-untyped-def]
+    log = make_log(dsn)
+    coordinator.register(counting_topology())
+    yield log
+    log.close()
+
+
+def test_plan_is_idempotent_per_run_key_and_batches_are_contiguous(coordinator: Coordinator, topo) -> None:  # type: ignore[no-untyped-def]
+    topo.append([click(i) for i in range(120)])
+    t1 = coordinator.plan("clicks", "run-a")
+    t2 = coordinator.plan("clicks", "run-b")
+    again = coordinator.plan("clicks", "run-a")
+    assert (t1.txid, t2.txid) == (1, 2)
+    assert again == t1  # same txid, same stored batch
+    assert t1.planned_records == 50 and t2.planned_records == 50  # max_batch_size caps a batch
+    assert t1.start_offsets == {"0": 0, "1": 0, "2": 0}
+    assert t2.start_offsets == t1.end_offsets
+
+
+def test_plan_refuses_more_than_max_in_flight_and_names_the_blocker(coordinator: Coordinator, topo) -> None:  # type: ignore[no-untyped-def]
+    for k in range(3):
+        coordinator.plan("clicks", f"r{k}")
+    with pytest.raises(TooManyInFlight, match=r"txids 1, 2, 3; max_in_flight=3\): wait for txid 1"):
+        coordinator.plan("clicks", "r3")
+    assert coordinator.plan("clicks", "r1").txid == 2  # an existing run still gets its plan
+
+
+def test_commits_are_strictly_in_txid_order(coordinator: Coordinator, topo) -> None:  # type: ignore[no-untyped-def]
+    topo.append([click(i) for i in range(100)])
+    t1, t2 = coordinator.plan("clicks", "a"), coordinator.plan("clicks", "b")
+    process_batch(coordinator, "clicks", t2.txid, click_fn)
+    process_batch(coordinator, "clicks", t1.txid, click_fn)
+    with pytest.raises(WaitingForPredecessor, match="cannot commit txid 2 yet, waiting for txid 1"):
+        coordinator.commit("clicks", 2)
+    assert coordinator.commit("clicks", 1).committed
+    assert coordinator.commit("clicks", 2).committed
+    replay = coordinator.commit("clicks", 1)
+    assert not replay.committed
+    assert replay.message.startswith("txid 1 already committed at ") and replay.message.endswith("nothing to do")
+    assert [c["txid"] for c in coordinator.commits("clicks")] == [1, 2]
+
+
+def test_state_equals_the_source_after_commits(coordinator: Coordinator, topo, dsn: str) -> None:  # type: ignore[no-untyped-def]
+    events = [click(i) for i in range(137)]
+    topo.append(events)
+    for k in range(3):
+        run_one(coordinator, "clicks", f"r{k}")
+    expected_count: dict[str, int] = {}
+    expected_amount: dict[str, int] = {}
+    for _eid, payload in events:
+        rec = json.loads(payload)
+        expected_count[rec["user"]] = expected_count.get(rec["user"], 0) + 1
+        expected_amount[rec["user"]] = expected_amount.get(rec["user"], 0) + rec["amount"]
+    assert table(dsn, "clicks_count") == expected_count
+    assert table(dsn, "clicks_amount") == expected_amount
+    assert query(dsn, "SELECT DISTINCT txid FROM clicks_count ORDER BY 1")[-1] == (3,)
+
+
+def test_only_the_latest_complete_attempt_commits_and_its_staging_is_removed(
+        coordinator: Coordinator, topo, dsn: str) -> None:  # type: ignore[no-untyped-def]
+    topo.append([click(i, user="u", amount=1) for i in range(10)])
+    txn = coordinator.plan("clicks", "r")
+    # attempt 1 sees a (wrong) doubled batch; attempt 2 is correct and later: only 2 may commit
+    process_batch(coordinator, "clicks", txn.txid, lambda r: [("clicks_count", ("u",), 2),
+                                                                ("clicks_amount", ("u",), 2)])
+    r2 = process_batch(coordinator, "clicks", txn.txid, click_fn)
+    with pytest.raises(StaleAttempt, match="only the latest can be committed"):
+        coordinator.commit("clicks", txn.txid, attempt=1)
+    res = coordinator.commit("clicks", txn.txid)
+    assert res.attempt == r2.attempt == 2
+    assert table(dsn, "clicks_count") == {"u": 10}
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_clicks_count") == [(0,)]
+    statuses = query(dsn, "SELECT attempt, status FROM airflow_txn.attempts ORDER BY attempt")
+    assert statuses == [(1, "discarded"), (2, "committed")]
+
+
+def test_commit_refuses_unprocessed_and_damaged_output(coordinator: Coordinator, topo, dsn: str) -> None:  # type: ignore[no-untyped-def]
+    topo.append([click(i) for i in range(10)])
+    txn = coordinator.plan("clicks", "r")
+    with pytest.raises(NotProcessed, match="run its processing task"):
+        coordinator.commit("clicks", txn.txid)
+    process_batch(coordinator, "clicks", txn.txid, click_fn)
+    query(dsn, "DELETE FROM airflow_txn.stg_1_clicks_amount WHERE ctid IN "
+               "(SELECT ctid FROM airflow_txn.stg_1_clicks_amount LIMIT 1)")
+    with pytest.raises(StagedOutputIncomplete, match="process the txid again"):
+        coordinator.commit("clicks", txn.txid)
+    assert table(dsn, "clicks_count") == {}  # nothing applied: the commit is all or nothing
+    process_batch(coordinator, "clicks", txn.txid, click_fn)
+    assert coordinator.commit("clicks", txn.txid).committed
+
+
+def test_a_failed_attempt_is_never_committed(coordinator: Coordinator, topo, dsn: str) -> None:  # type: ignore[no-untyped-def]
+    topo.append([click(i) for i in range(10)])
+    txn = coordinator.plan("clicks", "r")
+
+    def boom(rec):  # type: ignore[no-untyped-def]
+        raise RuntimeError("executor lost")
+
+    with pytest.raises(RuntimeError):
+        process_batch(coordinator, "clicks", txn.txid, boom)
+    with pytest.raises(NotProcessed):
+        coordinator.commit("clicks", txn.txid)
+    st = coordinator.status("clicks")
+    assert st.in_flight[0].phase == "failed"
+    assert st.blocked_by is not None and st.blocked_by.startswith("blocked by failed txid 1 (run r)")
+    process_batch(coordinator, "clicks", txn.txid, click_fn)
+    assert coordinator.commit("clicks", txn.txid).committed
+    assert coordinator.status("clicks").blocked_by is None
+
+
+def test_empty_batches_commit_without_processing(coordinator: Coordinator, topo) -> None:  # type: ignore[no-untyped-def]
+    txn = coordinator.plan("clicks", "idle")
+    assert txn.empty
+    assert process_batch(coordinator, "clicks", txn.txid, click_fn).attempt is None
+    assert coordinator.commit("clicks", txn.txid).committed
+    assert coordinator.status("clicks").committed_txid == 1
+
+
+def test_bad_records_are_quarantined_with_txid_offset_reason(coordinator: Coordinator, topo, dsn: str) -> None:  # type: ignore[no-untyped-def]
+    topo.append([click(1), ("bad-json", "{not json"), ("bad-field", json.dumps({"user": "x"})), click(2)],
+                partition=0)
+    txn = coordinator.plan("clicks", "r")
+    res = process_batch(coordinator, "clicks", txn.txid, click_fn)
+    assert res.quarantined == 2 and res.records_read == 4
+    assert coordinator.status("clicks").quarantined_pending == 2
+    coordinator.commit("clicks", txn.txid)
+    rows = query(dsn, "SELECT txid, source_offset, event_id, reason, committed FROM airflow_txn.quarantine "
+                      "ORDER BY source_offset")
+    assert [(r[0], r[1], r[2], r[4]) for r in rows] == [(1, "0:2", "bad-json", True), (1, "0:3", "bad-field", True)]
+    assert rows[0][3].startswith("JSONDecodeError") and rows[1][3] == "KeyError: 'amount'"
+    st = coordinator.status("clicks")
+    assert (st.quarantined, st.quarantined_pending) == (2, 0)
+    assert table(dsn, "clicks_count") == {"u1": 1, "u2": 1}
+
+
+def test_quarantine_of_replayed_attempts_is_counted_once(coordinator: Coordinator, topo, dsn: str) -> None:  # type: ignore[no-untyped-def]
+    topo.append([click(1), ("bad", "oops")], partition=0)
+    txn = coordinator.plan("clicks", "r")
+    for _ in range(3):
+        process_batch(coordinator, "clicks", txn.txid, click_fn)
+    coordinator.commit("clicks", txn.txid)
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.quarantine") == [(1,)]
+
+
+def test_fail_fast_topologies_fail_the_attempt(coordinator: Coordinator, dsn: str) -> None:
+    log = make_log(dsn, "strict")
+    coordinator.register(counting_topology("strict", log="strict", on_bad_record="fail"))
+    log.append([("bad", "oops")])
+    txn = coordinator.plan("strict", "r")
+    with pytest.raises(Exception, match="on_bad_record='fail'"):
+        process_batch(coordinator, "strict", txn.txid, click_fn)
+    assert coordinator.status("strict").in_flight[0].phase == "failed"
+
+
+def test_recover_discards_only_what_can_never_commit(coordinator: Coordinator, topo, dsn: str) -> None:  # type: ignore[no-untyped-def]
+    topo.append([click(i) for i in range(30)])
+    t1 = coordinator.plan("clicks", "a")
+    process_batch(coordinator, "clicks", t1.txid, click_fn)  # attempt 1: superseded below
+    process_batch(coordinator, "clicks", t1.txid, click_fn)  # attempt 2: the one to keep
+    a3, _ = coordinator.begin_attempt("clicks", t1.txid)      # attempt 3: still running, keep
+    coordinator.stage(a3, "clicks_count", [("u0", 1)])
+    a4, _ = coordinator.begin_attempt("clicks", t1.txid)      # attempt 4: crashed -> failed
+    coordinator.stage(a4, "clicks_count", [("u0", 1)])
+    coordinator.fail_attempt(a4, "killed")
+    query(dsn, "INSERT INTO airflow_txn.stg_1_clicks_count VALUES (99, 1, 'orphan', 1)")
+    before = query(dsn, "SELECT attempt, count(*) FROM airflow_txn.stg_1_clicks_count GROUP BY 1 ORDER BY 1")
+    res = coordinator.recover("clicks")
+    after = query(dsn, "SELECT attempt, count(*) FROM airflow_txn.stg_1_clicks_count GROUP BY 1 ORDER BY 1")
+    kept = {a for a, _ in after}
+    assert kept == {2, 3} and {a for a, _ in before} == {1, 2, 3, 4}
+    assert res.attempts_discarded == 1
+    assert coordinator.recover("clicks").staged_rows_deleted == 0  # idempotent
+    assert coordinator.commit("clicks", t1.txid).attempt == 2
+
+
+def test_unknown_topology_names_the_fix(coordinator: Coordinator) -> None:
+    with pytest.raises(UnknownTopology, match=r"call Coordinator.register\(spec\)"):
+        coordinator.plan("nope", "r")
+
+
+def test_status_reports_phases_lag_and_last_commit(coordinator: Coordinator, topo) -> None:  # type: ignore[no-untyped-def]
+    topo.append([click(i) for i in range(160)])
+    run_one(coordinator, "clicks", "a")
+    t2 = coordinator.plan("clicks", "b")
+    t3 = coordinator.plan("clicks", "c")
+    process_batch(coordinator, "clicks", t2.txid, click_fn)
+    coordinator.begin_attempt("clicks", t3.txid)
+    st = coordinator.status("clicks")
+    assert st.committed_txid == 1 and st.last_commit_at is not None
+    assert [(f.txid, f.phase) for f in st.in_flight] == [(2, "processed"), (3, "processing")]
+    assert st.lag == 110
+    assert st.to_dict()["in_flight"][0]["run_key"] == "b"

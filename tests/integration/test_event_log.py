@@ -1,0 +1,168 @@
+"""The Postgres event log: idempotent appends, retries across a server restart, and planning
+that never skips an event which becomes visible late (DESIGN.md trap 6)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from airflow_transactional import faults
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.embedded import EmbeddedPostgres
+from airflow_transactional.processing import process_batch
+from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.spec import StateSpec, TopologySpec
+from tests.helpers import click, counting_topology, make_log, query, run_one
+
+pytestmark = pytest.mark.integration
+
+
+def test_duplicate_deliveries_are_stored_once(dsn: str) -> None:
+    log = make_log(dsn)
+    first = log.append([click(i) for i in range(10)])
+    again = log.append([click(i) for i in range(5, 15)] + [click(20), click(20)])
+    assert (first.appended, first.duplicates) == (10, 0)
+    assert (again.appended, again.duplicates) == (6, 6)
+    assert query(dsn, "SELECT count(*), count(DISTINCT event_id) FROM airflow_txn.log_events") == [(16, 16)]
+
+
+def test_lsns_are_dense_per_partition(dsn: str) -> None:
+    log = make_log(dsn, partitions=2)
+    log.append([click(i) for i in range(50)])
+    log.append([click(i) for i in range(40, 90)])
+    for p in (0, 1):
+        lsns = [r[0] for r in query(dsn, "SELECT lsn FROM airflow_txn.log_events WHERE partition = %s "
+                                         "ORDER BY lsn", (p,))]
+        assert lsns == list(range(1, len(lsns) + 1))
+
+
+@pytest.mark.parametrize("point", ["append.before_commit", "append.after_commit"])
+def test_an_append_whose_connection_drops_is_retried_exactly_once(dsn: str, point: str) -> None:
+    log = make_log(dsn)
+    events = [click(i) for i in range(25)]
+    if point == "append.before_commit":
+        with faults.inject(point, "terminate@1"):
+            res = log.append(events)
+        assert res.retries == 1 and res.appended == 25
+    else:
+        # The commit succeeded but the producer never heard back: it sends the batch again.
+        with faults.inject(point, "raise@1"), pytest.raises(faults.InjectedFault):
+            log.append(events)
+        res = log.append(events)
+        assert (res.appended, res.duplicates) == (0, 25)
+    assert query(dsn, "SELECT count(*), count(DISTINCT event_id) FROM airflow_txn.log_events") == [(25, 25)]
+
+
+def test_appends_survive_a_postgres_restart(pg: EmbeddedPostgres, dsn: str) -> None:
+    log = make_log(dsn)
+    ids: list[str] = []
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        p = EventLog(dsn, "clicks", retry_for=60)
+        try:
+            for n in range(60):
+                batch = [click(n * 10 + i) for i in range(10)]
+                p.append(batch)
+                ids.extend(e for e, _ in batch)
+                time.sleep(0.01)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            p.close()
+
+    t = threading.Thread(target=produce)
+    t.start()
+    time.sleep(0.2)
+    pg.restart(mode="fast")
+    t.join(120)
+    assert not errors and len(ids) == 600
+    assert query(dsn, "SELECT count(*), count(DISTINCT event_id) FROM airflow_txn.log_events") == [(600, 600)]
+    log.close()
+
+
+def test_a_plan_never_skips_an_append_still_in_progress(dsn: str) -> None:
+    """A producer holds its append open; a plan made meanwhile must not move past its events."""
+    log = make_log(dsn, partitions=1)
+    coord = Coordinator(dsn)
+    coord.register(counting_topology(max_batch_size=1000))
+    log.append([click(i) for i in range(5)], partition=0)
+    slow = subprocess.Popen(
+        [sys.executable, "-c",
+         "import json,sys; from airflow_transactional.sources import EventLog;"
+         f"EventLog({dsn!r}, 'clicks').append([('slow-%d' % i, json.dumps({{'user': 's', 'amount': 1}})) "
+         "for i in range(3)], partition=0)"],
+        env={**os.environ, faults.ENV: "append.before_commit=pause:2"})
+    time.sleep(0.8)  # the slow append holds partition 0 now
+    fast = threading.Thread(target=lambda: EventLog(dsn, "clicks").append([click(100)], partition=0))
+    fast.start()  # waits behind the slow one: its LSN comes after, and becomes visible after
+    time.sleep(0.3)
+    t1 = coord.plan("clicks", "r1")
+    assert t1.end_offsets == {"0": 5}  # only what is final: not past the in-progress append
+    assert slow.wait(30) == 0
+    fast.join(30)
+    t2 = coord.plan("clicks", "r2")
+    assert t2.start_offsets == {"0": 5} and t2.end_offsets == {"0": 9}
+    for t in (t1, t2):
+        process_batch(coord, "clicks", t.txid, lambda r: [("clicks_count", (r["user"],), 1),
+                                                          ("clicks_amount", (r["user"],), r["amount"])])
+        coord.commit("clicks", t.txid)
+    assert sum(v for (v,) in query(dsn, "SELECT value FROM clicks_count")) == 9
+    coord.close()
+
+
+def _producer(dsn: str, worker: int, n_batches: int, queue: mp.Queue) -> None:  # type: ignore[type-arg]
+    log = EventLog(dsn, "clicks")
+    sent = []
+    for b in range(n_batches):
+        batch = [(f"w{worker}-{b}-{i}", json.dumps({"user": f"w{worker}", "amount": 1})) for i in range(25)]
+        log.append(batch)
+        sent.extend(e for e, _ in batch)
+    log.close()
+    queue.put(sent)
+
+
+def test_eight_producers_while_planning_every_event_in_exactly_one_committed_batch(dsn: str) -> None:
+    log = make_log(dsn, partitions=4)
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("clicks", PostgresLogSource("clicks"),
+                                [StateSpec("per_worker", {"user_id": "text"}, combiner="count")],
+                                max_batch_size=120, max_in_flight=4))
+
+    def fn(r):  # type: ignore[no-untyped-def]
+        return [("per_worker", (r["user"],), 1)]
+
+    ctx = mp.get_context("spawn")
+    queue: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    procs = [ctx.Process(target=_producer, args=(dsn, w, 20, queue)) for w in range(8)]
+    for p in procs:
+        p.start()
+    run = 0
+    while any(p.is_alive() for p in procs) or coord.status("clicks").lag:
+        run += 1
+        run_one(coord, "clicks", f"r{run}", fn)
+    sent = [e for _ in procs for e in queue.get(timeout=60)]
+    for p in procs:
+        p.join(30)
+    assert len(sent) == 8 * 20 * 25
+    assert run > 3  # plans really interleaved with the producers
+    # Each event's LSN falls in exactly one committed batch's range.
+    covered = query(dsn, """
+        SELECT e.event_id, count(*) FROM airflow_txn.log_events e
+        JOIN airflow_txn.commits c ON c.topology_id = 'clicks'
+         AND e.lsn >  (c.start_offsets ->> e.partition::text)::bigint
+         AND e.lsn <= (c.end_offsets   ->> e.partition::text)::bigint
+        GROUP BY e.event_id""")
+    assert sorted(e for e, _ in covered) == sorted(sent)
+    assert {n for _, n in covered} == {1}
+    counts = dict(query(dsn, "SELECT user_id, value FROM per_worker"))
+    assert counts == {f"w{w}": 500 for w in range(8)}
+    coord.close()
+    log.close()

@@ -1,0 +1,29 @@
+"""Pure parts of the sources: batch-size shares over partitions, partition routing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airflow_transactional.sources.pglog import _fair_shares, partition_of
+
+pytestmark = pytest.mark.unit
+
+
+def test_fair_shares_split_evenly_then_give_leftovers_to_the_fuller() -> None:
+    assert _fair_shares({0: 100, 1: 100, 2: 100}, 30) == {0: 10, 1: 10, 2: 10}
+    assert _fair_shares({0: 2, 1: 100, 2: 100}, 30) == {0: 2, 1: 14, 2: 14}
+    assert _fair_shares({0: 0, 1: 5}, 30) == {0: 0, 1: 5}
+
+
+@given(st.dictionaries(st.integers(0, 15), st.integers(0, 1000), min_size=1), st.integers(1, 5000))
+def test_fair_shares_never_exceed_the_cap_or_what_is_there(avail: dict[int, int], cap: int) -> None:
+    take = _fair_shares(avail, cap)
+    assert all(0 <= take[p] <= avail[p] for p in avail)
+    assert sum(take.values()) == min(cap, sum(avail.values()))
+
+
+def test_partition_routing_is_stable() -> None:
+    assert partition_of("event-42", 8) == partition_of("event-42", 8)
+    assert {partition_of(f"e{i}", 4) for i in range(100)} == {0, 1, 2, 3}

@@ -1,0 +1,98 @@
+"""Declarations fail early, with a message that names the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_transactional import get_provider_info, identifiers
+from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.sources import LandingDirectory, PostgresLogSource, source_from_config
+from airflow_transactional.spec import StateSpec, TopologySpec
+from airflow_transactional.store.connection import redact
+
+pytestmark = pytest.mark.unit
+
+
+def _spec(**kw):  # type: ignore[no-untyped-def]
+    args = {"topology_id": "t1", "source": PostgresLogSource("events"),
+            "states": [StateSpec("counts", {"k": "text"})]}
+    args.update(kw)
+    return TopologySpec(**args)
+
+
+@pytest.mark.parametrize("bad", ["Words", "1abc", "a-b", "a;drop table x", "", "x" * 41, None])
+def test_topology_id_rule_is_stated(bad: object) -> None:
+    with pytest.raises(ConfigError, match="lower-case letters, digits and '_'"):
+        _spec(topology_id=bad)
+
+
+def test_sql_injection_in_names_is_refused_everywhere() -> None:
+    with pytest.raises(ConfigError):
+        StateSpec("counts", {"k; DROP TABLE x": "text"})
+    with pytest.raises(ConfigError):
+        StateSpec("counts", {"k": "text); DROP TABLE x; --"})
+    with pytest.raises(ConfigError):
+        StateSpec("counts", {"k": "text"}, table='public."x"')
+    with pytest.raises(ConfigError):
+        PostgresLogSource("ev'ents")
+
+
+def test_reserved_column_names_are_refused_with_the_list() -> None:
+    with pytest.raises(ConfigError, match="reserved for the provider"):
+        StateSpec("counts", {"txid": "bigint"})
+
+
+def test_numeric_combiner_needs_numeric_value() -> None:
+    with pytest.raises(ConfigError, match="needs a numeric value_type"):
+        StateSpec("counts", {"k": "text"}, combiner="sum", value_type="text")
+    assert StateSpec("latest", {"k": "text"}, combiner="replace", value_type="text").value_type == "text"
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="max_in_flight must be a positive integer"):
+        _spec(max_in_flight=0)
+    with pytest.raises(ConfigError, match="on_bad_record must be 'quarantine' or 'fail'"):
+        _spec(on_bad_record="drop")
+
+
+def test_duplicate_states_are_refused() -> None:
+    with pytest.raises(ConfigError, match="state names must be unique"):
+        _spec(states=[StateSpec("a", {"k": "text"}), StateSpec("a", {"k": "text"}, table="b")])
+    with pytest.raises(ConfigError, match="two states write the same table"):
+        _spec(states=[StateSpec("a", {"k": "text"}), StateSpec("b", {"k": "text"}, table="public.a")])
+
+
+def test_spec_round_trips_through_its_stored_config() -> None:
+    spec = _spec(states=[StateSpec("counts", {"k": "text", "day": "date"}, kind="opaque", combiner="max")],
+                 opaque=True, max_batch_size=7)
+    assert TopologySpec.from_config(spec.to_config()) == spec
+    landing = LandingDirectory("/data/in", format="parquet", max_files=3)
+    assert source_from_config(landing.to_config()).to_config() == landing.to_config()
+
+
+def test_landing_directory_must_be_absolute() -> None:
+    with pytest.raises(ConfigError, match="absolute path"):
+        LandingDirectory("data/in")
+
+
+def test_types_are_canonical_and_limited() -> None:
+    assert identifiers.sql_type("INT8") == "bigint"
+    assert identifiers.sql_type("timestamptz") == "timestamp with time zone"
+    with pytest.raises(ConfigError, match="unsupported column type"):
+        identifiers.sql_type("jsonb")
+
+
+@pytest.mark.parametrize(("dsn", "expected"), [
+    ("postgresql://app:s3cr3t@db:5432/x", "postgresql://app:***@db:5432/x"),
+    ("host=db user=app password=s3cr3t dbname=x", "host=db user=app password=*** dbname=x"),
+    ("host=db password='a b\\'c' dbname=x", "host=db password=*** dbname=x"),
+    ("postgresql://app@db/x", "postgresql://app@db/x"),
+])
+def test_redact_removes_passwords(dsn: str, expected: str) -> None:
+    assert redact(dsn) == expected
+
+
+def test_provider_info_names_the_package() -> None:
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-provider-transactional"
+    assert info["versions"]
