@@ -166,3 +166,11 @@ def test_eight_producers_while_planning_every_event_in_exactly_one_committed_bat
     assert counts == {f"w{w}": 500 for w in range(8)}
     coord.close()
     log.close()
+
+
+def test_a_duplicate_arriving_after_retention_is_still_dropped(dsn: str) -> None:
+    log = make_log(dsn, partitions=1)
+    log.append([click(i) for i in range(5)])
+    assert log.truncate(0, 5) == 5
+    again = log.append([click(2), click(9)])
+    assert (again.appended, again.duplicates) == (1, 1)

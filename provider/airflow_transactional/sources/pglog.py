@@ -10,7 +10,8 @@ reads only the counters -- never ``max(lsn)`` of a sequence, where LSN 11 can be
 after 12 has been read (DESIGN.md trap 6) -- and costs O(partitions), whatever the log's size.
 
 Idempotence. ``event_id`` is unique per log: a duplicate delivery (a producer retrying after a
-lost acknowledgement, a resent message) is dropped at append time and counted once.
+lost acknowledgement, a resent message) is dropped at append time and counted once -- also after
+retention removed the original (the ids of removed events are kept in ``log_retired_ids``).
 """
 
 from __future__ import annotations
@@ -151,6 +152,9 @@ class EventLog:
                 cur.execute(sql.SQL("DELETE FROM txn_append t USING {}.log_events e "
                                     "WHERE t.partition = %s AND e.log_name = %s AND e.event_id = t.event_id")
                             .format(s), (p, self.name))
+                cur.execute(sql.SQL("DELETE FROM txn_append t USING {}.log_retired_ids r "
+                                    "WHERE t.partition = %s AND r.log_name = %s AND r.event_id = t.event_id")
+                            .format(s), (p, self.name))
                 cur.execute(sql.SQL(
                     "INSERT INTO {}.log_events (log_name, partition, lsn, event_id, payload) "
                     "SELECT %s, %s, %s + row_number() OVER (ORDER BY ord) - 1, event_id, payload "
@@ -171,7 +175,10 @@ class EventLog:
         return appended
 
     def truncate(self, partition: int, through_lsn: int) -> int:
-        """Retention: delete the events of ``partition`` with LSN <= ``through_lsn``."""
+        """Retention: delete the events of ``partition`` with LSN <= ``through_lsn``.
+
+        Their ids are kept, so a late duplicate delivery is still recognised and dropped.
+        """
         s = sql.Identifier(self.schema)
         with self.db.transaction() as cur:
             cur.execute(sql.SQL("SELECT truncated_through FROM {}.log_partitions "
@@ -182,8 +189,11 @@ class EventLog:
                 raise ConfigError(f"log {self.name!r} has no partition {partition}")
             if through_lsn <= row[0]:
                 return 0
-            cur.execute(sql.SQL("DELETE FROM {}.log_events WHERE log_name = %s AND partition = %s "
-                                "AND lsn <= %s").format(s), (self.name, partition, through_lsn))
+            cur.execute(sql.SQL(
+                "WITH gone AS (DELETE FROM {s}.log_events WHERE log_name = %s AND partition = %s "
+                "AND lsn <= %s RETURNING event_id) "
+                "INSERT INTO {s}.log_retired_ids (log_name, event_id) SELECT %s, event_id FROM gone "
+                "ON CONFLICT DO NOTHING").format(s=s), (self.name, partition, through_lsn, self.name))
             deleted = cur.rowcount
             cur.execute(sql.SQL("UPDATE {}.log_partitions SET truncated_through = %s "
                                 "WHERE log_name = %s AND partition = %s").format(s),

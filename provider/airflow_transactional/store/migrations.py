@@ -134,6 +134,23 @@ CREATE TABLE {s}.landing_files (
 );
 """,
     ),
+    (
+        2,
+        "failed transactions, retired event ids",
+        """
+-- Ids of events removed by retention: dedupe must outlive the events themselves, or a late
+-- duplicate delivery would be appended (and counted) again.
+CREATE TABLE {s}.log_retired_ids (
+    log_name    text NOT NULL,
+    event_id    text NOT NULL,
+    PRIMARY KEY (log_name, event_id)
+);
+-- A transaction whose processing or commit failed for good (Airflow gave up retrying). Later
+-- commits waiting on it fail fast instead of holding max_active_runs slots (DESIGN.md trap 2);
+-- planning or processing it again (a clear, a backfill) lifts the mark.
+ALTER TABLE {s}.transactions ADD COLUMN failed_at timestamptz, ADD COLUMN failure text;
+""",
+    ),
 ]
 
 
