@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 import psycopg2
-
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
@@ -25,7 +24,7 @@ def query(dsn: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]
 
 def table(dsn: str, name: str) -> dict[Any, Any]:
     """A state table as {key: value} (single key column)."""
-    return {k: v for k, v, *_ in query(dsn, f"SELECT * FROM {name}")}  # noqa: S608
+    return {k: v for k, v, *_ in query(dsn, f"SELECT * FROM {name}")}
 
 
 def counting_topology(topology_id: str = "clicks", *, log: str = "clicks", max_in_flight: int = 3,

@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from .sources import EventLog, LandingDirectory, PostgresLogSource
+from .spec import StateSpec, TopologySpec
+
 __version__ = "0.1.0"
+
+__all__ = ["EventLog", "LandingDirectory", "PostgresLogSource", "StateSpec", "TopologySpec",
+           "get_provider_info", "transactional_dag"]
+
+
+def __getattr__(name: str) -> Any:
+    # The DAG API imports Airflow; the core (and provider discovery) must not pay for that.
+    if name == "transactional_dag":
+        from .dag import transactional_dag
+
+        return transactional_dag
+    raise AttributeError(name)
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -15,4 +30,21 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Exactly-once, strictly ordered batch commits for Spark pipelines, "
         "with the transaction state in PostgreSQL.",
         "versions": [__version__],
+        "integrations": [{
+            "integration-name": "Transactional",
+            "external-doc-url": "https://pypi.org/project/airflow-provider-transactional/",
+            "tags": ["software"],
+        }],
+        "operators": [{
+            "integration-name": "Transactional",
+            "python-modules": ["airflow_transactional.operators"],
+        }],
+        "hooks": [{
+            "integration-name": "Transactional",
+            "python-modules": ["airflow_transactional.hooks"],
+        }],
+        "connection-types": [{
+            "connection-type": "transactional",
+            "hook-class-name": "airflow_transactional.hooks.TransactionalHook",
+        }],
     }

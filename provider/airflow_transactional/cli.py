@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 from typing import Any
 
 from .coordinator import Coordinator, TopologyStatus
@@ -23,8 +25,41 @@ def _dsn(args: argparse.Namespace) -> str:
         return str(args.dsn)
     if os.environ.get("AIRFLOW_TXN_DSN"):
         return os.environ["AIRFLOW_TXN_DSN"]
-    raise SystemExit("no state store given: pass --dsn or set AIRFLOW_TXN_DSN "
-                     "(e.g. postgresql://user:password@host:5432/db)")
+    try:
+        from .hooks import TransactionalHook
+
+        return TransactionalHook(args.conn_id).get_dsn()
+    except Exception as exc:  # no Airflow configured here, or no such connection
+        raise SystemExit(
+            "no state store given: pass --dsn, set AIRFLOW_TXN_DSN (e.g. "
+            "postgresql://user:password@host:5432/db), or name an Airflow connection with "
+            f"--conn-id ({redact(str(exc))})") from None
+
+
+def audit(coord: Coordinator, topology_id: str, *, master: str, conf: list[str]) -> dict[str, Any]:
+    """Run the topology's own Spark job in audit mode (one pass over the committed offsets)."""
+    from .spark_job import provider_zip
+
+    spark = coord.spec(topology_id).extra.get("spark") or {}
+    application = spark.get("application")
+    if not application:
+        raise TransactionalError(f"topology {topology_id!r} has no Spark application recorded (it was not "
+                                 "declared with transactional_dag): nothing to recompute it with")
+    with tempfile.TemporaryDirectory(prefix="txn-audit-") as tmp:
+        result_file = os.path.join(tmp, "result.json")
+        argv = [os.environ.get("SPARK_SUBMIT", "spark-submit"), "--master", master,
+                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=8"]
+        for c in conf:
+            argv += ["--conf", c]
+        argv += ["--py-files", provider_zip(), application, *spark.get("application_args", []),
+                 "--topology", topology_id, "--schema", coord.schema, "--audit", "--result-file", result_file]
+        env = {**os.environ, "AIRFLOW_TXN_DSN": coord.db.dsn,
+               "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        if not os.path.exists(result_file):
+            raise TransactionalError(f"the audit job failed ({proc.returncode}):\n{redact(proc.stderr[-4000:])}")
+        with open(result_file, encoding="utf-8") as fh:
+            return dict(json.load(fh))
 
 
 def _print_status(st: TopologyStatus) -> None:
@@ -46,6 +81,8 @@ def _print_status(st: TopologyStatus) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="airflow-txn", description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", help="state store DSN/URI (default: $AIRFLOW_TXN_DSN)")
+    parser.add_argument("--conn-id", default="transactional_default",
+                        help="Airflow connection of the store (when --dsn and $AIRFLOW_TXN_DSN are not set)")
     parser.add_argument("--schema", default=DEFAULT_SCHEMA, help="the provider's schema")
     sub = parser.add_subparsers(dest="command", required=True)
     p_status = sub.add_parser("status", help="committed txid, in-flight txids, lag, blockers")
@@ -55,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     p_commits.add_argument("topology")
     p_recover = sub.add_parser("recover", help="discard staged output that can never commit")
     p_recover.add_argument("topology")
+    p_audit = sub.add_parser("audit", help="recompute the state from the source in one Spark pass and diff it")
+    p_audit.add_argument("topology")
+    p_audit.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"),
+                         help="Spark master (default local[2]; e.g. spark://host:7077)")
+    p_audit.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    p_audit.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
     coord = Coordinator(_dsn(args), schema=args.schema)
@@ -71,6 +114,22 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows:
                 print(json.dumps(r, default=str, sort_keys=True))
             return 0
+        if args.command == "audit":
+            result = audit(coord, args.topology, master=args.master, conf=args.conf)
+            if args.json:
+                print(json.dumps(result, indent=2, default=str))
+            elif not result.get("auditable"):
+                print(f"cannot audit {args.topology}: {result.get('reason')}")
+            else:
+                print(f"audit of {args.topology} at committed txid {result['committed_txid']}: "
+                      f"{result['differences']} difference(s)")
+                for name, st in result["states"].items():
+                    print(f"  {name:<24} {st['keys']} keys, {st['differences']} differ")
+                print(f"  quarantine               {result['quarantined_committed']} committed, "
+                      f"{result['quarantined_recomputed']} recomputed")
+                for line in result["samples"]:
+                    print(f"  {line}")
+            return 0 if result.get("auditable") and not result.get("differences") else 1
         if args.command == "recover":
             res = coord.recover(args.topology)
             print(f"discarded {res.attempts_discarded} attempts, {res.staged_rows_deleted} staged rows, "

@@ -84,8 +84,9 @@ class Transaction:
         return self.status == "committed"
 
 
-_TXN_COLUMNS = ("topology_id, txid, run_key, plan_version, start_offsets, end_offsets, batch, "
-                "planned_records, status, planned_at, committed_at, pinned_attempt")
+_TXN_COLUMNS = sql.SQL("topology_id, txid, run_key, plan_version, start_offsets, end_offsets, batch, "
+                       "planned_records, status, planned_at, committed_at, pinned_attempt")
+_FOR_UPDATE = {True: sql.SQL("FOR UPDATE"), False: sql.SQL("")}
 
 
 @dataclass(frozen=True)
@@ -206,9 +207,8 @@ class Coordinator:
 
     def _load(self, cur: psycopg2.extensions.cursor, topology_id: str, *, lock: bool = False
               ) -> tuple[int, TopologySpec, int, Offsets]:
-        cur.execute(sql.SQL("SELECT num, spec, committed_txid, committed_offsets FROM {} "
-                            "WHERE topology_id = %s" + (" FOR UPDATE" if lock else ""))
-                    .format(self._t("topologies")), (topology_id,))
+        cur.execute(sql.SQL("SELECT num, spec, committed_txid, committed_offsets FROM {} WHERE topology_id = %s {}")
+                    .format(self._t("topologies"), _FOR_UPDATE[lock]), (topology_id,))
         row = cur.fetchone()
         if row is None:
             raise UnknownTopology(topology_id)
@@ -221,9 +221,8 @@ class Coordinator:
 
     def _txn(self, cur: psycopg2.extensions.cursor, topology_id: str, txid: int, *,
              lock: bool = False) -> Transaction:
-        cur.execute(sql.SQL("SELECT " + _TXN_COLUMNS + " FROM {} WHERE topology_id = %s AND txid = %s"
-                            + (" FOR UPDATE" if lock else "")).format(self._t("transactions")),
-                    (topology_id, txid))
+        cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s AND txid = %s {}")
+                    .format(_TXN_COLUMNS, self._t("transactions"), _FOR_UPDATE[lock]), (topology_id, txid))
         row = cur.fetchone()
         if row is None:
             raise UnknownTransaction(f"topology {topology_id!r} has no txid {txid}: plan it first")
@@ -282,6 +281,10 @@ class Coordinator:
                         .format(self._t("transactions")), (topology_id, run_key))
             row = cur.fetchone()
             if row is not None:
+                # Planning a run again (a clear, a backfill) means someone is retrying it.
+                cur.execute(sql.SQL("UPDATE {} SET failed_at = NULL, failure = NULL WHERE topology_id = %s "
+                                    "AND txid = %s AND failed_at IS NOT NULL").format(self._t("transactions")),
+                            (topology_id, int(row[0])))
                 return self._txn(cur, topology_id, int(row[0]))
             cur.execute(sql.SQL("SELECT txid FROM {} WHERE topology_id = %s AND status = 'planned' "
                                 "ORDER BY txid").format(self._t("transactions")), (topology_id,))
@@ -331,8 +334,8 @@ class Coordinator:
             _num, spec, committed, offsets = self._load(cur, topology_id, lock=True)
             if from_txid <= committed:
                 return []
-            cur.execute(sql.SQL("SELECT " + _TXN_COLUMNS + " FROM {} WHERE topology_id = %s "
-                                "AND txid >= %s ORDER BY txid FOR UPDATE").format(self._t("transactions")),
+            cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s AND txid >= %s ORDER BY txid FOR UPDATE")
+                        .format(_TXN_COLUMNS, self._t("transactions")),
                         (topology_id, committed + 1))
             txns = [Transaction(*r) for r in cur.fetchall()]
             prev_end = offsets
@@ -390,6 +393,8 @@ class Coordinator:
             cur.execute(sql.SQL("SELECT coalesce(max(attempt), 0) + 1 FROM {} WHERE topology_id = %s "
                                 "AND txid = %s").format(self._t("attempts")), (topology_id, txid))
             number = int(cur.fetchone()[0])
+            cur.execute(sql.SQL("UPDATE {} SET failed_at = NULL, failure = NULL WHERE topology_id = %s "
+                                "AND txid = %s").format(self._t("transactions")), (topology_id, txid))
             cur.execute(sql.SQL("INSERT INTO {} (topology_id, txid, attempt, plan_version, status, worker) "
                                 "VALUES (%s, %s, %s, %s, 'running', %s)").format(self._t("attempts")),
                         (topology_id, txid, number, txn.plan_version, self.worker))
@@ -462,6 +467,29 @@ class Coordinator:
                                 "WHERE topology_id = %s AND txid = %s AND attempt = %s AND status = 'running'")
                         .format(self._t("attempts")),
                         (error[:2000], attempt.topology_id, attempt.txid, attempt.attempt))
+
+    def mark_failed(self, topology_id: str, txid: int, reason: str) -> None:
+        """Record that ``txid`` failed for good (no retries left), so later commits fail fast."""
+        with self.db.transaction() as cur:
+            cur.execute(sql.SQL("UPDATE {} SET failed_at = clock_timestamp(), failure = %s "
+                                "WHERE topology_id = %s AND txid = %s AND status = 'planned'")
+                        .format(self._t("transactions")), (reason[:2000], topology_id, txid))
+
+    def blocker(self, topology_id: str, txid: int) -> str | None:
+        """Why the commit of ``txid`` can never happen as things stand, or None.
+
+        The lowest uncommitted earlier txid that failed for good blocks every later commit until
+        it is cleared or backfilled (DESIGN.md trap 2: a waiting commit must not hold its slot).
+        """
+        with self.db.transaction() as cur:
+            cur.execute(sql.SQL("SELECT txid, run_key, failure FROM {} WHERE topology_id = %s "
+                                "AND txid < %s AND status = 'planned' AND failed_at IS NOT NULL "
+                                "ORDER BY txid LIMIT 1").format(self._t("transactions")), (topology_id, txid))
+            row = cur.fetchone()
+        if row is None:
+            return None
+        return (f"blocked by failed txid {row[0]} (run {row[1]}): {row[2]}. Clear that run's tasks "
+                "or backfill it with 'reprocess failed'; this run can then be cleared too")
 
     # -- commit ----------------------------------------------------------------------------
 
@@ -709,13 +737,62 @@ class Coordinator:
                                 "FROM {} WHERE topology_id = %s").format(self._t("quarantine")), (topology_id,))
             q_done, q_pending = cur.fetchone()
             lag = spec.source.lag(cur, self.schema, topology_id, offsets)
-        blocked = None
+        blocked = self.blocker(topology_id, committed + 2)
         nxt = next((f for f in in_flight if f.txid == committed + 1), None)
-        if nxt is not None and nxt.phase == "failed":
-            blocked = (f"blocked by failed txid {nxt.txid} (run {nxt.run_key}): {nxt.error}; "
-                       "clear or backfill that run to process it again")
+        if blocked is None and nxt is not None and nxt.phase == "failed":
+            blocked = (f"txid {nxt.txid} (run {nxt.run_key}) failed its last attempt: {nxt.error}; "
+                       "Airflow retries it, or clear or backfill that run to process it again")
         return TopologyStatus(topology_id, committed, offsets, last_commit_at, in_flight, int(lag),
                               blocked, int(q_done), int(q_pending), int(lost))
+
+    # -- audit ------------------------------------------------------------------------------
+
+    def topology_num(self, cur: psycopg2.extensions.cursor, topology_id: str) -> int:
+        return self._load(cur, topology_id)[0]
+
+    def committed_batch(self, topology_id: str) -> tuple[dict[str, Any], str | None]:
+        """A batch covering everything committed so far, or why it cannot be read whole."""
+        with self.db.transaction() as cur:
+            _num, spec, _committed, offsets = self._load(cur, topology_id)
+            cur.execute(sql.SQL("SELECT lost_records FROM {} WHERE topology_id = %s")
+                        .format(self._t("topologies")), (topology_id,))
+            if int(cur.fetchone()[0]):
+                return {}, ("records were removed by retention before they committed (opaque "
+                            "re-plans): the state cannot be recomputed from the source")
+            return spec.source.committed_batch(cur, self.schema, topology_id, offsets)
+
+    def create_audit_table(self, num: int, state: StateSpec) -> sql.Composed:
+        table = q.audit_table(self.schema, num, state)
+        with self.db.transaction() as cur:
+            for stmt in q.create_audit_table(table, state):
+                cur.execute(stmt)
+        return table
+
+    def diff_audit(self, topology_id: str, num: int, committed_txid: int, samples: int = 10
+                   ) -> dict[str, Any] | None:
+        """Diff the recomputed states against the state tables, holding commits off meanwhile.
+
+        Returns None when a commit landed since ``committed_txid`` (recompute and try again).
+        """
+        with self.db.transaction() as cur:
+            cur.execute(sql.SQL("SELECT committed_txid FROM {} WHERE topology_id = %s FOR SHARE")
+                        .format(self._t("topologies")), (topology_id,))
+            if int(cur.fetchone()[0]) != committed_txid:
+                return None
+            spec = self._load(cur, topology_id)[1]
+            result: dict[str, Any] = {"topology": topology_id, "auditable": True,
+                                      "committed_txid": committed_txid, "differences": 0,
+                                      "states": {}, "samples": []}
+            for state in spec.states:
+                table = q.audit_table(self.schema, num, state)
+                cur.execute(q.audit_diff(state, table))
+                rows = cur.fetchall()
+                cur.execute(sql.SQL("SELECT count(*) FROM {}").format(table))
+                result["states"][state.name] = {"keys": int(cur.fetchone()[0]), "differences": len(rows)}
+                result["differences"] += len(rows)
+                result["samples"] += [f"{state.name}[{k}]: stored {s}, recomputed {r}" for k, s, r in rows[:samples]]
+                cur.execute(sql.SQL("DROP TABLE {}").format(table))
+        return result
 
     def commits(self, topology_id: str) -> list[dict[str, Any]]:
         """The audit log of a topology, in txid order."""

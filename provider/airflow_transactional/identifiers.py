@@ -85,4 +85,4 @@ def sql_type(value: object) -> str:
         raise ConfigError(
             f"unsupported column type {value!r}: use one of {', '.join(sorted(set(SQL_TYPES.values())))}"
         )
-    return SQL_TYPES[key]  # type: ignore[index]
+    return SQL_TYPES[key]

@@ -80,7 +80,7 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
             for state_name, key, value in emits:
                 acc = partials[state_name]
                 acc[key] = combine(combiners[state_name], acc.get(key), value)
-        counts = {name: coordinator.stage(attempt, name, (k + (v,) for k, v in rows.items()))
+        counts = {name: coordinator.stage(attempt, name, ((*k, v) for k, v in rows.items()))
                   for name, rows in partials.items()}
         coordinator.quarantine(attempt, bad)
         coordinator.finish_attempt(attempt, counts, records_read=read, quarantined=len(bad))

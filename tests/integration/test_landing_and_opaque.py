@@ -3,19 +3,20 @@ planned, uncommitted batch: nothing skipped that still exists, nothing counted t
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
 from pathlib import Path
 
 import pytest
-
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import BatchUnavailable, NotProcessed
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import LandingDirectory
 from airflow_transactional.sources.landing import write_json_lines
 from airflow_transactional.spec import StateSpec, TopologySpec
+
 from tests.helpers import click, click_fn, counting_topology, make_log, query, run_one, table
 
 pytestmark = pytest.mark.integration
@@ -116,6 +117,6 @@ def test_opaque_log_replan_cascades_and_counts_each_surviving_event_once(coordin
     assert table(dsn, "clicks_count") == {"u": 36}
     assert coordinator.status("clicks").lost_records == 4
     commits = coordinator.commits("clicks")
-    for a, b in zip(commits, commits[1:], strict=False):
+    for a, b in itertools.pairwise(commits):
         assert a["end_offsets"] == b["start_offsets"]  # contiguous: nothing skipped
     assert json.loads(json.dumps(commits[0]["start_offsets"])) == {"0": 0}

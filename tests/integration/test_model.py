@@ -15,10 +15,6 @@ from typing import Any
 
 import psycopg2
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
-
 from airflow_transactional import faults
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import (
@@ -32,6 +28,10 @@ from airflow_transactional.exceptions import (
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
 from tests.helpers import query
 
 pytestmark = pytest.mark.integration
@@ -220,14 +220,14 @@ class TopologyModel(RuleBasedStateMachine):
                             if lsn <= int(offsets.get(str(p), 0)) and (p, lsn) not in lost]
         if final:
             assert len(committed_events) + len(lost) == sum(map(len, self.events))
-        seen = dict(query(self.dsn, f"SELECT event_id, value FROM {self.topo}_seen"))  # noqa: S608
+        seen = dict(query(self.dsn, f"SELECT event_id, value FROM {self.topo}_seen"))
         assert set(seen.values()) <= {1}, "an event was counted twice"
         good = [ev for ev in committed_events if ev[2] is not None]
         assert set(seen) == {e for e, _u, _a in good}
         per_user: dict[str, int] = {}
         for _e, u, a in good:
             per_user[u] = per_user.get(u, 0) + a  # type: ignore[operator]
-        assert dict(query(self.dsn, f"SELECT user_id, value FROM {self.topo}_user")) == per_user  # noqa: S608
+        assert dict(query(self.dsn, f"SELECT user_id, value FROM {self.topo}_user")) == per_user
         assert st_.quarantined == sum(1 for ev in committed_events if ev[2] is None)
         audit = [t for (t,) in query(self.dsn, "SELECT txid FROM airflow_txn.commits WHERE topology_id = %s "
                                                "ORDER BY committed_at", (self.topo,))]

@@ -83,3 +83,9 @@ class Source(ABC):
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
             committed: Offsets) -> int:
         """How many records (files for a directory) the source holds beyond ``committed``."""
+
+    @abstractmethod
+    def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+                        committed: Offsets) -> tuple[dict[str, Any], str | None]:
+        """A batch of everything from the beginning up to ``committed`` (for audits and
+        rebuilds), or an empty batch and the reason it cannot be read whole."""

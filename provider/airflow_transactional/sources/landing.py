@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -122,6 +122,17 @@ class LandingDirectory(Source):
                     if line.strip():
                         yield Record(f"{f['seq']}:{n}", None, line.rstrip("\n"))
 
+    def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+                        committed: Offsets) -> tuple[dict[str, Any], str | None]:
+        cur.execute(sql.SQL("SELECT seq, path, size FROM {}.landing_files WHERE topology_id = %s "
+                            "AND seq <= %s ORDER BY seq").format(sql.Identifier(schema)),
+                    (topology_id, int(committed.get("seq", 0))))
+        files = [{"seq": int(seq), "path": path, "size": int(size)} for seq, path, size in cur.fetchall()]
+        gone = [f["path"] for f in files if _changed(f["path"], f["size"])]
+        if gone:
+            return {}, f"landing files gone or changed since they committed: {', '.join(gone[:5])}"
+        return {"directory": self.path, "format": self.format, "files": files}, None
+
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
         cur.execute(sql.SQL("SELECT path FROM {}.landing_files WHERE topology_id = %s AND seq <= %s")
                     .format(sql.Identifier(schema)), (topology_id, int(committed.get("seq", 0))))
@@ -136,7 +147,7 @@ def _changed(path: str, size: int) -> bool:
         return True
 
 
-def write_json_lines(directory: str, name: str, records: list[Mapping[str, Any]]) -> str:
+def write_json_lines(directory: str, name: str, records: Iterable[Mapping[str, Any]]) -> str:
     """Land a file atomically (write a hidden temporary file, then rename): a helper for producers."""
     tmp = os.path.join(directory, f".{name}.tmp")
     final = os.path.join(directory, name)

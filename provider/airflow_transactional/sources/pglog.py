@@ -285,6 +285,15 @@ class PostgresLogSource(Source):
                 for lsn, event_id, payload in rc:
                     yield Record(f"{p}:{lsn}", event_id, payload)
 
+    def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+                        committed: Offsets) -> tuple[dict[str, Any], str | None]:
+        parts = self._partitions(cur, schema)
+        gone = [f"partition {p} LSN 1..{t}" for p, _h, t in parts if t > 0]
+        if gone:
+            return {}, f"log {self.log!r}: retention removed {', '.join(gone)}"
+        ranges = [[p, 0, int(committed.get(str(p), 0))] for p, _h, _t in parts if int(committed.get(str(p), 0))]
+        return {"log": self.log, "ranges": ranges}, None
+
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
         return sum(max(0, head - max(int(committed.get(str(p), 0)), t))
                    for p, head, t in self._partitions(cur, schema))

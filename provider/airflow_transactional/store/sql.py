@@ -128,3 +128,28 @@ def rows_ahead(state: StateSpec, target: sql.Composed, delta: sql.Composable) ->
         sql.SQL("t.{c} = d.{c}").format(c=sql.Identifier(c)) for c in state.key_columns)
     return sql.SQL("SELECT count(*) FROM ({delta}) d JOIN {target} t ON {on} WHERE t.txid > %(txid)s"
                    ).format(delta=delta, target=target, on=on)
+
+
+def copy_into(table: sql.Composed, columns: list[str]) -> sql.Composed:
+    return sql.SQL("COPY {} ({}) FROM STDIN").format(table, sql.SQL(", ").join(map(sql.Identifier, columns)))
+
+
+def audit_table(schema: str, topology_num: int, state: StateSpec) -> sql.Composed:
+    """Where an audit puts the state it recomputed from the source (dropped after the diff)."""
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"audit_{topology_num}_{state.name}"))
+
+
+def create_audit_table(table: sql.Composed, state: StateSpec) -> list[sql.Composed]:
+    return [sql.SQL("DROP TABLE IF EXISTS {}").format(table),
+            sql.SQL("CREATE UNLOGGED TABLE {} ({keys}, value {vt}, PRIMARY KEY ({pk}))").format(
+                table, keys=_key_defs(state), vt=sql.SQL(state.value_type), pk=_keys(state))]
+
+
+def audit_diff(state: StateSpec, recomputed: sql.Composed) -> sql.Composed:
+    """Keys whose stored value differs from the recomputed one: (key as text, stored, recomputed)."""
+    key_text = sql.SQL(" || ',' || ").join(
+        sql.SQL("coalesce(a.{c}, s.{c})::text").format(c=sql.Identifier(c)) for c in state.key_columns)
+    on = sql.SQL(" AND ").join(sql.SQL("a.{c} = s.{c}").format(c=sql.Identifier(c)) for c in state.key_columns)
+    return sql.SQL("SELECT {kt}, s.value::text, a.value::text FROM {rec} a FULL JOIN {target} s ON {on} "
+                   "WHERE a.value IS DISTINCT FROM s.value ORDER BY 1").format(
+        kt=key_text, rec=recomputed, target=state_table(state), on=on)

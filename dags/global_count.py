@@ -1,0 +1,24 @@
+"""Storm's TransactionalGlobalCount: count every tweet exactly once."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
+from airflow_transactional.dag import LOCAL_SPARK_CONF
+
+# The batch-emit interval (the end-to-end tests set a daily one and trigger runs over REST).
+SCHEDULE = os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or timedelta(minutes=1)
+
+dag = transactional_dag(
+    "global_count",
+    source=PostgresLogSource("tweets"),
+    states=[StateSpec("global_count", keys={"id": "text"}, combiner="count")],
+    application="../spark_jobs/global_count.py",
+    schedule=SCHEDULE,
+    max_in_flight=3,
+    max_batch_size=50_000,
+    spark_conf=LOCAL_SPARK_CONF,
+    spark_pool=os.environ.get("AIRFLOW_TXN_SPARK_POOL"),  # the demo caps concurrent Spark jobs
+)

@@ -1,0 +1,27 @@
+"""Tweeted URLs counted per URL and per domain; both states commit in one transaction."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
+from airflow_transactional.dag import LOCAL_SPARK_CONF
+
+# The batch-emit interval (the end-to-end tests set a daily one and trigger runs over REST).
+SCHEDULE = os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or timedelta(minutes=1)
+
+dag = transactional_dag(
+    "words",
+    source=PostgresLogSource("tweets"),
+    states=[
+        StateSpec("url_counts", keys={"url": "text"}, combiner="count"),
+        StateSpec("domain_counts", keys={"domain": "text"}, combiner="count", kind="opaque"),
+    ],
+    application="../spark_jobs/words.py",
+    schedule=SCHEDULE,
+    max_in_flight=3,
+    max_batch_size=int(os.environ.get("AIRFLOW_TXN_EXAMPLE_BATCH", "20000")),
+    spark_conf=LOCAL_SPARK_CONF,
+    spark_pool=os.environ.get("AIRFLOW_TXN_SPARK_POOL"),  # the demo caps concurrent Spark jobs
+)

@@ -1,0 +1,136 @@
+"""``transactional_dag``: one call declares a topology and returns a normal Airflow 3 DAG.
+
+Each DAG run is one transaction: ``plan`` >> ``process`` (spark-submit) >> ``commit``.
+
+Why no ``depends_on_past``: in Airflow 3.3 a run whose unfinished task has ``depends_on_past``
+is exempt from deadlock detection (``DagRun.update_state``: ``should_schedule`` is False), so a
+commit blocked by a failed predecessor would keep its run RUNNING and hold a
+``max_active_runs`` slot forever -- the cleared run could then never start (DESIGN.md trap 2).
+And ``depends_on_past`` is skipped for runs without a logical date and for the first run of a
+backfill (trap 1). So the order lives in PostgreSQL: the commit task waits there for txid-1,
+commits under a row lock only when ``txid == committed + 1``, and fails fast with "blocked by
+failed txid N" when an earlier txid failed for good.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from airflow.sdk import DAG
+
+from .exceptions import ConfigError
+from .operators import CommitOperator, PlanOperator, TransactionalSparkSubmitOperator
+from .sources.base import Source
+from .spec import StateSpec, TopologySpec
+from .values import Combiner, ValueKind
+
+DEFAULT_START = datetime(2024, 1, 1)
+
+# Spark settings for small batches on one machine (``local[N]``): no UI, few shuffle partitions.
+LOCAL_SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.memory": "1g",
+}
+
+
+def _caller_dir() -> str:
+    frame = inspect.stack()[2]
+    return os.path.dirname(os.path.abspath(frame.filename))
+
+
+def _resolve_application(application: str, base_dir: str) -> str:
+    if not isinstance(application, str) or not application.endswith(".py"):
+        raise ConfigError(f"application must be the path of a PySpark job file (*.py), got {application!r}")
+    path = application if os.path.isabs(application) else os.path.join(base_dir, application)
+    path = os.path.normpath(path)
+    if not os.path.isfile(path):
+        raise ConfigError(f"Spark application {path} does not exist: give an absolute path, or one "
+                          "relative to the DAG file")
+    return path
+
+
+def transactional_dag(
+    topology_id: str,
+    *,
+    source: Source,
+    states: Sequence[StateSpec],
+    application: str,
+    schedule: Any,
+    max_in_flight: int = 3,
+    max_batch_size: int = 100_000,
+    opaque: bool = False,
+    on_bad_record: str = "quarantine",
+    transactional_conn_id: str = "transactional_default",
+    spark_conn_id: str = "spark_default",
+    spark_conf: Mapping[str, Any] | None = None,
+    application_args: Sequence[str] = (),
+    py_files: str | None = None,
+    spark_pool: str | None = None,
+    retries: int = 2,
+    retry_delay: timedelta = timedelta(seconds=10),
+    commit_timeout: timedelta = timedelta(hours=1),
+    plan_timeout: timedelta = timedelta(minutes=30),
+    start_date: datetime = DEFAULT_START,
+    dag_id: str | None = None,
+    tags: Sequence[str] = (),
+    **dag_kwargs: Any,
+) -> DAG:
+    """Declare a transactional topology; returns the DAG (plan >> process >> commit).
+
+    ``schedule`` is the batch-emit interval (a cron string, ``timedelta`` or timetable): it must
+    be periodic, since Airflow can only backfill scheduled DAGs. ``max_in_flight`` (Storm's
+    ``max.spout.pending``) becomes ``max_active_runs``: that many transactions process at once
+    while commits stay strictly ordered. ``spark_pool`` names an Airflow pool that caps how many
+    ``spark-submit`` jobs run at once across topologies (size it to the cluster).
+    ``application`` is a PySpark job built on :func:`airflow_transactional.spark_job.run` (a path
+    relative to the DAG file, or absolute).
+    Everything is validated here, at parse time, without touching a database.
+    """
+    if schedule is None or schedule == "@once":
+        raise ConfigError(
+            f"topology {topology_id!r}: give a periodic schedule (e.g. timedelta(minutes=1) or '*/5 * * * *'): "
+            "it is the batch-emit interval, and Airflow can only backfill DAGs with a schedule")
+    spec = TopologySpec(topology_id, source, states, max_in_flight=max_in_flight,
+                        max_batch_size=max_batch_size, opaque=opaque, on_bad_record=on_bad_record,
+                        extra={"spark": {"application": _resolve_application(application, _caller_dir()),
+                                         "application_args": list(application_args)}})
+    if not isinstance(retries, int) or retries < 0:
+        raise ConfigError(f"retries must be a non-negative integer, got {retries!r}")
+    config = spec.to_config()
+    dag = DAG(
+        dag_id=dag_id or topology_id,
+        schedule=schedule,
+        start_date=start_date,
+        catchup=dag_kwargs.pop("catchup", False),
+        max_active_runs=max_in_flight,
+        tags=["transactional", *tags],
+        doc_md=dag_kwargs.pop("doc_md", None) or _doc(spec),
+        default_args={"retries": retries, "retry_delay": retry_delay},
+        **dag_kwargs,
+    )
+    common: dict[str, Any] = {"topology": config, "transactional_conn_id": transactional_conn_id, "dag": dag}
+    plan = PlanOperator(task_id="plan", wait_timeout=plan_timeout, **common)
+    process = TransactionalSparkSubmitOperator(
+        task_id="process", application=config["extra"]["spark"]["application"],
+        application_args=list(application_args), conn_id=spark_conn_id, conf=dict(spark_conf or {}),
+        py_files=py_files, name=f"txn-{topology_id}", **({"pool": spark_pool} if spark_pool else {}), **common)
+    # The commit runs after a skipped (empty) process too; it must never run after a failed one.
+    commit = CommitOperator(task_id="commit", wait_timeout=commit_timeout, trigger_rule="none_failed",
+                            execution_timeout=commit_timeout + timedelta(minutes=5), **common)
+    plan >> process >> commit
+    return dag
+
+
+def _doc(spec: TopologySpec) -> str:
+    states = "\n".join(f"- `{s.name}`: keys {', '.join(s.key_columns)}, {Combiner.parse(s.combiner).value} "
+                       f"({ValueKind.parse(s.kind).value} values)" for s in spec.states)
+    return (f"### Transactional topology `{spec.topology_id}`\n\n"
+            f"Source: `{spec.source!r}`\n\nStates:\n{states}\n\n"
+            f"Each run is one transaction: **plan** fixes the batch, **process** runs spark-submit, "
+            f"**commit** applies it strictly in txid order (max {spec.max_in_flight} in flight). "
+            "Check it with `airflow-txn status " + spec.topology_id + "`.")

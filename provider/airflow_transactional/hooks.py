@@ -1,0 +1,93 @@
+"""The Airflow hook of the state store: turns a Connection into a DSN and a Coordinator.
+
+Only the connection fields libpq needs are used, and only allowlisted extras are forwarded
+(never the extras wholesale). A ``postgres`` connection works too; the ``transactional`` type
+adds the provider's own form (state schema) to the Airflow UI.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseHook
+from psycopg2.extensions import make_dsn
+
+from .coordinator import Coordinator
+from .store.migrations import DEFAULT_SCHEMA
+
+# libpq keywords an Airflow connection's extras may set; everything else is ignored.
+ALLOWED_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout",
+                  "target_session_attrs", "options")
+
+
+def dsn_from_fields(*, host: str | None, port: int | None, login: str | None, password: str | None,
+                    database: str | None, extras: dict[str, Any]) -> str:
+    """A libpq DSN from connection fields and allowlisted extras."""
+    params: dict[str, Any] = {"host": host or "localhost", "port": port or 5432,
+                              "dbname": database or "postgres"}
+    if login:
+        params["user"] = login
+    if password:
+        params["password"] = password
+    params.update({k: extras[k] for k in ALLOWED_EXTRAS if extras.get(k) not in (None, "")})
+    return make_dsn(**params)
+
+
+class TransactionalHook(BaseHook):
+    """Connects to the PostgreSQL that holds a topology's transaction state.
+
+    :param transactional_conn_id: an Airflow connection of type ``transactional`` or ``postgres``.
+        Its ``schema`` field is the database; extra ``state_schema`` names the provider's schema
+        (default ``airflow_txn``).
+    """
+
+    conn_name_attr = "transactional_conn_id"
+    default_conn_name = "transactional_default"
+    conn_type = "transactional"
+    hook_name = "Transactional state store (PostgreSQL)"
+
+    def __init__(self, transactional_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.transactional_conn_id = transactional_conn_id
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": [],
+            "relabeling": {"schema": "Database"},
+            "placeholders": {
+                "host": "postgres.example.internal",
+                "port": "5432",
+                "schema": "analytics",
+                "login": "txn_app",
+                "extra": '{"state_schema": "airflow_txn", "sslmode": "require"}',
+            },
+        }
+
+    def _extras(self) -> dict[str, Any]:
+        conn = self.get_connection(self.transactional_conn_id)
+        return dict(conn.extra_dejson or {})
+
+    def get_dsn(self) -> str:
+        conn = self.get_connection(self.transactional_conn_id)
+        return dsn_from_fields(host=conn.host, port=conn.port, login=conn.login, password=conn.password,
+                               database=conn.schema, extras=dict(conn.extra_dejson or {}))
+
+    def state_schema(self) -> str:
+        return str(self._extras().get("state_schema") or DEFAULT_SCHEMA)
+
+    def get_coordinator(self, **kwargs: Any) -> Coordinator:
+        return Coordinator(self.get_dsn(), schema=self.state_schema(), **kwargs)
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Used by the "Test" button of the connection form."""
+        coordinator = self.get_coordinator()
+        try:
+            with coordinator.db.transaction() as cur:
+                cur.execute("SELECT version()")
+                version = cur.fetchone()[0]
+            return True, f"connected: {version}"
+        except Exception as exc:  # reported to the UI, not raised
+            return False, str(exc)
+        finally:
+            coordinator.close()

@@ -1,0 +1,276 @@
+"""A real local Airflow 3 for the demo and the end-to-end tests.
+
+Starts the embedded PostgreSQL (Airflow's metadata DB and the state store, as two databases),
+then Airflow's api-server, scheduler, dag-processor and triggerer with LocalExecutor, sized for
+a small machine. Tasks reach the metadata DB only through the api-server (the Execution API),
+so all four run. The REST client talks to the same API the UI uses.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .embedded import EmbeddedPostgres, free_port
+from .exceptions import TransactionalError
+
+log = logging.getLogger(__name__)
+
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+ADMIN = "admin"
+
+
+class AirflowStackError(TransactionalError):
+    """The local Airflow did not come up (the message names the component and its log)."""
+
+
+class LocalStack:
+    """Embedded Postgres + Airflow (4 components) under ``base_dir``; ``dags_folder`` is served.
+
+    ``parallelism`` caps LocalExecutor's worker processes (Airflow's default of 32 is far too
+    many for two cores); the pool ``spark`` (``spark_slots``) caps concurrent ``spark-submit``
+    jobs, each of which uses ``local[2]``. ``env`` adds variables for the components and tasks.
+    """
+
+    def __init__(self, base_dir: str | os.PathLike[str], dags_folder: str | os.PathLike[str], *,
+                 port: int | None = None, parallelism: int = 6, spark_slots: int = 2,
+                 env: dict[str, str] | None = None) -> None:
+        self.base_dir = Path(base_dir).resolve()
+        self.dags_folder = Path(dags_folder).resolve()
+        self.home = self.base_dir / "airflow"
+        self.pg = EmbeddedPostgres(self.base_dir / "pg")
+        self.port = port or free_port()
+        self.parallelism = parallelism
+        self.spark_slots = spark_slots
+        self.extra_env = dict(env or {})
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._secrets_file = self.base_dir / "secrets.json"
+
+    # -- configuration ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _secrets(self) -> dict[str, str]:
+        if self._secrets_file.exists():
+            return dict(json.loads(self._secrets_file.read_text()))
+        values = {"jwt": secrets.token_urlsafe(32), "api": secrets.token_urlsafe(32),
+                  "admin_password": secrets.token_urlsafe(9)}
+        self._secrets_file.write_text(json.dumps(values))
+        self._secrets_file.chmod(0o600)
+        return values
+
+    @property
+    def admin_password(self) -> str:
+        return self._secrets()["admin_password"]
+
+    @property
+    def state_dsn(self) -> str:
+        return self.pg.dsn("airflow_txn")
+
+    def env(self) -> dict[str, str]:
+        s = self._secrets()
+        store = {"conn_type": "transactional", "host": "127.0.0.1", "port": self.pg.port,
+                 "login": "txn_app", "password": self.pg.password, "schema": "airflow_txn"}
+        bin_dir = os.path.dirname(sys.executable)
+        env = {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.base_dir / "passwords.json"),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.pg.uri("airflow").replace(
+                "postgresql://", "postgresql+psycopg2://"),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__API__SECRET_KEY": s["api"],
+            "AIRFLOW__API_AUTH__JWT_SECRET": s["jwt"],
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.base_dir / "logs"),
+            "AIRFLOW_CONN_TRANSACTIONAL_DEFAULT": json.dumps(store),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "AIRFLOW_TXN_DSN": self.state_dsn,
+            "AIRFLOW_TXN_SPARK_POOL": "spark",
+            "PYSPARK_PYTHON": sys.executable,
+            "NO_PROXY": "*",
+        }
+        env.update(self.extra_env)
+        return env
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self, timeout: float = 240) -> LocalStack:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        (self.base_dir / "logs").mkdir(exist_ok=True)
+        self.pg.start()
+        self.pg.create_database("airflow")
+        self.pg.create_database("airflow_txn")
+        pw_file = self.base_dir / "passwords.json"
+        pw_file.write_text(json.dumps({ADMIN: self.admin_password}))
+        pw_file.chmod(0o600)
+        self._run(["airflow", "db", "migrate"], "db-migrate", timeout=600)
+        self._run(["airflow", "pools", "set", "spark", str(self.spark_slots), "concurrent spark-submit jobs"],
+                  "pools", timeout=120)
+        for name in COMPONENTS:
+            self.start_component(name)
+        self.wait_healthy(timeout)
+        return self
+
+    def _run(self, argv: list[str], label: str, timeout: float) -> None:
+        logf = self.base_dir / f"{label}.log"
+        with open(logf, "wb") as out:
+            res = subprocess.run(argv, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, timeout=timeout, check=False)
+        if res.returncode != 0:
+            raise AirflowStackError(f"'{' '.join(argv)}' failed ({res.returncode}); see {logf}:\n"
+                                    + logf.read_text()[-3000:])
+
+    def start_component(self, name: str) -> None:
+        if name not in COMPONENTS:
+            raise AirflowStackError(f"unknown component {name!r}: one of {', '.join(COMPONENTS)}")
+        logf = open(self.base_dir / f"{name}.log", "ab")
+        argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
+        self.procs[name] = subprocess.Popen(argv, env=self.env(), stdout=logf, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        logf.close()
+
+    def stop_component(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(10)
+
+    def stop(self) -> None:
+        for name in reversed(COMPONENTS):
+            self.stop_component(name)
+        self.pg.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def wait_healthy(self, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    tail = (self.base_dir / f"{name}.log").read_text(errors="replace")[-3000:]
+                    raise AirflowStackError(f"airflow {name} exited ({proc.returncode}); log tail:\n{tail}")
+            try:
+                health = self.client().get("/api/v2/monitor/health")
+                if all(health.get(c, {}).get("status") == "healthy"
+                       for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
+                    return
+                last = json.dumps(health)
+            except (OSError, AirflowStackError) as exc:
+                last = str(exc)
+            time.sleep(2)
+        raise AirflowStackError(f"Airflow did not become healthy in {timeout:.0f}s: {last}")
+
+    def client(self) -> RestClient:
+        return RestClient(self.url, ADMIN, self.admin_password)
+
+    def remove(self) -> None:
+        """Delete everything under ``base_dir`` (stop first)."""
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+class RestClient:
+    """A minimal client of Airflow's public REST API (``/api/v2``), with a JWT from ``/auth/token``."""
+
+    def __init__(self, url: str, username: str, password: str) -> None:
+        self.url = url.rstrip("/")
+        self._credentials = {"username": username, "password": password}
+        self._token: str | None = None
+
+    def _request(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if auth:
+            req.add_header("Authorization", f"Bearer {self.token()}")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:2000]
+            raise AirflowStackError(f"{method} {path} -> {exc.code}: {detail}") from None
+        return json.loads(raw) if raw else None
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = str(self._request("POST", "/auth/token", self._credentials, auth=False)["access_token"])
+        return self._token
+
+    def get(self, path: str) -> Any:
+        return self._request("GET", path, auth=not path.startswith("/api/v2/monitor"))
+
+    def post(self, path: str, body: Any) -> Any:
+        return self._request("POST", path, body)
+
+    def patch(self, path: str, body: Any) -> Any:
+        return self._request("PATCH", path, body)
+
+    # -- the calls the UI makes ------------------------------------------------------------
+
+    def unpause(self, dag_id: str) -> None:
+        self.patch(f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(self, dag_id: str, logical_date: str | None, run_id: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"logical_date": logical_date}
+        if run_id:
+            body["dag_run_id"] = run_id
+        return dict(self.post(f"/api/v2/dags/{dag_id}/dagRuns", body))
+
+    def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
+        return dict(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"))
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return list(self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=id")["dag_runs"])
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return list(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.get(f"/api/v2/dags/{dag_id}")
+                return
+            except AirflowStackError:
+                time.sleep(2)
+        raise AirflowStackError(f"DAG {dag_id} was not parsed in {timeout:.0f}s: check the dag-processor log")

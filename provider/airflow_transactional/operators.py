@@ -1,0 +1,195 @@
+"""The three tasks of a transaction run: plan, process (spark-submit), commit.
+
+Operators keep their arguments in ``__init__`` and build hooks in ``execute``; nothing here
+touches a database at DAG-parse time. Order is enforced in PostgreSQL, not by
+``depends_on_past`` (see :mod:`airflow_transactional.dag` for why).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from .coordinator import Coordinator, Transaction
+from .exceptions import TooManyInFlight, WaitingForPredecessor
+from .hooks import TransactionalHook
+from .spark_job import DSN_ENV, provider_zip, quiet_log_config
+from .spec import TopologySpec
+
+
+def _is_final_try(context: Mapping[str, Any], task: BaseOperator) -> bool:
+    ti = context["ti"]
+    return int(ti.try_number) > int(task.retries or 0)
+
+
+class _TopologyTask(BaseOperator):
+    """Shared parts: the topology's stored declaration and the run's transaction."""
+
+    ui_color = "#e8f4ea"
+
+    def __init__(self, *, topology: Mapping[str, Any], transactional_conn_id: str = "transactional_default",
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.topology = dict(topology)
+        self.transactional_conn_id = transactional_conn_id
+
+    @property
+    def topology_id(self) -> str:
+        return str(self.topology["topology_id"])
+
+    def coordinator(self) -> Coordinator:
+        return TransactionalHook(self.transactional_conn_id).get_coordinator()
+
+    def run_transaction(self, coordinator: Coordinator, context: Mapping[str, Any]) -> Transaction:
+        txn = coordinator.transaction_for_run(self.topology_id, context["run_id"])
+        if txn is None:
+            raise AirflowFailException(f"run {context['run_id']} has no transaction of topology "
+                                       f"{self.topology_id!r}: clear its plan task first")
+        return txn
+
+    def fail_for_good(self, coordinator: Coordinator, context: Mapping[str, Any], reason: str) -> None:
+        """After the last retry, record the failure so later commits fail fast (trap 2)."""
+        txn = coordinator.transaction_for_run(self.topology_id, context["run_id"])
+        if txn is not None and not txn.committed:
+            coordinator.mark_failed(self.topology_id, txn.txid, f"{self.task_id}: {reason}")
+
+
+class PlanOperator(_TopologyTask):
+    """Give this run its txid and fix its batch (idempotent: a replay gets the stored plan).
+
+    Registers the topology first (creates/migrates tables; idempotent). When ``max_in_flight``
+    txids are uncommitted it waits up to ``wait_timeout`` for one to commit -- unless an earlier
+    txid failed for good, which no waiting can fix: then it fails at once and says which.
+    """
+
+    def __init__(self, *, wait_timeout: timedelta = timedelta(minutes=30), poll_interval: float = 2.0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.wait_timeout = wait_timeout
+        self.poll_interval = poll_interval
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        spec = TopologySpec.from_config(self.topology)
+        coordinator = self.coordinator()
+        try:
+            coordinator.register(spec)
+            deadline = time.monotonic() + self.wait_timeout.total_seconds()
+            while True:
+                try:
+                    txn = coordinator.plan(self.topology_id, context["run_id"])
+                    break
+                except TooManyInFlight as exc:
+                    blocked = coordinator.blocker(self.topology_id, max(exc.in_flight) + 1)
+                    if blocked:
+                        raise AirflowFailException(blocked) from exc
+                    if time.monotonic() > deadline:
+                        raise
+                    self.log.info("%s; waiting", exc)
+                    time.sleep(self.poll_interval)
+        finally:
+            coordinator.close()
+        state = "committed" if txn.committed else "planned"
+        self.log.info("run %s is txid %d of topology %s (%s, %d records, offsets %s -> %s)",
+                      context["run_id"], txn.txid, self.topology_id, state, txn.planned_records,
+                      txn.start_offsets, txn.end_offsets)
+        return {"txid": txn.txid, "records": txn.planned_records, "status": txn.status}
+
+
+class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):
+    """``spark-submit`` of the processing job for this run's txid (a new attempt each try).
+
+    Empty batches and already committed txids cost no ``spark-submit``: the task is skipped and
+    says why. The state store's DSN reaches the driver in the environment, never in argv.
+    """
+
+    ui_color = "#fdf0e0"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.base_application_args = list(self.application_args or [])
+
+    def execute(self, context: Any) -> None:
+        hook = TransactionalHook(self.transactional_conn_id)
+        coordinator = hook.get_coordinator()
+        try:
+            txn = self.run_transaction(coordinator, context)
+            if txn.committed:
+                raise AirflowSkipException(f"txid {txn.txid} already committed at {txn.committed_at}; "
+                                           "nothing to do")
+            if txn.empty:
+                raise AirflowSkipException(f"txid {txn.txid} is an empty batch: no spark-submit")
+            self.application_args = [*self.base_application_args, "--topology", self.topology_id,
+                                     "--txid", str(txn.txid), "--schema", coordinator.schema]
+            self.env_vars = {**(self.env_vars or {}), DSN_ENV: hook.get_dsn(),
+                             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+                             **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"})}
+            self.py_files = ",".join(filter(None, [self.py_files, provider_zip()]))
+            self.conf = dict(self.conf or {})
+            self.conf.setdefault("spark.driver.extraJavaOptions",
+                                 f"-Dlog4j2.configurationFile=file:{quiet_log_config()}")
+            self.log.info("processing txid %d of topology %s (%d records)", txn.txid, self.topology_id,
+                          txn.planned_records)
+            try:
+                super().execute(context)
+            except Exception as exc:
+                if _is_final_try(context, self):
+                    self.fail_for_good(coordinator, context, f"spark-submit failed: {exc}")
+                raise
+        finally:
+            coordinator.close()
+
+
+class CommitOperator(_TopologyTask):
+    """Commit this run's txid once txid-1 has committed; a no-op when already committed.
+
+    Waits for its predecessor in PostgreSQL (not with ``depends_on_past``). When an earlier
+    txid failed for good, fails at once with "blocked by failed txid N" so the run frees its
+    ``max_active_runs`` slot, and marks its own txid failed so the cascade reaches later runs.
+    """
+
+    ui_color = "#e0ecfd"
+
+    def __init__(self, *, wait_timeout: timedelta = timedelta(hours=1), poll_interval: float = 1.0,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.wait_timeout = wait_timeout
+        self.poll_interval = poll_interval
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        coordinator = self.coordinator()
+        try:
+            txn = self.run_transaction(coordinator, context)
+            deadline = time.monotonic() + self.wait_timeout.total_seconds()
+            announced = False
+            while True:
+                try:
+                    result = coordinator.commit(self.topology_id, txn.txid)
+                    break
+                except WaitingForPredecessor as exc:
+                    blocked = coordinator.blocker(self.topology_id, txn.txid)
+                    if blocked:
+                        coordinator.mark_failed(self.topology_id, txn.txid, blocked)
+                        raise AirflowFailException(blocked) from exc
+                    if time.monotonic() > deadline:
+                        raise
+                    if not announced:
+                        self.log.info("%s", exc)
+                        announced = True
+                    time.sleep(self.poll_interval)
+                except Exception as exc:
+                    if _is_final_try(context, self):
+                        self.fail_for_good(coordinator, context, f"commit failed: {exc}")
+                    raise
+        finally:
+            coordinator.close()
+        self.log.info("%s", result.message)
+        return {"txid": result.txid, "committed": result.committed, "attempt": result.attempt,
+                "committed_at": result.committed_at.isoformat() if result.committed_at else None}

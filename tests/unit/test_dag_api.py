@@ -1,0 +1,119 @@
+"""The DAG API at parse time: every example DAG loads, the generated DAG has the right shape,
+bad declarations fail with a message that names the fix, and nothing touches a database."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional import LandingDirectory, PostgresLogSource, StateSpec, get_provider_info
+from airflow_transactional.dag import transactional_dag
+from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.hooks import ALLOWED_EXTRAS, dsn_from_fields
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+WORDS_JOB = str(REPO / "spark_jobs" / "words.py")
+
+
+@pytest.fixture(autouse=True)
+def _no_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parse time must not connect anywhere: any connection attempt fails the test."""
+    import psycopg2
+
+    def refuse(*_a: object, **_k: object) -> None:
+        raise AssertionError("a database was touched at DAG-parse time")
+
+    monkeypatch.setattr(psycopg2, "connect", refuse)
+
+
+def _dag(**overrides: object):  # type: ignore[no-untyped-def]
+    kwargs: dict[str, object] = {
+        "source": PostgresLogSource("tweets"),
+        "states": [StateSpec("url_counts", {"url": "text"}, combiner="count")],
+        "application": WORDS_JOB,
+        "schedule": timedelta(minutes=5),
+    }
+    kwargs.update(overrides)
+    return transactional_dag("t_words", **kwargs)  # type: ignore[arg-type]
+
+
+def test_every_example_dag_loads_without_import_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW_TXN_LANDING_DIR", str(tmp_path))
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == {"words", "global_count", "landing_orders"}
+    for dag in bag.dags.values():
+        assert [t.task_id for t in dag.tasks] == ["plan", "process", "commit"]
+
+
+def test_generated_dag_plans_processes_and_commits_in_postgres_order() -> None:
+    dag = _dag(max_in_flight=4, spark_pool="spark")
+    plan, process, commit = (dag.get_task(t) for t in ("plan", "process", "commit"))
+    assert dag.max_active_runs == 4
+    assert dag.catchup is False
+    assert plan.downstream_task_ids == {"process"} and process.downstream_task_ids == {"commit"}
+    # Order is enforced in Postgres; depends_on_past would deadlock max_active_runs (trap 2).
+    assert not any(t.depends_on_past for t in dag.tasks)
+    assert commit.trigger_rule == "none_failed"  # runs after an empty (skipped) batch
+    assert process.application == WORDS_JOB
+    assert process.pool == "spark"
+    assert plan.topology["extra"]["spark"]["application"] == WORDS_JOB
+    assert plan.topology["max_in_flight"] == 4
+
+
+def test_relative_application_paths_resolve_against_the_dag_file() -> None:
+    dag = _dag(application="../../spark_jobs/words.py")
+    assert dag.get_task("process").application == WORDS_JOB
+
+
+@pytest.mark.parametrize(("overrides", "fix"), [
+    ({"schedule": None}, "give a periodic schedule"),
+    ({"application": "/nowhere/job.py"}, "does not exist"),
+    ({"application": "job.jar"}, "PySpark job file"),
+    ({"states": []}, "give at least one StateSpec"),
+    ({"max_in_flight": 0}, "max_in_flight must be a positive integer"),
+    ({"retries": -1}, "retries must be a non-negative integer"),
+    ({"on_bad_record": "drop"}, "'quarantine' or 'fail'"),
+])
+def test_bad_declarations_fail_at_parse_time_naming_the_fix(overrides: dict[str, object], fix: str) -> None:
+    with pytest.raises(ConfigError, match=fix):
+        _dag(**overrides)
+
+
+def test_bad_topology_id_and_landing_path_are_refused() -> None:
+    with pytest.raises(ConfigError, match="topology id"):
+        transactional_dag("Bad-Id", source=PostgresLogSource("tweets"),
+                          states=[StateSpec("c", {"k": "text"})], application=WORDS_JOB, schedule="@daily")
+    with pytest.raises(ConfigError, match="absolute path"):
+        LandingDirectory("relative/dir")
+
+
+def test_hook_builds_a_dsn_from_allowlisted_fields_only() -> None:
+    dsn = dsn_from_fields(host="db", port=6543, login="app", password="s3cret", database="analytics",
+                          extras={"sslmode": "require", "state_schema": "x", "sslcompression": "1",
+                                  "host": "evil"})
+    parts = dict(p.split("=", 1) for p in dsn.split())
+    assert parts == {"host": "db", "port": "6543", "dbname": "analytics", "user": "app",
+                     "password": "s3cret", "sslmode": "require"}
+    assert "sslmode" in ALLOWED_EXTRAS
+
+
+def test_provider_registers_its_connection_type_and_hook() -> None:
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-provider-transactional"
+    assert info["connection-types"] == [{"connection-type": "transactional",
+                                         "hook-class-name": "airflow_transactional.hooks.TransactionalHook"}]
+    from airflow.providers_manager import ProvidersManager
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    assert "airflow-provider-transactional" in ProvidersManager().providers
+    hook = ProvidersManagerTaskRuntime().hooks["transactional"]
+    assert hook is not None
+    assert hook.hook_class_name == "airflow_transactional.hooks.TransactionalHook"
+    assert hook.connection_testable
