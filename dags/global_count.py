@@ -18,7 +18,7 @@ dag = transactional_dag(
     application="../spark_jobs/global_count.py",
     schedule=SCHEDULE,
     max_in_flight=3,
-    max_batch_size=50_000,
+    max_batch_size=int(os.environ.get("AIRFLOW_TXN_EXAMPLE_BATCH", "50000")),
     spark_conf=LOCAL_SPARK_CONF,
     spark_pool=os.environ.get("AIRFLOW_TXN_SPARK_POOL"),  # the demo caps concurrent Spark jobs
 )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from airflow_transactional.spark_job import run
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+from airflow_transactional.spark_job import run
 
 
 def transform(events: DataFrame) -> dict[str, DataFrame]:

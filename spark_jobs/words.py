@@ -5,9 +5,10 @@ Both counts are states of one topology, so they commit together in one Postgres 
 
 from __future__ import annotations
 
-from airflow_transactional.spark_job import run
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+from airflow_transactional.spark_job import run
 
 
 def domain(url: F.Column) -> F.Column:

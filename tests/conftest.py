@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.embedded import EmbeddedPostgres
 

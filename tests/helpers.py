@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import psycopg2
+
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource

@@ -49,7 +49,7 @@ from .exceptions import (
     UnknownTransaction,
     WaitingForPredecessor,
 )
-from .sources.base import Offsets, Record
+from .sources.base import BatchPlan, Offsets, Record
 from .spec import StateSpec, TopologySpec
 from .store import sql as q
 from .store.connection import Database
@@ -158,6 +158,14 @@ class RecoverResult:
 def same_offsets(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Offsets are equal when every position is; a missing position counts as 0."""
     return all(int(a.get(k, 0)) == int(b.get(k, 0)) for k in set(a) | set(b))
+
+
+def _stored_batch(bp: BatchPlan) -> dict[str, Any]:
+    """The batch as stored in the plan, with what retention removed from it, if anything."""
+    batch = dict(bp.batch)
+    if bp.lost_records:
+        batch["lost"] = {"records": bp.lost_records, "detail": bp.lost_detail, "ranges": bp.lost_ranges}
+    return batch
 
 
 def _copy_field(value: Any) -> str:
@@ -297,9 +305,8 @@ class Coordinator:
             txid, start = (int(last[0]) + 1, dict(last[1])) if last else (committed + 1, offsets)
             bp = spec.source.plan(cur, self.schema, topology_id, start, spec.max_batch_size,
                                   skip_unavailable=spec.opaque)
-            batch = dict(bp.batch)
+            batch = _stored_batch(bp)
             if bp.lost_records:
-                batch["lost"] = {"records": bp.lost_records, "detail": bp.lost_detail}
                 log.warning("topology %s txid %d: %d records removed by retention were skipped (%s)",
                             topology_id, txid, bp.lost_records, "; ".join(bp.lost_detail))
             cur.execute(sql.SQL(
@@ -324,10 +331,11 @@ class Coordinator:
     def replan(self, topology_id: str, from_txid: int, reason: str) -> list[int]:
         """Re-plan ``from_txid`` and every later uncommitted txid from the committed checkpoint.
 
-        Storm's rule for opaque sources: when a batch changes, all later batches in flight are
-        failed too, or records between the old and the new end would be skipped. A txid whose
-        batch comes out the same keeps its plan version (its staged output stays usable).
-        Returns the txids whose plan changed.
+        Storm's rule for opaque sources: when a batch changes, every later batch in flight is
+        re-planned too, or records could be skipped or counted twice. Each re-plan is bounded by
+        the txid's old end, so it only drops what retention removed; a txid whose batch comes out
+        the same keeps its plan version (its staged output stays usable), and only txids the loss
+        reaches must be processed again. Returns the txids whose plan changed.
         """
         changed: list[int] = []
         with self.db.transaction() as cur:
@@ -343,11 +351,11 @@ class Coordinator:
                 if t.txid < from_txid or t.pinned_attempt is not None:
                     prev_end = t.end_offsets
                     continue
+                # Bounded by the old end: a re-plan drops what is gone and keeps the boundary, so
+                # later txids (and their staged output) stay valid unless the loss reaches them.
                 bp = spec.source.plan(cur, self.schema, topology_id, prev_end, spec.max_batch_size,
-                                      skip_unavailable=True)
-                batch = dict(bp.batch)
-                if bp.lost_records:
-                    batch["lost"] = {"records": bp.lost_records, "detail": bp.lost_detail}
+                                      skip_unavailable=True, until=t.end_offsets)
+                batch = _stored_batch(bp)
                 if same_offsets(bp.start, t.start_offsets) and same_offsets(bp.end, t.end_offsets) \
                         and batch == t.batch:
                     prev_end = t.end_offsets
@@ -399,6 +407,20 @@ class Coordinator:
                                 "VALUES (%s, %s, %s, %s, 'running', %s)").format(self._t("attempts")),
                         (topology_id, txid, number, txn.plan_version, self.worker))
         return Attempt(topology_id, txid, number, txn.plan_version), txn
+
+    def check_still_readable(self, topology_id: str, txn: Transaction) -> None:
+        """Raise BatchUnavailable if retention removed part of ``txn``'s batch.
+
+        Called after an attempt has read its whole batch: retention only ever moves forward, so
+        a batch still whole now was whole while it was read -- no silently short attempt.
+        """
+        with self.db.transaction() as cur:
+            spec = self._load(cur, topology_id)[1]
+            reason = spec.source.unavailable(cur, self.schema, topology_id, txn.batch)
+        if reason:
+            raise BatchUnavailable(f"topology {topology_id!r} txid {txn.txid}: the batch lost records while "
+                                   f"it was processed ({reason}); this attempt is void -- processing it again "
+                                   "re-plans it (opaque topologies) or fails naming the loss")
 
     def read_batch(self, txn: Transaction) -> Iterator[Record]:
         """Read a transaction's batch from its source, in source order."""
@@ -467,6 +489,17 @@ class Coordinator:
                                 "WHERE topology_id = %s AND txid = %s AND attempt = %s AND status = 'running'")
                         .format(self._t("attempts")),
                         (error[:2000], attempt.topology_id, attempt.txid, attempt.attempt))
+
+    def complete_attempt(self, topology_id: str, txid: int) -> tuple[int, datetime] | None:
+        """(attempt, finished_at) of the latest complete attempt of the current plan, if any."""
+        with self.db.transaction() as cur:
+            cur.execute(sql.SQL("SELECT a.attempt, a.finished_at FROM {} a JOIN {} t USING (topology_id, txid) "
+                                "WHERE a.topology_id = %s AND a.txid = %s AND a.status = 'complete' "
+                                "AND a.plan_version = t.plan_version AND t.status = 'planned' "
+                                "ORDER BY a.attempt DESC LIMIT 1")
+                        .format(self._t("attempts"), self._t("transactions")), (topology_id, txid))
+            row = cur.fetchone()
+        return (int(row[0]), row[1]) if row else None
 
     def mark_failed(self, topology_id: str, txid: int, reason: str) -> None:
         """Record that ``txid`` failed for good (no retries left), so later commits fail fast."""
@@ -610,7 +643,8 @@ class Coordinator:
                 cur.execute(q.delete_staged_txid(self._staging(num, state)), (txid,))
             faults.point("commit.before_commit", cur)
         faults.point("commit.after_commit")
-        msg = f"committed txid {txid} (attempt {chosen}) of topology {topology_id}"
+        what = f"attempt {chosen}" if chosen is not None else "empty batch"
+        msg = f"committed txid {txid} ({what}) of topology {topology_id}"
         log.info(msg)
         return CommitResult(topology_id, txid, True, chosen, committed_at, msg)
 
@@ -740,8 +774,8 @@ class Coordinator:
         blocked = self.blocker(topology_id, committed + 2)
         nxt = next((f for f in in_flight if f.txid == committed + 1), None)
         if blocked is None and nxt is not None and nxt.phase == "failed":
-            blocked = (f"txid {nxt.txid} (run {nxt.run_key}) failed its last attempt: {nxt.error}; "
-                       "Airflow retries it, or clear or backfill that run to process it again")
+            blocked = (f"blocked by failed txid {nxt.txid} (run {nxt.run_key}): {nxt.error}; clear or "
+                       "backfill that run to process it again (Airflow retries it first if retries are left)")
         return TopologyStatus(topology_id, committed, offsets, last_commit_at, in_flight, int(lag),
                               blocked, int(q_done), int(q_pending), int(lost))
 
@@ -754,12 +788,11 @@ class Coordinator:
         """A batch covering everything committed so far, or why it cannot be read whole."""
         with self.db.transaction() as cur:
             _num, spec, _committed, offsets = self._load(cur, topology_id)
-            cur.execute(sql.SQL("SELECT lost_records FROM {} WHERE topology_id = %s")
-                        .format(self._t("topologies")), (topology_id,))
-            if int(cur.fetchone()[0]):
-                return {}, ("records were removed by retention before they committed (opaque "
-                            "re-plans): the state cannot be recomputed from the source")
-            return spec.source.committed_batch(cur, self.schema, topology_id, offsets)
+            cur.execute(sql.SQL("SELECT batch->'lost'->'ranges' FROM {} WHERE topology_id = %s "
+                                "AND status = 'committed' AND batch ? 'lost'").format(self._t("transactions")),
+                        (topology_id,))
+            lost = [r for (ranges,) in cur.fetchall() for r in (ranges or [])]
+            return spec.source.committed_batch(cur, self.schema, topology_id, offsets, lost)
 
     def create_audit_table(self, num: int, state: StateSpec) -> sql.Composed:
         table = q.audit_table(self.schema, num, state)

@@ -40,7 +40,7 @@ LOCAL_SPARK_CONF = {
 
 def _caller_dir() -> str:
     frame = inspect.stack()[2]
-    return os.path.dirname(os.path.abspath(frame.filename))
+    return os.path.dirname(os.path.realpath(frame.filename))  # a symlinked DAG file: its real home
 
 
 def _resolve_application(application: str, base_dir: str) -> str:
@@ -71,6 +71,7 @@ def transactional_dag(
     application_args: Sequence[str] = (),
     py_files: str | None = None,
     spark_pool: str | None = None,
+    reuse_staged_output: bool = True,
     retries: int = 2,
     retry_delay: timedelta = timedelta(seconds=10),
     commit_timeout: timedelta = timedelta(hours=1),
@@ -87,6 +88,8 @@ def transactional_dag(
     ``max.spout.pending``) becomes ``max_active_runs``: that many transactions process at once
     while commits stay strictly ordered. ``spark_pool`` names an Airflow pool that caps how many
     ``spark-submit`` jobs run at once across topologies (size it to the cluster).
+    ``reuse_staged_output``: a cleared or backfilled run whose batch was already processed
+    completely (and is unchanged) commits that output instead of running ``spark-submit`` again.
     ``application`` is a PySpark job built on :func:`airflow_transactional.spark_job.run` (a path
     relative to the DAG file, or absolute).
     Everything is validated here, at parse time, without touching a database.
@@ -118,7 +121,8 @@ def transactional_dag(
     process = TransactionalSparkSubmitOperator(
         task_id="process", application=config["extra"]["spark"]["application"],
         application_args=list(application_args), conn_id=spark_conn_id, conf=dict(spark_conf or {}),
-        py_files=py_files, name=f"txn-{topology_id}", **({"pool": spark_pool} if spark_pool else {}), **common)
+        py_files=py_files, name=f"txn-{topology_id}", reuse_staged_output=reuse_staged_output,
+        **({"pool": spark_pool} if spark_pool else {}), **common)
     # The commit runs after a skipped (empty) process too; it must never run after a failed one.
     commit = CommitOperator(task_id="commit", wait_timeout=commit_timeout, trigger_rule="none_failed",
                             execution_timeout=commit_timeout + timedelta(minutes=5), **common)

@@ -9,7 +9,13 @@ happens unless a fault is armed, either in-process (:func:`inject`) or for a chi
 * ``raise``     -- an InjectedFault exception;
 * ``pause:S``   -- sleep S seconds (to hold a transaction open while others run).
 
-``name=action@N`` fires only the first N times in this process.
+``name=action@N`` fires only the first N times in this process; ``name=action@once:PATH`` fires
+once across all processes (the first to create PATH fires).
+
+A point may be *scoped*: ``point("spark.begin", scope=("words", "7"))`` also answers to
+``spark.begin:words`` and ``spark.begin:words:7``. Faults can be armed while processes run by
+writing them, one per line, to the file named by ``AIRFLOW_TXN_FAULTS_FILE`` (re-read when it
+changes) -- how the end-to-end tests break one txid of a running Airflow.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ from contextlib import contextmanager
 from typing import Any
 
 ENV = "AIRFLOW_TXN_FAULTS"
+FILE_ENV = "AIRFLOW_TXN_FAULTS_FILE"
 
-_armed: dict[str, list[Any]] = {}  # name -> [action, remaining or None]
+_armed: dict[str, list[Any]] = {}  # name -> [action, remaining: int | "once:PATH" | None]
+_from_file: dict[str, list[Any]] = {}
+_file_stamp: tuple[float, int] | None = None
 _env_loaded = False
 
 
@@ -39,23 +48,69 @@ def _load_env() -> None:
         _arm(name, action or "exit")
 
 
-def _arm(name: str, action: str) -> None:
+def _parse(action: str) -> list[Any]:
     action, _, count = action.partition("@")
-    _armed[name] = [action, int(count) if count else None]
+    if count.startswith("once:"):
+        return [action, count]
+    return [action, int(count) if count else None]
 
 
-def point(name: str, cur: Any = None) -> None:
+def _arm(name: str, action: str) -> None:
+    _armed[name] = _parse(action)
+
+
+def _refresh_file() -> None:
+    global _file_stamp
+    path = os.environ.get(FILE_ENV)
+    if not path:
+        return
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime, st.st_size)
+    except FileNotFoundError:
+        stamp = None
+    if stamp == _file_stamp:
+        return
+    _file_stamp = stamp
+    _from_file.clear()
+    if stamp is None:
+        return
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                name, _, action = line.partition("=")
+                _from_file[name.strip()] = _parse(action.strip() or "exit")
+
+
+def _should_fire(entry: list[Any]) -> bool:
+    remaining = entry[1]
+    if remaining is None:
+        return True
+    if isinstance(remaining, str):  # once:PATH -- the process that creates PATH fires
+        try:
+            os.close(os.open(remaining[len("once:"):], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            return False
+    if remaining <= 0:
+        return False
+    entry[1] = remaining - 1
+    return True
+
+
+def point(name: str, cur: Any = None, *, scope: tuple[str, ...] = ()) -> None:
     """A place where a fault may be injected."""
     if not _env_loaded:
         _load_env()
-    entry = _armed.get(name)
-    if entry is None:
+    _refresh_file()
+    if not _armed and not _from_file:
         return
-    action, remaining = entry
-    if remaining is not None:
-        if remaining <= 0:
-            return
-        entry[1] = remaining - 1
+    names = [name, *(":".join([name, *scope[: i + 1]]) for i in range(len(scope)))]
+    entry = next((e for n in names for e in (_armed.get(n), _from_file.get(n)) if e is not None), None)
+    if entry is None or not _should_fire(entry):
+        return
+    action = entry[0]
     if action == "exit":
         sys.stdout.flush()
         sys.stderr.flush()

@@ -265,6 +265,22 @@ class RestClient:
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return list(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])
 
+    def clear(self, dag_id: str, run_id: str, task_ids: list[str] | None = None, *, only_failed: bool = False,
+              **flags: bool) -> list[dict[str, Any]]:
+        """Clear task instances of one run, as the UI's "Clear" does (flags: include_downstream, ...)."""
+        body: dict[str, Any] = {"dry_run": False, "dag_run_id": run_id, "only_failed": only_failed,
+                                "reset_dag_runs": True, **flags}
+        if task_ids is not None:
+            body["task_ids"] = task_ids
+        return list(self.post(f"/api/v2/dags/{dag_id}/clearTaskInstances", body)["task_instances"])
+
+    def backfill(self, dag_id: str, from_date: str, to_date: str, *, reprocess: str = "failed",
+                 max_active_runs: int = 3) -> dict[str, Any]:
+        """Create a backfill (``reprocess``: none, failed or completed), as the UI's dialog does."""
+        return dict(self.post("/api/v2/backfills", {"dag_id": dag_id, "from_date": from_date, "to_date": to_date,
+                                                    "reprocess_behavior": reprocess,
+                                                    "max_active_runs": max_active_runs}))
+
     def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -36,10 +36,11 @@ class _TopologyTask(BaseOperator):
     ui_color = "#e8f4ea"
 
     def __init__(self, *, topology: Mapping[str, Any], transactional_conn_id: str = "transactional_default",
-                 **kwargs: Any) -> None:
+                 blocked_grace: timedelta = timedelta(seconds=30), **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topology = dict(topology)
         self.transactional_conn_id = transactional_conn_id
+        self.blocked_grace = blocked_grace
 
     @property
     def topology_id(self) -> str:
@@ -54,6 +55,21 @@ class _TopologyTask(BaseOperator):
             raise AirflowFailException(f"run {context['run_id']} has no transaction of topology "
                                        f"{self.topology_id!r}: clear its plan task first")
         return txn
+
+    def still_blocked(self, coordinator: Coordinator, txid: int, since: list[float]) -> str | None:
+        """The blocker of ``txid`` once it has held for ``blocked_grace`` (else None).
+
+        The grace covers a cleared or backfilled predecessor whose plan task has not re-run yet
+        (re-running it lifts the failed mark); ``since`` carries the first sighting across polls.
+        """
+        blocked = coordinator.blocker(self.topology_id, txid)
+        if blocked is None:
+            since.clear()
+            return None
+        if not since:
+            since.append(time.monotonic())
+            self.log.warning("%s -- failing in %.0fs unless it is retried", blocked, self.blocked_grace.total_seconds())
+        return blocked if time.monotonic() - since[0] >= self.blocked_grace.total_seconds() else None
 
     def fail_for_good(self, coordinator: Coordinator, context: Mapping[str, Any], reason: str) -> None:
         """After the last retry, record the failure so later commits fail fast (trap 2)."""
@@ -82,12 +98,13 @@ class PlanOperator(_TopologyTask):
         try:
             coordinator.register(spec)
             deadline = time.monotonic() + self.wait_timeout.total_seconds()
+            since: list[float] = []
             while True:
                 try:
                     txn = coordinator.plan(self.topology_id, context["run_id"])
                     break
                 except TooManyInFlight as exc:
-                    blocked = coordinator.blocker(self.topology_id, max(exc.in_flight) + 1)
+                    blocked = self.still_blocked(coordinator, max(exc.in_flight) + 1, since)
                     if blocked:
                         raise AirflowFailException(blocked) from exc
                     if time.monotonic() > deadline:
@@ -107,13 +124,17 @@ class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):
     """``spark-submit`` of the processing job for this run's txid (a new attempt each try).
 
     Empty batches and already committed txids cost no ``spark-submit``: the task is skipped and
-    says why. The state store's DSN reaches the driver in the environment, never in argv.
+    says why. With ``reuse_staged_output`` (the default) neither does a txid whose current plan
+    already has a complete attempt (a run cleared or backfilled after its processing finished):
+    the commit takes that attempt. The state store's DSN reaches the driver in the environment,
+    never in argv.
     """
 
     ui_color = "#fdf0e0"
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, reuse_staged_output: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.reuse_staged_output = reuse_staged_output
         self.base_application_args = list(self.application_args or [])
 
     def execute(self, context: Any) -> None:
@@ -126,6 +147,11 @@ class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):
                                            "nothing to do")
             if txn.empty:
                 raise AirflowSkipException(f"txid {txn.txid} is an empty batch: no spark-submit")
+            done = coordinator.complete_attempt(self.topology_id, txn.txid) if self.reuse_staged_output else None
+            if done is not None:
+                raise AirflowSkipException(
+                    f"txid {txn.txid}: attempt {done[0]} of its current plan completed at {done[1]}; reusing its "
+                    "staged output (no spark-submit). Set reuse_staged_output=False to recompute on every clear")
             self.application_args = [*self.base_application_args, "--topology", self.topology_id,
                                      "--txid", str(txn.txid), "--schema", coordinator.schema]
             self.env_vars = {**(self.env_vars or {}), DSN_ENV: hook.get_dsn(),
@@ -151,8 +177,9 @@ class CommitOperator(_TopologyTask):
     """Commit this run's txid once txid-1 has committed; a no-op when already committed.
 
     Waits for its predecessor in PostgreSQL (not with ``depends_on_past``). When an earlier
-    txid failed for good, fails at once with "blocked by failed txid N" so the run frees its
-    ``max_active_runs`` slot, and marks its own txid failed so the cascade reaches later runs.
+    txid failed for good (and stays so for ``blocked_grace``), fails with "blocked by failed
+    txid N" so the run frees its ``max_active_runs`` slot, and marks its own txid failed so the
+    cascade reaches later runs.
     """
 
     ui_color = "#e0ecfd"
@@ -169,12 +196,13 @@ class CommitOperator(_TopologyTask):
             txn = self.run_transaction(coordinator, context)
             deadline = time.monotonic() + self.wait_timeout.total_seconds()
             announced = False
+            since: list[float] = []
             while True:
                 try:
                     result = coordinator.commit(self.topology_id, txn.txid)
                     break
                 except WaitingForPredecessor as exc:
-                    blocked = coordinator.blocker(self.topology_id, txn.txid)
+                    blocked = self.still_blocked(coordinator, txn.txid, since)
                     if blocked:
                         coordinator.mark_failed(self.topology_id, txn.txid, blocked)
                         raise AirflowFailException(blocked) from exc

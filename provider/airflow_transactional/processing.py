@@ -82,6 +82,7 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
                 acc[key] = combine(combiners[state_name], acc.get(key), value)
         counts = {name: coordinator.stage(attempt, name, ((*k, v) for k, v in rows.items()))
                   for name, rows in partials.items()}
+        coordinator.check_still_readable(topology_id, txn)
         coordinator.quarantine(attempt, bad)
         coordinator.finish_attempt(attempt, counts, records_read=read, quarantined=len(bad))
     except BaseException as exc:

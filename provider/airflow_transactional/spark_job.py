@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import faults
 from .coordinator import Coordinator
 from .exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
 from .sources import LandingDirectory, PostgresLogSource, Source, source_from_config
@@ -340,7 +341,9 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
     spec = coordinator.spec(topology_id)
     attempt, txn = coordinator.begin_attempt(topology_id, txid)
     dsn = coordinator.db.dsn
+    scope = (topology_id, str(txid))
     try:
+        faults.point("spark.begin", scope=scope)
         raw, is_text = raw_records(spark, spec.source, txn.batch, dsn=dsn, schema=coordinator.schema,
                                    topology_id=topology_id)
         raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
@@ -358,6 +361,8 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
                       .as_string(cur) for s in spec.states}
         for name, delta in _outputs(spec, transform, good).items():
             counts[name] = copy_dataframe(spark, delta, dsn, copies[name], (txid, attempt.attempt))
+        faults.point("spark.after_stage", scope=scope)
+        coordinator.check_still_readable(topology_id, txn)
         coordinator.quarantine(attempt, bad_rows)
         coordinator.finish_attempt(attempt, counts, records_read=records_read, quarantined=len(bad_rows))
         raw.unpersist()

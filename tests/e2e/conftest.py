@@ -14,19 +14,55 @@ from airflow_transactional.localstack import LocalStack, RestClient
 REPO = Path(__file__).resolve().parents[2]
 
 
+# Topologies of the tests' own, each on its own log, for the operations tests: no scheduled runs
+# in the way (the first, scheduled run is empty), one retry, a short retry delay.
+OPS_DAGS = {"ops_count": ("ops", False), "ops_opaque": ("opq", True)}
+OPS_DAG = """
+from datetime import timedelta
+from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
+from airflow_transactional.dag import LOCAL_SPARK_CONF
+
+dag = transactional_dag(
+    "{name}",
+    source=PostgresLogSource("{log}"),
+    # global_count.py's state, kept in a table of this topology's own
+    states=[StateSpec("global_count", keys={{"id": "text"}}, combiner="count", kind="{kind}", table="{name}")],
+    opaque={opaque},
+    application="{application}",
+    schedule="@daily",
+    max_in_flight=3,
+    max_batch_size=400,
+    retries=1,
+    retry_delay=timedelta(seconds=3),
+    spark_conf=LOCAL_SPARK_CONF,
+    spark_pool="spark",
+)
+"""
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     base = tmp_path_factory.mktemp("airflow")
     landing = base / "landing"
     landing.mkdir()
+    dags = base / "dags"
+    dags.mkdir()
+    for dag_file in (REPO / "dags").glob("*.py"):  # the examples, as a user would deploy them
+        (dags / dag_file.name).symlink_to(dag_file)
+    for name, (log, opaque) in OPS_DAGS.items():
+        (dags / f"{name}.py").write_text(OPS_DAG.format(
+            name=name, log=log, opaque=opaque, kind="opaque" if opaque else "transactional",
+            application=REPO / "spark_jobs" / "global_count.py"))
     env = {
         # Runs are triggered over REST with explicit logical dates; the daily schedule only adds
         # the one scheduled run Airflow creates on unpause.
         "AIRFLOW_TXN_EXAMPLE_SCHEDULE": "@daily",
         "AIRFLOW_TXN_EXAMPLE_BATCH": "400",
         "AIRFLOW_TXN_LANDING_DIR": str(landing),
+        # Tests arm faults in running tasks by writing this file (see airflow_transactional.faults).
+        "AIRFLOW_TXN_FAULTS_FILE": str(base / "faults.txt"),
     }
-    st = LocalStack(base, REPO / "dags", env=env)
+    st = LocalStack(base, dags, env=env)
     try:
         st.start()
         yield st

@@ -98,3 +98,19 @@ def test_landing_directory_topology_counts_every_file_once(stack: LocalStack, cl
     assert coord.status("landing_orders").quarantined == 1
     assert coord.status("landing_orders").lag == 0
     coord.close()
+
+
+def test_the_ui_lists_the_dags_and_offers_the_state_store_connection_form(stack: LocalStack,
+                                                                          client: RestClient) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(stack.url + "/", timeout=30) as resp:  # the UI's single-page app
+        assert resp.status == 200 and b"<html" in resp.read().lower()
+    dags = {d["dag_id"]: d for d in client.get("/api/v2/dags?tags=transactional")["dags"]}
+    assert set(dags) == {"words", "global_count", "landing_orders"}
+    assert dags["words"]["max_active_runs"] == 3
+    # The connection form's metadata (what the UI's "Add connection" page is built from).
+    meta = {h["connection_type"]: h for h in client.get("/ui/connections/hook_meta")}
+    store = meta["transactional"]
+    assert store["hook_name"] == "Transactional state store (PostgreSQL)"
+    assert store["standard_fields"]["url_schema"]["title"] == "Database"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import (
     NotProcessed,
@@ -15,7 +16,6 @@ from airflow_transactional.exceptions import (
     WaitingForPredecessor,
 )
 from airflow_transactional.processing import process_batch
-
 from tests.helpers import click, click_fn, counting_topology, make_log, query, run_one, table
 
 pytestmark = pytest.mark.integration

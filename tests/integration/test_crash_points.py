@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
+
 from airflow_transactional import faults
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
-
 from tests.helpers import click, click_fn, counting_topology, make_log, query
 
 pytestmark = pytest.mark.integration

@@ -12,13 +12,13 @@ import threading
 import time
 
 import pytest
+
 from airflow_transactional import faults
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.embedded import EmbeddedPostgres
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
-
 from tests.helpers import click, counting_topology, make_log, query, run_one
 
 pytestmark = pytest.mark.integration

@@ -3,6 +3,7 @@ planned, uncommitted batch: nothing skipped that still exists, nothing counted t
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -10,13 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import BatchUnavailable, NotProcessed
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import LandingDirectory
 from airflow_transactional.sources.landing import write_json_lines
 from airflow_transactional.spec import StateSpec, TopologySpec
-
 from tests.helpers import click, click_fn, counting_topology, make_log, query, run_one, table
 
 pytestmark = pytest.mark.integration
@@ -87,36 +88,67 @@ def test_opaque_landing_source_replans_from_the_checkpoint(coordinator: Coordina
     assert coordinator.status("files").lost_records == 1
 
 
-def test_opaque_log_replan_cascades_and_counts_each_surviving_event_once(coordinator: Coordinator,
-                                                                       dsn: str) -> None:
+def _opaque_clicks(coordinator: Coordinator, dsn: str, n: int = 40):  # type: ignore[no-untyped-def]
     log = make_log(dsn, partitions=1)
     coordinator.register(counting_topology(opaque=True, kind="opaque", max_batch_size=10))
-    events = [click(i, user="u", amount=1) for i in range(40)]
-    log.append(events, partition=0)
-    t1, t2, t3 = (coordinator.plan("clicks", f"r{k}") for k in range(3))
-    for t in (t2, t3):
-        process_batch(coordinator, "clicks", t.txid, click_fn)
-    deleted = log.truncate(0, 4)  # retention removes LSN 1..4 of txid 1's planned batch
-    process_batch(coordinator, "clicks", t1.txid, click_fn)
-    changed = [coordinator.transaction("clicks", t).plan_version for t in (1, 2, 3)]
-    assert changed == [2, 2, 2]  # txid 1 re-planned, and every later uncommitted txid too
-    coordinator.commit("clicks", 1)
-    # txid 2 was processed under its old plan: that output can never commit.
-    with pytest.raises(NotProcessed, match="no complete processing attempt of its current plan"):
-        coordinator.commit("clicks", 2)
-    for t in (2, 3):
-        process_batch(coordinator, "clicks", t, click_fn)
-    coordinator.commit("clicks", 2)
-    coordinator.commit("clicks", 3)
+    log.append([click(i, user="u", amount=1) for i in range(n)], partition=0)
+    return log
+
+
+def _finish_and_check(coordinator: Coordinator, dsn: str, lost: int) -> None:
     while coordinator.status("clicks").lag:
         run_one(coordinator, "clicks", f"more{coordinator.status('clicks').committed_txid}")
-    assert deleted == 4
-    # Oracle by event id: every event still in the log counted exactly once; the 4 lost reported.
+    # Oracle by event id: every event still in the log counted exactly once; the lost reported.
     surviving = {eid for (eid,) in query(dsn, "SELECT event_id FROM airflow_txn.log_events")}
-    assert len(surviving) == 36
-    assert table(dsn, "clicks_count") == {"u": 36}
-    assert coordinator.status("clicks").lost_records == 4
+    assert table(dsn, "clicks_count") == {"u": len(surviving)}
+    assert coordinator.status("clicks").lost_records == lost
     commits = coordinator.commits("clicks")
     for a, b in itertools.pairwise(commits):
         assert a["end_offsets"] == b["start_offsets"]  # contiguous: nothing skipped
     assert json.loads(json.dumps(commits[0]["start_offsets"])) == {"0": 0}
+    # What an audit recomputes from: exactly the surviving events, none of the lost ones.
+    batch, why_not = coordinator.committed_batch("clicks")
+    assert why_not is None
+    txn = coordinator.transaction("clicks", commits[-1]["txid"])
+    audited = {r.event_id for r in coordinator.read_batch(dataclasses.replace(txn, batch=batch))}
+    assert audited == surviving
+
+
+def test_opaque_replan_drops_only_what_is_gone_and_later_txids_keep_their_output(
+        coordinator: Coordinator, dsn: str) -> None:
+    log = _opaque_clicks(coordinator, dsn)
+    t1, t2, t3 = (coordinator.plan("clicks", f"r{k}") for k in range(3))
+    for t in (t2, t3):
+        process_batch(coordinator, "clicks", t.txid, click_fn)
+    assert log.truncate(0, 4) == 4  # retention removes LSN 1..4 of txid 1's planned batch
+    process_batch(coordinator, "clicks", t1.txid, click_fn)
+    versions = [coordinator.transaction("clicks", t).plan_version for t in (1, 2, 3)]
+    # txid 1 is re-planned within its old bounds; txids 2 and 3 are re-planned too and come out
+    # the same, so the output they staged before the loss still commits.
+    assert versions == [2, 1, 1]
+    assert coordinator.transaction("clicks", 1).end_offsets == t1.end_offsets
+    for t in (1, 2, 3):
+        assert coordinator.commit("clicks", t).committed
+    _finish_and_check(coordinator, dsn, lost=4)
+
+
+def test_opaque_replan_reaches_a_later_txid_when_the_loss_does(coordinator: Coordinator, dsn: str) -> None:
+    log = _opaque_clicks(coordinator, dsn)
+    t1, t2, t3 = (coordinator.plan("clicks", f"r{k}") for k in range(3))
+    for t in (t2, t3):
+        process_batch(coordinator, "clicks", t.txid, click_fn)
+    assert log.truncate(0, 15) == 15  # all of txid 1 and half of txid 2
+    process_batch(coordinator, "clicks", t1.txid, click_fn)
+    assert [coordinator.transaction("clicks", t).plan_version for t in (1, 2, 3)] == [2, 2, 1]
+    coordinator.commit("clicks", 1)
+    # txid 2 was processed under its old plan: that output can never commit.
+    with pytest.raises(NotProcessed, match="no complete processing attempt of its current plan"):
+        coordinator.commit("clicks", 2)
+    process_batch(coordinator, "clicks", 2, click_fn)
+    coordinator.commit("clicks", 2)
+    coordinator.commit("clicks", 3)  # unaffected: its first attempt commits
+    _finish_and_check(coordinator, dsn, lost=15)
+    # Retention that removes *committed* events makes the state unrecomputable: the audit says so.
+    log.truncate(0, 30)
+    why_not = coordinator.committed_batch("clicks")[1]
+    assert why_not is not None and "retention removed committed events (partition 0 LSN 16..30)" in why_not

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg2 import sql
+
 from airflow_transactional.exceptions import ReplayBehindState
 from airflow_transactional.spec import StateSpec
 from airflow_transactional.store import sql as q
@@ -15,9 +19,6 @@ from airflow_transactional.values import (
     apply_opaque,
     apply_transactional,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from psycopg2 import sql
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +66,6 @@ def test_sql_rule_equals_python_rule(dsn: str, kind: ValueKind, combiner: Combin
 
 def test_a_replay_behind_the_state_is_refused_not_applied(dsn: str) -> None:
     from airflow_transactional.coordinator import Coordinator
-
     from tests.helpers import click, counting_topology, make_log, query, run_one
 
     coord = Coordinator(dsn)
@@ -76,7 +76,6 @@ def test_a_replay_behind_the_state_is_refused_not_applied(dsn: str) -> None:
     log.append([click(i) for i in range(5, 10)])
     txn = coord.plan("clicks", "b")
     from airflow_transactional.processing import process_batch
-
     from tests.helpers import click_fn
 
     process_batch(coord, "clicks", txn.txid, click_fn)

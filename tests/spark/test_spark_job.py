@@ -13,12 +13,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import NotProcessed
 from airflow_transactional.spark_job import provider_zip
-
 from tests.helpers import query
 
 pytestmark = pytest.mark.spark

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from airflow_transactional.sources.pglog import _fair_shares, partition_of
 from hypothesis import given
 from hypothesis import strategies as st
+
+from airflow_transactional.sources.pglog import _fair_shares, partition_of
 
 pytestmark = pytest.mark.unit
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from airflow_transactional import get_provider_info, identifiers
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.sources import LandingDirectory, PostgresLogSource, source_from_config

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from airflow_transactional.exceptions import ConfigError, ReplayBehindState
 from airflow_transactional.values import (
     Combiner,
@@ -13,8 +16,6 @@ from airflow_transactional.values import (
     apply_transactional,
     combine,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 pytestmark = pytest.mark.unit
 

@@ -28,6 +28,7 @@ class BatchPlan:
     planned_records: int
     lost_records: int = 0  # skipped because retention removed them (opaque re-plan only)
     lost_detail: list[str] = field(default_factory=list)
+    lost_ranges: list[Any] = field(default_factory=list)  # machine-readable: what audits skip
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,12 @@ class Source(ABC):
 
     @abstractmethod
     def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
-             max_records: int, *, skip_unavailable: bool) -> BatchPlan:
-        """Fix the next batch beginning exactly at ``start``.
+             max_records: int, *, skip_unavailable: bool, until: Offsets | None = None) -> BatchPlan:
+        """Fix the next batch beginning exactly at ``start`` (and ending at ``until`` at most).
 
         With ``skip_unavailable`` (opaque topologies) records removed by retention are skipped
         and counted in ``lost_records``; without it their absence raises BatchUnavailable.
+        ``until`` bounds a re-plan by the old end, so later transactions keep their plans.
         """
 
     @abstractmethod
@@ -86,6 +88,7 @@ class Source(ABC):
 
     @abstractmethod
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
-                        committed: Offsets) -> tuple[dict[str, Any], str | None]:
-        """A batch of everything from the beginning up to ``committed`` (for audits and
-        rebuilds), or an empty batch and the reason it cannot be read whole."""
+                        committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
+        """A batch of everything committed so far (for audits and rebuilds), or an empty batch and
+        why it cannot be recomputed. ``lost`` are the ``lost_ranges`` of committed batches: records
+        retention removed before they committed, which the state never counted."""

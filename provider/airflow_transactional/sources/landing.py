@@ -79,7 +79,7 @@ class LandingDirectory(Source):
                                 "VALUES (%s, %s, %s, %s, %s)").format(s), (topology_id, seq, path, size, mtime))
 
     def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
-             max_records: int, *, skip_unavailable: bool) -> BatchPlan:
+             max_records: int, *, skip_unavailable: bool, until: Offsets | None = None) -> BatchPlan:
         s = sql.Identifier(schema)
         self._register_new(cur, s, topology_id)
         begin = int(start.get("seq", 0))
@@ -88,8 +88,9 @@ class LandingDirectory(Source):
         files: list[dict[str, Any]] = []
         lost: list[str] = []
         end = begin
+        last = int(until["seq"]) if until is not None and "seq" in until else None
         for seq, path, size in cur:
-            if len(files) >= self.max_files:
+            if len(files) >= self.max_files or (last is not None and seq > last):
                 break
             if _changed(path, size):
                 if not skip_unavailable:
@@ -104,7 +105,8 @@ class LandingDirectory(Source):
             end = int(seq)
         return BatchPlan(start={"seq": begin}, end={"seq": end},
                          batch={"directory": self.path, "format": self.format, "files": files},
-                         planned_records=len(files), lost_records=len(lost), lost_detail=lost)
+                         planned_records=len(files), lost_records=len(lost), lost_detail=lost,
+                         lost_ranges=list(lost))
 
     def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                     batch: Mapping[str, Any]) -> str | None:
@@ -123,11 +125,13 @@ class LandingDirectory(Source):
                         yield Record(f"{f['seq']}:{n}", None, line.rstrip("\n"))
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
-                        committed: Offsets) -> tuple[dict[str, Any], str | None]:
+                        committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
         cur.execute(sql.SQL("SELECT seq, path, size FROM {}.landing_files WHERE topology_id = %s "
                             "AND seq <= %s ORDER BY seq").format(sql.Identifier(schema)),
                     (topology_id, int(committed.get("seq", 0))))
-        files = [{"seq": int(seq), "path": path, "size": int(size)} for seq, path, size in cur.fetchall()]
+        skipped = set(lost)
+        files = [{"seq": int(seq), "path": path, "size": int(size)} for seq, path, size in cur.fetchall()
+                 if path not in skipped]
         gone = [f["path"] for f in files if _changed(f["path"], f["size"])]
         if gone:
             return {}, f"landing files gone or changed since they committed: {', '.join(gone[:5])}"

@@ -230,12 +230,13 @@ class PostgresLogSource(Source):
         self._partitions(cur, schema)
 
     def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
-             max_records: int, *, skip_unavailable: bool) -> BatchPlan:
+             max_records: int, *, skip_unavailable: bool, until: Offsets | None = None) -> BatchPlan:
         parts = self._partitions(cur, schema)
         lo: dict[int, int] = {}
         avail: dict[int, int] = {}
         lost = 0
         lost_detail: list[str] = []
+        lost_ranges: list[Any] = []
         for p, head, truncated in parts:
             begin = int(start.get(str(p), 0))
             if truncated > begin:
@@ -247,7 +248,10 @@ class PostgresLogSource(Source):
                         "topology opaque=True to skip what is gone (the loss is recorded)")
                 lost += truncated - begin
                 lost_detail.append(detail)
+                lost_ranges.append([p, begin + 1, truncated])
                 begin = truncated
+            if until is not None:
+                head = min(head, max(begin, int(until.get(str(p), 0))))
             lo[p] = begin
             avail[p] = max(0, head - begin)
         take = _fair_shares(avail, max_records)
@@ -260,6 +264,7 @@ class PostgresLogSource(Source):
             planned_records=sum(take.values()),
             lost_records=lost,
             lost_detail=lost_detail,
+            lost_ranges=lost_ranges,
         )
 
     def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
@@ -286,12 +291,20 @@ class PostgresLogSource(Source):
                     yield Record(f"{p}:{lsn}", event_id, payload)
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
-                        committed: Offsets) -> tuple[dict[str, Any], str | None]:
-        parts = self._partitions(cur, schema)
-        gone = [f"partition {p} LSN 1..{t}" for p, _h, t in parts if t > 0]
-        if gone:
-            return {}, f"log {self.log!r}: retention removed {', '.join(gone)}"
-        ranges = [[p, 0, int(committed.get(str(p), 0))] for p, _h, _t in parts if int(committed.get(str(p), 0))]
+                        committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
+        ranges = []
+        for p, _head, truncated in self._partitions(cur, schema):
+            end = int(committed.get(str(p), 0))
+            removed = min(truncated, end)  # LSN 1..removed of what committed is gone from the log
+            covered = 0
+            for _p, a, b in sorted(r for r in lost if r[0] == p):
+                if a <= covered + 1:
+                    covered = max(covered, b)
+            if covered < removed:
+                return {}, (f"log {self.log!r}: retention removed committed events (partition {p} LSN "
+                            f"{covered + 1}..{removed}); they can no longer be recomputed")
+            if end > removed:
+                ranges.append([p, removed, end])
         return {"log": self.log, "ranges": ranges}, None
 
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:

@@ -1,0 +1,172 @@
+"""Operating a topology from the UI (through the same REST API): a txid that fails for good, the
+fail-fast cascade that frees max_active_runs slots, both recovery paths (clear; backfill with
+"reprocess failed"), a scheduler killed mid-flight, and clears of committed runs -- ending with
+the audit clean and every txid committed once, in order."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional import EventLog
+from airflow_transactional.cli import main as cli
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.localstack import LocalStack, RestClient
+from tests.e2e.conftest import task_log, wait_for_runs
+from tests.helpers import query
+
+pytestmark = pytest.mark.e2e
+
+DAG = "ops_count"
+
+
+def _faults(stack: LocalStack, *lines: str) -> None:
+    Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text("".join(f"{line}\n" for line in lines))
+
+
+def _runs_by_txid(coord: Coordinator, runs: list[str], dag: str = DAG) -> dict[int, str]:
+    out = {}
+    for r in runs:
+        txn = coord.transaction_for_run(dag, r)
+        assert txn is not None, f"run {r} was never planned"
+        out[txn.txid] = r
+    return out
+
+
+def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: LocalStack,
+                                                                       client: RestClient) -> None:
+    dsn = stack.state_dsn
+    log = EventLog(dsn, "ops")
+    log.create(4)
+    coord = Coordinator(dsn)
+    client.wait_for_dag(DAG)
+    client.unpause(DAG)
+    # Unpausing makes Airflow schedule one run at once; with an empty log it is the empty txid 1.
+    first = wait_for_runs(stack, DAG, [r["dag_run_id"] for r in _wait_for_scheduled_run(client)])
+    assert list(first.values()) == ["success"]
+
+    events = [(f"ops{i}", json.dumps({"url": f"https://example.com/{i}"})) for i in range(2000)]
+    log.append(events)
+    # txid 3's processing fails on every try: a permanent failure.
+    _faults(stack, f"spark.begin:{DAG}:3=raise")
+    # Daily-aligned logical dates, so a backfill over the range finds these very runs.
+    day0 = datetime(2025, 3, 1, tzinfo=UTC)
+    runs = [client.trigger(DAG, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(5)]
+    states = wait_for_runs(stack, DAG, runs, allow_failed=True)  # they all finish: no deadlock
+    planned = [r for r in runs if coord.transaction_for_run(DAG, r) is not None]
+    by_txid = _runs_by_txid(coord, planned)
+    blocked = sorted(t for t in by_txid if t > 3)
+    assert sorted(by_txid)[:2] == [2, 3] and blocked == list(range(4, 4 + len(blocked))) and blocked
+    assert states[by_txid[2]] == "success"
+    assert {states[by_txid[t]] for t in (3, *blocked)} == {"failed"}
+    assert "InjectedFault" in task_log(stack, DAG, by_txid[3], "process")
+    for t in blocked:  # they failed fast, naming the txid that blocks them and what to do
+        text = task_log(stack, DAG, by_txid[t], "commit")
+        assert "blocked by failed txid 3" in text and "Clear that run's tasks" in text, text[-3000:]
+    # Runs started once max_in_flight=3 txids were uncommitted could not even be planned: the
+    # oldest failed for good, so their plan tasks failed fast too instead of waiting.
+    unplanned = [r for r in runs if r not in planned]
+    assert unplanned
+    for r in unplanned:
+        assert states[r] == "failed"
+        assert "blocked by failed txid 3" in task_log(stack, DAG, r, "plan")
+    status = coord.status(DAG)
+    assert status.committed_txid == 2
+    assert status.blocked_by and "blocked by failed txid 3" in status.blocked_by
+
+    # Recovery (a): the fault is fixed; clear the failed run of txid 3. A scheduler killed
+    # mid-flight and restarted does not change the outcome.
+    _faults(stack)
+    client.clear(DAG, by_txid[3])
+    stack.stop_component("scheduler", signal.SIGKILL)
+    stack.start_component("scheduler")
+    wait_for_runs(stack, DAG, [by_txid[3]])
+    assert coord.status(DAG).committed_txid == 3
+
+    # Recovery (b): a backfill over the range with "reprocess failed" clears the failed runs in
+    # place (same run ids): the blocked txids reuse the output their processing staged, and the
+    # runs that were never planned get the next txids.
+    client.backfill(DAG, day0.isoformat(), (day0 + timedelta(days=4, hours=12)).isoformat(), reprocess="failed")
+    wait_for_runs(stack, DAG, [by_txid[t] for t in blocked] + unplanned)
+    assert coord.status(DAG).committed_txid == 6
+    assert sorted(coord.transaction_for_run(DAG, r).txid for r in unplanned) == list(  # type: ignore[union-attr]
+        range(blocked[-1] + 1, 7))
+    assert "reusing its staged output" in task_log(stack, DAG, by_txid[4], "process")
+    by_txid = _runs_by_txid(coord, runs)
+
+    # Clearing committed runs -- one task, or a whole run -- is a logged no-op.
+    assert query(dsn, "SELECT id, value FROM ops_count") == [("all", len(events))]
+    client.clear(DAG, by_txid[2], ["commit"])
+    client.clear(DAG, by_txid[4])
+    wait_for_runs(stack, DAG, [by_txid[2], by_txid[4]])
+    assert "txid 2 already committed at" in task_log(stack, DAG, by_txid[2], "commit")
+    assert "txid 4 already committed at" in task_log(stack, DAG, by_txid[4], "process")
+    assert query(dsn, "SELECT id, value FROM ops_count") == [("all", len(events))]
+
+    # Every txid committed once, in txid order; the audit recomputes the same state.
+    commits = coord.commits(DAG)
+    assert [c["txid"] for c in commits] == [1, 2, 3, 4, 5, 6]
+    assert [c["committed_at"] for c in commits] == sorted(c["committed_at"] for c in commits)
+    assert coord.status(DAG).lag == 0
+    assert cli(["--dsn", dsn, "audit", DAG]) == 0
+    coord.close()
+    log.close()
+
+
+def _wait_for_scheduled_run(client: RestClient, dag: str = DAG, timeout: float = 120) -> list[dict[str, object]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = client.runs(dag)
+        if runs:
+            return runs
+        time.sleep(2)
+    raise AssertionError(f"Airflow scheduled no run of {dag} after unpausing it")
+
+
+def test_retention_during_processing_replans_only_what_is_gone(stack: LocalStack, client: RestClient) -> None:
+    dag = "ops_opaque"
+    dsn = stack.state_dsn
+    log = EventLog(dsn, "opq")
+    log.create(1)
+    coord = Coordinator(dsn)
+    client.wait_for_dag(dag)
+    client.unpause(dag)
+    wait_for_runs(stack, dag, [str(r["dag_run_id"]) for r in _wait_for_scheduled_run(client, dag)])
+    events = [(f"opq{i}", json.dumps({"url": f"https://example.org/{i}"})) for i in range(1200)]
+    log.append(events)
+    # txid 2's first attempt stalls after staging its output -- long enough for retention to run.
+    once = stack.base_dir / "opq-pause.once"
+    _faults(stack, f"spark.after_stage:{dag}:2=pause:45@once:{once}")
+    day0 = datetime(2025, 6, 1, tzinfo=UTC)
+    runs = [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(3)]
+    deadline = time.monotonic() + 300
+    while not once.exists():
+        assert time.monotonic() < deadline, "txid 2 never reached its processing"
+        time.sleep(1)
+    assert log.truncate(0, 100) == 100  # retention removes LSN 1..100 of txid 2's planned batch
+    wait_for_runs(stack, dag, runs)
+    _faults(stack)
+
+    by_txid = _runs_by_txid(coord, runs, dag)
+    assert sorted(by_txid) == [2, 3, 4]
+    attempts = query(dsn, "SELECT txid, attempt, plan_version, status, coalesce(error, '') FROM airflow_txn.attempts "
+                          "WHERE topology_id = %s ORDER BY txid, attempt", (dag,))
+    # txid 2: the stalled attempt found its batch short and voided itself; the retry re-planned
+    # within the old bounds. txids 3 and 4 kept their plans and their first attempts.
+    assert [a[:4] for a in attempts if a[0] == 2] == [(2, 1, 1, "failed"), (2, 2, 2, "committed")]
+    assert "lost records while it was processed" in next(a[4] for a in attempts if a[:2] == (2, 1))
+    assert [a[:4] for a in attempts if a[0] > 2] == [(3, 1, 1, "committed"), (4, 1, 1, "committed")]
+    status = coord.status(dag)
+    assert status.committed_txid == 4 and status.lost_records == 100 and status.lag == 0
+    surviving = {e for (e,) in query(dsn, "SELECT event_id FROM airflow_txn.log_events WHERE log_name = 'opq'")}
+    assert len(surviving) == 1100
+    assert query(dsn, "SELECT value FROM ops_opaque") == [(len(surviving),)]
+    assert [c["txid"] for c in coord.commits(dag)] == [1, 2, 3, 4]
+    assert cli(["--dsn", dsn, "audit", dag]) == 0  # recomputed from what survives: the same
+    coord.close()
+    log.close()
