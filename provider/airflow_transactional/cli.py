@@ -36,28 +36,29 @@ def _dsn(args: argparse.Namespace) -> str:
             f"--conn-id ({redact(str(exc))})") from None
 
 
-def audit(coord: Coordinator, topology_id: str, *, master: str, conf: list[str]) -> dict[str, Any]:
-    """Run the topology's own Spark job in audit mode (one pass over the committed offsets)."""
-    from .spark_job import provider_zip
+def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, conf: list[str]) -> dict[str, Any]:
+    """Run the topology's own Spark job in ``audit`` or ``rebuild`` mode; return its summary."""
+    from .spark_job import provider_zip, quiet_log_config
 
     spark = coord.spec(topology_id).extra.get("spark") or {}
     application = spark.get("application")
     if not application:
         raise TransactionalError(f"topology {topology_id!r} has no Spark application recorded (it was not "
                                  "declared with transactional_dag): nothing to recompute it with")
-    with tempfile.TemporaryDirectory(prefix="txn-audit-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"txn-{mode}-") as tmp:
         result_file = os.path.join(tmp, "result.json")
         argv = [os.environ.get("SPARK_SUBMIT", "spark-submit"), "--master", master,
-                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=8"]
+                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=8",
+                "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{quiet_log_config()}"]
         for c in conf:
             argv += ["--conf", c]
         argv += ["--py-files", provider_zip(), application, *spark.get("application_args", []),
-                 "--topology", topology_id, "--schema", coord.schema, "--audit", "--result-file", result_file]
+                 "--topology", topology_id, "--schema", coord.schema, f"--{mode}", "--result-file", result_file]
         env = {**os.environ, "AIRFLOW_TXN_DSN": coord.db.dsn,
                "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         if not os.path.exists(result_file):
-            raise TransactionalError(f"the audit job failed ({proc.returncode}):\n{redact(proc.stderr[-4000:])}")
+            raise TransactionalError(f"the {mode} job failed ({proc.returncode}):\n{redact(proc.stderr[-4000:])}")
         with open(result_file, encoding="utf-8") as fh:
             return dict(json.load(fh))
 
@@ -98,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
                          help="Spark master (default local[2]; e.g. spark://host:7077)")
     p_audit.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
     p_audit.add_argument("--json", action="store_true")
+    p_rebuild = sub.add_parser("rebuild", help="recompute the state from the source and swap it in, live")
+    p_rebuild.add_argument("topology")
+    p_rebuild.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"))
+    p_rebuild.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    p_rebuild.add_argument("--abort", action="store_true", help="forget a rebuild that died half-way")
     args = parser.parse_args(argv)
 
     coord = Coordinator(_dsn(args), schema=args.schema)
@@ -115,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(r, default=str, sort_keys=True))
             return 0
         if args.command == "audit":
-            result = audit(coord, args.topology, master=args.master, conf=args.conf)
+            result = run_job(coord, args.topology, "audit", master=args.master, conf=args.conf)
             if args.json:
                 print(json.dumps(result, indent=2, default=str))
             elif not result.get("auditable"):
@@ -130,6 +136,17 @@ def main(argv: list[str] | None = None) -> int:
                 for line in result["samples"]:
                     print(f"  {line}")
             return 0 if result.get("auditable") and not result.get("differences") else 1
+        if args.command == "rebuild":
+            if args.abort:
+                from .rebuild import abort
+
+                abort(coord, args.topology)
+                print(f"rebuild of {args.topology} aborted; its journal was freed")
+                return 0
+            result = run_job(coord, args.topology, "rebuild", master=args.master, conf=args.conf)
+            print(f"rebuilt {args.topology} from its source as of txid {result['rebuilt_at_txid']}, replayed "
+                  f"{result['journal_txids']} txids committed meanwhile (now at txid {result['caught_up_to_txid']})")
+            return 0
         if args.command == "recover":
             res = coord.recover(args.topology)
             print(f"discarded {res.attempts_discarded} attempts, {res.staged_rows_deleted} staged rows, "

@@ -639,8 +639,11 @@ class Coordinator:
                  Json(txn.end_offsets), records_read, Json(row_counts), quarantined, self.worker, started))
             committed_at = cur.fetchone()[0]
             faults.point("commit.after_checkpoint", cur)
-            for state in spec.states:
-                cur.execute(q.delete_staged_txid(self._staging(num, state)), (txid,))
+            cur.execute(sql.SQL("SELECT rebuild_from_txid FROM {} WHERE topology_id = %s")
+                        .format(self._t("topologies")), (topology_id,))
+            if cur.fetchone()[0] is None:  # during a rebuild the staged rows are its journal
+                for state in spec.states:
+                    cur.execute(q.delete_staged_txid(self._staging(num, state)), (txid,))
             faults.point("commit.before_commit", cur)
         faults.point("commit.after_commit")
         what = f"attempt {chosen}" if chosen is not None else "empty batch"
@@ -724,14 +727,17 @@ class Coordinator:
                 "WHERE y.topology_id = x.topology_id AND y.txid = x.txid AND y.status = 'complete' "
                 "AND y.plan_version = {t}.plan_version))").format(a=a, t=t), (topology_id,))
             result.attempts_discarded = cur.rowcount
+            # Kept too: the committed attempts after a running rebuild's txid (its journal).
             keep = sql.SQL(
                 "EXISTS (SELECT 1 FROM {a} x JOIN {t} USING (topology_id, txid) WHERE x.topology_id = %s "
-                "AND x.txid = s.txid AND x.attempt = s.attempt AND {t}.status = 'planned' AND "
+                "AND x.txid = s.txid AND x.attempt = s.attempt AND (({t}.status = 'planned' AND "
                 "(x.attempt = {t}.pinned_attempt OR (x.plan_version = {t}.plan_version AND "
-                "x.status IN ('running', 'complete'))))").format(a=a, t=t)
+                "x.status IN ('running', 'complete')))) OR (x.status = 'committed' AND x.txid > "
+                "(SELECT coalesce(rebuild_from_txid, 9223372036854775807) FROM {topo} WHERE topology_id = %s))))"
+            ).format(a=a, t=t, topo=self._t("topologies"))
             for state in spec.states:
                 cur.execute(sql.SQL("DELETE FROM {} s WHERE NOT {}").format(self._staging(num, state), keep),
-                            (topology_id,))
+                            (topology_id, topology_id))
                 if cur.rowcount:
                     result.details.append(f"{state.name}: {cur.rowcount} staged rows")
                 result.staged_rows_deleted += cur.rowcount
@@ -784,13 +790,20 @@ class Coordinator:
     def topology_num(self, cur: psycopg2.extensions.cursor, topology_id: str) -> int:
         return self._load(cur, topology_id)[0]
 
-    def committed_batch(self, topology_id: str) -> tuple[dict[str, Any], str | None]:
-        """A batch covering everything committed so far, or why it cannot be read whole."""
+    def committed_batch(self, topology_id: str, through_txid: int | None = None
+                        ) -> tuple[dict[str, Any], str | None]:
+        """A batch covering everything committed (through ``through_txid``), or why it cannot be
+        recomputed from the source."""
         with self.db.transaction() as cur:
-            _num, spec, _committed, offsets = self._load(cur, topology_id)
-            cur.execute(sql.SQL("SELECT batch->'lost'->'ranges' FROM {} WHERE topology_id = %s "
+            _num, spec, committed, offsets = self._load(cur, topology_id)
+            if through_txid is not None and through_txid != committed:
+                cur.execute(sql.SQL("SELECT end_offsets FROM {} WHERE topology_id = %s AND txid = %s")
+                            .format(self._t("commits")), (topology_id, through_txid))
+                row = cur.fetchone()
+                offsets = dict(row[0]) if row else {}
+            cur.execute(sql.SQL("SELECT batch->'lost'->'ranges' FROM {} WHERE topology_id = %s AND txid <= %s "
                                 "AND status = 'committed' AND batch ? 'lost'").format(self._t("transactions")),
-                        (topology_id,))
+                        (topology_id, committed if through_txid is None else through_txid))
             lost = [r for (ranges,) in cur.fetchall() for r in (ranges or [])]
             return spec.source.committed_batch(cur, self.schema, topology_id, offsets, lost)
 

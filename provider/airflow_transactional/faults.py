@@ -7,7 +7,8 @@ happens unless a fault is armed, either in-process (:func:`inject`) or for a chi
 * ``exit``      -- the process dies on the spot (``os._exit``), like a SIGKILL;
 * ``terminate`` -- the server drops this connection (``pg_terminate_backend``);
 * ``raise``     -- an InjectedFault exception;
-* ``pause:S``   -- sleep S seconds (to hold a transaction open while others run).
+* ``pause:S``   -- sleep S seconds (to hold a transaction open while others run);
+* ``waitfor:PATH`` -- wait until PATH exists (at most ten minutes): a test releases it.
 
 ``name=action@N`` fires only the first N times in this process; ``name=action@once:PATH`` fires
 once across all processes (the first to create PATH fires).
@@ -122,10 +123,15 @@ def point(name: str, cur: Any = None, *, scope: tuple[str, ...] = ()) -> None:
         return
     if action == "raise":
         raise InjectedFault(name)
+    if action.startswith("waitfor:"):
+        deadline = time.monotonic() + 600
+        while not os.path.exists(action.split(":", 1)[1]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return
     if action.startswith("pause:"):
         time.sleep(float(action.split(":", 1)[1]))
         return
-    raise ValueError(f"unknown fault action {action!r} at {name}: use exit, terminate, raise or pause:S")
+    raise ValueError(f"unknown fault action {action!r} at {name}: use exit, terminate, raise, pause:S or waitfor:PATH")
 
 
 @contextmanager

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -23,11 +24,6 @@ from .exceptions import TooManyInFlight, WaitingForPredecessor
 from .hooks import TransactionalHook
 from .spark_job import DSN_ENV, provider_zip, quiet_log_config
 from .spec import TopologySpec
-
-
-def _is_final_try(context: Mapping[str, Any], task: BaseOperator) -> bool:
-    ti = context["ti"]
-    return int(ti.try_number) > int(task.retries or 0)
 
 
 class _TopologyTask(BaseOperator):
@@ -71,11 +67,19 @@ class _TopologyTask(BaseOperator):
             self.log.warning("%s -- failing in %.0fs unless it is retried", blocked, self.blocked_grace.total_seconds())
         return blocked if time.monotonic() - since[0] >= self.blocked_grace.total_seconds() else None
 
-    def fail_for_good(self, coordinator: Coordinator, context: Mapping[str, Any], reason: str) -> None:
-        """After the last retry, record the failure so later commits fail fast (trap 2)."""
-        txn = coordinator.transaction_for_run(self.topology_id, context["run_id"])
-        if txn is not None and not txn.committed:
-            coordinator.mark_failed(self.topology_id, txn.txid, f"{self.task_id}: {reason}")
+    @contextmanager
+    def failing_for_good(self, coordinator: Coordinator, context: Mapping[str, Any], what: str) -> Iterator[None]:
+        """On the last try, record a failure so later commits fail fast instead of waiting (trap 2)."""
+        try:
+            yield
+        except WaitingForPredecessor:  # not a failure: the commit polls until its turn
+            raise
+        except Exception as exc:
+            if int(context["ti"].try_number) > int(self.retries or 0):
+                txn = coordinator.transaction_for_run(self.topology_id, context["run_id"])
+                if txn is not None and not txn.committed:
+                    coordinator.mark_failed(self.topology_id, txn.txid, f"{self.task_id}: {what} failed: {exc}")
+            raise
 
 
 class PlanOperator(_TopologyTask):
@@ -163,12 +167,8 @@ class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):
                                  f"-Dlog4j2.configurationFile=file:{quiet_log_config()}")
             self.log.info("processing txid %d of topology %s (%d records)", txn.txid, self.topology_id,
                           txn.planned_records)
-            try:
+            with self.failing_for_good(coordinator, context, "spark-submit"):
                 super().execute(context)
-            except Exception as exc:
-                if _is_final_try(context, self):
-                    self.fail_for_good(coordinator, context, f"spark-submit failed: {exc}")
-                raise
         finally:
             coordinator.close()
 
@@ -199,7 +199,8 @@ class CommitOperator(_TopologyTask):
             since: list[float] = []
             while True:
                 try:
-                    result = coordinator.commit(self.topology_id, txn.txid)
+                    with self.failing_for_good(coordinator, context, "commit"):
+                        result = coordinator.commit(self.topology_id, txn.txid)
                     break
                 except WaitingForPredecessor as exc:
                     blocked = self.still_blocked(coordinator, txn.txid, since)
@@ -212,10 +213,6 @@ class CommitOperator(_TopologyTask):
                         self.log.info("%s", exc)
                         announced = True
                     time.sleep(self.poll_interval)
-                except Exception as exc:
-                    if _is_final_try(context, self):
-                        self.fail_for_good(coordinator, context, f"commit failed: {exc}")
-                    raise
         finally:
             coordinator.close()
         self.log.info("%s", result.message)

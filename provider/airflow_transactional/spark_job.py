@@ -73,10 +73,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--txid", type=int, help="the transaction to process")
     p.add_argument("--schema", default=DEFAULT_SCHEMA, help="the provider's schema in the store")
     p.add_argument("--audit", action="store_true", help="recompute the committed state and diff it")
+    p.add_argument("--rebuild", action="store_true", help="recompute the state and swap it in")
     p.add_argument("--result-file", help="write a JSON summary here")
     args, _unknown = p.parse_known_args(argv)
-    if not args.audit and args.txid is None:
-        p.error("--txid is required (or --audit)")
+    if not (args.audit or args.rebuild) and args.txid is None:
+        p.error("--txid is required (or --audit, --rebuild)")
     return args
 
 
@@ -407,16 +408,46 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
     raise TransactionalError(f"topology {topology_id!r} kept committing during the audit: pause it and rerun")
 
 
+def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+            *, schema: str | None, required: Sequence[str]) -> dict[str, Any]:
+    """Recompute every state from the source and swap it in while the topology keeps committing."""
+    from . import rebuild as rb
+
+    through = rb.begin(coordinator, topology_id)
+    try:
+        spec = coordinator.spec(topology_id)
+        batch, why_not = coordinator.committed_batch(topology_id, through_txid=through)
+        if why_not:
+            raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
+        raw, is_text = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn,
+                                   schema=coordinator.schema, topology_id=topology_id)
+        good, _bad = validate(raw, is_text, schema, required)
+        with coordinator.db.transaction() as cur:
+            num = coordinator.topology_num(cur, topology_id)
+            copies = {s.name: q.copy_into(rb.load_table(coordinator, num, s), [*s.key_columns, "value"])
+                      .as_string(cur) for s in spec.states}
+        for name, delta in _outputs(spec, transform, good).items():
+            copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
+        faults.point("rebuild.loaded", scope=(topology_id,))
+        return rb.swap(coordinator, topology_id, through)
+    except BaseException:
+        rb.abort(coordinator, topology_id)
+        raise
+
+
 def run(transform: Transform, *, schema: str | None = None, required: Sequence[str] = (),
         argv: Sequence[str] | None = None) -> int:
     """Entry point of a job file: parse argv, process one transaction (or audit), exit."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(sys.argv[1:] if argv is None else argv)
     coordinator = Coordinator(_dsn(), schema=args.schema)
-    spark = _session(f"txn:{args.topology}:{'audit' if args.audit else args.txid}")
+    mode = "audit" if args.audit else "rebuild" if args.rebuild else None
+    spark = _session(f"txn:{args.topology}:{mode or args.txid}")
     try:
-        if args.audit:
+        if mode == "audit":
             result = audit(spark, coordinator, args.topology, transform, schema=schema, required=required)
+        elif mode == "rebuild":
+            result = rebuild(spark, coordinator, args.topology, transform, schema=schema, required=required)
         else:
             result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
                              required=required)

@@ -1,7 +1,8 @@
-"""Operating a topology from the UI (through the same REST API): a txid that fails for good, the
-fail-fast cascade that frees max_active_runs slots, both recovery paths (clear; backfill with
-"reprocess failed"), a scheduler killed mid-flight, and clears of committed runs -- ending with
-the audit clean and every txid committed once, in order."""
+"""Operating a topology from the UI (through the same REST API): a killed Spark driver retried, a
+txid that fails for good, the fail-fast cascade that frees max_active_runs slots, both recovery
+paths (clear; backfill with "reprocess failed"), a scheduler killed mid-flight, clears of committed
+runs, retention during processing with a pause and an api-server restart -- each ending with the
+audit clean and every txid committed once, in order."""
 
 from __future__ import annotations
 
@@ -41,19 +42,14 @@ def _runs_by_txid(coord: Coordinator, runs: list[str], dag: str = DAG) -> dict[i
 def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: LocalStack,
                                                                        client: RestClient) -> None:
     dsn = stack.state_dsn
-    log = EventLog(dsn, "ops")
-    log.create(4)
-    coord = Coordinator(dsn)
-    client.wait_for_dag(DAG)
-    client.unpause(DAG)
-    # Unpausing makes Airflow schedule one run at once; with an empty log it is the empty txid 1.
-    first = wait_for_runs(stack, DAG, [r["dag_run_id"] for r in _wait_for_scheduled_run(client)])
-    assert list(first.values()) == ["success"]
+    log, coord = _start(stack, client, DAG, "ops", partitions=4)
 
     events = [(f"ops{i}", json.dumps({"url": f"https://example.com/{i}"})) for i in range(2000)]
     log.append(events)
-    # txid 3's processing fails on every try: a permanent failure.
-    _faults(stack, f"spark.begin:{DAG}:3=raise")
+    # txid 2's driver is killed once after staging (a transient failure); txid 3's processing
+    # fails on every try (a permanent one).
+    _faults(stack, f"spark.after_stage:{DAG}:2=exit@once:{stack.base_dir / 'kill-2.once'}",
+            f"spark.begin:{DAG}:3=raise")
     # Daily-aligned logical dates, so a backfill over the range finds these very runs.
     day0 = datetime(2025, 3, 1, tzinfo=UTC)
     runs = [client.trigger(DAG, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(5)]
@@ -63,6 +59,9 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     blocked = sorted(t for t in by_txid if t > 3)
     assert sorted(by_txid)[:2] == [2, 3] and blocked == list(range(4, 4 + len(blocked))) and blocked
     assert states[by_txid[2]] == "success"
+    # The killed attempt's staged rows were never committed: Airflow's retry made attempt 2.
+    assert query(dsn, "SELECT attempt, status = 'committed' FROM airflow_txn.attempts WHERE topology_id = %s "
+                      "AND txid = 2 ORDER BY attempt", (DAG,)) == [(1, False), (2, True)]
     assert {states[by_txid[t]] for t in (3, *blocked)} == {"failed"}
     assert "InjectedFault" in task_log(stack, DAG, by_txid[3], "process")
     for t in blocked:  # they failed fast, naming the txid that blocks them and what to do
@@ -118,25 +117,26 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     log.close()
 
 
-def _wait_for_scheduled_run(client: RestClient, dag: str = DAG, timeout: float = 120) -> list[dict[str, object]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        runs = client.runs(dag)
-        if runs:
-            return runs
-        time.sleep(2)
-    raise AssertionError(f"Airflow scheduled no run of {dag} after unpausing it")
-
-
-def test_retention_during_processing_replans_only_what_is_gone(stack: LocalStack, client: RestClient) -> None:
-    dag = "ops_opaque"
-    dsn = stack.state_dsn
-    log = EventLog(dsn, "opq")
-    log.create(1)
-    coord = Coordinator(dsn)
+def _start(stack: LocalStack, client: RestClient, dag: str, log_name: str,
+           partitions: int) -> tuple[EventLog, Coordinator]:
+    """Create the topology's (empty) log and unpause it. Airflow schedules one run at once on
+    unpausing; with an empty log that run is the empty txid 1."""
+    log = EventLog(stack.state_dsn, log_name)
+    log.create(partitions)
     client.wait_for_dag(dag)
     client.unpause(dag)
-    wait_for_runs(stack, dag, [str(r["dag_run_id"]) for r in _wait_for_scheduled_run(client, dag)])
+    deadline = time.monotonic() + 120
+    while not (scheduled := client.runs(dag)):
+        assert time.monotonic() < deadline, f"Airflow scheduled no run of {dag} after unpausing it"
+        time.sleep(2)
+    assert set(wait_for_runs(stack, dag, [str(r["dag_run_id"]) for r in scheduled]).values()) == {"success"}
+    return log, Coordinator(stack.state_dsn)
+
+
+def test_retention_pause_and_api_server_restart_during_processing(stack: LocalStack, client: RestClient) -> None:
+    dag = "ops_opaque"
+    dsn = stack.state_dsn
+    log, coord = _start(stack, client, dag, "opq", partitions=1)
     events = [(f"opq{i}", json.dumps({"url": f"https://example.org/{i}"})) for i in range(1200)]
     log.append(events)
     # txid 2's first attempt stalls after staging its output -- long enough for retention to run.
@@ -149,6 +149,13 @@ def test_retention_during_processing_replans_only_what_is_gone(stack: LocalStack
         assert time.monotonic() < deadline, "txid 2 never reached its processing"
         time.sleep(1)
     assert log.truncate(0, 100) == 100  # retention removes LSN 1..100 of txid 2's planned batch
+    # Meanwhile the DAG is paused and the api-server (the tasks' only way to the metadata DB) is
+    # restarted; after unpausing, the topology resumes where it stopped.
+    client.patch(f"/api/v2/dags/{dag}", {"is_paused": True})
+    stack.stop_component("api-server")
+    stack.start_component("api-server")
+    stack.wait_healthy()
+    client.unpause(dag)
     wait_for_runs(stack, dag, runs)
     _faults(stack)
 

@@ -107,7 +107,7 @@ def test_the_ui_lists_the_dags_and_offers_the_state_store_connection_form(stack:
     with urllib.request.urlopen(stack.url + "/", timeout=30) as resp:  # the UI's single-page app
         assert resp.status == 200 and b"<html" in resp.read().lower()
     dags = {d["dag_id"]: d for d in client.get("/api/v2/dags?tags=transactional")["dags"]}
-    assert set(dags) == {"words", "global_count", "landing_orders"}
+    assert {"words", "global_count", "landing_orders"} <= set(dags)
     assert dags["words"]["max_active_runs"] == 3
     # The connection form's metadata (what the UI's "Add connection" page is built from).
     meta = {h["connection_type"]: h for h in client.get("/ui/connections/hook_meta")}

@@ -1,7 +1,8 @@
 """The Spark helper under real ``spark-submit`` (local[2]): the ``words`` job processes planned
 batches, the commit applies them, and the state equals an oracle computed straight from the
-events appended (by event id). Bad records land in the quarantine; ``airflow-txn audit`` finds
-no difference -- and finds a tampered value."""
+events appended (by event id). Bad records land in the quarantine; ``airflow-txn audit`` finds a
+damaged state table, ``airflow-txn rebuild`` repairs it while commits continue, and the audit
+then finds no difference."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -51,7 +54,8 @@ def _tweets(n: int) -> list[tuple[str, str]]:
     return out
 
 
-def test_words_job_commits_exactly_what_the_log_holds_and_audit_agrees(dsn: str) -> None:
+def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_repairs(
+        dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = EventLog(dsn, "tweets")
     log.create(3)
     good = _tweets(2000)
@@ -85,15 +89,57 @@ def test_words_job_commits_exactly_what_the_log_holds_and_audit_agrees(dsn: str)
     attempts = query(dsn, "SELECT txid, attempt, status FROM airflow_txn.attempts WHERE txid = 2 ORDER BY 2")
     assert attempts == [(2, 1, "discarded"), (2, 2, "committed")]  # the replay's output won, once
 
-    assert cli(["--dsn", dsn, "audit", "words"]) == 0
-    query(dsn, "UPDATE url_counts SET value = value + 1 WHERE url = (SELECT min(url) FROM url_counts)")
+    # A damaged derived view: the audit finds it ...
+    query(dsn, "UPDATE url_counts SET value = value * 10 WHERE url LIKE '%p1%'")
+    query(dsn, "DELETE FROM domain_counts WHERE domain = 'example.com'")
+    query(dsn, "INSERT INTO url_counts VALUES ('https://bogus/', 5, 1)")
     assert cli(["--dsn", dsn, "audit", "words"]) == 1
+
+    # ... and a rebuild recomputes it from the log while the topology keeps committing: the job
+    # holds after loading its recomputation until released, and a commit lands meanwhile.
+    release = tmp_path / "release"
+    monkeypatch.setenv("AIRFLOW_TXN_FAULTS", f"rebuild.loaded:words=waitfor:{release}")
+    outcome: list[int] = []
+    worker = threading.Thread(target=lambda: outcome.append(cli(["--dsn", dsn, "rebuild", "words"])))
+    worker.start()
+    rebuild_from = coord.status("words").committed_txid
+    while query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies") != [(rebuild_from,)]:
+        time.sleep(0.5)
+    monkeypatch.delenv("AIRFLOW_TXN_FAULTS")
+    late = _tweets(2300)[2000:]
+    log.append(late)
+    t = coord.plan("words", "during-rebuild").txid
+    assert _submit(dsn, "--txid", str(t)).returncode == 0
+    assert coord.commit("words", t).committed
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_url_counts")[0][0] > 0  # the journal
+    # A reader polling through the swap never sees a half-built view (the swap is one transaction).
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            seen.append(query(dsn, "SELECT count(*) FROM url_counts")[0][0])
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    release.touch()
+    worker.join(300)
+    stop.set()
+    reader.join(30)
+    assert outcome == [0]
+    urls = Counter(json.loads(p)["url"] for _e, p in good + late)
+    assert seen and min(seen) >= len(urls)
+    assert dict(query(dsn, "SELECT url, value FROM url_counts")) == urls
+    assert query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies") == [(None,)]
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_url_counts") == [(0,)]
+    assert cli(["--dsn", dsn, "audit", "words"]) == 0
     coord.close()
     log.close()
 
 
 FAILING_JOB = """
 import sys
+import time
 from pyspark.sql import functions as F
 from airflow_transactional.spark_job import run
 
@@ -133,3 +179,4 @@ def test_a_job_dying_mid_write_leaves_nothing_committable(dsn: str, tmp_path: Pa
     assert sum(v for (v,) in query(dsn, "SELECT value FROM url_counts")) == 300
     coord.close()
     log.close()
+

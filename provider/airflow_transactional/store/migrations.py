@@ -151,6 +151,15 @@ CREATE TABLE {s}.log_retired_ids (
 ALTER TABLE {s}.transactions ADD COLUMN failed_at timestamptz, ADD COLUMN failure text;
 """,
     ),
+    (
+        3,
+        "rebuilds",
+        """
+-- While a rebuild recomputes the states as of this txid, commits keep their staged rows (the
+-- journal the rebuild replays before it swaps the new states in).
+ALTER TABLE {s}.topologies ADD COLUMN rebuild_from_txid bigint;
+""",
+    ),
 ]
 
 

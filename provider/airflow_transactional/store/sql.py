@@ -134,9 +134,10 @@ def copy_into(table: sql.Composed, columns: list[str]) -> sql.Composed:
     return sql.SQL("COPY {} ({}) FROM STDIN").format(table, sql.SQL(", ").join(map(sql.Identifier, columns)))
 
 
-def audit_table(schema: str, topology_num: int, state: StateSpec) -> sql.Composed:
-    """Where an audit puts the state it recomputed from the source (dropped after the diff)."""
-    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"audit_{topology_num}_{state.name}"))
+def audit_table(schema: str, topology_num: int, state: StateSpec, purpose: str = "audit") -> sql.Composed:
+    """Where an audit (or a rebuild) loads the state it recomputed from the source; dropped after."""
+    return sql.SQL("{}.{}").format(sql.Identifier(schema),
+                                   sql.Identifier(f"{purpose}_{topology_num}_{state.name}"))
 
 
 def create_audit_table(table: sql.Composed, state: StateSpec) -> list[sql.Composed]:
@@ -153,3 +154,21 @@ def audit_diff(state: StateSpec, recomputed: sql.Composed) -> sql.Composed:
     return sql.SQL("SELECT {kt}, s.value::text, a.value::text FROM {rec} a FULL JOIN {target} s ON {on} "
                    "WHERE a.value IS DISTINCT FROM s.value ORDER BY 1").format(
         kt=key_text, rec=recomputed, target=state_table(state), on=on)
+
+
+def rebuild_shadow(state: StateSpec, shadow: sql.Identifier, recomputed: sql.Composed) -> list[sql.Composed]:
+    """A temporary copy of the state table, filled with the recomputed values as of ``%(txid)s``."""
+    opaque = ValueKind(state.kind) is ValueKind.OPAQUE
+    return [
+        sql.SQL("CREATE TEMP TABLE {} (LIKE {} INCLUDING ALL) ON COMMIT DROP").format(shadow, state_table(state)),
+        sql.SQL("INSERT INTO {} ({keys}, value, {prev}txid) SELECT {keys}, value, {null}%(txid)s FROM {}").format(
+            shadow, recomputed, keys=_keys(state), prev=sql.SQL("prev_value, " if opaque else ""),
+            null=sql.SQL("NULL, " if opaque else "")),
+    ]
+
+
+def replace_contents(state: StateSpec, shadow: sql.Identifier) -> list[sql.Composed]:
+    """Swap the shadow's rows into the state table in place (grants and views stay valid)."""
+    cols = sql.SQL(", ").join(map(sql.Identifier, expected_columns(state)))
+    return [sql.SQL("TRUNCATE {}").format(state_table(state)),
+            sql.SQL("INSERT INTO {} ({c}) SELECT {c} FROM {}").format(state_table(state), shadow, c=cols)]
