@@ -87,7 +87,8 @@ class PlanOperator(_TopologyTask):
 
     Registers the topology first (creates/migrates tables; idempotent). When ``max_in_flight``
     txids are uncommitted it waits up to ``wait_timeout`` for one to commit -- unless an earlier
-    txid failed for good, which no waiting can fix: then it fails at once and says which.
+    txid failed for good, which no waiting can fix: then it fails (after ``blocked_grace``) and
+    says which.
     """
 
     def __init__(self, *, wait_timeout: timedelta = timedelta(minutes=30), poll_interval: float = 2.0,
@@ -103,6 +104,7 @@ class PlanOperator(_TopologyTask):
             coordinator.register(spec)
             deadline = time.monotonic() + self.wait_timeout.total_seconds()
             since: list[float] = []
+            waiting_for: list[int] | None = None
             while True:
                 try:
                     txn = coordinator.plan(self.topology_id, context["run_id"])
@@ -113,7 +115,9 @@ class PlanOperator(_TopologyTask):
                         raise AirflowFailException(blocked) from exc
                     if time.monotonic() > deadline:
                         raise
-                    self.log.info("%s; waiting", exc)
+                    if exc.in_flight != waiting_for:  # say it once per change, not every poll
+                        waiting_for = exc.in_flight
+                        self.log.info("%s; waiting", exc)
                     time.sleep(self.poll_interval)
         finally:
             coordinator.close()
