@@ -22,6 +22,23 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+# The connection form of the Airflow UI. Airflow 3.3 builds that form from the provider info
+# alone (it does not import the hook), so the hook reads these same values.
+CONNECTION_TYPE = "transactional"
+HOOK_NAME = "Transactional state store (PostgreSQL)"
+UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden_fields": [],
+    "relabeling": {"schema": "Database"},
+    "placeholders": {
+        "host": "postgres.example.internal",
+        "port": "5432",
+        "schema": "analytics",
+        "login": "txn_app",
+        "extra": '{"state_schema": "airflow_txn", "sslmode": "require"}',
+    },
+}
+
+
 def get_provider_info() -> dict[str, Any]:
     """Describe this provider to Airflow's ProvidersManager (entry point ``apache_airflow_provider``)."""
     return {
@@ -44,7 +61,9 @@ def get_provider_info() -> dict[str, Any]:
             "python-modules": ["airflow_transactional.hooks"],
         }],
         "connection-types": [{
-            "connection-type": "transactional",
+            "connection-type": CONNECTION_TYPE,
             "hook-class-name": "airflow_transactional.hooks.TransactionalHook",
+            "hook-name": HOOK_NAME,
+            "ui-field-behaviour": {key.replace("_", "-"): value for key, value in UI_FIELD_BEHAVIOUR.items()},
         }],
     }

@@ -7,11 +7,13 @@ adds the provider's own form (state schema) to the Airflow UI.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from airflow.sdk import BaseHook
 from psycopg2.extensions import make_dsn
 
+from . import CONNECTION_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
 from .coordinator import Coordinator
 from .store.migrations import DEFAULT_SCHEMA
 
@@ -43,8 +45,8 @@ class TransactionalHook(BaseHook):
 
     conn_name_attr = "transactional_conn_id"
     default_conn_name = "transactional_default"
-    conn_type = "transactional"
-    hook_name = "Transactional state store (PostgreSQL)"
+    conn_type = CONNECTION_TYPE
+    hook_name = HOOK_NAME
 
     def __init__(self, transactional_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -52,17 +54,7 @@ class TransactionalHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": [],
-            "relabeling": {"schema": "Database"},
-            "placeholders": {
-                "host": "postgres.example.internal",
-                "port": "5432",
-                "schema": "analytics",
-                "login": "txn_app",
-                "extra": '{"state_schema": "airflow_txn", "sslmode": "require"}',
-            },
-        }
+        return copy.deepcopy(UI_FIELD_BEHAVIOUR)
 
     def _extras(self) -> dict[str, Any]:
         conn = self.get_connection(self.transactional_conn_id)
