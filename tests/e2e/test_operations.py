@@ -1,13 +1,17 @@
 """Operating a topology from the UI (through the same REST API): a killed Spark driver retried, a
 txid that fails for good, the fail-fast cascade that frees max_active_runs slots, both recovery
-paths (clear; backfill with "reprocess failed"), a scheduler killed mid-flight, clears of committed
-runs, retention during processing with a pause and an api-server restart -- each ending with the
-audit clean and every txid committed once, in order."""
+paths (clear; backfill with "reprocess failed"), a scheduler killed mid-flight, clears of
+committed runs, a rebuild while runs commit, retention during processing with a pause and an
+api-server restart -- each ending with the audit clean and every txid committed once, in order."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -107,14 +111,45 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     assert "txid 4 already committed at" in task_log(stack, DAG, by_txid[4], "process")
     assert query(dsn, "SELECT id, value FROM ops_count") == [("all", len(events))]
 
+    # Rebuild the derived view from the log while Airflow keeps committing: a damaged table is
+    # repaired, and a run that commits mid-rebuild is part of the swapped-in state.
+    query(dsn, "UPDATE ops_count SET value = value + 1000")
+    assert cli(["--dsn", dsn, "audit", DAG]) == 1
+    release = stack.base_dir / "rebuild.release"
+    outcome: list[int] = []
+    env = {"AIRFLOW_TXN_FAULTS": f"rebuild.loaded:{DAG}=waitfor:{release}"}
+    worker = threading.Thread(target=lambda: outcome.append(_cli_with_env(env, ["--dsn", dsn, "rebuild", DAG])))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies WHERE topology_id = %s", (DAG,)) != [(6,)]:
+        assert time.monotonic() < deadline, "the rebuild never began"
+        time.sleep(1)
+    late = [(f"late{i}", json.dumps({"url": f"https://example.com/late/{i}"})) for i in range(300)]
+    log.append(late)
+    late_run = client.trigger(DAG, (day0 + timedelta(days=10)).isoformat())["dag_run_id"]
+    wait_for_runs(stack, DAG, [late_run])
+    release.touch()
+    worker.join(300)
+    assert outcome == [0]
+    assert query(dsn, "SELECT id, value FROM ops_count") == [("all", len(events) + len(late))]
+
     # Every txid committed once, in txid order; the audit recomputes the same state.
     commits = coord.commits(DAG)
-    assert [c["txid"] for c in commits] == [1, 2, 3, 4, 5, 6]
+    assert [c["txid"] for c in commits] == [1, 2, 3, 4, 5, 6, 7]
     assert [c["committed_at"] for c in commits] == sorted(c["committed_at"] for c in commits)
     assert coord.status(DAG).lag == 0
     assert cli(["--dsn", dsn, "audit", DAG]) == 0
     coord.close()
     log.close()
+
+
+def _cli_with_env(env: dict[str, str], argv: list[str]) -> int:
+    """``airflow-txn`` in a subprocess with extra environment (faults for its Spark job)."""
+    res = subprocess.run([sys.executable, "-m", "airflow_transactional.cli", *argv], env={**os.environ, **env},
+                         capture_output=True, text=True, timeout=600)
+    if res.returncode:
+        print(res.stdout, res.stderr[-3000:])
+    return res.returncode
 
 
 def _start(stack: LocalStack, client: RestClient, dag: str, log_name: str,
