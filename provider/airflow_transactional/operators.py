@@ -26,6 +26,16 @@ from .spark_job import DSN_ENV, provider_zip, quiet_log_config
 from .spec import TopologySpec
 
 
+def with_quiet_driver_logs(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` with the driver's log4j config added to its Java options (a user's own one wins)."""
+    out = dict(conf)
+    java_opts = str(out.get("spark.driver.extraJavaOptions") or "")
+    if "-Dlog4j2.configurationFile" not in java_opts:
+        out["spark.driver.extraJavaOptions"] = " ".join(
+            filter(None, [java_opts, f"-Dlog4j2.configurationFile=file:{quiet_log_config()}"]))
+    return out
+
+
 class _TopologyTask(BaseOperator):
     """Shared parts: the topology's stored declaration and the run's transaction."""
 
@@ -166,9 +176,7 @@ class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):
                              "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
                              **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"})}
             self.py_files = ",".join(filter(None, [self.py_files, provider_zip()]))
-            self.conf = dict(self.conf or {})
-            self.conf.setdefault("spark.driver.extraJavaOptions",
-                                 f"-Dlog4j2.configurationFile=file:{quiet_log_config()}")
+            self.conf = with_quiet_driver_logs(self.conf or {})
             self.log.info("processing txid %d of topology %s (%d records)", txn.txid, self.topology_id,
                           txn.planned_records)
             with self.failing_for_good(coordinator, context, "spark-submit"):

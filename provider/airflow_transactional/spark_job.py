@@ -350,7 +350,9 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
         raw = raw.persist(StorageLevel.MEMORY_AND_DISK)
         records_read = raw.count()
         good, bad = validate(raw, is_text, schema, required)
-        bad_rows = [(r["offset"] or "?", r["event_id"], r["reason"], r["record"]) for r in bad.toLocalIterator()]
+        # One job for all partitions (toLocalIterator would run one per partition); bad records
+        # are few, and bounded by the batch size.
+        bad_rows = [(r["offset"] or "?", r["event_id"], r["reason"], r["record"]) for r in bad.collect()]
         if bad_rows and spec.on_bad_record == "fail":
             first = bad_rows[0]
             raise BadRecord(f"txid {txid}: {len(bad_rows)} bad records, first at offset {first[0]}: {first[2]} "

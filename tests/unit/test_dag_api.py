@@ -143,3 +143,17 @@ def test_connection_form_metadata_comes_from_provider_info_without_importing_the
     assert got["hook_name"] == TransactionalHook.hook_name == "Transactional state store (PostgreSQL)"
     assert got["behaviour"] == TransactionalHook.get_ui_field_behaviour()
     assert got["behaviour"]["relabeling"] == {"schema": "Database"}
+
+
+def test_spark_driver_keeps_the_users_java_options_and_gets_quiet_logs() -> None:
+    from airflow_transactional.dag import LOCAL_SPARK_CONF
+    from airflow_transactional.operators import with_quiet_driver_logs
+
+    conf = with_quiet_driver_logs(LOCAL_SPARK_CONF)
+    opts = conf["spark.driver.extraJavaOptions"].split()
+    assert opts[:2] == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+    assert opts[2].startswith("-Dlog4j2.configurationFile=file:")
+    assert with_quiet_driver_logs(conf) == conf  # applied once
+    own = {"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:/etc/mine.properties"}
+    assert with_quiet_driver_logs(own) == own
+    assert LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
