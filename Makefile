@@ -24,7 +24,7 @@ test: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check provider tests dags spark_jobs
+	$(BIN)/ruff check provider tests dags spark_jobs bench
 	$(BIN)/mypy provider/airflow_transactional
 
 clean:

@@ -591,11 +591,12 @@ class Coordinator:
             done = self._commit_external(topology_id, txid, attempt)
             if done is not None:
                 return done
+        scope = (topology_id, str(txid))  # faults may target one topology or one txid
         with self.db.transaction() as cur:
-            faults.point("commit.begin", cur)
+            faults.point("commit.begin", cur, scope=scope)
             num, spec, committed, offsets = self._load(cur, topology_id, lock=True)
             started = datetime.now().astimezone()
-            faults.point("commit.after_lock", cur)
+            faults.point("commit.after_lock", cur, scope=scope)
             done = self._check_order(cur, topology_id, txid, committed)
             if done is not None:
                 return done
@@ -607,12 +608,12 @@ class Coordinator:
                     "this when processing it again)")
             chosen, row_counts, records_read, quarantined = self._choose_attempt(cur, txn, attempt)
             self._verify_staged(cur, num, spec, txn, chosen, row_counts)
-            faults.point("commit.after_verify", cur)
+            faults.point("commit.after_verify", cur, scope=scope)
             for state in spec.states:
                 if state.database is None and chosen is not None:
                     self._apply(cur, state, self._staging(num, state), txid, chosen,
                                 int(row_counts.get(state.name, 0)))
-                    faults.point("commit.after_apply", cur)
+                    faults.point("commit.after_apply", cur, scope=scope)
             lost = int((txn.batch.get("lost") or {}).get("records", 0))
             cur.execute(sql.SQL("UPDATE {} SET committed_txid = %s, committed_offsets = %s, "
                                 "last_commit_at = clock_timestamp(), lost_records = lost_records + %s "
@@ -638,14 +639,14 @@ class Coordinator:
                 (topology_id, txid, chosen or 0, txn.plan_version, txn.run_key, Json(txn.start_offsets),
                  Json(txn.end_offsets), records_read, Json(row_counts), quarantined, self.worker, started))
             committed_at = cur.fetchone()[0]
-            faults.point("commit.after_checkpoint", cur)
+            faults.point("commit.after_checkpoint", cur, scope=scope)
             cur.execute(sql.SQL("SELECT rebuild_from_txid FROM {} WHERE topology_id = %s")
                         .format(self._t("topologies")), (topology_id,))
             if cur.fetchone()[0] is None:  # during a rebuild the staged rows are its journal
                 for state in spec.states:
                     cur.execute(q.delete_staged_txid(self._staging(num, state)), (txid,))
-            faults.point("commit.before_commit", cur)
-        faults.point("commit.after_commit")
+            faults.point("commit.before_commit", cur, scope=scope)
+        faults.point("commit.after_commit", scope=scope)
         what = f"attempt {chosen}" if chosen is not None else "empty batch"
         msg = f"committed txid {txid} ({what}) of topology {topology_id}"
         log.info(msg)

@@ -109,6 +109,9 @@ class LocalStack:
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
+            # A task whose worker died (a killed scheduler takes its LocalExecutor workers along)
+            # is failed -- and retried -- after one minute instead of five.
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.base_dir / "logs"),
             "AIRFLOW_CONN_TRANSACTIONAL_DEFAULT": json.dumps(store),
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),

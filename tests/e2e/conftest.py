@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 
 from airflow_transactional.localstack import LocalStack, RestClient
+from bench.chaos import ChaosConfig, write_dag
+
+# The chaos harness's CI size; its topology is deployed with the others.
+CHAOS_CI = ChaosConfig.quick(seed=7)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +44,7 @@ dag = transactional_dag(
 """
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     base = tmp_path_factory.mktemp("airflow")
     landing = base / "landing"
@@ -53,6 +57,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         (dags / f"{name}.py").write_text(OPS_DAG.format(
             name=name, log=log, opaque=opaque, kind="opaque" if opaque else "transactional",
             application=REPO / "spark_jobs" / "global_count.py"))
+    write_dag(dags, CHAOS_CI)
     env = {
         # Runs are triggered over REST with explicit logical dates; the daily schedule only adds
         # the one scheduled run Airflow creates on unpause.
@@ -70,7 +75,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         st.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def client(stack: LocalStack) -> RestClient:
     return stack.client()
 

@@ -1,0 +1,555 @@
+"""Exactly-once under faults: run ``words`` on the real stack, break things, check an oracle.
+
+Jepsen-style: producers append tweets to an event log (with duplicate deliveries and malformed
+records), the harness triggers transactions over the REST API the UI uses, and injects faults at
+random -- seeded, so a run can be replayed:
+
+  spark_kill              SIGKILL of a running spark-submit driver JVM (driver and executors)
+  commit_kill_before      the commit task's process dies just before the Postgres COMMIT
+  commit_kill_after       ... right after COMMIT returned, before Airflow records success
+  pg_restart_processing   Postgres restarted (fast shutdown) while a Spark batch runs
+  pg_restart_commit       Postgres restarted while a commit transaction is open
+  scheduler_restart       the scheduler (and the LocalExecutor workers it owns) SIGKILLed, restarted
+  api_restart             the api-server SIGKILLed and restarted
+  clear                   a random task of a random run cleared (committed runs included)
+
+It plays the operator too, as documented in README ("Operating a topology"): a component that
+died is restarted (what systemd or Kubernetes would do) and a failed run is cleared. At the end
+it drains the log and checks, independently of the provider's code paths:
+
+* the state tables equal an oracle computed from what the producers appended, by event id;
+* the audit log (``commits``) holds txids 1..N, each once, committed in increasing order;
+* the quarantine holds exactly the malformed records injected, each once;
+* no run is left unfinished.
+
+``python -m bench.chaos --quick`` is the size CI runs; ``python -m bench.chaos`` the soak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psutil
+import psycopg2
+from psycopg2 import sql
+
+from airflow_transactional import EventLog
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.localstack import COMPONENTS, AirflowStackError, LocalStack, RestClient
+
+REPO = Path(__file__).resolve().parents[1]
+TOPOLOGY = "chaos_words"
+LOG = "chaos_tweets"
+KINDS = ("spark_kill", "commit_kill_before", "commit_kill_after", "pg_restart_processing",
+         "pg_restart_commit", "scheduler_restart", "api_restart", "clear")
+DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
+TASKS = ("plan", "process", "commit")
+
+# The words example (its Spark job, its two states), under a name and tables of its own.
+CHAOS_DAG = """
+from datetime import timedelta
+from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
+from airflow_transactional.dag import LOCAL_SPARK_CONF
+
+dag = transactional_dag(
+    "{topology}",
+    source=PostgresLogSource("{log}"),
+    states=[
+        StateSpec("url_counts", keys={{"url": "text"}}, combiner="count", table="{topology}_url_counts"),
+        StateSpec("domain_counts", keys={{"domain": "text"}}, combiner="count", kind="opaque",
+                  table="{topology}_domain_counts"),
+    ],
+    application="{application}",
+    schedule="@daily",
+    max_in_flight={max_in_flight},
+    max_batch_size={batch},
+    retries=3,
+    retry_delay=timedelta(seconds=2),
+    spark_conf=LOCAL_SPARK_CONF,
+    spark_pool="spark",
+)
+"""
+
+
+@dataclass
+class ChaosConfig:
+    seed: int = 1
+    transactions: int = 200
+    faults: int = 64
+    kinds: tuple[str, ...] = KINDS
+    producers: int = 3
+    rate: int = 8                  # events per second per producer (well below what commits absorb)
+    duplicate_rate: float = 0.02   # chance an append also re-sends an earlier event id
+    malformed_rate: float = 0.004  # chance an event is malformed
+    max_in_flight: int = 3
+    batch: int = 2000              # a backlog after a stall is caught up in a few transactions
+    audit: bool = True             # also run `airflow-txn audit` (one more Spark pass)
+    drain_timeout: float = 900
+
+    @classmethod
+    def quick(cls, seed: int = 1) -> ChaosConfig:
+        """The size CI runs inside ``make test``: 20 transactions, 10 faults."""
+        return cls(seed=seed, transactions=20, faults=10, producers=2, rate=6, drain_timeout=420,
+                   kinds=("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear"))
+
+
+@dataclass
+class ChaosReport:
+    seed: int
+    transactions_triggered: int = 0
+    transactions_committed: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    faults_missed: dict[str, int] = field(default_factory=dict)
+    component_restarts: int = 0
+    operator_clears: int = 0
+    events_appended: int = 0
+    duplicate_deliveries: int = 0
+    malformed_injected: int = 0
+    events_lost: int = 0
+    events_duplicated: int = 0
+    domain_mismatches: int = 0
+    order_violations: int = 0
+    quarantine_mismatches: int = 0
+    stuck_runs: int = 0
+    audit_clean: bool | None = None
+    wall_seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def violations(self) -> int:
+        return (self.events_lost + self.events_duplicated + self.domain_mismatches + self.order_violations
+                + self.quarantine_mismatches + self.stuck_runs + (self.audit_clean is False) + len(self.problems))
+
+    def table(self) -> str:
+        rows: list[tuple[str, object]] = [("seed", self.seed),
+                ("transactions committed", self.transactions_committed),
+                ("transactions triggered", self.transactions_triggered)]
+        rows += [(f"fault: {k}", v) for k, v in sorted(self.faults.items())]
+        rows += [(f"fault: {k} (moment never came)", v) for k, v in sorted(self.faults_missed.items())]
+        rows += [("fault: duplicate_delivery", self.duplicate_deliveries),
+                 ("fault: malformed_record", self.malformed_injected),
+                 ("faults total", sum(self.faults.values()) + self.duplicate_deliveries + self.malformed_injected),
+                 ("component restarts (supervisor)", self.component_restarts),
+                 ("failed runs cleared (operator)", self.operator_clears),
+                 ("events appended (unique)", self.events_appended),
+                 ("events lost", self.events_lost),
+                 ("events duplicated", self.events_duplicated),
+                 ("domain counts wrong", self.domain_mismatches),
+                 ("order violations", self.order_violations),
+                 ("quarantine mismatches", self.quarantine_mismatches),
+                 ("stuck runs", self.stuck_runs),
+                 ("airflow-txn audit", {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean]),
+                 ("wall time", f"{self.wall_seconds:.0f} s")]
+        width = max(len(k) for k, _ in rows)
+        lines = [f"| {'check':<{width}} | result |", f"|{'-' * (width + 2)}|--------|"]
+        lines += [f"| {k:<{width}} | {v} |" for k, v in rows]
+        lines += [f"- {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
+    (dags_dir / f"{TOPOLOGY}.py").write_text(CHAOS_DAG.format(
+        topology=TOPOLOGY, log=LOG, application=REPO / "spark_jobs" / "words.py",
+        max_in_flight=cfg.max_in_flight, batch=cfg.batch))
+
+
+def domain_of(url: str) -> str:
+    host = (urlsplit(url).hostname or "").lower()
+    return host[4:] if host.startswith("www.") else host
+
+
+class Ledger:
+    """What the producers appended, by event id: the oracle's only input."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.valid: dict[str, str] = {}      # event id -> url
+        self.malformed: set[str] = set()
+        self.sent: list[tuple[str, str]] = []
+        self.duplicates = 0
+
+    def url_counts(self) -> Counter[str]:
+        return Counter(self.valid.values())
+
+    def domain_counts(self) -> Counter[str]:
+        return Counter(domain_of(u) for u in self.valid.values())
+
+
+class Producer(threading.Thread):
+    """Appends tweets until stopped; an append interrupted by a fault is retried with the same ids."""
+
+    def __init__(self, dsn: str, index: int, cfg: ChaosConfig, ledger: Ledger, stop: threading.Event) -> None:
+        super().__init__(name=f"producer-{index}", daemon=True)
+        self.log = EventLog(dsn, LOG, retry_for=120)
+        self.index, self.cfg, self.ledger, self.stop_event = index, cfg, ledger, stop
+        self.rng = random.Random(cfg.seed * 1000 + index)
+        self.n = 0
+        self.error: BaseException | None = None
+
+    def _event(self) -> tuple[str, str, str | None]:
+        self.n += 1
+        eid = f"p{self.index}-{self.n}"
+        if self.rng.random() < self.cfg.malformed_rate:
+            bad = self.rng.choice(['{"url": truncated', '{"user": "u1"}', "not json at all"])
+            return eid, bad, None
+        prefix, host = self.rng.choice(["", "www.", "WWW."]), self.rng.choice(DOMAINS)
+        url = f"https://{prefix}{host}/post/{self.rng.randint(1, 60)}"
+        return eid, json.dumps({"url": url, "user": f"u{self.rng.randint(1, 99)}"}), url
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.wait(0.5):
+                fresh = [self._event() for _ in range(max(1, self.cfg.rate // 2))]
+                batch = [(e, p) for e, p, _ in fresh]
+                dup = 0
+                with self.ledger.lock:
+                    if self.ledger.sent and self.rng.random() < self.cfg.duplicate_rate * len(fresh):
+                        batch.append(self.rng.choice(self.ledger.sent))  # the very same delivery again
+                        dup = 1
+                while True:
+                    try:
+                        self.log.append(batch)
+                        break
+                    except Exception as exc:  # the producer API already retried for two minutes
+                        logging.warning("%s: append failed (%s); retrying the same event ids", self.name, exc)
+                        time.sleep(1)
+                with self.ledger.lock:
+                    for eid, payload, url in fresh:
+                        self.ledger.sent.append((eid, payload))
+                        if url is None:
+                            self.ledger.malformed.add(eid)
+                        else:
+                            self.ledger.valid[eid] = url
+                    self.ledger.duplicates += dup
+        except BaseException as exc:  # reported at the end
+            self.error = exc
+        finally:
+            self.log.close()
+
+
+class Chaos:
+    def __init__(self, stack: LocalStack, cfg: ChaosConfig) -> None:
+        self.stack, self.cfg = stack, cfg
+        self.rng = random.Random(cfg.seed)
+        self.client: RestClient = stack.client()
+        self.report = ChaosReport(cfg.seed)
+        self.ledger = Ledger()
+        self.runs: list[str] = []
+        self.day0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
+        self.faults_file = Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"])
+        self.markers = stack.base_dir / "chaos-markers"
+        self.markers.mkdir(exist_ok=True)
+        self.components = threading.Lock()  # the supervisor never restarts what a fault is restarting
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def rest(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """A REST call that rides out an api-server restart."""
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (OSError, AirflowStackError) as exc:
+                if isinstance(exc, AirflowStackError) and " -> 4" in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
+
+    def supervise(self) -> None:
+        """Restart a component that died (a Postgres restart can take the scheduler down)."""
+        with self.components:
+            for name in COMPONENTS:
+                proc = self.stack.procs.get(name)
+                if proc is None or proc.poll() is not None:
+                    logging.info("supervisor: %s is down; restarting it", name)
+                    self.stack.procs.pop(name, None)
+                    self.stack.start_component(name)
+                    self.report.component_restarts += 1
+
+    def states(self) -> dict[str, str]:
+        runs = self.rest(self.client.get, f"/api/v2/dags/{TOPOLOGY}/dagRuns?limit=1000&order_by=id")["dag_runs"]
+        return {r["dag_run_id"]: r["state"] for r in runs}
+
+    def operate(self) -> dict[str, str]:
+        """One round of the operator's duties; returns the runs' states."""
+        self.supervise()
+        states = self.states()
+        for run_id, state in states.items():
+            if state == "failed":
+                logging.info("operator: run %s failed; clearing its failed tasks", run_id)
+                self.rest(self.client.clear, TOPOLOGY, run_id, only_failed=True)
+                self.report.operator_clears += 1
+        return states
+
+    def trigger(self) -> None:
+        k = len(self.runs)
+        run = self.rest(self.client.trigger, TOPOLOGY, (self.day0 + timedelta(minutes=k)).isoformat(),
+                        f"chaos-{self.cfg.seed}-{k:04d}")
+        self.runs.append(run["dag_run_id"])
+
+    def arm(self, line: str | None) -> None:
+        self.faults_file.write_text(f"{line}\n" if line else "")
+
+    def wait_for(self, predicate: Any, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = predicate()
+            if found:
+                return found
+            time.sleep(0.3)
+        return None
+
+    def spark_driver(self) -> psutil.Process | None:
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = proc.info["cmdline"] or []
+            if "org.apache.spark.deploy.SparkSubmit" in cmd and f"txn-{TOPOLOGY}" in cmd:
+                return proc
+        return None
+
+    # -- the faults ----------------------------------------------------------------------------
+
+    def inject(self, kind: str) -> bool:
+        """Inject one fault of ``kind``; False if its moment never came (counted as missed)."""
+        logging.info("fault: %s", kind)
+        if kind in ("spark_kill", "pg_restart_processing"):
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:  # until a batch is caught in the middle
+                driver = self.wait_for(self.spark_driver, deadline - time.monotonic())
+                if driver is None:
+                    return False
+                time.sleep(self.rng.uniform(1, 5))
+                if not driver.is_running():
+                    continue
+                if kind == "spark_kill":
+                    try:
+                        driver.send_signal(signal.SIGKILL)
+                    except psutil.NoSuchProcess:
+                        continue
+                else:
+                    with self.components:
+                        self.stack.pg.restart("fast")
+                return True
+            return False
+        if kind in ("commit_kill_before", "commit_kill_after", "pg_restart_commit"):
+            marker = self.markers / f"{kind}-{time.monotonic_ns()}"
+            point, action = {"commit_kill_before": ("commit.before_commit", "exit"),
+                             "commit_kill_after": ("commit.after_commit", "exit"),
+                             "pg_restart_commit": ("commit.after_apply", "pause:6")}[kind]
+            self.arm(f"{point}:{TOPOLOGY}={action}@once:{marker}")
+            try:
+                if not self.wait_for(marker.exists, 180):
+                    return False
+            finally:
+                self.arm(None)
+            if kind == "pg_restart_commit":
+                time.sleep(1)  # the commit holds its transaction open for six seconds
+                with self.components:
+                    self.stack.pg.restart("fast")
+            return True
+        if kind in ("scheduler_restart", "api_restart"):
+            name = "scheduler" if kind == "scheduler_restart" else "api-server"
+            with self.components:
+                self.stack.stop_component(name, signal.SIGKILL)
+                time.sleep(self.rng.uniform(1, 5))
+                self.stack.start_component(name)
+            return True
+        if kind == "clear":
+            states = self.states()
+            if not states:
+                return False
+            run_id = self.rng.choice(sorted(states))
+            tasks = self.rng.sample(TASKS, self.rng.randint(1, 3))
+            flags = {"include_downstream": self.rng.random() < 0.5, "include_upstream": self.rng.random() < 0.3}
+            logging.info("fault: clear %s of %s (was %s) %s", tasks, run_id, states[run_id], flags)
+            self.rest(self.client.clear, TOPOLOGY, run_id, tasks, **flags)
+            return True
+        raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(KINDS)}")
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def run(self) -> ChaosReport:
+        cfg, started = self.cfg, time.monotonic()
+        EventLog(self.stack.state_dsn, LOG).create(4)
+        self.rest(self.client.wait_for_dag, TOPOLOGY)
+        self.rest(self.client.unpause, TOPOLOGY)
+        stop = threading.Event()
+        producers = [Producer(self.stack.state_dsn, i, cfg, self.ledger, stop) for i in range(cfg.producers)]
+        for p in producers:
+            p.start()
+        # Fault j strikes once transaction (j + 1) * N / (F + 1) has been triggered.
+        plan = [self.rng.choice(cfg.kinds) for _ in range(cfg.faults)]
+        if len(cfg.kinds) <= cfg.faults:  # every kind at least once
+            plan[: len(cfg.kinds)] = cfg.kinds
+            self.rng.shuffle(plan)
+        due = [((j + 1) * cfg.transactions) // (cfg.faults + 1) for j in range(cfg.faults)]
+        driving = threading.Event()
+        driver = threading.Thread(target=self.drive, args=(driving,), name="driver", daemon=True)
+        try:
+            time.sleep(3)
+            driver.start()
+            for at, kind in zip(due, plan, strict=True):
+                while len(self.runs) < at and driver.is_alive():
+                    time.sleep(0.5)
+                if self.inject(kind):
+                    self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
+                else:
+                    self.report.faults_missed[kind] = self.report.faults_missed.get(kind, 0) + 1
+            while len(self.runs) < cfg.transactions and driver.is_alive():
+                time.sleep(1)
+            driving.set()
+            driver.join(300)
+            stop.set()
+            for p in producers:
+                p.join(180)
+                if p.error is not None:
+                    self.report.problems.append(f"{p.name} failed: {p.error!r}")
+            self.drain()
+        finally:
+            driving.set()
+            stop.set()
+            self.arm(None)
+            self.supervise()
+        self.check()
+        self.report.wall_seconds = time.monotonic() - started
+        return self.report
+
+    def drive(self, done: threading.Event) -> None:
+        """Keep the pipeline full while faults strike: trigger runs, supervise, clear failed runs."""
+        try:
+            while not done.wait(1):
+                states = self.operate()
+                active = sum(1 for s in states.values() if s in ("queued", "running"))
+                if len(self.runs) < self.cfg.transactions and active <= self.cfg.max_in_flight:
+                    self.trigger()
+        except Exception as exc:  # reported; the main thread stops waiting for it
+            logging.exception("driver failed")
+            self.report.problems.append(f"driver failed: {exc!r}")
+
+    def drain(self) -> None:
+        """Trigger runs until every appended event is committed and every run finished."""
+        coord = Coordinator(self.stack.state_dsn)
+        deadline = time.monotonic() + self.cfg.drain_timeout
+        try:
+            while time.monotonic() < deadline:
+                states = self.operate()
+                unfinished = [r for r, s in states.items() if s not in ("success", "failed")]
+                failed = [r for r, s in states.items() if s == "failed"]
+                lag = coord.status(TOPOLOGY).lag
+                if not unfinished and not failed:
+                    if lag == 0:
+                        break
+                    self.trigger()
+                time.sleep(3)
+            states = self.states()
+            self.report.stuck_runs = sum(1 for s in states.values() if s != "success")
+            if coord.status(TOPOLOGY).lag:
+                self.report.problems.append(f"{coord.status(TOPOLOGY).lag} events never committed")
+        finally:
+            coord.close()
+        self.report.transactions_triggered = len(states)
+
+    # -- the checks ----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        r, ledger = self.report, self.ledger
+        r.events_appended = len(ledger.valid) + len(ledger.malformed)
+        r.duplicate_deliveries, r.malformed_injected = ledger.duplicates, len(ledger.malformed)
+        with psycopg2.connect(self.stack.state_dsn) as conn, conn.cursor() as cur:
+            cur.execute(sql.SQL("SELECT url, value FROM {}").format(sql.Identifier(f"{TOPOLOGY}_url_counts")))
+            urls = {u: int(v) for u, v in cur.fetchall()}
+            cur.execute(sql.SQL("SELECT domain, value FROM {}").format(sql.Identifier(f"{TOPOLOGY}_domain_counts")))
+            domains = {d: int(v) for d, v in cur.fetchall()}
+            cur.execute("SELECT txid FROM airflow_txn.commits WHERE topology_id = %s "
+                        "ORDER BY committed_at, txid", (TOPOLOGY,))
+            commit_order = [int(t) for (t,) in cur.fetchall()]
+            cur.execute("SELECT event_id FROM airflow_txn.quarantine WHERE topology_id = %s AND committed",
+                        (TOPOLOGY,))
+            quarantined = Counter(e for (e,) in cur.fetchall())
+        conn.close()
+        want = ledger.url_counts()
+        for url in set(want) | set(urls):
+            diff = urls.get(url, 0) - want.get(url, 0)
+            r.events_lost += max(0, -diff)
+            r.events_duplicated += max(0, diff)
+        want_domains = ledger.domain_counts()
+        r.domain_mismatches = sum(1 for d in set(want_domains) | set(domains)
+                                  if domains.get(d, 0) != want_domains.get(d, 0))
+        r.transactions_committed = len(commit_order)
+        r.order_violations = sum(1 for a, b in itertools.pairwise(commit_order) if b != a + 1)
+        if commit_order and commit_order[0] != 1:
+            r.order_violations += 1
+        r.quarantine_mismatches = (sum(abs(quarantined[e] - 1) for e in ledger.malformed)
+                                   + sum(n for e, n in quarantined.items() if e not in ledger.malformed))
+        if self.cfg.audit:
+            env = {**os.environ, "AIRFLOW_TXN_DSN": self.stack.state_dsn}
+            res = subprocess.run([str(Path(sys.executable).with_name("airflow-txn")), "audit", TOPOLOGY],
+                                 env=env, capture_output=True, text=True, check=False, timeout=900)
+            r.audit_clean = res.returncode == 0
+            if not r.audit_clean:
+                r.problems.append("audit: " + (res.stdout + res.stderr)[-2000:])
+
+
+def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
+    dags = base / "dags"
+    dags.mkdir(parents=True, exist_ok=True)
+    write_dag(dags, cfg)
+    return LocalStack(base, dags, env={"AIRFLOW_TXN_FAULTS_FILE": str(base / "faults.txt")})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Exactly-once under faults: the chaos harness.")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="the size CI runs: 20 transactions, 10 faults")
+    parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200; quick 20)")
+    parser.add_argument("--faults", type=int, help="faults to inject (default 64; quick 10)")
+    parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}; "
+                        "quick: the ones that cost no restart)")
+    parser.add_argument("--no-audit", action="store_true", help="skip the final `airflow-txn audit`")
+    parser.add_argument("--dir", help="where to keep Postgres, Airflow and logs (default: a temp dir)")
+    parser.add_argument("--json", help="also write the report here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    cfg = ChaosConfig.quick(args.seed) if args.quick else ChaosConfig(seed=args.seed)
+    cfg.audit = not args.no_audit
+    if args.kinds:
+        cfg.kinds = tuple(k for k in args.kinds.split(",") if k)
+    cfg.transactions = args.transactions or cfg.transactions
+    cfg.faults = args.faults if args.faults is not None else cfg.faults
+    unknown = set(cfg.kinds) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown fault kinds {sorted(unknown)}: choose from {', '.join(KINDS)}")
+    base = Path(args.dir or tempfile.mkdtemp(prefix="chaos-")).resolve()
+    stack = chaos_stack(base, cfg)
+    try:
+        stack.start()
+        report = Chaos(stack, cfg).run()
+    finally:
+        stack.stop()
+    print(f"\nchaos: seed {cfg.seed}, {cfg.transactions} transactions, {cfg.faults} faults "
+          f"({', '.join(cfg.kinds)}); logs in {base}\n")
+    print(report.table())
+    if args.json:
+        Path(args.json).write_text(json.dumps({**asdict(report), "violations": report.violations}, indent=2))
+    return 1 if report.violations else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
