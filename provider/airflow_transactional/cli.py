@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,18 @@ def _dsn(args: argparse.Namespace) -> str:
             f"--conn-id ({redact(str(exc))})") from None
 
 
+def spark_submit() -> str:
+    """``$SPARK_SUBMIT``, else the spark-submit on PATH, else the one installed beside this Python."""
+    found = os.environ.get("SPARK_SUBMIT") or shutil.which("spark-submit")
+    if not found:
+        beside = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+        found = beside if os.access(beside, os.X_OK) else None
+    if not found:
+        raise TransactionalError("spark-submit was not found: put Spark's bin directory on PATH or set "
+                                 "SPARK_SUBMIT to the spark-submit to use")
+    return found
+
+
 def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, conf: list[str]) -> dict[str, Any]:
     """Run the topology's own Spark job in ``audit`` or ``rebuild`` mode; return its summary."""
     from .spark_job import provider_zip, quiet_log_config
@@ -47,7 +60,7 @@ def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, con
                                  "declared with transactional_dag): nothing to recompute it with")
     with tempfile.TemporaryDirectory(prefix=f"txn-{mode}-") as tmp:
         result_file = os.path.join(tmp, "result.json")
-        argv = [os.environ.get("SPARK_SUBMIT", "spark-submit"), "--master", master,
+        argv = [spark_submit(), "--master", master,
                 "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=8",
                 "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{quiet_log_config()}"]
         for c in conf:

@@ -157,3 +157,20 @@ def test_spark_driver_keeps_the_users_java_options_and_gets_quiet_logs() -> None
     own = {"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:/etc/mine.properties"}
     assert with_quiet_driver_logs(own) == own
     assert LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"] == "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def test_cli_finds_spark_submit_beside_its_python_when_path_lacks_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by the chaos harness: `airflow-txn audit` run as .venv/bin/airflow-txn without
+    # .venv/bin on PATH could not start Spark.
+    from airflow_transactional.cli import spark_submit
+    from airflow_transactional.exceptions import TransactionalError
+
+    monkeypatch.delenv("SPARK_SUBMIT", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert spark_submit() == str(Path(sys.executable).with_name("spark-submit"))
+    monkeypatch.setenv("SPARK_SUBMIT", "/opt/spark/bin/spark-submit")
+    assert spark_submit() == "/opt/spark/bin/spark-submit"
+    monkeypatch.delenv("SPARK_SUBMIT")
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with pytest.raises(TransactionalError, match="put Spark's bin directory on PATH or set SPARK_SUBMIT"):
+        spark_submit()
