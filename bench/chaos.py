@@ -285,8 +285,7 @@ class Chaos:
                     self.report.component_restarts += 1
 
     def states(self) -> dict[str, str]:
-        runs = self.rest(self.client.get, f"/api/v2/dags/{TOPOLOGY}/dagRuns?limit=1000&order_by=id")["dag_runs"]
-        return {r["dag_run_id"]: r["state"] for r in runs}
+        return {r["dag_run_id"]: r["state"] for r in self.rest(self.client.runs, TOPOLOGY, limit=1000)}
 
     def operate(self) -> dict[str, str]:
         """One round of the operator's duties; returns the runs' states."""

@@ -51,20 +51,23 @@ def spark_submit() -> str:
 
 def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, conf: list[str]) -> dict[str, Any]:
     """Run the topology's own Spark job in ``audit`` or ``rebuild`` mode; return its summary."""
-    from .spark_job import provider_zip, quiet_log_config
+    from .spark_job import provider_zip, with_quiet_driver_logs
 
     spark = coord.spec(topology_id).extra.get("spark") or {}
     application = spark.get("application")
     if not application:
         raise TransactionalError(f"topology {topology_id!r} has no Spark application recorded (it was not "
                                  "declared with transactional_dag): nothing to recompute it with")
+    bad = [c for c in conf if "=" not in c]
+    if bad:
+        raise TransactionalError(f"--conf takes key=value, got {bad[0]!r} (e.g. --conf spark.executor.memory=4g)")
     with tempfile.TemporaryDirectory(prefix=f"txn-{mode}-") as tmp:
         result_file = os.path.join(tmp, "result.json")
-        argv = [spark_submit(), "--master", master,
-                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=8",
-                "--conf", f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{quiet_log_config()}"]
-        for c in conf:
-            argv += ["--conf", c]
+        settings = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
+                                           **dict(c.split("=", 1) for c in conf)})
+        argv = [spark_submit(), "--master", master]
+        for key, value in settings.items():
+            argv += ["--conf", f"{key}={value}"]
         argv += ["--py-files", provider_zip(), application, *spark.get("application_args", []),
                  "--topology", topology_id, "--schema", coord.schema, f"--{mode}", "--result-file", result_file]
         env = {**os.environ, "AIRFLOW_TXN_DSN": coord.db.dsn,

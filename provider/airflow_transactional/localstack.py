@@ -262,8 +262,8 @@ class RestClient:
     def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return dict(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"))
 
-    def runs(self, dag_id: str) -> list[dict[str, Any]]:
-        return list(self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=id")["dag_runs"])
+    def runs(self, dag_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        return list(self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit={limit}&order_by=id")["dag_runs"])
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return list(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])

@@ -22,18 +22,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from .coordinator import Coordinator, Transaction
 from .exceptions import TooManyInFlight, WaitingForPredecessor
 from .hooks import TransactionalHook
-from .spark_job import DSN_ENV, provider_zip, quiet_log_config
+from .spark_job import DSN_ENV, provider_zip, with_quiet_driver_logs
 from .spec import TopologySpec
-
-
-def with_quiet_driver_logs(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """``conf`` with the driver's log4j config added to its Java options (a user's own one wins)."""
-    out = dict(conf)
-    java_opts = str(out.get("spark.driver.extraJavaOptions") or "")
-    if "-Dlog4j2.configurationFile" not in java_opts:
-        out["spark.driver.extraJavaOptions"] = " ".join(
-            filter(None, [java_opts, f"-Dlog4j2.configurationFile=file:{quiet_log_config()}"]))
-    return out
 
 
 class _TopologyTask(BaseOperator):

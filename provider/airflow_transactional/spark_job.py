@@ -133,6 +133,16 @@ def quiet_log_config() -> str:
                      lambda tmp: tmp.write_text(LOG4J2))
 
 
+def with_quiet_driver_logs(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` with the driver's log4j config added to its Java options (a user's own one wins)."""
+    out = dict(conf)
+    java_opts = str(out.get("spark.driver.extraJavaOptions") or "")
+    if "-Dlog4j2.configurationFile" not in java_opts:
+        out["spark.driver.extraJavaOptions"] = " ".join(
+            filter(None, [java_opts, f"-Dlog4j2.configurationFile=file:{quiet_log_config()}"]))
+    return out
+
+
 # -- reading a batch -------------------------------------------------------------------------
 
 def _log_chunks(batch: Mapping[str, Any], size: int = LOG_CHUNK) -> list[tuple[int, int, int]]:

@@ -147,7 +147,7 @@ def test_connection_form_metadata_comes_from_provider_info_without_importing_the
 
 def test_spark_driver_keeps_the_users_java_options_and_gets_quiet_logs() -> None:
     from airflow_transactional.dag import LOCAL_SPARK_CONF
-    from airflow_transactional.operators import with_quiet_driver_logs
+    from airflow_transactional.spark_job import with_quiet_driver_logs
 
     conf = with_quiet_driver_logs(LOCAL_SPARK_CONF)
     opts = conf["spark.driver.extraJavaOptions"].split()
