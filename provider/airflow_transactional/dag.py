@@ -74,6 +74,7 @@ def transactional_dag(
     application_args: Sequence[str] = (),
     py_files: str | None = None,
     spark_pool: str | None = None,
+    spark_connect_conn_id: str | None = None,
     reuse_staged_output: bool = True,
     retries: int = 2,
     retry_delay: timedelta = timedelta(seconds=10),
@@ -94,7 +95,9 @@ def transactional_dag(
     ``reuse_staged_output``: a cleared or backfilled run whose batch was already processed
     completely (and is unchanged) commits that output instead of running ``spark-submit`` again.
     ``application`` is a PySpark job built on :func:`airflow_transactional.spark_job.run` (a path
-    relative to the DAG file, or absolute).
+    relative to the DAG file, or absolute). ``spark_connect_conn_id`` names a ``spark_connect``
+    connection: batches then run on that long-lived Spark (Spark Connect) instead of one
+    ``spark-submit`` each -- no JVM start-up per batch (``spark_conf`` is then the server's business).
     Everything is validated here, at parse time, without touching a database.
     """
     if schedule is None or schedule == "@once":
@@ -125,6 +128,7 @@ def transactional_dag(
         task_id="process", application=config["extra"]["spark"]["application"],
         application_args=list(application_args), conn_id=spark_conn_id, conf=dict(spark_conf or {}),
         py_files=py_files, name=f"txn-{topology_id}", reuse_staged_output=reuse_staged_output,
+        spark_connect_conn_id=spark_connect_conn_id,
         **({"pool": spark_pool} if spark_pool else {}), **common)
     # The commit runs after a skipped (empty) process too; it must never run after a failed one.
     commit = CommitOperator(task_id="commit", wait_timeout=commit_timeout, trigger_rule="none_failed",

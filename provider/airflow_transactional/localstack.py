@@ -28,6 +28,8 @@ from .exceptions import TransactionalError
 log = logging.getLogger(__name__)
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+SPARK_CONNECT = "spark-connect"  # the optional long-lived Spark (a Spark Connect server)
+SPARK_CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 ADMIN = "admin"
 
 
@@ -45,7 +47,7 @@ class LocalStack:
 
     def __init__(self, base_dir: str | os.PathLike[str], dags_folder: str | os.PathLike[str], *,
                  port: int | None = None, parallelism: int = 6, spark_slots: int = 2,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, spark_connect: bool = False) -> None:
         self.base_dir = Path(base_dir).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.home = self.base_dir / "airflow"
@@ -55,6 +57,9 @@ class LocalStack:
         self.spark_slots = spark_slots
         self.extra_env = dict(env or {})
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        # With spark_connect, a Spark Connect server (local[2]) runs beside Airflow as the
+        # connection ``spark_connect_default``, for topologies declared with spark_connect_conn_id.
+        self.spark_connect_port = free_port() if spark_connect else None
         self._secrets_file = self.base_dir / "secrets.json"
 
     # -- configuration ---------------------------------------------------------------------
@@ -120,6 +125,9 @@ class LocalStack:
             "PYSPARK_PYTHON": sys.executable,
             "NO_PROXY": "*",
         }
+        if self.spark_connect_port:
+            env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(
+                {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": self.spark_connect_port})
         env.update(self.extra_env)
         return env
 
@@ -137,10 +145,16 @@ class LocalStack:
         self._run(["airflow", "db", "migrate"], "db-migrate", timeout=600)
         self._run(["airflow", "pools", "set", "spark", str(self.spark_slots), "concurrent spark-submit jobs"],
                   "pools", timeout=120)
-        for name in COMPONENTS:
+        for name in self.components:
             self.start_component(name)
         self.wait_healthy(timeout)
         return self
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return (*COMPONENTS, SPARK_CONNECT) if self.spark_connect_port else COMPONENTS
+
+
 
     def _run(self, argv: list[str], label: str, timeout: float) -> None:
         logf = self.base_dir / f"{label}.log"
@@ -152,10 +166,13 @@ class LocalStack:
                                     + logf.read_text()[-3000:])
 
     def start_component(self, name: str) -> None:
-        if name not in COMPONENTS:
-            raise AirflowStackError(f"unknown component {name!r}: one of {', '.join(COMPONENTS)}")
+        if name not in self.components:
+            raise AirflowStackError(f"unknown component {name!r}: one of {', '.join(self.components)}")
         logf = open(self.base_dir / f"{name}.log", "ab")
-        argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
+        if name == SPARK_CONNECT and self.spark_connect_port:
+            argv = spark_connect_server_argv(self.spark_connect_port)
+        else:
+            argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
         self.procs[name] = subprocess.Popen(argv, env=self.env(), stdout=logf, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
         logf.close()
@@ -175,7 +192,7 @@ class LocalStack:
             proc.wait(10)
 
     def stop(self) -> None:
-        for name in reversed(COMPONENTS):
+        for name in reversed(self.components):
             self.stop_component(name)
         self.pg.stop()
 
@@ -196,7 +213,8 @@ class LocalStack:
             try:
                 health = self.client().get("/api/v2/monitor/health")
                 if all(health.get(c, {}).get("status") == "healthy"
-                       for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")):
+                       for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")) and (
+                        self.spark_connect_port is None or listening(self.spark_connect_port)):
                     return
                 last = json.dumps(health)
             except (OSError, AirflowStackError) as exc:
@@ -210,6 +228,31 @@ class LocalStack:
     def remove(self) -> None:
         """Delete everything under ``base_dir`` (stop first)."""
         shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+def spark_connect_server_argv(port: int, master: str = "local[2]") -> list[str]:
+    """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server)."""
+    from .cli import spark_submit
+    from .dag import LOCAL_SPARK_CONF
+    from .spark_job import with_quiet_driver_logs
+
+    conf = with_quiet_driver_logs({**LOCAL_SPARK_CONF, "spark.driver.memory": "2g",
+                                   # a long-lived JVM: let the JIT optimise fully
+                                   "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
+                                   "spark.connect.grpc.binding.address": "127.0.0.1",
+                                   "spark.connect.grpc.binding.port": str(port)})
+    argv = [spark_submit(), "--class", SPARK_CONNECT_SERVER, "--master", master, "--name", "spark-connect"]
+    for key, value in conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    return [*argv, "spark-internal"]
+
+
+def listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 class RestClient:

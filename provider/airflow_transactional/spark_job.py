@@ -25,6 +25,11 @@ A job file in ``spark_jobs/`` is::
 diffs it against the state tables (``airflow-txn audit`` runs it).
 
 The DSN comes from ``$AIRFLOW_TXN_DSN`` (never from argv, which ``ps`` and logs show).
+
+With ``$SPARK_REMOTE`` set (``sc://host:port``) the job is a Spark Connect client of a
+long-lived Spark instead of a ``spark-submit`` driver: the same file runs under plain
+``python``, a batch pays no JVM start-up, and the executor-side steps (reading log chunks,
+COPYing partials) run as Arrow batches (``mapInArrow``) since Connect has no RDDs.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("airflow_transactional.spark_job")
 
 DSN_ENV = "AIRFLOW_TXN_DSN"
+REMOTE_ENV = "SPARK_REMOTE"
 Transform = Callable[["DataFrame"], Mapping[str, "DataFrame"]]
 
 # Columns the helper adds to every good record: where it came from.
@@ -169,6 +175,33 @@ def _read_log_chunks(dsn: str, schema: str, topology_id: str, source_cfg: dict[s
         conn.close()
 
 
+def _rows(batches: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
+    """The rows of Arrow record batches, as tuples."""
+    for batch in batches:
+        yield from zip(*(col.to_pylist() for col in batch.columns), strict=True)
+
+
+def _arrow_log_chunks(dsn: str, schema: str, topology_id: str, source_cfg: dict[str, Any],
+                      batches: Iterable[Any], size: int = 10_000) -> Iterator[Any]:
+    """Executor side, Connect: :func:`_read_log_chunks` over Arrow batches of (p, lo, hi)."""
+    import pyarrow as pa
+
+    names = [OFFSET_COL, EVENT_ID_COL, "payload"]
+    out: list[tuple[str, str | None, str]] = []
+    for rec in _read_log_chunks(dsn, schema, topology_id, source_cfg, _rows(batches)):
+        out.append(rec)
+        if len(out) >= size:
+            yield pa.RecordBatch.from_arrays([pa.array(c, pa.string()) for c in zip(*out, strict=True)], names)
+            out = []
+    if out:
+        yield pa.RecordBatch.from_arrays([pa.array(c, pa.string()) for c in zip(*out, strict=True)], names)
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def raw_records(spark: SparkSession, source: Source, batch: Mapping[str, Any], *, dsn: str, schema: str,
                 topology_id: str) -> tuple[DataFrame, bool]:
     """The batch as a DataFrame and whether it holds raw text payloads (to be parsed).
@@ -186,6 +219,10 @@ def raw_records(spark: SparkSession, source: Source, batch: Mapping[str, Any], *
         if not chunks:
             return spark.createDataFrame([], raw_schema), True
         cfg = source.to_config()
+        if is_remote(spark):
+            ranges = spark.createDataFrame(chunks, "p long, lo long, hi long").repartition(min(len(chunks), 8))
+            return ranges.mapInArrow(lambda batches: _arrow_log_chunks(dsn, schema, topology_id, cfg, batches),
+                                     raw_schema), True
         n = max(1, min(len(chunks), spark.sparkContext.defaultParallelism * 4))
         rdd = spark.sparkContext.parallelize(chunks, n).mapPartitions(
             lambda it: _read_log_chunks(dsn, schema, topology_id, cfg, it))
@@ -297,8 +334,8 @@ def _copy_field(value: Any) -> str:
 
 
 def copy_partition(dsn: str, copy_sql: str, prefix: Sequence[Any], rows: Iterable[Any],
-                   counter: Any = None) -> None:
-    """Executor side: COPY one partition's rows into a table in one transaction."""
+                   counter: Any = None) -> int:
+    """Executor side: COPY one partition's rows into a table in one transaction; the count."""
     import psycopg2
 
     buf = io.StringIO()
@@ -308,7 +345,7 @@ def copy_partition(dsn: str, copy_sql: str, prefix: Sequence[Any], rows: Iterabl
         buf.write(head + "\t".join(_copy_field(v) for v in row) + "\n")
         n += 1
     if not n:
-        return
+        return 0
     buf.seek(0)
     conn = psycopg2.connect(dsn, application_name="airflow_transactional:spark_stage")
     try:
@@ -318,12 +355,29 @@ def copy_partition(dsn: str, copy_sql: str, prefix: Sequence[Any], rows: Iterabl
         conn.close()
     if counter is not None:
         counter.add(n)
+    return n
+
+
+def _arrow_copy(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any]) -> Iterator[Any]:
+    """Executor side, Connect: COPY one partition's Arrow batches; yield its row count."""
+    import pyarrow as pa
+
+    yield pa.RecordBatch.from_pydict({"n": [copy_partition(dsn, copy_sql, prefix, _rows(batches))]})
 
 
 def copy_dataframe(spark: SparkSession, df: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any]) -> int:
     """COPY a DataFrame from the executors, in parallel; return the rows written."""
+    if is_remote(spark):
+        from pyspark.sql import functions as F
+
+        counts = df.mapInArrow(lambda batches: _arrow_copy(dsn, copy_sql, prefix, batches), "n long")
+        return int(counts.agg(F.sum("n")).collect()[0][0] or 0)
     counter = spark.sparkContext.accumulator(0)
-    df.foreachPartition(lambda rows: copy_partition(dsn, copy_sql, prefix, rows, counter))
+
+    def copy_each(rows: Iterable[Any]) -> None:
+        copy_partition(dsn, copy_sql, prefix, rows, counter)
+
+    df.foreachPartition(copy_each)
     return int(counter.value)
 
 
@@ -332,6 +386,13 @@ def copy_dataframe(spark: SparkSession, df: DataFrame, dsn: str, copy_sql: str, 
 def _session(app_name: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
+    remote = os.environ.get(REMOTE_ENV)
+    if remote:
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        # The executors of a remote Spark may not have the provider installed: ship it.
+        spark.addArtifacts(provider_zip(), pyfile=True)
+        log.info("%s: a Spark Connect session", app_name)
+        return spark
     spark = SparkSession.builder.appName(app_name).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -174,3 +174,31 @@ def test_cli_finds_spark_submit_beside_its_python_when_path_lacks_it(monkeypatch
     monkeypatch.setattr(sys, "executable", "/nonexistent/python")
     with pytest.raises(TransactionalError, match="put Spark's bin directory on PATH or set SPARK_SUBMIT"):
         spark_submit()
+
+
+def test_spark_connect_process_runs_the_job_as_a_client_and_reports_its_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With spark_connect_conn_id the process task runs the job file under its own Python with
+    $SPARK_REMOTE from the connection (never in argv); a failing job fails the task with its output."""
+    from airflow.sdk.exceptions import AirflowException
+
+    monkeypatch.setenv("AIRFLOW_CONN_SC_TEST", json.dumps(
+        {"conn_type": "spark_connect", "host": "sc://spark.example", "port": 15002, "password": "s3cret"}))
+    job = tmp_path / "job.py"
+    seen = tmp_path / "seen.json"
+    job.write_text(textwrap.dedent(f"""
+        import json, os, sys
+        json.dump({{"remote": os.environ["SPARK_REMOTE"], "argv": sys.argv[1:]}}, open({str(seen)!r}, "w"))
+        print("the transform failed: boom")
+        sys.exit(3)
+    """))
+    dag = _dag(application=str(job), spark_connect_conn_id="sc_test")
+    process = dag.get_task("process")
+    assert process.spark_connect_conn_id == "sc_test"
+    process.application_args = ["--topology", "t_words", "--txid", "7"]
+    with pytest.raises(AirflowException, match=r"(?s)job.py exited with 3.*the transform failed: boom") as err:
+        process.run_connect_client("sc_test")
+    assert "s3cret" not in str(err.value)
+    got = json.loads(seen.read_text())
+    assert got["remote"].startswith("sc://spark.example:15002/") and "token=s3cret" in got["remote"]
+    assert got["argv"] == ["--topology", "t_words", "--txid", "7"]  # no URL, no token in argv

@@ -1,0 +1,91 @@
+"""The same ``words`` job as a Spark Connect client of a real, long-lived Spark Connect server:
+the job file runs under plain ``python`` with ``$SPARK_REMOTE``, reads Postgres log chunks and
+COPYs its partials as Arrow batches on the server's executors, and the committed state equals
+the oracle computed from the events appended -- bad records in the quarantine, a replayed txid
+committed once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.embedded import free_port
+from airflow_transactional.localstack import listening, spark_connect_server_argv
+from tests.helpers import query
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+WORDS = str(REPO / "spark_jobs" / "words.py")
+
+
+@pytest.fixture(scope="module")
+def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log_file = tmp_path_factory.mktemp("spark-connect") / "server.log"
+    with open(log_file, "wb") as out:
+        server = subprocess.Popen(spark_connect_server_argv(port), stdout=out, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
+                                  start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not listening(port):
+            assert server.poll() is None, log_file.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the Spark Connect server did not listen within 120 s"
+            time.sleep(0.5)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
+def _client(dsn: str, remote: str, txid: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, WORDS, "--topology", "words_sc", "--txid", str(txid)],
+                          env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "SPARK_REMOTE": remote},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_words_job_on_spark_connect_commits_exactly_what_the_log_holds(dsn: str, spark_remote: str) -> None:
+    log = EventLog(dsn, "tweets_sc")
+    log.create(3)
+    hosts = ["www.apache.org", "Spark.Apache.org", "example.com", "www.example.com"]
+    good = [(f"tw{i}", json.dumps({"url": f"https://{hosts[i % 4]}/p{i % 13}", "user": f"u{i % 5}"}))
+            for i in range(1500)]
+    bad = [("bad-json", "{not json"), ("no-url", json.dumps({"user": "x"}))]
+    log.append(good[:700] + bad + good[700:])
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("words_sc", PostgresLogSource("tweets_sc"), [
+        StateSpec("url_counts", {"url": "text"}, combiner="count", table="sc_url_counts"),
+        StateSpec("domain_counts", {"domain": "text"}, combiner="count", kind="opaque", table="sc_domain_counts"),
+    ], max_batch_size=800, max_in_flight=5))
+    txids = [coord.plan("words_sc", f"run{k}").txid for k in range(2)]
+    for t in (2, 1, 1):  # out of order, and txid 1 twice (a replay)
+        res = _client(dsn, spark_remote, t)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        assert "Spark Connect session" in res.stderr
+    for t in txids:
+        assert coord.commit("words_sc", t).committed
+    assert coord.status("words_sc").lag == 0
+
+    urls = Counter(json.loads(p)["url"] for _e, p in good)
+    assert dict(query(dsn, "SELECT url, value FROM sc_url_counts")) == urls
+    domains: Counter[str] = Counter()
+    for url, n in urls.items():
+        host = url.split("/")[2].lower()
+        domains[host.removeprefix("www.")] += n
+    assert {k: int(v) for k, v in query(dsn, "SELECT domain, value FROM sc_domain_counts")} == domains
+    quarantined = query(dsn, "SELECT event_id FROM airflow_txn.quarantine WHERE committed ORDER BY 1")
+    assert [e for (e,) in quarantined] == ["bad-json", "no-url"]
+    attempts = query(dsn, "SELECT attempt, status FROM airflow_txn.attempts WHERE txid = 1 ORDER BY 1")
+    assert attempts == [(1, "discarded"), (2, "committed")]
+    coord.close()
