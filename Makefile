@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv lint clean
+.PHONY: demo test bench venv lint clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests
+
+# The benchmarks against the alternatives (README "Benchmarks"); `make bench QUICK=1` is the
+# under-ten-minutes variant. Prints the table, writes docs/benchmarks.png.
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[bench]'
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m bench.perf $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check provider tests dags spark_jobs bench

@@ -1,0 +1,96 @@
+"""The peer the benchmark measures against: Spark Structured Streaming with a ``foreachBatch`` sink.
+
+Reads the same JSON-lines files as the provider's landing topology (one file per micro-batch,
+``maxFilesPerTrigger=1``), computes the same two aggregates as ``spark_jobs/words.py`` (the
+same Column expressions), and writes them to Postgres exactly once the way Spark's guide
+recommends for ``foreachBatch``: the batch's rows and its ``batchId`` in one database
+transaction, a ``batchId`` already recorded is skipped. Run by ``bench.perf`` under
+``spark-submit``; prints nothing but a JSON result file.
+
+    spark-submit bench/sss_peer.py INPUT_DIR CHECKPOINT_DIR TABLE_PREFIX RESULT_FILE
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import time
+
+import psycopg2
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark_jobs"))
+from words import domain  # the user's own expression, shared by both sides
+
+SCHEMA = "url string, user string, ts string"
+
+
+def tables(prefix: str) -> dict[str, str]:
+    return {"url": f"{prefix}_url_counts", "domain": f"{prefix}_domain_counts", "batches": f"{prefix}_batches"}
+
+
+def create_tables(dsn: str, prefix: str) -> None:
+    t = tables(prefix)
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {t['url']} (url text PRIMARY KEY, value bigint NOT NULL)")
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {t['domain']} (domain text PRIMARY KEY, value bigint NOT NULL)")
+        cur.execute(f"CREATE TABLE IF NOT EXISTS {t['batches']} (batch_id bigint PRIMARY KEY, "
+                    "rows integer NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())")
+    conn.close()
+
+
+def upsert(cur: psycopg2.extensions.cursor, table: str, key: str, rows: list[tuple[str, int]]) -> None:
+    buf = io.StringIO("".join(f"{k}\t{v}\n" for k, v in rows))
+    cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS delta_{key} ({key} text, value bigint) ON COMMIT DELETE ROWS")
+    cur.copy_expert(f"COPY delta_{key} FROM STDIN", buf)
+    cur.execute(f"INSERT INTO {table} ({key}, value) SELECT {key}, value FROM delta_{key} "
+                f"ON CONFLICT ({key}) DO UPDATE SET value = {table}.value + EXCLUDED.value")
+
+
+def main(argv: list[str]) -> int:
+    input_dir, checkpoint, prefix, result_file = argv
+    dsn = os.environ["AIRFLOW_TXN_DSN"]
+    started = time.monotonic()
+    spark = SparkSession.builder.appName("sss-peer").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    session_ready = time.monotonic()
+    create_tables(dsn, prefix)
+    t = tables(prefix)
+    conn = psycopg2.connect(dsn, application_name="bench:sss_peer")
+    batches: list[dict[str, float]] = []
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        t0 = time.monotonic()
+        df.persist()
+        urls = df.where(F.col("url").isNotNull()).select("url", domain(F.col("url")).alias("domain"))
+        url_rows = [(r[0], r[1]) for r in urls.groupBy("url").count().collect()]
+        domain_rows = [(r[0], r[1]) for r in urls.where(F.col("domain") != "").groupBy("domain").count().collect()]
+        events = df.count()
+        df.unpersist()
+        with conn, conn.cursor() as cur:  # one transaction: the rows and the batch id
+            cur.execute(f"SELECT 1 FROM {t['batches']} WHERE batch_id = %s", (batch_id,))
+            if cur.fetchone() is None:
+                upsert(cur, t["url"], "url", url_rows)
+                upsert(cur, t["domain"], "domain", domain_rows)
+                cur.execute(f"INSERT INTO {t['batches']} (batch_id, rows) VALUES (%s, %s)", (batch_id, events))
+        batches.append({"batch_id": batch_id, "events": events, "seconds": time.monotonic() - t0})
+
+    stream = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(input_dir))
+    query_started = time.monotonic()
+    query = (stream.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    finished = time.monotonic()
+    spark.stop()
+    conn.close()
+    with open(result_file, "w", encoding="utf-8") as fh:
+        json.dump({"startup_seconds": session_ready - started, "query_seconds": finished - query_started,
+                   "batches": batches, "events": sum(b["events"] for b in batches)}, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
