@@ -43,6 +43,34 @@ def test_lsns_are_dense_per_partition(dsn: str) -> None:
         assert lsns == list(range(1, len(lsns) + 1))
 
 
+def test_the_duplicate_check_probes_the_index_per_appended_row_whatever_the_statistics(dsn: str) -> None:
+    """Regression (found by bench.perf): with the log grown since its last ANALYZE, the planner
+    nested a scan of the whole append under every event of the log -- minutes for 40k events.
+    The check must stay one index probe per appended row."""
+    from psycopg2 import connect
+
+    from airflow_transactional.sources.pglog import drop_known_ids
+
+    log = make_log(dsn, partitions=2)
+    query(dsn, "ANALYZE airflow_txn.log_events")  # statistics of an empty log ...
+    log.append([click(i) for i in range(3000)])  # ... that is no longer empty
+    conn = connect(dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("CREATE TEMP TABLE txn_append (ord int, partition int, event_id text, payload text)")
+            cur.executemany("INSERT INTO txn_append VALUES (%s, %s, %s, %s)",
+                            [(i, i % 2, *click(i)) for i in range(2000, 4000)])
+            for table in ("log_events", "log_retired_ids"):
+                cur.execute(b"EXPLAIN " + drop_known_ids("airflow_txn", table).as_string(cur).encode(), (1, "clicks"))
+                plan = "\n".join(r[0] for r in cur.fetchall())
+                assert "SubPlan" in plan and "Join" not in plan and "Nested Loop" not in plan, plan
+                assert "Index" in plan, plan
+    finally:
+        conn.close()
+    again = log.append([click(i) for i in range(2000, 4000)])
+    assert (again.appended, again.duplicates) == (1000, 1000)
+
+
 @pytest.mark.parametrize("point", ["append.before_commit", "append.after_commit"])
 def test_an_append_whose_connection_drops_is_retried_exactly_once(dsn: str, point: str) -> None:
     log = make_log(dsn)
