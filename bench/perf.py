@@ -81,6 +81,7 @@ class Sizes:
     plan_trials: int = 15
     peer_batches: tuple[int, ...] = (100_000, 1_000_000, 5_000_000)
     peer_batch_count: int = 3
+    peer_backends: tuple[str, ...] = ("spark-submit", "Spark Connect")
     distinct_urls: int = 20_000
     overhead_runs: int = 5
     pipeline_transactions: int = 8
@@ -90,8 +91,8 @@ class Sizes:
     @classmethod
     def quick(cls) -> Sizes:
         return cls(commit_large_state=1_000_000, commit_trials=2, plan_large_log=2_000_000, plan_trials=9,
-                   peer_batches=(1_000_000,), peer_batch_count=2, overhead_runs=2, pipeline_transactions=3,
-                   pipeline_batch=2_000)
+                   peer_batches=(1_000_000,), peer_batch_count=2, peer_backends=("Spark Connect",),
+                   overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000)
 
 
 @dataclass
@@ -692,7 +693,7 @@ class Bench:
                 for backend in BACKENDS:
                     if "pipelining" in self.sections:
                         self.bench_pipelining(backend)
-                    if "peer" in self.sections:
+                    if "peer" in self.sections and backend in self.sizes.peer_backends:
                         self.bench_peer_ours(peer, backend)
             self.memory_rows()
         finally:
