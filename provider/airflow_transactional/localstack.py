@@ -154,8 +154,6 @@ class LocalStack:
     def components(self) -> tuple[str, ...]:
         return (*COMPONENTS, SPARK_CONNECT) if self.spark_connect_port else COMPONENTS
 
-
-
     def _run(self, argv: list[str], label: str, timeout: float) -> None:
         logf = self.base_dir / f"{label}.log"
         with open(logf, "wb") as out:

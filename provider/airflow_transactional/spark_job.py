@@ -244,14 +244,14 @@ def raw_records(spark: SparkSession, source: Source, batch: Mapping[str, Any], *
 
 
 def validate(df: DataFrame, is_text: bool, schema: str | None,
-             required: Sequence[str]) -> tuple[DataFrame, DataFrame, int]:
-    """Split records into (good, bad, how many records): good has the parsed fields, bad has
-    offset/reason/record.
+             required: Sequence[str]) -> tuple[DataFrame, DataFrame, int, DataFrame]:
+    """Split records into (good, bad, how many records, the cached batch): good has the parsed
+    fields, bad has offset/reason/record. The caller unpersists the cached batch when done (a
+    Spark Connect server outlives the job and would keep it).
 
     Records are parsed once: the parsed batch is cached (memory, then disk) for the passes that
     follow -- the quarantine and one fold per state -- and holds the raw record only for bad
-    ones. (Caching the raw text instead re-parsed every JSON payload in every pass: 3x the CPU
-    of the whole job for the words example.)
+    ones. (Caching the raw text instead re-parsed every JSON payload in every pass.)
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -288,7 +288,7 @@ def validate(df: DataFrame, is_text: bool, schema: str | None,
     bad = flat.where(F.col("_reason").isNotNull()).select(
         F.col(OFFSET_COL).alias("offset"), F.col(EVENT_ID_COL).alias("event_id"),
         F.col("_reason").alias("reason"), F.col("_record").alias("record"))
-    return good, bad, records
+    return good, bad, records, flat
 
 
 def spark_schema(ddl: str) -> Any:
@@ -424,11 +424,12 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
     attempt, txn = coordinator.begin_attempt(topology_id, txid)
     dsn = coordinator.db.dsn
     scope = (topology_id, str(txid))
+    cached: DataFrame | None = None
     try:
         faults.point("spark.begin", scope=scope)
         raw, is_text = raw_records(spark, spec.source, txn.batch, dsn=dsn, schema=coordinator.schema,
                                    topology_id=topology_id)
-        good, bad, records_read = validate(raw, is_text, schema, required)
+        good, bad, records_read, cached = validate(raw, is_text, schema, required)
         # One job for all partitions (toLocalIterator would run one per partition); bad records
         # are few, and bounded by the batch size.
         bad_rows = [(r["offset"] or "?", r["event_id"], r["reason"], r["record"]) for r in bad.collect()]
@@ -450,6 +451,12 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
     except BaseException as exc:
         coordinator.fail_attempt(attempt, f"{type(exc).__name__}: {exc}")
         raise
+    finally:
+        if cached is not None:
+            try:
+                cached.unpersist()
+            except Exception as exc:  # a dead session must not hide the attempt's own outcome
+                log.warning("could not drop the cached batch of txid %d: %s", txid, exc)
     return {"txid": txid, "attempt": attempt.attempt, "records_read": records_read, "row_counts": counts,
             "quarantined": len(bad_rows)}
 
@@ -467,7 +474,7 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
             return {"topology": topology_id, "auditable": False, "reason": why_not, "differences": None}
         raw, is_text = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn,
                                    schema=coordinator.schema, topology_id=topology_id)
-        good, bad, _records = validate(raw, is_text, schema, required)
+        good, bad, _records, cached = validate(raw, is_text, schema, required)
         n_bad = bad.count()
         tables = {}
         for state in spec.states:
@@ -476,6 +483,7 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
             with coordinator.db.transaction() as cur:
                 copy = q.copy_into(tables[name], [*spec.state(name).key_columns, "value"]).as_string(cur)
             copy_dataframe(spark, delta, coordinator.db.dsn, copy, ())
+        cached.unpersist()
         result = coordinator.diff_audit(topology_id, num, st.committed_txid)
         if result is None:  # a commit landed meanwhile: recompute against the new checkpoint
             continue
@@ -501,13 +509,14 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
             raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
         raw, is_text = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn,
                                    schema=coordinator.schema, topology_id=topology_id)
-        good, _bad, _records = validate(raw, is_text, schema, required)
+        good, _bad, _records, cached = validate(raw, is_text, schema, required)
         with coordinator.db.transaction() as cur:
             num = coordinator.topology_num(cur, topology_id)
             copies = {s.name: q.copy_into(rb.load_table(coordinator, num, s), [*s.key_columns, "value"])
                       .as_string(cur) for s in spec.states}
         for name, delta in _outputs(spec, transform, good).items():
             copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
+        cached.unpersist()
         faults.point("rebuild.loaded", scope=(topology_id,))
         return rb.swap(coordinator, topology_id, through)
     except BaseException:
