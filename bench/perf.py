@@ -35,6 +35,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -51,13 +53,14 @@ from airflow_transactional.localstack import SPARK_CONNECT_SERVER, LocalStack, R
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spark_job import with_quiet_driver_logs
 from airflow_transactional.spec import DEFAULT_STATE_SCHEMA, StateSpec, TopologySpec
+from airflow_transactional.store.migrations import DEFAULT_SCHEMA
 
 log = logging.getLogger("bench.perf")
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS_JOB = REPO / "spark_jobs" / "words.py"
 PEER_JOB = REPO / "bench" / "sss_peer.py"
-SCHEMA = "airflow_txn"
+SCHEMA = DEFAULT_SCHEMA
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
 SECTIONS = ("commit", "plan", "peer", "overhead", "pipelining")
 # How the provider runs its Spark jobs: one spark-submit per batch, or a long-lived Spark Connect
@@ -182,19 +185,13 @@ class MemorySampler(threading.Thread):
                     continue
                 self.peaks[label] = max(self.peaks.get(label, 0), rss)
 
-    def measuring(self, label: str) -> _Labelled:
-        return _Labelled(self, label)
-
-
-class _Labelled:
-    def __init__(self, sampler: MemorySampler, label: str) -> None:
-        self.sampler, self.label = sampler, label
-
-    def __enter__(self) -> None:
-        self.sampler.label = self.label
-
-    def __exit__(self, *exc: object) -> None:
-        self.sampler.label = None
+    @contextmanager
+    def measuring(self, label: str) -> Iterator[None]:
+        self.label = label
+        try:
+            yield
+        finally:
+            self.label = None
 
 
 class CpuMeter:
