@@ -59,6 +59,10 @@ TOPOLOGY = "chaos_words"
 LOG = "chaos_tweets"
 KINDS = ("spark_kill", "commit_kill_before", "commit_kill_after", "pg_restart_processing",
          "pg_restart_commit", "scheduler_restart", "api_restart", "clear")
+# Faults of one lane strike one at a time; the lanes run side by side.
+LANES = {"spark": ("spark_kill", "pg_restart_processing"),
+         "commit": ("commit_kill_before", "commit_kill_after", "pg_restart_commit"),
+         "control": ("scheduler_restart", "api_restart", "clear")}
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
 TASKS = ("plan", "process", "commit")
 
@@ -92,7 +96,7 @@ dag = transactional_dag(
 class ChaosConfig:
     seed: int = 1
     transactions: int = 200
-    faults: int = 64
+    faults: int = 400              # balanced: 50 of each of the eight kinds
     kinds: tuple[str, ...] = KINDS
     producers: int = 3
     rate: int = 8                  # events per second per producer (well below what commits absorb)
@@ -257,6 +261,8 @@ class Chaos:
         self.markers = stack.base_dir / "chaos-markers"
         self.markers.mkdir(exist_ok=True)
         self.components = threading.Lock()  # the supervisor never restarts what a fault is restarting
+        self.counting = threading.Lock()
+        self.driving = threading.Event()  # set when the run winds down: lanes stop waiting for their turn
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -384,6 +390,36 @@ class Chaos:
 
     # -- the run -------------------------------------------------------------------------------
 
+    def plan(self) -> dict[str, list[str]]:
+        """The faults, balanced across kinds (each kind within one of the others), split into lanes.
+
+        Faults in different lanes strike concurrently -- a Spark batch killed while another run's
+        commit dies and the scheduler restarts -- as they would in production; the faults of one
+        lane strike one after another.
+        """
+        cfg, kinds = self.cfg, list(self.cfg.kinds)
+        plan = kinds * (cfg.faults // len(kinds)) + self.rng.sample(kinds, cfg.faults % len(kinds))
+        self.rng.shuffle(plan)
+        return {lane: [k for k in plan if k in members] for lane, members in LANES.items()}
+
+    def lane(self, faults: list[str]) -> None:
+        """Inject ``faults`` in order, spread over the run; a fault whose moment never came is retried
+        once more at the end, so a soak reaches the count of every kind it asks for."""
+        queue, retried = list(faults), 0
+        for j, kind in enumerate(queue):  # the queue grows as misses are re-queued
+            at = ((j + 1) * self.cfg.transactions) // (len(faults) + 1)
+            while len(self.runs) < at and not self.driving.is_set():
+                time.sleep(0.5)
+            if self.inject(kind):
+                with self.counting:
+                    self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
+                continue
+            with self.counting:
+                self.report.faults_missed[kind] = self.report.faults_missed.get(kind, 0) + 1
+            if retried < len(faults):
+                retried += 1
+                queue.append(kind)
+
     def run(self) -> ChaosReport:
         cfg, started = self.cfg, time.monotonic()
         EventLog(self.stack.state_dsn, LOG).create(4)
@@ -393,28 +429,18 @@ class Chaos:
         producers = [Producer(self.stack.state_dsn, i, cfg, self.ledger, stop) for i in range(cfg.producers)]
         for p in producers:
             p.start()
-        # Fault j strikes once transaction (j + 1) * N / (F + 1) has been triggered.
-        plan = [self.rng.choice(cfg.kinds) for _ in range(cfg.faults)]
-        if len(cfg.kinds) <= cfg.faults:  # every kind at least once
-            plan[: len(cfg.kinds)] = cfg.kinds
-            self.rng.shuffle(plan)
-        due = [((j + 1) * cfg.transactions) // (cfg.faults + 1) for j in range(cfg.faults)]
-        driving = threading.Event()
-        driver = threading.Thread(target=self.drive, args=(driving,), name="driver", daemon=True)
+        lanes = [threading.Thread(target=self.lane, args=(faults,), name=f"faults-{name}", daemon=True)
+                 for name, faults in self.plan().items() if faults]
+        driver = threading.Thread(target=self.drive, args=(lanes,), name="driver", daemon=True)
         try:
             time.sleep(3)
             driver.start()
-            for at, kind in zip(due, plan, strict=True):
-                while len(self.runs) < at and driver.is_alive():
-                    time.sleep(0.5)
-                if self.inject(kind):
-                    self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
-                else:
-                    self.report.faults_missed[kind] = self.report.faults_missed.get(kind, 0) + 1
-            while len(self.runs) < cfg.transactions and driver.is_alive():
-                time.sleep(1)
-            driving.set()
-            driver.join(300)
+            for lane in lanes:
+                lane.start()
+            driver.join()  # it stops once every transaction is triggered and every fault injected
+            self.driving.set()
+            for lane in lanes:
+                lane.join(600)
             stop.set()
             for p in producers:
                 p.join(180)
@@ -422,7 +448,7 @@ class Chaos:
                     self.report.problems.append(f"{p.name} failed: {p.error!r}")
             self.drain()
         finally:
-            driving.set()
+            self.driving.set()
             stop.set()
             self.arm(None)
             self.supervise()
@@ -430,14 +456,21 @@ class Chaos:
         self.report.wall_seconds = time.monotonic() - started
         return self.report
 
-    def drive(self, done: threading.Event) -> None:
-        """Keep the pipeline full while faults strike: trigger runs, supervise, clear failed runs."""
+    def drive(self, lanes: list[threading.Thread]) -> None:
+        """Keep the pipeline full while faults strike: trigger runs, supervise, clear failed runs.
+
+        Runs are triggered past the planned count while faults are still to come: a fault needs a
+        batch in flight or a commit under way to strike."""
         try:
-            while not done.wait(1):
+            while True:
+                faults_pending = any(lane.is_alive() for lane in lanes)
+                if len(self.runs) >= self.cfg.transactions and not faults_pending:
+                    return
                 states = self.operate()
                 active = sum(1 for s in states.values() if s in ("queued", "running"))
-                if len(self.runs) < self.cfg.transactions and active <= self.cfg.max_in_flight:
+                if active <= self.cfg.max_in_flight:
                     self.trigger()
+                time.sleep(1)
         except Exception as exc:  # reported; the main thread stops waiting for it
             logging.exception("driver failed")
             self.report.problems.append(f"driver failed: {exc!r}")
@@ -518,7 +551,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="the size CI runs: 20 transactions, 10 faults")
     parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200; quick 20)")
-    parser.add_argument("--faults", type=int, help="faults to inject (default 64; quick 10)")
+    parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400; quick 10)")
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}; "
                         "quick: the ones that cost no restart)")
     parser.add_argument("--no-audit", action="store_true", help="skip the final `airflow-txn audit`")

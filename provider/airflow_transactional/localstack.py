@@ -117,6 +117,9 @@ class LocalStack:
             # A task whose worker died (a killed scheduler takes its LocalExecutor workers along)
             # is failed -- and retried -- after one minute instead of five.
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+            # Tasks a dead scheduler had queued are handed back within half a minute of its death,
+            # not at the next five-minute sweep.
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.base_dir / "logs"),
             "AIRFLOW_CONN_TRANSACTIONAL_DEFAULT": json.dumps(store),
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
