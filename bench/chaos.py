@@ -291,7 +291,7 @@ class Chaos:
                     self.report.component_restarts += 1
 
     def states(self) -> dict[str, str]:
-        return {r["dag_run_id"]: r["state"] for r in self.rest(self.client.runs, TOPOLOGY, limit=1000)}
+        return {r["dag_run_id"]: r["state"] for r in self.rest(self.client.runs, TOPOLOGY)}
 
     def operate(self) -> dict[str, str]:
         """One round of the operator's duties; returns the runs' states."""

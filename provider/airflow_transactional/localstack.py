@@ -306,8 +306,18 @@ class RestClient:
     def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return dict(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"))
 
-    def runs(self, dag_id: str, limit: int = 100) -> list[dict[str, Any]]:
-        return list(self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit={limit}&order_by=id")["dag_runs"])
+    def runs(self, dag_id: str, limit: int | None = None) -> list[dict[str, Any]]:
+        """The DAG's runs, oldest first: all of them, or the first ``limit``.
+
+        The API silently caps a page at ``[api] maximum_page_limit`` (100 by default), so this
+        pages until ``total_entries`` runs are in hand."""
+        runs: list[dict[str, Any]] = []
+        while limit is None or len(runs) < limit:
+            page = self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100&offset={len(runs)}&order_by=id")
+            runs += page["dag_runs"]
+            if not page["dag_runs"] or len(runs) >= page["total_entries"]:
+                break
+        return runs if limit is None else runs[:limit]
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return list(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])
