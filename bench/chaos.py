@@ -403,8 +403,9 @@ class Chaos:
         return {lane: [k for k in plan if k in members] for lane, members in LANES.items()}
 
     def lane(self, faults: list[str]) -> None:
-        """Inject ``faults`` in order, spread over the run; a fault whose moment never came is retried
-        once more at the end, so a soak reaches the count of every kind it asks for."""
+        """Inject ``faults`` in order, spread over the run; a fault whose moment never came is queued
+        again at the end (at most as many re-queues as the lane has faults), so a soak reaches the
+        count of every kind it asks for."""
         queue, retried = list(faults), 0
         for j, kind in enumerate(queue):  # the queue grows as misses are re-queued
             at = ((j + 1) * self.cfg.transactions) // (len(faults) + 1)
