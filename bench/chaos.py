@@ -28,6 +28,7 @@ it drains the log and checks, independently of the provider's code paths:
 from __future__ import annotations
 
 import argparse
+import http.client
 import itertools
 import json
 import logging
@@ -53,6 +54,7 @@ from psycopg2 import sql
 from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.localstack import COMPONENTS, AirflowStackError, LocalStack, RestClient
+from airflow_transactional.store.connection import CONNECTION_ERRORS
 
 REPO = Path(__file__).resolve().parents[1]
 TOPOLOGY = "chaos_words"
@@ -65,6 +67,7 @@ LANES = {"spark": ("spark_kill", "pg_restart_processing"),
          "control": ("scheduler_restart", "api_restart", "clear")}
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
 TASKS = ("plan", "process", "commit")
+LEDGER = "ledger.jsonl"  # under the run's directory: what the producers appended
 
 # The words example (its Spark job, its two states), under a name and tables of its own.
 CHAOS_DAG = """
@@ -121,6 +124,7 @@ class ChaosReport:
     transactions_committed: int = 0
     faults: dict[str, int] = field(default_factory=dict)
     faults_missed: dict[str, int] = field(default_factory=dict)
+    spark_kill_targets: dict[str, int] = field(default_factory=dict)
     component_restarts: int = 0
     operator_clears: int = 0
     events_appended: int = 0
@@ -135,6 +139,7 @@ class ChaosReport:
     audit_clean: bool | None = None
     wall_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+    post_mortem: bool = False  # from --check: the state against the ledger, nothing about the run itself
 
     @property
     def violations(self) -> int:
@@ -142,11 +147,24 @@ class ChaosReport:
                 + self.quarantine_mismatches + self.stuck_runs + (self.audit_clean is False) + len(self.problems))
 
     def table(self) -> str:
+        if self.post_mortem:
+            return self._table([
+                ("transactions committed", self.transactions_committed),
+                ("duplicate deliveries / malformed records injected",
+                 f"{self.duplicate_deliveries} / {self.malformed_injected}"),
+                ("events appended (unique)", self.events_appended),
+                ("events lost", self.events_lost),
+                ("events duplicated", self.events_duplicated),
+                ("domain counts wrong", self.domain_mismatches),
+                ("order violations", self.order_violations),
+                ("quarantine mismatches", self.quarantine_mismatches),
+                ("airflow-txn audit", {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean])])
         rows: list[tuple[str, object]] = [("seed", self.seed),
                 ("transactions committed", self.transactions_committed),
                 ("transactions triggered", self.transactions_triggered)]
         rows += [(f"fault: {k}", v) for k, v in sorted(self.faults.items())]
         rows += [(f"fault: {k} (moment never came)", v) for k, v in sorted(self.faults_missed.items())]
+        rows += [(f"spark_kill of a {k}", v) for k, v in sorted(self.spark_kill_targets.items())]
         rows += [("fault: duplicate_delivery", self.duplicate_deliveries),
                  ("fault: malformed_record", self.malformed_injected),
                  ("faults total", sum(self.faults.values()) + self.duplicate_deliveries + self.malformed_injected),
@@ -161,6 +179,9 @@ class ChaosReport:
                  ("stuck runs", self.stuck_runs),
                  ("airflow-txn audit", {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean]),
                  ("wall time", f"{self.wall_seconds:.0f} s")]
+        return self._table(rows)
+
+    def _table(self, rows: list[tuple[str, object]]) -> str:
         width = max(len(k) for k, _ in rows)
         lines = [f"| {'check':<{width}} | result |", f"|{'-' * (width + 2)}|--------|"]
         lines += [f"| {k:<{width}} | {v} |" for k, v in rows]
@@ -180,14 +201,53 @@ def domain_of(url: str) -> str:
 
 
 class Ledger:
-    """What the producers appended, by event id: the oracle's only input."""
+    """What the producers appended, by event id: the oracle's only input.
 
-    def __init__(self) -> None:
+    Every acknowledged append is also written to ``path`` (JSON lines, flushed), so the oracle of
+    a run whose harness died can still be computed: ``python -m bench.chaos --check DIR``.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
         self.lock = threading.Lock()
         self.valid: dict[str, str] = {}      # event id -> url
         self.malformed: set[str] = set()
         self.sent: list[tuple[str, str]] = []
         self.duplicates = 0
+        self._file = open(path, "a", encoding="utf-8") if path else None  # closed by close()
+
+    def record(self, fresh: list[tuple[str, str, str | None]], duplicates: int) -> None:
+        """An append was acknowledged: ``fresh`` (id, payload, url or None if malformed), and
+        ``duplicates`` earlier events sent again. Call with ``lock`` held."""
+        for eid, payload, url in fresh:
+            self.sent.append((eid, payload))
+            if url is None:
+                self.malformed.add(eid)
+            else:
+                self.valid[eid] = url
+        self.duplicates += duplicates
+        if self._file is not None:
+            lines = [json.dumps({"id": eid, "url": url}) for eid, _, url in fresh]
+            lines += [json.dumps({"duplicate": True})] * duplicates
+            self._file.write("".join(f"{line}\n" for line in lines))
+            self._file.flush()
+
+    @classmethod
+    def load(cls, path: Path) -> Ledger:
+        ledger = cls()
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                entry = json.loads(line)
+                if entry.get("duplicate"):
+                    ledger.duplicates += 1
+                elif entry["url"] is None:
+                    ledger.malformed.add(entry["id"])
+                else:
+                    ledger.valid[entry["id"]] = entry["url"]
+        return ledger
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
     def url_counts(self) -> Counter[str]:
         return Counter(self.valid.values())
@@ -235,13 +295,7 @@ class Producer(threading.Thread):
                         logging.warning("%s: append failed (%s); retrying the same event ids", self.name, exc)
                         time.sleep(1)
                 with self.ledger.lock:
-                    for eid, payload, url in fresh:
-                        self.ledger.sent.append((eid, payload))
-                        if url is None:
-                            self.ledger.malformed.add(eid)
-                        else:
-                            self.ledger.valid[eid] = url
-                    self.ledger.duplicates += dup
+                    self.ledger.record(fresh, dup)
         except BaseException as exc:  # reported at the end
             self.error = exc
         finally:
@@ -254,7 +308,7 @@ class Chaos:
         self.rng = random.Random(cfg.seed)
         self.client: RestClient = stack.client()
         self.report = ChaosReport(cfg.seed)
-        self.ledger = Ledger()
+        self.ledger = Ledger(stack.base_dir / LEDGER)
         self.runs: list[str] = []
         self.day0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
         self.faults_file = Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"])
@@ -263,16 +317,18 @@ class Chaos:
         self.components = threading.Lock()  # the supervisor never restarts what a fault is restarting
         self.counting = threading.Lock()
         self.driving = threading.Event()  # set when the run winds down: lanes stop waiting for their turn
+        self.aborted = threading.Event()  # set when the driver died: lanes strike no more faults
+        self.finished = threading.Event()  # set at the very end: the supervisor stops
 
     # -- plumbing ------------------------------------------------------------------------------
 
     def rest(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """A REST call that rides out an api-server restart."""
-        deadline = time.monotonic() + 180
+        """A REST call that rides out an api-server restart (the supervisor thread brings it back)."""
+        deadline = time.monotonic() + 300
         while True:
             try:
                 return fn(*args, **kwargs)
-            except (OSError, AirflowStackError) as exc:
+            except (OSError, http.client.HTTPException, AirflowStackError) as exc:
                 if isinstance(exc, AirflowStackError) and " -> 4" in str(exc):
                     raise
                 if time.monotonic() > deadline:
@@ -280,8 +336,13 @@ class Chaos:
                 time.sleep(2)
 
     def supervise(self) -> None:
-        """Restart a component that died (a Postgres restart can take the scheduler down)."""
+        """Restart what died: Postgres, or an Airflow component (a Postgres restart can take the
+        scheduler down)."""
         with self.components:
+            if not self.stack.pg.is_running():
+                logging.info("supervisor: Postgres is down; starting it")
+                self.stack.pg.start()
+                self.report.component_restarts += 1
             for name in COMPONENTS:
                 proc = self.stack.procs.get(name)
                 if proc is None or proc.poll() is not None:
@@ -290,12 +351,34 @@ class Chaos:
                     self.stack.start_component(name)
                     self.report.component_restarts += 1
 
+    def supervisor(self) -> None:
+        """What systemd or Kubernetes does, in a thread of its own: look every two seconds, restart
+        what died. Never from a thread that may be waiting for the very component it would restart."""
+        while not self.finished.wait(2):
+            try:
+                self.supervise()
+            except Exception:  # a restart that failed is tried again at the next look
+                logging.exception("supervisor: a restart failed; trying again")
+
+    def lag(self) -> int:
+        """Events in the log not yet committed; rides out a Postgres restart."""
+        deadline = time.monotonic() + 300
+        while True:
+            coord = Coordinator(self.stack.state_dsn)
+            try:
+                return coord.status(TOPOLOGY).lag
+            except CONNECTION_ERRORS:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
+            finally:
+                coord.close()
+
     def states(self) -> dict[str, str]:
         return {r["dag_run_id"]: r["state"] for r in self.rest(self.client.runs, TOPOLOGY)}
 
     def operate(self) -> dict[str, str]:
-        """One round of the operator's duties; returns the runs' states."""
-        self.supervise()
+        """One round of the operator's duties (clear failed runs); returns the runs' states."""
         states = self.states()
         for run_id, state in states.items():
             if state == "failed":
@@ -306,9 +389,15 @@ class Chaos:
 
     def trigger(self) -> None:
         k = len(self.runs)
-        run = self.rest(self.client.trigger, TOPOLOGY, (self.day0 + timedelta(minutes=k)).isoformat(),
-                        f"chaos-{self.cfg.seed}-{k:04d}")
-        self.runs.append(run["dag_run_id"])
+        run_id = f"chaos-{self.cfg.seed}-{k:04d}"
+        try:
+            self.rest(self.client.trigger, TOPOLOGY, (self.day0 + timedelta(minutes=k)).isoformat(), run_id)
+        except AirflowStackError as exc:
+            # An api-server killed after it created the run but before it answered: the retried
+            # POST finds the run already there. Anything else is a real error.
+            if " -> 409" not in str(exc) or not self.rest(self.client.run, TOPOLOGY, run_id):
+                raise
+        self.runs.append(run_id)
 
     def arm(self, line: str | None) -> None:
         self.faults_file.write_text(f"{line}\n" if line else "")
@@ -329,6 +418,34 @@ class Chaos:
                 return proc
         return None
 
+    @staticmethod
+    def python_workers(driver: psutil.Process) -> list[psutil.Process]:
+        """The batch's Python workers (``pyspark.daemon`` and its forks): where the executors run
+        the job's Python -- parsing, folding, the COPY into staging."""
+        found = []
+        try:
+            for child in driver.children(recursive=True):
+                try:
+                    if "pyspark.daemon" in child.cmdline():
+                        found.append(child)
+                except psutil.Error:
+                    continue
+        except psutil.Error:
+            return []
+        return found
+
+    def kill_spark(self, driver: psutil.Process) -> str | None:
+        """SIGKILL the driver JVM (driver and executors: local mode runs both in it) or, half the
+        time when there is one, a Python worker of the executors. Returns what was killed."""
+        workers = self.python_workers(driver) if self.rng.random() < 0.5 else []
+        target, what = (self.rng.choice(workers), "python worker") if workers else (driver, "driver JVM")
+        try:
+            target.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            return None
+        logging.info("fault: spark_kill: SIGKILLed the %s (pid %d)", what, target.pid)
+        return what
+
     # -- the faults ----------------------------------------------------------------------------
 
     def inject(self, kind: str) -> bool:
@@ -344,10 +461,11 @@ class Chaos:
                 if not driver.is_running():
                     continue
                 if kind == "spark_kill":
-                    try:
-                        driver.send_signal(signal.SIGKILL)
-                    except psutil.NoSuchProcess:
+                    what = self.kill_spark(driver)
+                    if what is None:
                         continue
+                    with self.counting:
+                        self.report.spark_kill_targets[what] = self.report.spark_kill_targets.get(what, 0) + 1
                 else:
                     with self.components:
                         self.stack.pg.restart("fast")
@@ -411,6 +529,8 @@ class Chaos:
             at = ((j + 1) * self.cfg.transactions) // (len(faults) + 1)
             while len(self.runs) < at and not self.driving.is_set():
                 time.sleep(0.5)
+            if self.aborted.is_set():
+                return
             if self.inject(kind):
                 with self.counting:
                     self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
@@ -433,7 +553,9 @@ class Chaos:
         lanes = [threading.Thread(target=self.lane, args=(faults,), name=f"faults-{name}", daemon=True)
                  for name, faults in self.plan().items() if faults]
         driver = threading.Thread(target=self.drive, args=(lanes,), name="driver", daemon=True)
+        supervisor = threading.Thread(target=self.supervisor, name="supervisor", daemon=True)
         try:
+            supervisor.start()
             time.sleep(3)
             driver.start()
             for lane in lanes:
@@ -442,17 +564,23 @@ class Chaos:
             self.driving.set()
             for lane in lanes:
                 lane.join(600)
+                if lane.is_alive():
+                    self.report.problems.append(f"{lane.name} still injecting faults after ten minutes")
             stop.set()
             for p in producers:
                 p.join(180)
                 if p.error is not None:
                     self.report.problems.append(f"{p.name} failed: {p.error!r}")
+            self.ledger.close()
             self.drain()
         finally:
             self.driving.set()
+            self.aborted.set()
             stop.set()
             self.arm(None)
             self.supervise()
+            self.finished.set()
+            supervisor.join(60)
         self.check()
         self.report.wall_seconds = time.monotonic() - started
         return self.report
@@ -472,31 +600,33 @@ class Chaos:
                 if active <= self.cfg.max_in_flight:
                     self.trigger()
                 time.sleep(1)
-        except Exception as exc:  # reported; the main thread stops waiting for it
+        except Exception as exc:  # reported; the lanes wind down and the main thread drains
             logging.exception("driver failed")
             self.report.problems.append(f"driver failed: {exc!r}")
+            self.aborted.set()
 
     def drain(self) -> None:
-        """Trigger runs until every appended event is committed and every run finished."""
-        coord = Coordinator(self.stack.state_dsn)
+        """Trigger runs until every appended event is committed and every run finished.
+
+        The producers have stopped: one more run, triggered now, plans the whole rest of the log
+        as soon as an in-flight slot frees up, so the tail is not a series of one-at-a-time runs.
+        """
+        self.trigger()
         deadline = time.monotonic() + self.cfg.drain_timeout
-        try:
-            while time.monotonic() < deadline:
-                states = self.operate()
-                unfinished = [r for r, s in states.items() if s not in ("success", "failed")]
-                failed = [r for r, s in states.items() if s == "failed"]
-                lag = coord.status(TOPOLOGY).lag
-                if not unfinished and not failed:
-                    if lag == 0:
-                        break
-                    self.trigger()
-                time.sleep(3)
-            states = self.states()
-            self.report.stuck_runs = sum(1 for s in states.values() if s != "success")
-            if coord.status(TOPOLOGY).lag:
-                self.report.problems.append(f"{coord.status(TOPOLOGY).lag} events never committed")
-        finally:
-            coord.close()
+        while time.monotonic() < deadline:
+            states = self.operate()
+            unfinished = [r for r, s in states.items() if s not in ("success", "failed")]
+            failed = [r for r, s in states.items() if s == "failed"]
+            if not unfinished and not failed:
+                if self.lag() == 0:
+                    break
+                self.trigger()
+            time.sleep(2)
+        states = self.states()
+        self.report.stuck_runs = sum(1 for s in states.values() if s != "success")
+        lag = self.lag()
+        if lag:
+            self.report.problems.append(f"{lag} events never committed")
         self.report.transactions_triggered = len(states)
 
     # -- the checks ----------------------------------------------------------------------------
@@ -540,6 +670,20 @@ class Chaos:
                 r.problems.append("audit: " + (res.stdout + res.stderr)[-2000:])
 
 
+def recheck(base: Path, cfg: ChaosConfig) -> ChaosReport:
+    """The checks of a finished (or abandoned) run, on its Postgres and its ledger alone."""
+    stack = chaos_stack(base, cfg)
+    stack.pg.start()
+    try:
+        chaos = Chaos(stack, cfg)
+        chaos.ledger = Ledger.load(base / LEDGER)
+        chaos.report.post_mortem = True
+        chaos.check()
+        return chaos.report
+    finally:
+        stack.pg.stop()
+
+
 def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
     dags = base / "dags"
     dags.mkdir(parents=True, exist_ok=True)
@@ -556,7 +700,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}; "
                         "quick: the ones that cost no restart)")
     parser.add_argument("--no-audit", action="store_true", help="skip the final `airflow-txn audit`")
-    parser.add_argument("--dir", help="where to keep Postgres, Airflow and logs (default: a temp dir)")
+    parser.add_argument("--dir", help="where to keep Postgres, Airflow, logs and the producers' ledger "
+                        "(a new directory; default: a temp dir)")
+    parser.add_argument("--check", metavar="DIR", help="only check the state a run left in DIR (its --dir) "
+                        "against its ledger: for a run whose harness died")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -569,7 +716,19 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(cfg.kinds) - set(KINDS)
     if unknown:
         parser.error(f"unknown fault kinds {sorted(unknown)}: choose from {', '.join(KINDS)}")
+    if args.check:
+        base = Path(args.check).resolve()
+        if not (base / LEDGER).exists():
+            parser.error(f"{base} holds no {LEDGER}: --check takes the --dir of an earlier run")
+        report = recheck(base, cfg)
+        print(f"\nchaos --check {base}: the state and the audit log against the ledger "
+              "(faults and stuck runs are not known after the fact)\n")
+        print(report.table())
+        return 1 if report.violations else 0
     base = Path(args.dir or tempfile.mkdtemp(prefix="chaos-")).resolve()
+    if base.exists() and any(base.iterdir()):
+        parser.error(f"{base} is not empty: give --dir a new directory (or --check {base} to check "
+                     "the run it holds)")
     stack = chaos_stack(base, cfg)
     try:
         stack.start()
@@ -577,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stack.stop()
     print(f"\nchaos: seed {cfg.seed}, {cfg.transactions} transactions, {cfg.faults} faults "
-          f"({', '.join(cfg.kinds)}); logs in {base}\n")
+          f"({', '.join(cfg.kinds)}); logs and ledger in {base}\n")
     print(report.table())
     if args.json:
         Path(args.json).write_text(json.dumps({**asdict(report), "violations": report.violations}, indent=2))

@@ -1,0 +1,156 @@
+"""The chaos harness's own plumbing, on fakes: what it must survive to be trusted as an oracle.
+
+Each test here pins a gap a soak found (or could have found) in the harness itself; the real
+harness runs in ``tests/e2e/test_chaos.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_transactional.localstack import COMPONENTS, AirflowStackError
+from bench.chaos import LEDGER, Chaos, ChaosConfig, Ledger
+
+pytestmark = pytest.mark.unit
+
+
+class FakeProc:
+    def __init__(self) -> None:
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+class FakeStack:
+    """Just what Chaos touches of a LocalStack: components, Postgres, a REST client."""
+
+    def __init__(self, base: Path, client: Any) -> None:
+        self.base_dir = base
+        self.extra_env = {"AIRFLOW_TXN_FAULTS_FILE": str(base / "faults.txt")}
+        self.procs: dict[str, FakeProc] = {name: FakeProc() for name in COMPONENTS}
+        self.pg = SimpleNamespace(is_running=lambda: True)
+        self.started: list[str] = []
+        self._client = client
+
+    def client(self) -> Any:
+        return self._client
+
+    def start_component(self, name: str) -> None:
+        self.started.append(name)
+        self.procs[name] = FakeProc()
+
+
+def chaos(tmp_path: Path, client: Any = None) -> tuple[Chaos, FakeStack]:
+    stack = FakeStack(tmp_path, client)
+    return Chaos(stack, ChaosConfig(seed=5)), stack  # type: ignore[arg-type]
+
+
+def test_a_rest_call_waiting_for_a_dead_api_server_gets_it_restarted(tmp_path: Path) -> None:
+    # Found by a soak: the supervisor ran in the driver thread, between REST calls -- so a call
+    # waiting out a dead api-server never got it restarted, and the driver gave up after 180 s.
+    def runs(dag_id: str) -> list[dict[str, str]]:
+        if stack.procs["api-server"].poll() is not None:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return [{"dag_run_id": "r1", "state": "running"}]
+
+    c, stack = chaos(tmp_path, SimpleNamespace(runs=runs))
+    stack.procs["api-server"].returncode = -9  # SIGKILLed, nobody restarted it yet
+    supervisor = threading.Thread(target=c.supervisor, daemon=True)
+    supervisor.start()
+    got: list[dict[str, str]] = []
+    caller = threading.Thread(target=lambda: got.append(c.states()), daemon=True)
+    caller.start()
+    caller.join(30)
+    c.finished.set()
+    supervisor.join(10)
+    assert got == [{"r1": "running"}]
+    assert stack.started == ["api-server"] and c.report.component_restarts == 1
+
+
+def test_a_trigger_whose_answer_was_lost_is_recorded_once(tmp_path: Path) -> None:
+    # The api-server created the run, then died before answering: the retried POST gets a 409.
+    created: dict[str, dict[str, str]] = {}
+    calls = []
+
+    def trigger(dag_id: str, logical_date: str, run_id: str) -> dict[str, str]:
+        calls.append(run_id)
+        if run_id in created:
+            raise AirflowStackError(f"POST /api/v2/dags/{dag_id}/dagRuns -> 409: already exists")
+        created[run_id] = {"dag_run_id": run_id}
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    def run(dag_id: str, run_id: str) -> dict[str, str]:
+        return created[run_id]
+
+    c, _ = chaos(tmp_path, SimpleNamespace(trigger=trigger, run=run))
+    c.trigger()
+    assert c.runs == ["chaos-5-0000"] and calls == ["chaos-5-0000", "chaos-5-0000"]
+
+
+def test_a_409_for_a_run_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    def trigger(dag_id: str, logical_date: str, run_id: str) -> dict[str, str]:
+        raise AirflowStackError("POST /api/v2/dags/d/dagRuns -> 409: logical date taken")
+
+    def run(dag_id: str, run_id: str) -> dict[str, str]:
+        raise AirflowStackError(f"GET /api/v2/dags/d/dagRuns/{run_id} -> 404: not found")
+
+    c, _ = chaos(tmp_path, SimpleNamespace(trigger=trigger, run=run))
+    with pytest.raises(AirflowStackError, match="404"):
+        c.trigger()
+    assert c.runs == []
+
+
+def test_lanes_strike_no_more_faults_once_the_driver_died(tmp_path: Path) -> None:
+    c, _ = chaos(tmp_path)
+    struck: list[str] = []
+    c.inject = lambda kind: struck.append(kind) or True  # type: ignore[method-assign]
+    c.driving.set()
+    c.aborted.set()
+    c.lane(["clear", "api_restart"])
+    assert struck == []
+
+
+def test_the_ledger_on_disk_gives_the_same_oracle_as_the_one_in_memory(tmp_path: Path) -> None:
+    # A harness that dies mid-soak must not take the oracle with it (`--check DIR`).
+    path = tmp_path / LEDGER
+    ledger = Ledger(path)
+    with ledger.lock:
+        ledger.record([("p0-1", '{"url": "https://a.org/1"}', "https://a.org/1"),
+                       ("p0-2", "not json at all", None)], 0)
+        ledger.record([("p1-1", '{"url": "https://www.b.org/2"}', "https://www.b.org/2")], 2)
+    loaded = Ledger.load(path)  # read while the writer still has it open: every line is flushed
+    ledger.close()
+    assert loaded.valid == ledger.valid == {"p0-1": "https://a.org/1", "p1-1": "https://www.b.org/2"}
+    assert loaded.malformed == ledger.malformed == {"p0-2"}
+    assert loaded.duplicates == ledger.duplicates == 2
+    assert loaded.url_counts() == ledger.url_counts()
+    assert loaded.domain_counts() == {"a.org": 1, "b.org": 1}
+
+
+def test_a_supervisor_restart_that_fails_is_tried_again(tmp_path: Path) -> None:
+    c, stack = chaos(tmp_path)
+    stack.procs["scheduler"].returncode = 1
+    failures = [RuntimeError("port still in use")]
+    start = stack.start_component
+
+    def flaky_start(name: str) -> None:
+        if failures:
+            raise failures.pop()
+        start(name)
+
+    stack.start_component = flaky_start  # type: ignore[method-assign]
+    supervisor = threading.Thread(target=c.supervisor, daemon=True)
+    supervisor.start()
+    deadline = time.monotonic() + 15
+    while "scheduler" not in stack.started and time.monotonic() < deadline:
+        time.sleep(0.2)
+    c.finished.set()
+    supervisor.join(10)
+    assert stack.started == ["scheduler"]
