@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -45,13 +46,14 @@ from typing import Any
 import psutil
 import psycopg2
 
+from airflow_transactional import spark_cds
 from airflow_transactional.cli import spark_submit
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.dag import LOCAL_SPARK_CONF
 from airflow_transactional.identifiers import qualified_table
 from airflow_transactional.localstack import SPARK_CONNECT_SERVER, LocalStack, RestClient
 from airflow_transactional.sources import EventLog, PostgresLogSource
-from airflow_transactional.spark_job import with_quiet_driver_logs
+from airflow_transactional.spark_job import provider_zip, with_quiet_driver_logs
 from airflow_transactional.spec import DEFAULT_STATE_SCHEMA, StateSpec, TopologySpec
 from airflow_transactional.store.migrations import DEFAULT_SCHEMA
 
@@ -62,7 +64,7 @@ WORDS_JOB = REPO / "spark_jobs" / "words.py"
 PEER_JOB = REPO / "bench" / "sss_peer.py"
 SCHEMA = DEFAULT_SCHEMA
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
-SECTIONS = ("commit", "plan", "peer", "overhead", "pipelining")
+SECTIONS = ("commit", "plan", "startup", "peer", "overhead", "pipelining")
 # How the provider runs its Spark jobs: one spark-submit per batch, or a long-lived Spark Connect
 # server (the DAG suffix of each).
 BACKENDS = {"spark-submit": "", "Spark Connect": "_sc"}
@@ -90,12 +92,14 @@ class Sizes:
     pipeline_transactions: int = 8
     pipeline_batch: int = 5_000
     max_in_flight: int = 3
+    startup_batch: int = 2_000
+    startup_trials: int = 4
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(commit_large_state=1_000_000, commit_trials=2, plan_large_log=2_000_000, plan_trials=9,
                    peer_batches=(1_000_000,), peer_batch_count=2, peer_backends=("Spark Connect",),
-                   overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000)
+                   overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2)
 
 
 @dataclass
@@ -384,6 +388,53 @@ def bench_plan(dsn: str, sizes: Sizes, report: Report) -> None:
                        large / small <= 1.5))
     finally:
         coord.close()
+
+
+def bench_startup(dsn: str, sizes: Sizes, report: Report) -> None:
+    """One ``spark-submit`` of the words job on a small planned batch, its driver JVM started from
+    the class-data-sharing archive vs without (``LOCAL_SPARK_CONF`` both ways). Measured in
+    CPU-seconds of the whole process tree (driver JVM, job Python, workers) and wall time; the
+    trials alternate which goes first."""
+    archive = spark_cds.build()  # found at once when `airflow-txn spark-cds` built it
+    name = "bench_startup"
+    events = EventLog(dsn, name)
+    events.create(4)
+    rng = random.Random(5)
+    events.append([(f"s{i}", event_payload(rng, sizes.distinct_urls)) for i in range(sizes.startup_batch)])
+    events.close()
+    coord = Coordinator(dsn)
+    try:
+        coord.register(TopologySpec(name, PostgresLogSource(name), [
+            StateSpec("url_counts", keys={"url": "text"}, combiner="count", table=f"{name}_url_counts"),
+            StateSpec("domain_counts", keys={"domain": "text"}, combiner="count", table=f"{name}_domain_counts")],
+            max_batch_size=sizes.startup_batch))
+        txid = coord.plan(name, "run-1").txid
+    finally:
+        coord.close()
+    env = {**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    took: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    for trial in range(sizes.startup_trials):
+        for with_archive in ((True, False) if trial % 2 else (False, True)):
+            conf = spark_cds.with_archive(with_quiet_driver_logs(LOCAL_SPARK_CONF), archive if with_archive else None)
+            settings = (x for k, v in conf.items() for x in ("--conf", f"{k}={v}"))
+            argv = [spark_submit(), "--master", "local[2]", *settings, "--py-files", provider_zip(), str(WORDS_JOB),
+                    "--topology", name, "--txid", str(txid), "--schema", SCHEMA]
+            before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+            res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=600)
+            wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+            if res.returncode != 0:
+                raise RuntimeError(f"startup: the words job failed ({res.returncode}):\n{res.stderr[-3000:]}")
+            cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            took[with_archive].append((cpu, wall))
+            log.info("startup: %s the archive: %.1f CPU-s, %.1f s wall", "with" if with_archive else "without",
+                     cpu, wall)
+    (cpu_on, wall_on), (cpu_off, wall_off) = ((median([c for c, _ in took[k]]), median([w for _, w in took[k]]))
+                                              for k in (True, False))
+    report.add(Row("startup", f"spark-submit of words, {sizes.startup_batch:,}-event batch: driver JVM from the "
+                              "class-data-sharing archive vs without (CPU-seconds)",
+                   f"{cpu_on:.1f} CPU-s", f"{cpu_off:.1f} CPU-s", cpu_on / cpu_off,
+                   note=f"wall {wall_on:.1f} s with the archive, {wall_off:.1f} s without "
+                        f"({wall_on / wall_off:.2f}x); {sizes.startup_trials} trials each, alternating"))
 
 
 # -- the Airflow side -----------------------------------------------------------------------------
@@ -681,6 +732,8 @@ class Bench:
                 bench_commit(dsn, self.sizes, self.report)
             if "plan" in self.sections:
                 bench_plan(dsn, self.sizes, self.report)
+            if "startup" in self.sections:
+                bench_startup(dsn, self.sizes, self.report)
             peer = self.bench_peer_alone() if "peer" in self.sections else {}
             if {"peer", "overhead", "pipelining"} & set(self.sections):
                 self.stack.start()

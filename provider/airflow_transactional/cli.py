@@ -51,6 +51,7 @@ def spark_submit() -> str:
 
 def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, conf: list[str]) -> dict[str, Any]:
     """Run the topology's own Spark job in ``audit`` or ``rebuild`` mode; return its summary."""
+    from . import spark_cds
     from .spark_job import provider_zip, with_quiet_driver_logs
 
     spark = coord.spec(topology_id).extra.get("spark") or {}
@@ -65,6 +66,7 @@ def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, con
         result_file = os.path.join(tmp, "result.json")
         settings = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
                                            **dict(c.split("=", 1) for c in conf)})
+        settings = spark_cds.with_archive(settings, spark_cds.current())
         argv = [spark_submit(), "--master", master]
         for key, value in settings.items():
             argv += ["--conf", f"{key}={value}"]
@@ -77,6 +79,22 @@ def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, con
             raise TransactionalError(f"the {mode} job failed ({proc.returncode}):\n{redact(proc.stderr[-4000:])}")
         with open(result_file, encoding="utf-8") as fh:
             return dict(json.load(fh))
+
+
+def build_startup_archive(*, force: bool) -> int:
+    from . import spark_cds
+
+    if not spark_cds.enabled():
+        print(f"{spark_cds.SWITCH_ENV} is off: Spark drivers start without a class-data-sharing archive")
+        return 0
+    found = None if force else spark_cds.current()
+    try:
+        path = found or spark_cds.build(force=force)
+    except TransactionalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"class-data-sharing archive {'already built' if found else 'built'}: {path}")
+    return 0
 
 
 def _print_status(st: TopologyStatus) -> None:
@@ -120,8 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     p_rebuild.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"))
     p_rebuild.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
     p_rebuild.add_argument("--abort", action="store_true", help="forget a rebuild that died half-way")
+    p_cds = sub.add_parser("spark-cds", help="build the class-data-sharing archive that saves a small batch's "
+                           "spark-submit about a third of its CPU (once per machine; needs no state store)")
+    p_cds.add_argument("--force", action="store_true", help="build it again even if a verified one exists")
     args = parser.parse_args(argv)
 
+    if args.command == "spark-cds":
+        return build_startup_archive(force=args.force)
     coord = Coordinator(_dsn(args), schema=args.schema)
     try:
         if args.command == "status":

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from airflow_transactional import EventLog
+from airflow_transactional import EventLog, spark_cds
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.localstack import LocalStack, RestClient
@@ -72,6 +72,11 @@ def test_words_commits_in_txid_order_exactly_once_and_pipelines(stack: LocalStac
     ti = {t["task_id"]: t for t in client.task_instances("words", empty["run_key"])}
     assert ti["process"]["state"] == "skipped"
     assert "empty batch: no spark-submit" in task_log(stack, "words", empty["run_key"], "process")
+    # The process task starts its driver JVM from the class-data-sharing archive `make test` built.
+    archive = spark_cds.current()
+    processed = next(c for c in commits if c["records_read"])
+    said = task_log(stack, "words", processed["run_key"], "process")
+    assert (f"starts from the class-data-sharing archive {archive}" if archive else "airflow-txn spark-cds") in said
     coord.close()
     log.close()
 

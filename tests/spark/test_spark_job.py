@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
+from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec, spark_cds
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import NotProcessed
@@ -38,10 +38,15 @@ def _spec(max_batch_size: int = 700) -> TopologySpec:
         extra={"spark": {"application": WORDS, "application_args": []}})
 
 
-def _submit(dsn: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    argv = ["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.sql.shuffle.partitions=4", "--py-files", provider_zip(), WORDS,
-            "--topology", "words", *args]
+def _submit(dsn: str, *args: str, env: dict[str, str] | None = None,
+            java_options: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The words job under spark-submit; its driver starts from the class-data-sharing archive
+    when one was built (``airflow-txn spark-cds``), as the process task's does."""
+    conf = spark_cds.with_archive({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
+                                   **({"spark.driver.extraJavaOptions": java_options} if java_options else {})},
+                                  spark_cds.current())
+    argv = ["spark-submit", "--master", "local[2]", *(x for k, v in conf.items() for x in ("--conf", f"{k}={v}")),
+            "--py-files", provider_zip(), WORDS, "--topology", "words", *args]
     return subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
                                      **(env or {})}, capture_output=True, text=True, timeout=300)
 
@@ -180,3 +185,26 @@ def test_a_job_dying_mid_write_leaves_nothing_committable(dsn: str, tmp_path: Pa
     coord.close()
     log.close()
 
+
+
+def test_the_words_job_starts_from_the_class_data_sharing_archive(dsn: str, tmp_path: Path) -> None:
+    # Under -Xshare:on a JVM refuses to start with an archive it cannot use: the job running at
+    # all proves the archive fits this JVM and Spark; the class-load log shows it was used.
+    archive = spark_cds.build()  # found at once when `make test` built it
+    assert spark_cds.current() == archive
+    log = EventLog(dsn, "tweets")
+    log.create(2)
+    good = _tweets(300)
+    log.append([*good, ("bad-json", "{not json")])
+    coord = Coordinator(dsn)
+    coord.register(_spec())
+    txid = coord.plan("words", "run0").txid
+    loads = tmp_path / "class-load.log"
+    res = _submit(dsn, "--txid", str(txid),
+                  java_options=f"-Xshare:on -XX:SharedArchiveFile={archive} -Xlog:class+load=info:file={loads}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert coord.commit("words", txid).committed
+    assert dict(query(dsn, "SELECT url, value FROM url_counts")) == Counter(json.loads(p)["url"] for _e, p in good)
+    lines = loads.read_text().splitlines()
+    shared = sum(1 for line in lines if "source: shared objects file" in line)
+    assert shared > 10_000 and shared > 0.6 * len(lines), (shared, len(lines))

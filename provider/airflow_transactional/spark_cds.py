@@ -1,0 +1,218 @@
+"""A class-data-sharing archive for the driver JVM: a small batch costs about a third less CPU.
+
+A ``spark-submit`` of a small batch spends most of its CPU before the job's first line, loading
+and verifying Spark's classes in a fresh driver JVM. Java's application class-data sharing
+(AppCDS, JDK 13+) maps those classes from an archive instead. An archive belongs to one JVM and
+one Spark install, so it is built once per machine -- ``airflow-txn spark-cds`` (``make demo``
+and ``make test`` run it) -- and the process task passes it to the driver only when it was
+verified and has not changed since:
+
+* the build writes to a temporary file, checks it with a real ``spark-submit`` under
+  ``-Xshare:on`` (which refuses an unusable archive), then renames it into place and records its
+  size, inode and mtime in a sidecar;
+* a JVM given a stale archive (another JDK, another classpath) ignores it with one warning line;
+  a truncated one would crash it, so an archive whose sidecar does not match is never passed on.
+
+``AIRFLOW_TXN_SPARK_CDS=off`` turns it off; ``AIRFLOW_TXN_SPARK_CDS_DIR`` moves the cache
+(default ``$XDG_CACHE_HOME/airflow_transactional`` or ``~/.cache/airflow_transactional``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .exceptions import TransactionalError
+
+log = logging.getLogger(__name__)
+
+SWITCH_ENV = "AIRFLOW_TXN_SPARK_CDS"
+DIR_ENV = "AIRFLOW_TXN_SPARK_CDS_DIR"
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+# The driver options the archive is built with: those of LOCAL_SPARK_CONF (a short-lived JVM).
+BUILD_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+# What the provider's jobs make the driver load: the helper's own validate() and fold() over a
+# JSON-lines file (whole-stage codegen, the JSON parser, regex and case mapping as in the words
+# example), the partitions sent to Python as rows and as Arrow batches, and Parquet both ways.
+WARMUP_JOB = '''\
+import json, os, sys
+from pyspark.sql import SparkSession, functions as F
+from airflow_transactional.spark_job import EVENT_ID_COL, OFFSET_COL, fold, validate
+from airflow_transactional.spec import StateSpec
+
+spark = SparkSession.builder.appName("airflow-txn-spark-cds").getOrCreate()
+work = sys.argv[1]
+with open(os.path.join(work, "events.json"), "w") as fh:
+    fh.write("\\n".join(json.dumps({"url": f"https://WWW.Example.org/{i % 7}", "n": i}) if i % 9 else "not json"
+                        for i in range(300)))
+text = spark.read.text(os.path.join(work, "events.json")).where(F.trim("value") != "")
+raw = text.select(F.input_file_name().alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
+                  F.col("value").alias("payload"))
+good, bad, records, cached = validate(raw, True, "url string, n long", ["url"])
+host = F.regexp_replace(F.lower(F.regexp_extract("url", r"^[a-zA-Z]+://([^/:?#]+)", 1)), r"^www\\.", "")
+per_domain = fold(StateSpec("c", {"domain": "text"}, combiner="count"),
+                  good.select(host.alias("domain"), F.lit(1).alias("value")))
+per_url = fold(StateSpec("s", {"url": "text"}, combiner="sum"), good.select("url", F.col("n").alias("value")))
+assert per_domain.collect()[0]["value"] == records - bad.count()
+per_url.foreachPartition(lambda rows: sum(1 for _ in rows))
+
+def arrow_rows(batches):
+    import pyarrow as pa
+    for batch in batches:
+        yield pa.RecordBatch.from_pydict({"n": [batch.num_rows]})
+
+assert per_url.mapInArrow(arrow_rows, "n long").agg(F.sum("n")).collect()[0][0] == 7
+good.write.parquet(os.path.join(work, "good.parquet"))
+assert spark.read.parquet(os.path.join(work, "good.parquet")).count() == records - bad.count()
+cached.unpersist()
+spark.stop()
+'''
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get(DIR_ENV)
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "airflow_transactional"
+
+
+def java_binary() -> str | None:
+    """The ``java`` spark-submit starts: ``$JAVA_HOME/bin/java``, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+        return os.path.join(home, "bin", "java")
+    return shutil.which("java")
+
+
+def spark_home() -> Path | None:
+    """``$SPARK_HOME``, else the pyspark install (without importing it)."""
+    if os.environ.get("SPARK_HOME"):
+        return Path(os.environ["SPARK_HOME"])
+    spec = importlib.util.find_spec("pyspark")
+    return Path(spec.origin).parent if spec and spec.origin else None
+
+
+def fingerprint() -> str | None:
+    """Names the archive for this JVM and this Spark install (None if either is missing)."""
+    java, home = java_binary(), spark_home()
+    if java is None or home is None or not (home / "jars").is_dir():
+        return None
+    digest = hashlib.sha256()
+    real = Path(java).resolve()
+    for part in (real, real.parent.parent / "lib" / "server" / "libjvm.so"):
+        if part.exists():
+            st = part.stat()
+            digest.update(f"{part}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    for jar in sorted((home / "jars").glob("*.jar")):
+        digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def archive_path(directory: Path | None = None) -> Path | None:
+    key = fingerprint()
+    return None if key is None else (directory or cache_dir()) / f"spark-cds-{key}.jsa"
+
+
+def _identity(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "inode": st.st_ino, "mtime_ns": st.st_mtime_ns}
+
+
+def current(directory: Path | None = None) -> Path | None:
+    """The verified archive for this JVM and Spark, if one was built and is unchanged since."""
+    if not enabled():
+        return None
+    path = archive_path(directory)
+    if path is None:
+        return None
+    try:
+        recorded = json.loads(path.with_suffix(".json").read_text())
+        return path if recorded.get("identity") == _identity(path) else None
+    except (OSError, ValueError):
+        return None
+
+
+def with_archive(conf: Mapping[str, Any], archive: Path | None) -> dict[str, Any]:
+    """``conf`` with the driver JVM started from ``archive`` (unless the user chose CDS options)."""
+    out = dict(conf)
+    java_opts = str(out.get(JAVA_OPTIONS) or "")
+    if archive is not None and "SharedArchiveFile" not in java_opts and "-Xshare" not in java_opts:
+        out[JAVA_OPTIONS] = " ".join(filter(None, [java_opts, f"-XX:SharedArchiveFile={archive}"]))
+    return out
+
+
+def _spark_submit(java_options: str, job: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    from .cli import spark_submit
+    from .spark_job import provider_zip, with_quiet_driver_logs
+
+    conf = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                                   JAVA_OPTIONS: java_options})
+    argv = [spark_submit(), "--master", "local[1]", "--name", "airflow-txn-spark-cds"]
+    for key, value in conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+           **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"})}
+    work = tempfile.mkdtemp(prefix="run-", dir=job.parent)
+    return subprocess.run([*argv, "--py-files", provider_zip(), str(job), work], env=env, capture_output=True,
+                          text=True, check=False, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def build(directory: Path | None = None, *, force: bool = False, timeout: float = 900) -> Path:
+    """Build (or find) the archive for this JVM and Spark; returns its path.
+
+    Two builds at once do the work once (a lock file); a build that fails leaves nothing behind
+    that a driver would be given.
+    """
+    path = archive_path(directory)
+    if path is None:
+        raise TransactionalError("no class-data-sharing archive without Java and Spark: put a JDK 17+ on PATH "
+                                 "(or set JAVA_HOME) and install pyspark (or set SPARK_HOME)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force and current(directory) is not None:
+            return path
+        with tempfile.TemporaryDirectory(prefix="airflow-txn-cds-") as tmp:
+            job, staged = Path(tmp) / "warmup.py", path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            job.write_text(WARMUP_JOB)
+            try:
+                started = time.monotonic()
+                dumped = _spark_submit(f"{BUILD_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={staged}", job, timeout)
+                if dumped.returncode != 0 or not staged.exists():
+                    raise TransactionalError(
+                        f"building the class-data-sharing archive failed ({dumped.returncode}); the JVM said:\n"
+                        f"{dumped.stderr[-3000:]}\nSpark jobs run without it (set {SWITCH_ENV}=off to stop trying)")
+                # -Xshare:on refuses to start with an archive it cannot use: the check is the real thing.
+                checked = _spark_submit(f"{BUILD_JAVA_OPTIONS} -Xshare:on -XX:SharedArchiveFile={staged}", job, timeout)
+                if checked.returncode != 0:
+                    raise TransactionalError(
+                        "the class-data-sharing archive did not verify (a JVM under -Xshare:on refused it):\n"
+                        f"{checked.stderr[-3000:]}\nSpark jobs run without it")
+                os.replace(staged, path)
+            finally:
+                staged.unlink(missing_ok=True)
+        sidecar = path.with_suffix(".json.tmp")
+        sidecar.write_text(json.dumps({"identity": _identity(path), "java": java_binary(),
+                                       "spark_home": str(spark_home()), "built_in_seconds":
+                                       round(time.monotonic() - started, 1)}))
+        os.replace(sidecar, path.with_suffix(".json"))
+        log.info("built the class-data-sharing archive %s", path)
+        return path
