@@ -112,6 +112,9 @@ class LocalStack:
             "AIRFLOW__API_AUTH__JWT_SECRET": s["jwt"],
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            # A new or changed DAG file is parsed at once whatever this says; it only spaces out
+            # re-parsing unchanged files (a fresh process each, every 30 s by default).
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
             # A task whose worker died (a killed scheduler takes its LocalExecutor workers along)
