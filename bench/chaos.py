@@ -150,18 +150,12 @@ class ChaosReport:
                 + self.quarantine_mismatches + self.stuck_runs + (self.audit_clean is False) + len(self.problems))
 
     def table(self) -> str:
+        audit = ("airflow-txn audit", {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean])
         if self.post_mortem:
-            return self._table([
-                ("transactions committed", self.transactions_committed),
-                ("duplicate deliveries / malformed records injected",
-                 f"{self.duplicate_deliveries} / {self.malformed_injected}"),
-                ("events appended (unique)", self.events_appended),
-                ("events lost", self.events_lost),
-                ("events duplicated", self.events_duplicated),
-                ("domain counts wrong", self.domain_mismatches),
-                ("order violations", self.order_violations),
-                ("quarantine mismatches", self.quarantine_mismatches),
-                ("airflow-txn audit", {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean])])
+            return self._table([("transactions committed", self.transactions_committed),
+                                ("duplicate deliveries / malformed records injected",
+                                 f"{self.duplicate_deliveries} / {self.malformed_injected}"),
+                                *self._outcome(), audit])
         rows: list[tuple[str, object]] = [("seed", self.seed),
                 ("transactions committed", self.transactions_committed),
                 ("transactions triggered", self.transactions_triggered)]
@@ -173,16 +167,20 @@ class ChaosReport:
                  ("faults total", sum(self.faults.values()) + self.duplicate_deliveries + self.malformed_injected),
                  ("component restarts (supervisor)", self.component_restarts),
                  ("failed runs cleared (operator)", self.operator_clears),
-                 ("events appended (unique)", self.events_appended),
-                 ("events lost", self.events_lost),
-                 ("events duplicated", self.events_duplicated),
-                 ("domain counts wrong", self.domain_mismatches),
-                 ("order violations", self.order_violations),
-                 ("quarantine mismatches", self.quarantine_mismatches),
+                 *self._outcome(),
                  ("stuck runs", self.stuck_runs),
-                 ("airflow-txn audit", {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean]),
+                 audit,
                  ("wall time", f"{self.wall_seconds:.0f} s")]
         return self._table(rows)
+
+    def _outcome(self) -> list[tuple[str, object]]:
+        """What the checks against the ledger found (known after the fact too)."""
+        return [("events appended (unique)", self.events_appended),
+                ("events lost", self.events_lost),
+                ("events duplicated", self.events_duplicated),
+                ("domain counts wrong", self.domain_mismatches),
+                ("order violations", self.order_violations),
+                ("quarantine mismatches", self.quarantine_mismatches)]
 
     def _table(self, rows: list[tuple[str, object]]) -> str:
         width = max(len(k) for k, _ in rows)
