@@ -290,9 +290,7 @@ class Coordinator:
             row = cur.fetchone()
             if row is not None:
                 # Planning a run again (a clear, a backfill) means someone is retrying it.
-                cur.execute(sql.SQL("UPDATE {} SET failed_at = NULL, failure = NULL WHERE topology_id = %s "
-                                    "AND txid = %s AND failed_at IS NOT NULL").format(self._t("transactions")),
-                            (topology_id, int(row[0])))
+                self._lift_failed(cur, topology_id, int(row[0]))
                 return self._txn(cur, topology_id, int(row[0]))
             cur.execute(sql.SQL("SELECT txid FROM {} WHERE topology_id = %s AND status = 'planned' "
                                 "ORDER BY txid").format(self._t("transactions")), (topology_id,))
@@ -401,8 +399,7 @@ class Coordinator:
             cur.execute(sql.SQL("SELECT coalesce(max(attempt), 0) + 1 FROM {} WHERE topology_id = %s "
                                 "AND txid = %s").format(self._t("attempts")), (topology_id, txid))
             number = int(cur.fetchone()[0])
-            cur.execute(sql.SQL("UPDATE {} SET failed_at = NULL, failure = NULL WHERE topology_id = %s "
-                                "AND txid = %s").format(self._t("transactions")), (topology_id, txid))
+            self._lift_failed(cur, topology_id, txid)
             cur.execute(sql.SQL("INSERT INTO {} (topology_id, txid, attempt, plan_version, status, worker) "
                                 "VALUES (%s, %s, %s, %s, 'running', %s)").format(self._t("attempts")),
                         (topology_id, txid, number, txn.plan_version, self.worker))
@@ -500,6 +497,27 @@ class Coordinator:
                         .format(self._t("attempts"), self._t("transactions")), (topology_id, txid))
             row = cur.fetchone()
         return (int(row[0]), row[1]) if row else None
+
+    def _lift_failed(self, cur: psycopg2.extensions.cursor, topology_id: str, txid: int) -> None:
+        cur.execute(sql.SQL("UPDATE {} SET failed_at = NULL, failure = NULL WHERE topology_id = %s "
+                            "AND txid = %s AND failed_at IS NOT NULL").format(self._t("transactions")),
+                    (topology_id, txid))
+
+    def retrying(self, topology_id: str, txid: int) -> None:
+        """A task of ``txid``'s run runs again (a retry, a clear, a backfill): it no longer failed
+        for good, so later commits wait for it again instead of failing fast."""
+        with self.db.transaction() as cur:
+            self._lift_failed(cur, topology_id, txid)
+
+    def first_pending(self, topology_id: str, before_txid: int) -> tuple[int, str] | None:
+        """(txid, run key) of the lowest uncommitted txid below ``before_txid``: the one that
+        every later commit waits for."""
+        with self.db.transaction() as cur:
+            cur.execute(sql.SQL("SELECT txid, run_key FROM {} WHERE topology_id = %s AND txid < %s "
+                                "AND status = 'planned' ORDER BY txid LIMIT 1").format(self._t("transactions")),
+                        (topology_id, before_txid))
+            row = cur.fetchone()
+        return (int(row[0]), str(row[1])) if row else None
 
     def mark_failed(self, topology_id: str, txid: int, reason: str) -> None:
         """Record that ``txid`` failed for good (no retries left), so later commits fail fast."""

@@ -34,6 +34,8 @@ class _TopologyTask(BaseOperator):
     """Shared parts: the topology's stored declaration and the run's transaction."""
 
     ui_color = "#e8f4ea"
+    #: How often a waiting task asks Airflow about the run of the txid it waits for (seconds).
+    airflow_check_interval = 5.0
 
     def __init__(self, *, topology: Mapping[str, Any], transactional_conn_id: str = "transactional_default",
                  blocked_grace: timedelta = timedelta(seconds=30), **kwargs: Any) -> None:
@@ -41,6 +43,8 @@ class _TopologyTask(BaseOperator):
         self.topology = dict(topology)
         self.transactional_conn_id = transactional_conn_id
         self.blocked_grace = blocked_grace
+        self._airflow_checked_at: float | None = None
+        self._airflow_verdict: str | None = None
 
     @property
     def topology_id(self) -> str:
@@ -56,13 +60,16 @@ class _TopologyTask(BaseOperator):
                                        f"{self.topology_id!r}: clear its plan task first")
         return txn
 
-    def still_blocked(self, coordinator: Coordinator, txid: int, since: list[float]) -> str | None:
+    def still_blocked(self, coordinator: Coordinator, txid: int, since: list[float],
+                      context: Mapping[str, Any]) -> str | None:
         """The blocker of ``txid`` once it has held for ``blocked_grace`` (else None).
 
-        The grace covers a cleared or backfilled predecessor whose plan task has not re-run yet
-        (re-running it lifts the failed mark); ``since`` carries the first sighting across polls.
+        A blocker is an earlier txid that failed for good (recorded in Postgres), or one whose
+        Airflow run will not commit it (:meth:`stalled_predecessor`). The grace covers a cleared
+        or backfilled predecessor whose tasks have not started yet (starting lifts the failed
+        mark); ``since`` carries the first sighting across polls.
         """
-        blocked = coordinator.blocker(self.topology_id, txid)
+        blocked = coordinator.blocker(self.topology_id, txid) or self.stalled_predecessor(coordinator, txid, context)
         if blocked is None:
             since.clear()
             return None
@@ -70,6 +77,45 @@ class _TopologyTask(BaseOperator):
             since.append(time.monotonic())
             self.log.warning("%s -- failing in %.0fs unless it is retried", blocked, self.blocked_grace.total_seconds())
         return blocked if time.monotonic() - since[0] >= self.blocked_grace.total_seconds() else None
+
+    def stalled_predecessor(self, coordinator: Coordinator, txid: int, context: Mapping[str, Any]) -> str | None:
+        """Why the txid that ``txid`` waits for will not commit, by Airflow's view of its run (or None).
+
+        A task that fails for good says so in Postgres; one killed on its last try (SIGKILL, the
+        OOM killer, a lost worker) says nothing, and the runs waiting for it would hold their
+        ``max_active_runs`` slots until the cleared run could never start (DESIGN.md trap 2).
+        Airflow knows better: that run is failed. A run that is not running at all cannot commit
+        either: queued behind the slots its waiters hold, or finished without committing (marked
+        success by hand). A failed or finished run is also recorded as failed in Postgres, so
+        ``airflow-txn status`` names it. Asked at most every ``airflow_check_interval`` seconds.
+        """
+        now = time.monotonic()
+        if self._airflow_checked_at is not None and now - self._airflow_checked_at < self.airflow_check_interval:
+            return self._airflow_verdict
+        self._airflow_checked_at, self._airflow_verdict = now, None
+        pending = coordinator.first_pending(self.topology_id, txid)
+        ti = context.get("ti")
+        if pending is None or ti is None:
+            return None
+        pred, run_id = pending
+        try:
+            state = ti.get_dagrun_state(dag_id=ti.dag_id, run_id=run_id)
+        except Exception as exc:  # not a run of this DAG (planned by hand or by a tool), or the API is away
+            self.log.debug("no Airflow state for run %s of txid %d: %s", run_id, pred, exc)
+            return None
+        state = str(getattr(state, "value", state))
+        if state == "running":
+            return None
+        why = {"failed": "its Airflow run failed without recording why (a task killed on its last try: "
+                         "SIGKILL, out of memory, a lost worker?)",
+               "success": f"its Airflow run finished without committing txid {pred} (marked success by hand?)",
+               "queued": "its Airflow run is queued and cannot start while the runs waiting for it hold the "
+                         "DAG's max_active_runs slots"}.get(state, f"its Airflow run is {state}")
+        if state in ("failed", "success"):
+            coordinator.mark_failed(self.topology_id, pred, why)
+        self._airflow_verdict = (f"blocked by txid {pred} (run {run_id}): {why}. Clear that run's tasks or backfill "
+                                 "it with 'reprocess failed'; this run can then be cleared too")
+        return self._airflow_verdict
 
     @contextmanager
     def failing_for_good(self, coordinator: Coordinator, context: Mapping[str, Any], what: str) -> Iterator[None]:
@@ -114,7 +160,7 @@ class PlanOperator(_TopologyTask):
                     txn = coordinator.plan(self.topology_id, context["run_id"])
                     break
                 except TooManyInFlight as exc:
-                    blocked = self.still_blocked(coordinator, max(exc.in_flight) + 1, since)
+                    blocked = self.still_blocked(coordinator, max(exc.in_flight) + 1, since, context)
                     if blocked:
                         raise AirflowFailException(blocked) from exc
                     if time.monotonic() > deadline:
@@ -164,6 +210,7 @@ class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):
             if txn.committed:
                 raise AirflowSkipException(f"txid {txn.txid} already committed at {txn.committed_at}; "
                                            "nothing to do")
+            coordinator.retrying(self.topology_id, txn.txid)
             if txn.empty:
                 raise AirflowSkipException(f"txid {txn.txid} is an empty batch: no spark-submit")
             done = coordinator.complete_attempt(self.topology_id, txn.txid) if self.reuse_staged_output else None
@@ -253,6 +300,8 @@ class CommitOperator(_TopologyTask):
         coordinator = self.coordinator()
         try:
             txn = self.run_transaction(coordinator, context)
+            if not txn.committed:
+                coordinator.retrying(self.topology_id, txn.txid)  # a cleared commit: its txid is live again
             deadline = time.monotonic() + self.wait_timeout.total_seconds()
             announced = False
             since: list[float] = []
@@ -262,7 +311,7 @@ class CommitOperator(_TopologyTask):
                         result = coordinator.commit(self.topology_id, txn.txid)
                     break
                 except WaitingForPredecessor as exc:
-                    blocked = self.still_blocked(coordinator, txn.txid, since)
+                    blocked = self.still_blocked(coordinator, txn.txid, since, context)
                     if blocked:
                         coordinator.mark_failed(self.topology_id, txn.txid, blocked)
                         raise AirflowFailException(blocked) from exc

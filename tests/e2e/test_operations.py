@@ -143,6 +143,43 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     log.close()
 
 
+def test_a_commit_killed_on_its_last_try_does_not_hold_the_later_runs(stack: LocalStack,
+                                                                      client: RestClient) -> None:
+    # Found by the chaos soak: a commit task killed on every try (SIGKILL, the OOM killer) records
+    # nothing in Postgres, so the runs waiting for it kept waiting -- holding every max_active_runs
+    # slot, and the run cleared to retry it could never start (DESIGN.md trap 2).
+    dag = "ops_killed"
+    log, coord = _start(stack, client, dag, "kil", partitions=2)
+    events = [(f"kil{i}", json.dumps({"url": f"https://example.com/k/{i}"})) for i in range(300)]
+    log.append(events)  # all of it txid 2's batch: txids 3 and 4 are empty (no spark-submit)
+    _faults(stack, f"commit.before_commit:{dag}:2=exit")  # every try of txid 2's commit dies on the spot
+    day0 = datetime(2025, 5, 1, tzinfo=UTC)
+    runs = [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(3)]
+    states = wait_for_runs(stack, dag, runs, allow_failed=True, timeout=600)  # they all finish: no deadlock
+    by_txid = _runs_by_txid(coord, runs, dag)
+    assert sorted(by_txid) == [2, 3, 4] and set(states.values()) == {"failed"}
+    assert "blocked by" not in task_log(stack, dag, by_txid[2], "commit")  # it died: no word from it
+    for t in (3, 4):  # the waiters asked Airflow, gave their slots up, and said which run to clear
+        text = task_log(stack, dag, by_txid[t], "commit")
+        assert f"blocked by txid 2 (run {by_txid[2]}): its Airflow run failed" in text or (
+            f"blocked by failed txid 2 (run {by_txid[2]}): its Airflow run failed" in text), text[-3000:]
+    status = coord.status(dag)
+    assert status.committed_txid == 1 and status.blocked_by and "txid 2" in status.blocked_by
+
+    # Recovery as the README says: the cause gone, clear the killed run, then the blocked ones.
+    _faults(stack)
+    client.clear(dag, by_txid[2], only_failed=True)
+    wait_for_runs(stack, dag, [by_txid[2]])
+    for t in (3, 4):
+        client.clear(dag, by_txid[t], only_failed=True)
+    wait_for_runs(stack, dag, runs)
+    assert [c["txid"] for c in coord.commits(dag)] == [1, 2, 3, 4]
+    assert query(stack.state_dsn, "SELECT id, value FROM ops_killed") == [("all", len(events))]
+    assert coord.status(dag).lag == 0 and coord.status(dag).blocked_by is None
+    coord.close()
+    log.close()
+
+
 def _cli_with_env(env: dict[str, str], argv: list[str]) -> int:
     """``airflow-txn`` in a subprocess with extra environment (faults for its Spark job)."""
     res = subprocess.run([sys.executable, "-m", "airflow_transactional.cli", *argv], env={**os.environ, **env},
