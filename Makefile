@@ -30,7 +30,7 @@ test: startup-archive
 
 # The benchmarks against the alternatives (README "Benchmarks"); `make bench QUICK=1` is the
 # under-ten-minutes variant. Prints the table, writes docs/benchmarks.png.
-bench: $(STAMP)
+bench: startup-archive
 	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[bench]'
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m bench.perf $(if $(QUICK),--quick) $(BENCH_ARGS)
 
