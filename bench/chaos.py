@@ -143,6 +143,7 @@ class ChaosReport:
     wall_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     post_mortem: bool = False  # from --check: the state against the ledger, nothing about the run itself
+    events_pending: int = 0     # --check: appended, but beyond the committed checkpoint (not yet due)
 
     @property
     def violations(self) -> int:
@@ -155,7 +156,9 @@ class ChaosReport:
             return self._table([("transactions committed", self.transactions_committed),
                                 ("duplicate deliveries / malformed records injected",
                                  f"{self.duplicate_deliveries} / {self.malformed_injected}"),
-                                *self._outcome(), audit])
+                                *self._outcome(),
+                                ("events not yet committed (beyond the checkpoint)", self.events_pending),
+                                audit])
         rows: list[tuple[str, object]] = [("seed", self.seed),
                 ("transactions committed", self.transactions_committed),
                 ("transactions triggered", self.transactions_triggered)]
@@ -255,6 +258,14 @@ class Ledger:
 
     def domain_counts(self) -> Counter[str]:
         return Counter(domain_of(u) for u in self.valid.values())
+
+    def restricted_to(self, ids: set[str]) -> Ledger:
+        """The same ledger, with only the events in ``ids``."""
+        part = Ledger()
+        part.valid = {e: u for e, u in self.valid.items() if e in ids}
+        part.malformed = self.malformed & ids
+        part.duplicates = self.duplicates
+        return part
 
 
 class Producer(threading.Thread):
@@ -640,6 +651,12 @@ class Chaos:
         r, ledger = self.report, self.ledger
         r.events_appended = len(ledger.valid) + len(ledger.malformed)
         r.duplicate_deliveries, r.malformed_injected = ledger.duplicates, len(ledger.malformed)
+        if r.post_mortem:
+            # A run that never drained is checked on what it committed: the ledger's events that
+            # the log put at or below the committed checkpoint (its own LSNs, not our processing).
+            due = self.committed_event_ids()
+            r.events_pending = r.events_appended - len(due & (set(ledger.valid) | ledger.malformed))
+            ledger = ledger.restricted_to(due)
         with psycopg2.connect(self.stack.state_dsn) as conn, conn.cursor() as cur:
             cur.execute(sql.SQL("SELECT url, value FROM {}").format(sql.Identifier(f"{TOPOLOGY}_url_counts")))
             urls = {u: int(v) for u, v in cur.fetchall()}
@@ -673,6 +690,18 @@ class Chaos:
             r.audit_clean = res.returncode == 0
             if not r.audit_clean:
                 r.problems.append("audit: " + (res.stdout + res.stderr)[-2000:])
+
+
+    def committed_event_ids(self) -> set[str]:
+        """The ids of the events at or below the topology's committed offsets, per partition."""
+        with psycopg2.connect(self.stack.state_dsn) as conn, conn.cursor() as cur:
+            cur.execute("SELECT committed_offsets FROM airflow_txn.topologies WHERE topology_id = %s", (TOPOLOGY,))
+            row = cur.fetchone()
+            offsets = {int(p): int(lsn) for p, lsn in (row[0] if row else {}).items()}
+            cur.execute("SELECT partition, lsn, event_id FROM airflow_txn.log_events WHERE log_name = %s", (LOG,))
+            due = {e for p, lsn, e in cur.fetchall() if lsn <= offsets.get(p, 0)}
+        conn.close()
+        return due
 
 
 def recheck(base: Path, cfg: ChaosConfig) -> ChaosReport:

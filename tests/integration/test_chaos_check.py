@@ -1,0 +1,72 @@
+"""The chaos harness's post-mortem (``--check``) on a real Postgres: a run that never drained is
+judged on what it committed -- the ledger's events at or below the committed checkpoint -- and a
+damaged state is caught."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.processing import process_batch
+from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.spec import StateSpec, TopologySpec
+from bench.chaos import LEDGER, LOG, TOPOLOGY, Chaos, ChaosConfig, Ledger, domain_of
+from tests.helpers import query
+
+pytestmark = pytest.mark.integration
+
+
+def words(rec: dict[str, Any]) -> list[tuple[str, tuple[Any, ...], Any]]:
+    url = rec["url"]
+    return [("url_counts", (url,), 1), ("domain_counts", (domain_of(url),), 1)]
+
+
+def test_check_judges_what_was_committed_and_catches_a_damaged_state(dsn: str, tmp_path: Path) -> None:
+    log = EventLog(dsn, LOG)
+    log.create(2)
+    ledger = Ledger(tmp_path / LEDGER)
+    fresh = [(f"p0-{i}", json.dumps({"url": f"https://www.a.org/{i % 3}"}), f"https://www.a.org/{i % 3}")
+             for i in range(30)] + [("p0-bad", "not json", None)]
+    log.append([(e, p) for e, p, _ in fresh])
+    with ledger.lock:
+        ledger.record(fresh, 0)
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec(TOPOLOGY, PostgresLogSource(LOG), [
+        StateSpec("url_counts", {"url": "text"}, combiner="count", table=f"{TOPOLOGY}_url_counts"),
+        StateSpec("domain_counts", {"domain": "text"}, combiner="count", kind="opaque",
+                  table=f"{TOPOLOGY}_domain_counts")], max_batch_size=20))
+    for run in ("r1", "r2"):  # 20 + 11 events committed
+        txid = coord.plan(TOPOLOGY, run).txid
+        process_batch(coord, TOPOLOGY, txid, words)
+        coord.commit(TOPOLOGY, txid)
+    later = [(f"p1-{i}", json.dumps({"url": "https://b.org/x"}), "https://b.org/x") for i in range(7)]
+    log.append([(e, p) for e, p, _ in later])  # appended, never planned: the run died first
+    with ledger.lock:
+        ledger.record(later, 0)
+    ledger.close()
+
+    def check() -> Any:
+        stack = SimpleNamespace(base_dir=tmp_path, extra_env={"AIRFLOW_TXN_FAULTS_FILE": str(tmp_path / "f")},
+                                state_dsn=dsn, client=lambda: None)
+        chaos = Chaos(stack, ChaosConfig(audit=False))  # type: ignore[arg-type]
+        chaos.ledger = Ledger.load(tmp_path / LEDGER)
+        chaos.report.post_mortem = True
+        chaos.check()
+        return chaos.report
+
+    report = check()
+    assert (report.transactions_committed, report.events_appended, report.events_pending) == (2, 38, 7)
+    assert report.violations == 0, report.table()
+    assert "events not yet committed (beyond the checkpoint)  | 7" in report.table()
+
+    query(dsn, f"UPDATE {TOPOLOGY}_url_counts SET value = value - 1 WHERE url = 'https://www.a.org/0'")
+    query(dsn, "DELETE FROM airflow_txn.quarantine WHERE event_id = 'p0-bad'")
+    damaged = check()
+    assert (damaged.events_lost, damaged.events_duplicated, damaged.quarantine_mismatches) == (1, 0, 1)
+    coord.close()
+    log.close()
