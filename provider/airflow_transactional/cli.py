@@ -93,6 +93,10 @@ def build_startup_archive(*, force: bool) -> int:
     except TransactionalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:
+        print(f"error: cannot write the archive under {spark_cds.cache_dir()} ({exc.strerror}): set "
+              f"{spark_cds.DIR_ENV} to a writable directory", file=sys.stderr)
+        return 1
     print(f"class-data-sharing archive {'already built' if found else 'built'}: {path}")
     return 0
 

@@ -171,8 +171,12 @@ def _spark_submit(java_options: str, job: Path, timeout: float) -> subprocess.Co
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
            **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"})}
     work = tempfile.mkdtemp(prefix="run-", dir=job.parent)
-    return subprocess.run([*argv, "--py-files", provider_zip(), str(job), work], env=env, capture_output=True,
-                          text=True, check=False, timeout=timeout, stdin=subprocess.DEVNULL)
+    try:
+        return subprocess.run([*argv, "--py-files", provider_zip(), str(job), work], env=env, capture_output=True,
+                              text=True, check=False, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise TransactionalError(f"the class-data-sharing warm-up job took over {timeout:.0f} s; Spark jobs run "
+                                 "without the archive") from None
 
 
 def build(directory: Path | None = None, *, force: bool = False, timeout: float = 900) -> Path:
