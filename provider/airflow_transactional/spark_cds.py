@@ -121,6 +121,9 @@ def fingerprint() -> str | None:
         if part.exists():
             st = part.stat()
             digest.update(f"{part}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    # The archive records the driver's classpath, jar by jar: another install of the same jars (a
+    # second checkout, another virtualenv) needs an archive of its own.
+    digest.update(f"{home.resolve()}\n".encode())
     for jar in sorted((home / "jars").glob("*.jar")):
         digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
     return digest.hexdigest()[:16]

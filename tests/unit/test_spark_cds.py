@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,13 +68,17 @@ def test_an_archive_without_a_readable_sidecar_is_not_used(machine: Path) -> Non
     assert spark_cds.current() is None
 
 
-def test_another_spark_or_jdk_names_another_archive(machine: Path) -> None:
+def test_another_spark_or_jdk_names_another_archive(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first = spark_cds.archive_path()
     (machine / "spark" / "jars" / "spark-sql.jar").write_bytes(b"y")
     second = spark_cds.archive_path()
     (machine / "jdk" / "bin" / "java").write_text("#!/bin/sh\n# upgraded\n")
     third = spark_cds.archive_path()
-    assert len({first, second, third}) == 3
+    # The same jars installed elsewhere (a second checkout's virtualenv): the JVM's classpath differs.
+    shutil.copytree(machine / "spark", machine / "checkout2" / "spark")
+    monkeypatch.setenv("SPARK_HOME", str(machine / "checkout2" / "spark"))
+    fourth = spark_cds.archive_path()
+    assert len({first, second, third, fourth}) == 4
 
 
 def test_the_switch_turns_it_off(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
