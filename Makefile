@@ -17,7 +17,8 @@ $(STAMP): requirements/constraints.txt setup.cfg pyproject.toml
 	$(BIN)/python -m pip check
 	touch $(STAMP)
 
-# The class-data-sharing archive that saves each small spark-submit about a third of its CPU (README "Pointing it at your own Postgres and Spark"): built once per machine, found at once
+# The class-data-sharing archive that saves each small spark-submit about a fifth of its CPU and
+# time (README "Pointing it at your own Postgres and Spark"): built once per machine, found at once
 # afterwards. Without it Spark jobs still run, only slower to start.
 startup-archive: $(STAMP)
 	$(BIN)/airflow-txn spark-cds || echo "(no class-data-sharing archive: Spark drivers start without one)"

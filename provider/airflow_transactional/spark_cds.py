@@ -1,4 +1,4 @@
-"""A class-data-sharing archive for the driver JVM: a small batch costs about a third less CPU.
+"""A class-data-sharing archive for the driver JVM: a small batch costs about a fifth less CPU.
 
 A ``spark-submit`` of a small batch spends most of its CPU before the job's first line, loading
 and verifying Spark's classes in a fresh driver JVM. Java's application class-data sharing
