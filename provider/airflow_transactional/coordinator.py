@@ -509,15 +509,39 @@ class Coordinator:
         with self.db.transaction() as cur:
             self._lift_failed(cur, topology_id, txid)
 
+    def planned_runs(self, topology_id: str) -> list[tuple[int, str]]:
+        """(txid, run key) of every planned, uncommitted txid, lowest first."""
+        with self.db.transaction() as cur:
+            cur.execute(sql.SQL("SELECT txid, run_key FROM {} WHERE topology_id = %s AND status = 'planned' "
+                                "ORDER BY txid").format(self._t("transactions")), (topology_id,))
+            return [(int(txid), str(key)) for txid, key in cur.fetchall()]
+
     def first_pending(self, topology_id: str, before_txid: int) -> tuple[int, str] | None:
         """(txid, run key) of the lowest uncommitted txid below ``before_txid``: the one that
         every later commit waits for."""
+        return next(((t, k) for t, k in self.planned_runs(topology_id) if t < before_txid), None)
+
+    def adopt(self, topology_id: str, txid: int, old_run_key: str, new_run_key: str) -> Transaction | None:
+        """Hand the planned, uncommitted ``txid`` of ``old_run_key`` (a run that no longer exists)
+        to ``new_run_key``: same place in the order, same batch, plan and staged attempts.
+
+        None when another run took it first or ``new_run_key`` already has a txid. Lifts the
+        failed mark: the new run is its retry.
+        """
         with self.db.transaction() as cur:
-            cur.execute(sql.SQL("SELECT txid, run_key FROM {} WHERE topology_id = %s AND txid < %s "
-                                "AND status = 'planned' ORDER BY txid LIMIT 1").format(self._t("transactions")),
-                        (topology_id, before_txid))
-            row = cur.fetchone()
-        return (int(row[0]), str(row[1])) if row else None
+            self._load(cur, topology_id, lock=True)  # one at a time with plan()
+            cur.execute(sql.SQL("SELECT 1 FROM {} WHERE topology_id = %s AND run_key = %s")
+                        .format(self._t("transactions")), (topology_id, new_run_key))
+            if cur.fetchone() is not None:
+                return None
+            cur.execute(sql.SQL("UPDATE {} SET run_key = %s, failed_at = NULL, failure = NULL WHERE topology_id = %s "
+                                "AND txid = %s AND run_key = %s AND status = 'planned'")
+                        .format(self._t("transactions")), (new_run_key, topology_id, txid, old_run_key))
+            if cur.rowcount != 1:
+                return None
+            log.warning("topology %s: txid %d of run %s (gone) handed to run %s", topology_id, txid,
+                        old_run_key, new_run_key)
+            return self._txn(cur, topology_id, txid)
 
     def mark_failed(self, topology_id: str, txid: int, reason: str) -> None:
         """Record that ``txid`` failed for good (no retries left), so later commits fail fast."""
@@ -540,7 +564,8 @@ class Coordinator:
         if row is None:
             return None
         return (f"blocked by failed txid {row[0]} (run {row[1]}): {row[2]}. Clear that run's tasks "
-                "or backfill it with 'reprocess failed'; this run can then be cleared too")
+                "or backfill it with 'reprocess failed' (a deleted run: the next run of the DAG takes its "
+                "batch over); this run can then be cleared too")
 
     # -- commit ----------------------------------------------------------------------------
 

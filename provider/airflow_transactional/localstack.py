@@ -309,6 +309,10 @@ class RestClient:
     def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
         return dict(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"))
 
+    def delete_run(self, dag_id: str, run_id: str) -> None:
+        """Delete a (failed, queued or finished) run, as the UI's "Delete" does."""
+        self._request("DELETE", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+
     def runs(self, dag_id: str, limit: int | None = None) -> list[dict[str, Any]]:
         """The DAG's runs, oldest first: all of them, or the first ``limit``.
 

@@ -29,6 +29,15 @@ from .hooks import TransactionalHook
 from .spark_job import DSN_ENV, REMOTE_ENV, provider_zip, with_quiet_driver_logs
 from .spec import TopologySpec
 
+#: What :meth:`_TopologyTask.airflow_run_state` says of a run Airflow no longer has.
+DELETED = "deleted"
+
+
+def _not_found(exc: Exception) -> bool:
+    """Whether a Task SDK call failed because the api-server has no such object (HTTP 404)."""
+    detail = getattr(getattr(exc, "error", None), "detail", None)
+    return isinstance(detail, dict) and detail.get("status_code") == 404
+
 
 class _TopologyTask(BaseOperator):
     """Shared parts: the topology's stored declaration and the run's transaction."""
@@ -45,6 +54,7 @@ class _TopologyTask(BaseOperator):
         self.blocked_grace = blocked_grace
         self._airflow_checked_at: float | None = None
         self._airflow_verdict: str | None = None
+        self._airflow_state: str | None = None
 
     @property
     def topology_id(self) -> str:
@@ -65,11 +75,14 @@ class _TopologyTask(BaseOperator):
         """The blocker of ``txid`` once it has held for ``blocked_grace`` (else None).
 
         A blocker is an earlier txid that failed for good (recorded in Postgres), or one whose
-        Airflow run will not commit it (:meth:`stalled_predecessor`). The grace covers a cleared
-        or backfilled predecessor whose tasks have not started yet (starting lifts the failed
-        mark); ``since`` carries the first sighting across polls.
+        Airflow run will not commit it (:meth:`stalled_predecessor`); a deleted run outranks the
+        record, whose advice (clear that run) no longer applies. The grace covers a cleared or
+        backfilled predecessor whose tasks have not started yet (starting lifts the failed mark);
+        ``since`` carries the first sighting across polls.
         """
-        blocked = coordinator.blocker(self.topology_id, txid) or self.stalled_predecessor(coordinator, txid, context)
+        recorded = coordinator.blocker(self.topology_id, txid)
+        stalled = self.stalled_predecessor(coordinator, txid, context)
+        blocked = stalled if stalled and self._airflow_state == DELETED else (recorded or stalled)
         if blocked is None:
             since.clear()
             return None
@@ -78,6 +91,21 @@ class _TopologyTask(BaseOperator):
             self.log.warning("%s -- failing in %.0fs unless it is retried", blocked, self.blocked_grace.total_seconds())
         return blocked if time.monotonic() - since[0] >= self.blocked_grace.total_seconds() else None
 
+    def airflow_run_state(self, context: Mapping[str, Any], run_id: str) -> str | None:
+        """Airflow's state of this DAG's run ``run_id``; :data:`DELETED` when Airflow has no such
+        run, None when it cannot say (no task instance at hand, the API away for a moment)."""
+        ti = context.get("ti")
+        if ti is None:
+            return None
+        try:
+            state = ti.get_dagrun_state(dag_id=ti.dag_id, run_id=run_id)
+        except Exception as exc:
+            if _not_found(exc):
+                return DELETED
+            self.log.debug("no Airflow state for run %s: %s", run_id, exc)
+            return None
+        return str(getattr(state, "value", state))
+
     def stalled_predecessor(self, coordinator: Coordinator, txid: int, context: Mapping[str, Any]) -> str | None:
         """Why the txid that ``txid`` waits for will not commit, by Airflow's view of its run (or None).
 
@@ -85,36 +113,34 @@ class _TopologyTask(BaseOperator):
         OOM killer, a lost worker) says nothing, and the runs waiting for it would hold their
         ``max_active_runs`` slots until the cleared run could never start (DESIGN.md trap 2).
         Airflow knows better: that run is failed. A run that is not running at all cannot commit
-        either: queued behind the slots its waiters hold, or finished without committing (marked
-        success by hand). A failed or finished run is also recorded as failed in Postgres, so
-        ``airflow-txn status`` names it. Asked at most every ``airflow_check_interval`` seconds.
+        either: queued behind the slots its waiters hold, finished without committing (marked
+        success by hand), or deleted (the next run of the DAG takes its batch over, see
+        :meth:`PlanOperator.adopt_orphan`). A failed, finished or deleted run is also recorded as
+        failed in Postgres, so ``airflow-txn status`` names it. Asked at most every
+        ``airflow_check_interval`` seconds.
         """
         now = time.monotonic()
         if self._airflow_checked_at is not None and now - self._airflow_checked_at < self.airflow_check_interval:
             return self._airflow_verdict
-        self._airflow_checked_at, self._airflow_verdict = now, None
+        self._airflow_checked_at, self._airflow_verdict, self._airflow_state = now, None, None
         pending = coordinator.first_pending(self.topology_id, txid)
-        ti = context.get("ti")
-        if pending is None or ti is None:
+        if pending is None:
             return None
         pred, run_id = pending
-        try:
-            state = ti.get_dagrun_state(dag_id=ti.dag_id, run_id=run_id)
-        except Exception as exc:  # not a run of this DAG (planned by hand or by a tool), or the API is away
-            self.log.debug("no Airflow state for run %s of txid %d: %s", run_id, pred, exc)
-            return None
-        state = str(getattr(state, "value", state))
-        if state == "running":
+        state = self._airflow_state = self.airflow_run_state(context, run_id)
+        if state in (None, "running"):
             return None
         why = {"failed": "its Airflow run failed without recording why (a task killed on its last try: "
                          "SIGKILL, out of memory, a lost worker?)",
                "success": f"its Airflow run finished without committing txid {pred} (marked success by hand?)",
                "queued": "its Airflow run is queued and cannot start while the runs waiting for it hold the "
-                         "DAG's max_active_runs slots"}.get(state, f"its Airflow run is {state}")
-        if state in ("failed", "success"):
+                         "DAG's max_active_runs slots",
+               DELETED: "its Airflow run was deleted"}.get(state, f"its Airflow run is {state}")
+        if state in ("failed", "success", DELETED):
             coordinator.mark_failed(self.topology_id, pred, why)
-        self._airflow_verdict = (f"blocked by txid {pred} (run {run_id}): {why}. Clear that run's tasks or backfill "
-                                 "it with 'reprocess failed'; this run can then be cleared too")
+        fix = ("The next run of this DAG takes its batch over: trigger one (or let the schedule start it)"
+               if state == DELETED else "Clear that run's tasks or backfill it with 'reprocess failed'")
+        self._airflow_verdict = f"blocked by txid {pred} (run {run_id}): {why}. {fix}; this run can then be cleared too"
         return self._airflow_verdict
 
     @contextmanager
@@ -146,6 +172,7 @@ class PlanOperator(_TopologyTask):
         super().__init__(**kwargs)
         self.wait_timeout = wait_timeout
         self.poll_interval = poll_interval
+        self._orphans_checked_at: float | None = None
 
     def execute(self, context: Any) -> dict[str, Any]:
         spec = TopologySpec.from_config(self.topology)
@@ -157,7 +184,8 @@ class PlanOperator(_TopologyTask):
             waiting_for: list[int] | None = None
             while True:
                 try:
-                    txn = coordinator.plan(self.topology_id, context["run_id"])
+                    txn = self.adopt_orphan(coordinator, context) or coordinator.plan(self.topology_id,
+                                                                                      context["run_id"])
                     break
                 except TooManyInFlight as exc:
                     blocked = self.still_blocked(coordinator, max(exc.in_flight) + 1, since, context)
@@ -176,6 +204,32 @@ class PlanOperator(_TopologyTask):
                       context["run_id"], txn.txid, self.topology_id, state, txn.planned_records,
                       txn.start_offsets, txn.end_offsets)
         return {"txid": txn.txid, "records": txn.planned_records, "status": txn.status}
+
+    def adopt_orphan(self, coordinator: Coordinator, context: Mapping[str, Any]) -> Transaction | None:
+        """The batch of an uncommitted txid whose Airflow run was deleted, handed to this run.
+
+        That txid keeps its place in the order and every later commit waits for it, so with no
+        run left to commit it the topology would stop for good. The next new run of the DAG
+        (triggered, scheduled or backfilled) takes it over -- plan, staged output and all --
+        before planning a batch of its own. Only on Airflow's word that the run does not exist
+        (HTTP 404), never on silence. Asked at most every ``airflow_check_interval`` seconds.
+        """
+        now = time.monotonic()
+        if self._orphans_checked_at is not None and now - self._orphans_checked_at < self.airflow_check_interval:
+            return None
+        self._orphans_checked_at = now
+        run_id = context["run_id"]
+        if coordinator.transaction_for_run(self.topology_id, run_id) is not None:
+            return None  # this run has its txid already (a retry, a clear)
+        for txid, old_run in coordinator.planned_runs(self.topology_id):
+            if self.airflow_run_state(context, old_run) != DELETED:
+                continue
+            txn = coordinator.adopt(self.topology_id, txid, old_run, run_id)
+            if txn is not None:
+                self.log.warning("txid %d's Airflow run %s was deleted: run %s takes its batch over",
+                                 txid, old_run, run_id)
+                return txn
+        return None
 
 
 class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):

@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Topologies of the tests' own, each on its own log, for the operations tests: no scheduled runs
 # in the way (the first, scheduled run is empty), one retry, a short retry delay.
-OPS_DAGS = {"ops_count": ("ops", False), "ops_opaque": ("opq", True), "ops_killed": ("kil", False)}
+OPS_DAGS = {"ops_count": ("ops", False), "ops_opaque": ("opq", True), "ops_killed": ("kil", False),
+            "ops_deleted": ("dlt", False)}
 OPS_DAG = """
 from datetime import timedelta
 from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag

@@ -2,7 +2,8 @@
 txid that fails for good, the fail-fast cascade that frees max_active_runs slots, both recovery
 paths (clear; backfill with "reprocess failed"), a scheduler killed mid-flight, clears of
 committed runs, a rebuild while runs commit, retention during processing with a pause and an
-api-server restart -- each ending with the audit clean and every txid committed once, in order."""
+api-server restart, a deleted run's batch taken over by the next run -- each ending with the
+audit clean and every txid committed once, in order."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
@@ -176,6 +178,36 @@ def test_a_commit_killed_on_its_last_try_does_not_hold_the_later_runs(stack: Loc
     assert [c["txid"] for c in coord.commits(dag)] == [1, 2, 3, 4]
     assert query(stack.state_dsn, "SELECT id, value FROM ops_killed") == [("all", len(events))]
     assert coord.status(dag).lag == 0 and coord.status(dag).blocked_by is None
+    coord.close()
+    log.close()
+
+
+def test_a_deleted_run_s_batch_is_taken_over_by_the_next_run(stack: LocalStack, client: RestClient) -> None:
+    # Deleting a failed run in the UI is a common clean-up. Its txid stays planned and every later
+    # commit waits for it: with no run left to commit it, the topology would stop for good.
+    dag = "ops_deleted"
+    log, coord = _start(stack, client, dag, "dlt", partitions=2)
+    events = [(f"dlt{i}", json.dumps({"url": f"https://example.com/d/{i}"})) for i in range(300)]
+    log.append(events)  # all of it txid 2's batch; txid 3 is empty and only waits for it
+    _faults(stack, f"commit.before_commit:{dag}:2=exit")
+    day0 = datetime(2025, 7, 1, tzinfo=UTC)
+    first = [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(2)]
+    assert set(wait_for_runs(stack, dag, first, allow_failed=True, timeout=600).values()) == {"failed"}
+    by_txid = _runs_by_txid(coord, first, dag)
+    assert sorted(by_txid) == [2, 3]
+    _faults(stack)
+
+    client.delete_run(dag, by_txid[2])
+    taker = client.trigger(dag, (day0 + timedelta(days=2)).isoformat())["dag_run_id"]
+    wait_for_runs(stack, dag, [taker])
+    assert f"was deleted: run {taker} takes its batch over" in task_log(stack, dag, taker, "plan")
+    assert coord.transaction_for_run(dag, taker).txid == 2  # type: ignore[union-attr]
+    client.clear(dag, by_txid[3], only_failed=True)  # the waiter, as the message said
+    wait_for_runs(stack, dag, [by_txid[3]])
+    assert [(c["txid"], c["run_key"]) for c in coord.commits(dag)] == [(1, ANY), (2, taker), (3, by_txid[3])]
+    assert query(stack.state_dsn, f"SELECT id, value FROM {dag}") == [("all", len(events))]
+    status = coord.status(dag)
+    assert status.lag == 0 and status.blocked_by is None and not status.in_flight
     coord.close()
     log.close()
 

@@ -80,6 +80,27 @@ def test_state_equals_the_source_after_commits(coordinator: Coordinator, topo, d
     assert query(dsn, "SELECT DISTINCT txid FROM clicks_count ORDER BY 1")[-1] == (3,)
 
 
+def test_a_deleted_runs_txid_is_handed_over_whole_and_only_once(coordinator: Coordinator, topo,  # type: ignore[no-untyped-def]
+                                                                dsn: str) -> None:
+    topo.append([click(i, user="u", amount=1) for i in range(100)])
+    t1, t2 = coordinator.plan("clicks", "gone"), coordinator.plan("clicks", "b")
+    process_batch(coordinator, "clicks", t1.txid, click_fn)  # staged before its run was deleted
+    coordinator.mark_failed("clicks", t1.txid, "its Airflow run was deleted")
+    assert coordinator.adopt("clicks", t1.txid, "gone", "b") is None  # run b has a txid of its own
+    taken = coordinator.adopt("clicks", t1.txid, "gone", "new")
+    assert taken is not None and taken.txid == 1 and taken.run_key == "new"
+    assert (taken.start_offsets, taken.end_offsets) == (t1.start_offsets, t1.end_offsets)
+    assert coordinator.adopt("clicks", t1.txid, "gone", "newer") is None  # taken already
+    assert coordinator.blocker("clicks", t2.txid) is None  # the new run is its retry
+    assert coordinator.plan("clicks", "new") == taken and coordinator.transaction_for_run("clicks", "gone") is None
+    assert coordinator.commit("clicks", 1).attempt == 1  # the deleted run's staged output, not redone
+    assert coordinator.adopt("clicks", 1, "new", "later") is None  # committed: nothing to hand over
+    process_batch(coordinator, "clicks", t2.txid, click_fn)
+    assert coordinator.commit("clicks", 2).committed
+    assert [(c["txid"], c["run_key"]) for c in coordinator.commits("clicks")] == [(1, "new"), (2, "b")]
+    assert table(dsn, "clicks_count") == {"u": 100}
+
+
 def test_only_the_latest_complete_attempt_commits_and_its_staging_is_removed(
         coordinator: Coordinator, topo, dsn: str) -> None:  # type: ignore[no-untyped-def]
     topo.append([click(i, user="u", amount=1) for i in range(10)])

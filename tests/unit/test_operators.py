@@ -7,16 +7,21 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
+from airflow.sdk.execution_time.comms import ErrorResponse
 
-from airflow_transactional.operators import CommitOperator
+from airflow_transactional.operators import CommitOperator, PlanOperator
 
 pytestmark = pytest.mark.unit
 
 
 class FakeCoordinator:
-    def __init__(self, pending: tuple[int, str] | None, recorded: str | None = None) -> None:
-        self.pending, self.recorded = pending, recorded
+    def __init__(self, pending: tuple[int, str] | None, recorded: str | None = None,
+                 planned: list[tuple[int, str]] | None = None, own: int | None = None) -> None:
+        self.pending, self.recorded, self.own = pending, recorded, own
+        self.planned = list(planned or ([pending] if pending else []))
         self.marked: list[tuple[int, str]] = []
+        self.adopted: list[tuple[int, str, str]] = []
 
     def blocker(self, topology_id: str, txid: int) -> str | None:
         return self.recorded
@@ -26,6 +31,16 @@ class FakeCoordinator:
 
     def mark_failed(self, topology_id: str, txid: int, reason: str) -> None:
         self.marked.append((txid, reason))
+
+    def transaction_for_run(self, topology_id: str, run_key: str) -> object | None:
+        return self.own
+
+    def planned_runs(self, topology_id: str) -> list[tuple[int, str]]:
+        return self.planned
+
+    def adopt(self, topology_id: str, txid: int, old_run_key: str, new_run_key: str) -> object | None:
+        self.adopted.append((txid, old_run_key, new_run_key))
+        return txid
 
 
 class FakeTI:
@@ -40,6 +55,18 @@ class FakeTI:
         if isinstance(state, Exception):
             raise state
         return state
+
+
+def api_error(status: int) -> AirflowRuntimeError:
+    """What a Task SDK call raises when the api-server answers ``status`` (as the supervisor relays it)."""
+    return AirflowRuntimeError(ErrorResponse(error=ErrorType.API_SERVER_ERROR,
+                                             detail={"status_code": status, "message": "from the api-server"}))
+
+
+def plan() -> PlanOperator:
+    op = PlanOperator(task_id="plan", topology={"topology_id": "words"})
+    op.airflow_check_interval = 0.0
+    return op
 
 
 def commit(grace: float = 0.0) -> CommitOperator:
@@ -83,17 +110,48 @@ def test_a_predecessor_marked_success_without_committing_blocks() -> None:
 
 
 def test_no_airflow_answer_and_no_record_means_waiting() -> None:
-    # A run key that is no run of this DAG (planned by a tool), or the API away for a moment.
-    coord = FakeCoordinator(pending=(7, "by-hand"))
-    assert commit().still_blocked(coord, 9, [], {"ti": FakeTI(RuntimeError("404"))}) is None  # type: ignore[arg-type]
+    # The API away for a moment, a server error, or no run pending at all: no verdict.
+    coord = FakeCoordinator(pending=(7, "run-7"))
+    assert commit().still_blocked(coord, 9, [], {"ti": FakeTI(RuntimeError("timeout"))}) is None  # type: ignore[arg-type]
+    assert commit().still_blocked(coord, 9, [], {"ti": FakeTI(api_error(500))}) is None  # type: ignore[arg-type]
     assert commit().still_blocked(FakeCoordinator(pending=None), 9, [], {"ti": FakeTI()}) is None  # type: ignore[arg-type]
+    assert coord.marked == []
 
 
-def test_the_record_in_postgres_needs_no_question_to_airflow() -> None:
-    ti = FakeTI()
+def test_the_record_in_postgres_blocks_when_airflow_cannot_answer() -> None:
     coord = FakeCoordinator(pending=(7, "run-7"), recorded="blocked by failed txid 7 (run run-7): boom")
+    ti = FakeTI(RuntimeError("timeout"))
     assert commit().still_blocked(coord, 9, [], {"ti": ti}) == coord.recorded  # type: ignore[arg-type]
-    assert ti.asked == []
+
+
+def test_a_deleted_predecessor_run_blocks_with_the_fix_that_still_applies() -> None:
+    # Deleted in the UI (a failed or queued run): "clear that run" cannot be done any more.
+    coord = FakeCoordinator(pending=(7, "run-7"), recorded="blocked by failed txid 7 (run run-7): boom. Clear it")
+    blocked = commit().still_blocked(coord, 9, [], {"ti": FakeTI(api_error(404))})  # type: ignore[arg-type]
+    assert blocked is not None and blocked.startswith("blocked by txid 7 (run run-7): its Airflow run was deleted")
+    assert "The next run of this DAG takes its batch over" in blocked and "Clear that run" not in blocked
+    assert [t for t, _ in coord.marked] == [7]
+
+
+def test_the_next_new_run_takes_over_the_batch_of_a_deleted_run() -> None:
+    coord = FakeCoordinator(pending=None, planned=[(7, "run-7"), (8, "run-8")])
+    ti = FakeTI("running", api_error(404))  # txid 7's run is alive, txid 8's was deleted
+    assert plan().adopt_orphan(coord, {"ti": ti, "run_id": "run-new"}) == 8  # type: ignore[arg-type]
+    assert coord.adopted == [(8, "run-8", "run-new")]
+    assert ti.asked == [("words", "run-7"), ("words", "run-8")]
+
+
+def test_only_a_404_hands_a_batch_over() -> None:
+    for answer in ("failed", "success", "queued", api_error(500), RuntimeError("timeout")):
+        coord = FakeCoordinator(pending=None, planned=[(7, "run-7")])
+        assert plan().adopt_orphan(coord, {"ti": FakeTI(answer), "run_id": "run-new"}) is None  # type: ignore[arg-type]
+        assert coord.adopted == [], answer
+
+
+def test_a_run_with_a_txid_of_its_own_takes_nothing_over() -> None:
+    coord, ti = FakeCoordinator(pending=None, planned=[(7, "run-7")], own=9), FakeTI(api_error(404))
+    assert plan().adopt_orphan(coord, {"ti": ti, "run_id": "run-9"}) is None  # type: ignore[arg-type]
+    assert coord.adopted == [] and ti.asked == []
 
 
 def test_airflow_is_asked_at_most_every_interval() -> None:
