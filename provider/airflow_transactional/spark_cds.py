@@ -121,11 +121,13 @@ def fingerprint() -> str | None:
         if part.exists():
             st = part.stat()
             digest.update(f"{part}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    # The archive records the driver's classpath, jar by jar: another install of the same jars (a
-    # second checkout, another virtualenv) needs an archive of its own.
+    # The archive records the driver's classpath jar by jar -- path, size and modification time --
+    # and a JVM refuses it if any differs: another install of the same jars (a second checkout,
+    # another virtualenv, the same one re-created) needs an archive of its own.
     digest.update(f"{home.resolve()}\n".encode())
     for jar in sorted((home / "jars").glob("*.jar")):
-        digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
+        st = jar.stat()
+        digest.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -196,6 +198,7 @@ def build(directory: Path | None = None, *, force: bool = False, timeout: float 
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not force and current(directory) is not None:
+            prune(path)
             return path
         with tempfile.TemporaryDirectory(prefix="airflow-txn-cds-") as tmp:
             job, staged = Path(tmp) / "warmup.py", path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -222,4 +225,49 @@ def build(directory: Path | None = None, *, force: bool = False, timeout: float 
                                        round(time.monotonic() - started, 1)}))
         os.replace(sidecar, path.with_suffix(".json"))
         log.info("built the class-data-sharing archive %s", path)
-        return path
+    prune(path)
+    return path
+
+
+def prune(keep: Path) -> list[Path]:
+    """Remove the archives beside ``keep`` that no JVM can be given any more (about 180 MB each).
+
+    That is one whose Java or Spark install is gone (a deleted checkout or virtualenv), or one
+    for ``keep``'s own Spark install superseded by ``keep`` (Java or the jars changed since). An
+    archive being built (its lock held) is left alone; a JVM that mapped a removed archive keeps
+    its pages. Returns the archives removed.
+    """
+    here = _recorded_home(keep.with_suffix(".json"))
+    removed = []
+    for sidecar in sorted(keep.parent.glob("spark-cds-*.json")):
+        archive = sidecar.with_suffix(".jsa")
+        if archive == keep:
+            continue
+        try:
+            recorded = json.loads(sidecar.read_text())
+        except (OSError, ValueError):
+            continue
+        java, home = recorded.get("java"), _recorded_home(sidecar)
+        gone = not (java and os.path.exists(java)) or home is None or not (home / "jars").is_dir()
+        if not (gone or (here is not None and home == here)):
+            continue
+        with open(archive.with_suffix(".lock"), "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            archive.unlink(missing_ok=True)
+            sidecar.unlink(missing_ok=True)
+            archive.with_suffix(".lock").unlink(missing_ok=True)
+        removed.append(archive)
+        log.info("removed the class-data-sharing archive %s (%s)", archive,
+                 "its Java or Spark is gone" if gone else "superseded")
+    return removed
+
+
+def _recorded_home(sidecar: Path) -> Path | None:
+    try:
+        home = json.loads(sidecar.read_text()).get("spark_home")
+    except (OSError, ValueError):
+        return None
+    return Path(home).resolve() if home else None

@@ -78,7 +78,12 @@ def test_another_spark_or_jdk_names_another_archive(machine: Path, monkeypatch: 
     shutil.copytree(machine / "spark", machine / "checkout2" / "spark")
     monkeypatch.setenv("SPARK_HOME", str(machine / "checkout2" / "spark"))
     fourth = spark_cds.archive_path()
-    assert len({first, second, third, fourth}) == 4
+    # The same virtualenv re-created: same jars, sizes and paths, new modification times (which a
+    # JVM checks before it maps the archive).
+    jar = machine / "checkout2" / "spark" / "jars" / "spark-core.jar"
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 10**9))
+    fifth = spark_cds.archive_path()
+    assert len({first, second, third, fourth, fifth}) == 5
 
 
 def test_the_switch_turns_it_off(machine: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -119,3 +124,33 @@ def test_a_cluster_mode_driver_is_not_given_a_local_archive(machine: Path) -> No
     kwargs = {"task_id": "process", "topology": {"topology_id": "t"}, "application": "job.py"}
     assert TransactionalSparkSubmitOperator(**kwargs).startup_archive() == spark_cds.current()
     assert TransactionalSparkSubmitOperator(deploy_mode="cluster", **kwargs).startup_archive() is None
+
+
+def test_only_archives_no_jvm_can_be_given_are_removed(machine: Path) -> None:
+    import fcntl
+
+    java, home = str(machine / "jdk" / "bin" / "java"), machine / "spark"
+    other = machine / "checkout2" / "spark"
+    shutil.copytree(home, other)
+    cache = machine / "cache"
+
+    def archive(name: str, spark_home: Path, jdk: str = java) -> Path:
+        path = built(cache / f"spark-cds-{name}.jsa")
+        path.with_suffix(".json").write_text(json.dumps({"identity": spark_cds._identity(path), "java": jdk,
+                                                         "spark_home": str(spark_home)}))
+        return path
+
+    keep = archive("keep", home)
+    superseded = archive("old", home)  # this install before its jars or Java changed
+    elsewhere = archive("other", other)  # another checkout that still exists
+    no_spark = archive("gone", machine / "deleted-venv" / "spark")
+    no_java = archive("nojava", other, jdk=str(machine / "old-jdk" / "bin" / "java"))
+    building = archive("busy", machine / "deleted-too" / "spark")
+    with open(building.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        removed = spark_cds.prune(keep)
+    assert sorted(removed) == sorted([superseded, no_spark, no_java])
+    for path in removed:
+        assert not path.exists() and not path.with_suffix(".json").exists()
+    assert keep.exists() and elsewhere.exists() and building.exists()
+    assert spark_cds.prune(keep) == [building]  # its lock released
