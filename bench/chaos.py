@@ -41,6 +41,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -204,6 +205,20 @@ def domain_of(url: str) -> str:
     return host[4:] if host.startswith("www.") else host
 
 
+def riding_out(fn: Callable[[], Any], errors: tuple[type[BaseException], ...], *, seconds: float = 300,
+               final: Callable[[BaseException], bool] = lambda exc: False) -> Any:
+    """``fn()``, tried again every two seconds while it fails with ``errors`` (a component being
+    restarted), for up to ``seconds``; an error that ``final`` accepts is raised at once."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return fn()
+        except errors as exc:
+            if final(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
 class Ledger:
     """What the producers appended, by event id: the oracle's only input.
 
@@ -335,17 +350,10 @@ class Chaos:
     # -- plumbing ------------------------------------------------------------------------------
 
     def rest(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """A REST call that rides out an api-server restart (the supervisor thread brings it back)."""
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                return fn(*args, **kwargs)
-            except (OSError, http.client.HTTPException, AirflowStackError) as exc:
-                if isinstance(exc, AirflowStackError) and " -> 4" in str(exc):
-                    raise
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(2)
+        """A REST call that rides out an api-server restart (the supervisor thread brings it back);
+        an answer of 4xx is final."""
+        return riding_out(lambda: fn(*args, **kwargs), (OSError, http.client.HTTPException, AirflowStackError),
+                          final=lambda exc: isinstance(exc, AirflowStackError) and " -> 4" in str(exc))
 
     def supervise(self) -> None:
         """Restart what died: Postgres, or an Airflow component (a Postgres restart can take the
@@ -374,17 +382,13 @@ class Chaos:
 
     def lag(self) -> int:
         """Events in the log not yet committed; rides out a Postgres restart."""
-        deadline = time.monotonic() + 300
-        while True:
+        def once() -> int:
             coord = Coordinator(self.stack.state_dsn)
             try:
                 return coord.status(TOPOLOGY).lag
-            except CONNECTION_ERRORS:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(2)
             finally:
                 coord.close()
+        return int(riding_out(once, CONNECTION_ERRORS))
 
     def states(self) -> dict[str, str]:
         return {r["dag_run_id"]: r["state"] for r in self.rest(self.client.runs, TOPOLOGY)}
@@ -690,7 +694,6 @@ class Chaos:
             r.audit_clean = res.returncode == 0
             if not r.audit_clean:
                 r.problems.append("audit: " + (res.stdout + res.stderr)[-2000:])
-
 
     def committed_event_ids(self) -> set[str]:
         """The ids of the events at or below the topology's committed offsets, per partition."""

@@ -47,7 +47,7 @@ import psutil
 import psycopg2
 
 from airflow_transactional import spark_cds
-from airflow_transactional.cli import spark_submit
+from airflow_transactional.cli import spark_submit_argv
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.dag import LOCAL_SPARK_CONF
 from airflow_transactional.identifiers import qualified_table
@@ -416,8 +416,7 @@ def bench_startup(dsn: str, sizes: Sizes, report: Report) -> None:
     for trial in range(sizes.startup_trials):
         for with_archive in ((True, False) if trial % 2 else (False, True)):
             conf = spark_cds.with_archive(with_quiet_driver_logs(LOCAL_SPARK_CONF), archive if with_archive else None)
-            settings = (x for k, v in conf.items() for x in ("--conf", f"{k}={v}"))
-            argv = [spark_submit(), "--master", "local[2]", *settings, "--py-files", provider_zip(), str(WORDS_JOB),
+            argv = [*spark_submit_argv("local[2]", conf), "--py-files", provider_zip(), str(WORDS_JOB),
                     "--topology", name, "--txid", str(txid), "--schema", SCHEMA]
             before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
             res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=600)
@@ -648,9 +647,7 @@ class Bench:
         checkpoint = self.base / f"peer-checkpoint-{size}"
         shutil.rmtree(checkpoint, ignore_errors=True)
         conf = with_quiet_driver_logs(BIG_BATCH_CONF)
-        argv = [spark_submit(), "--master", "local[2]", "--name", f"sss-peer-{size}"]
-        for k, v in conf.items():
-            argv += ["--conf", f"{k}={v}"]
+        argv = spark_submit_argv("local[2]", conf, "--name", f"sss-peer-{size}")
         argv += [str(PEER_JOB), str(self.data / str(size)), str(checkpoint), f"bench_peer_{size}", str(result_file)]
         env = {**os.environ, "AIRFLOW_TXN_DSN": self.stack.state_dsn, "PYSPARK_PYTHON": sys.executable,
                "SPARK_LOCAL_IP": "127.0.0.1"}

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from .coordinator import Coordinator, TopologyStatus
@@ -49,6 +50,13 @@ def spark_submit() -> str:
     return found
 
 
+def spark_submit_argv(master: str, conf: Mapping[str, Any], *options: str) -> list[str]:
+    """``spark-submit --master MASTER OPTIONS --conf key=value ...``: every job's command line up to
+    its application."""
+    return [spark_submit(), "--master", master, *options,
+            *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}"))]
+
+
 def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, conf: list[str]) -> dict[str, Any]:
     """Run the topology's own Spark job in ``audit`` or ``rebuild`` mode; return its summary."""
     from . import spark_cds
@@ -67,9 +75,7 @@ def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, con
         settings = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
                                            **dict(c.split("=", 1) for c in conf)})
         settings = spark_cds.with_archive(settings, spark_cds.current())
-        argv = [spark_submit(), "--master", master]
-        for key, value in settings.items():
-            argv += ["--conf", f"{key}={value}"]
+        argv = spark_submit_argv(master, settings)
         argv += ["--py-files", provider_zip(), application, *spark.get("application_args", []),
                  "--topology", topology_id, "--schema", coord.schema, f"--{mode}", "--result-file", result_file]
         env = {**os.environ, "AIRFLOW_TXN_DSN": coord.db.dsn,

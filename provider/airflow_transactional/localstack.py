@@ -236,7 +236,7 @@ class LocalStack:
 
 def spark_connect_server_argv(port: int, master: str = "local[2]") -> list[str]:
     """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server)."""
-    from .cli import spark_submit
+    from .cli import spark_submit_argv
     from .dag import LOCAL_SPARK_CONF
     from .spark_job import with_quiet_driver_logs
 
@@ -245,10 +245,8 @@ def spark_connect_server_argv(port: int, master: str = "local[2]") -> list[str]:
                                    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
                                    "spark.connect.grpc.binding.address": "127.0.0.1",
                                    "spark.connect.grpc.binding.port": str(port)})
-    argv = [spark_submit(), "--class", SPARK_CONNECT_SERVER, "--master", master, "--name", "spark-connect"]
-    for key, value in conf.items():
-        argv += ["--conf", f"{key}={value}"]
-    return [*argv, "spark-internal"]
+    return [*spark_submit_argv(master, conf, "--class", SPARK_CONNECT_SERVER, "--name", "spark-connect"),
+            "spark-internal"]
 
 
 def listening(port: int) -> bool:

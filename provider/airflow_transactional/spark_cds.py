@@ -165,14 +165,12 @@ def with_archive(conf: Mapping[str, Any], archive: Path | None) -> dict[str, Any
 
 
 def _spark_submit(java_options: str, job: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    from .cli import spark_submit
+    from .cli import spark_submit_argv
     from .spark_job import provider_zip, with_quiet_driver_logs
 
     conf = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                                    JAVA_OPTIONS: java_options})
-    argv = [spark_submit(), "--master", "local[1]", "--name", "airflow-txn-spark-cds"]
-    for key, value in conf.items():
-        argv += ["--conf", f"{key}={value}"]
+    argv = spark_submit_argv("local[1]", conf, "--name", "airflow-txn-spark-cds")
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
            **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"})}
     work = tempfile.mkdtemp(prefix="run-", dir=job.parent)
@@ -237,17 +235,14 @@ def prune(keep: Path) -> list[Path]:
     archive being built (its lock held) is left alone; a JVM that mapped a removed archive keeps
     its pages. Returns the archives removed.
     """
-    here = _recorded_home(keep.with_suffix(".json"))
+    here = _recorded_home(_read_sidecar(keep.with_suffix(".json")) or {})
     removed = []
     for sidecar in sorted(keep.parent.glob("spark-cds-*.json")):
         archive = sidecar.with_suffix(".jsa")
-        if archive == keep:
+        recorded = None if archive == keep else _read_sidecar(sidecar)
+        if recorded is None:
             continue
-        try:
-            recorded = json.loads(sidecar.read_text())
-        except (OSError, ValueError):
-            continue
-        java, home = recorded.get("java"), _recorded_home(sidecar)
+        java, home = recorded.get("java"), _recorded_home(recorded)
         gone = not (java and os.path.exists(java)) or home is None or not (home / "jars").is_dir()
         if not (gone or (here is not None and home == here)):
             continue
@@ -265,9 +260,13 @@ def prune(keep: Path) -> list[Path]:
     return removed
 
 
-def _recorded_home(sidecar: Path) -> Path | None:
+def _read_sidecar(sidecar: Path) -> dict[str, Any] | None:
     try:
-        home = json.loads(sidecar.read_text()).get("spark_home")
-    except (OSError, ValueError):
+        return dict(json.loads(sidecar.read_text()))
+    except (OSError, ValueError, TypeError):
         return None
+
+
+def _recorded_home(recorded: Mapping[str, Any]) -> Path | None:
+    home = recorded.get("spark_home")
     return Path(home).resolve() if home else None
