@@ -1,7 +1,9 @@
 """``airflow-txn``: inspect and repair topologies from the command line.
 
-The store is found from ``--dsn``, else ``AIRFLOW_TXN_DSN``, else the Airflow connection named
-by ``--conn-id`` (default ``transactional_default``) when Airflow is configured.
+The store is found from ``--dsn-file`` (or ``$AIRFLOW_TXN_DSN_FILE``), else ``$AIRFLOW_TXN_DSN``,
+else the Airflow connection named by ``--conn-id`` (default ``transactional_default``) when
+Airflow is configured. ``--dsn`` works too, but a password on the command line shows in ``ps``
+and in the shell's history: prefer the others.
 """
 
 from __future__ import annotations
@@ -16,13 +18,35 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+import psycopg2
+
 from .coordinator import Coordinator, TopologyStatus
-from .exceptions import TransactionalError
+from .exceptions import ConfigError, TransactionalError
 from .store.connection import redact
 from .store.migrations import DEFAULT_SCHEMA
 
+DSN_FILE_ENV = "AIRFLOW_TXN_DSN_FILE"
+
+
+def read_dsn_file(path: str) -> str:
+    """The DSN kept in ``path``: a file only its owner may read (like ``~/.pgpass``)."""
+    try:
+        st = os.stat(path)
+        with open(path, encoding="utf-8") as fh:
+            dsn = fh.read().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the DSN file {path}: {exc.strerror}") from None
+    if st.st_mode & 0o077:
+        raise ConfigError(f"the DSN file {path} can be read by other users: chmod 600 {path}")
+    if not dsn:
+        raise ConfigError(f"the DSN file {path} is empty: write the state store's DSN or URI in it")
+    return dsn
+
 
 def _dsn(args: argparse.Namespace) -> str:
+    dsn_file = args.dsn_file or os.environ.get(DSN_FILE_ENV)
+    if dsn_file:
+        return read_dsn_file(dsn_file)
     if args.dsn:
         return str(args.dsn)
     if os.environ.get("AIRFLOW_TXN_DSN"):
@@ -32,10 +56,9 @@ def _dsn(args: argparse.Namespace) -> str:
 
         return TransactionalHook(args.conn_id).get_dsn()
     except Exception as exc:  # no Airflow configured here, or no such connection
-        raise SystemExit(
-            "no state store given: pass --dsn, set AIRFLOW_TXN_DSN (e.g. "
-            "postgresql://user:password@host:5432/db), or name an Airflow connection with "
-            f"--conn-id ({redact(str(exc))})") from None
+        raise ConfigError(
+            f"no state store given: set AIRFLOW_TXN_DSN (e.g. postgresql://user:password@host:5432/db), "
+            f"pass --dsn-file FILE, or name an Airflow connection with --conn-id ({redact(str(exc))})") from None
 
 
 def spark_submit() -> str:
@@ -123,9 +146,34 @@ def _print_status(st: TopologyStatus) -> None:
                   f"{f.attempts} attempt(s){extra}")
 
 
+def _print_commits(rows: list[dict[str, Any]]) -> None:
+    print(f"{'txid':>6}  {'attempt':>7}  {'records':>9}  {'quarantined':>11}  {'committed at':<32}  "
+          "rows staged per state")
+    for r in rows:
+        staged = ", ".join(f"{k} {v}" for k, v in sorted((r.get("row_counts") or {}).items())) or "-"
+        print(f"{r['txid']:>6}  {r['attempt'] or '-':>7}  {r['records_read']:>9}  {r['quarantined']:>11}  "
+              f"{r['committed_at'].isoformat(timespec='seconds'):<32}  {staged}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``airflow-txn``: one line on stderr for any error (never a traceback), exit 1."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (TransactionalError, psycopg2.Error) as exc:
+        print(f"error: {redact(str(exc)).strip()}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="airflow-txn", description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", help="state store DSN/URI (default: $AIRFLOW_TXN_DSN)")
+    parser.add_argument("--dsn-file", help=f"a file (mode 600) holding the state store's DSN/URI (default: "
+                        f"${DSN_FILE_ENV})")
+    parser.add_argument("--dsn", help="state store DSN/URI (default: $AIRFLOW_TXN_DSN); shows in ps and shell "
+                        "history: prefer $AIRFLOW_TXN_DSN or --dsn-file")
     parser.add_argument("--conn-id", default="transactional_default",
                         help="Airflow connection of the store (when --dsn and $AIRFLOW_TXN_DSN are not set)")
     parser.add_argument("--schema", default=DEFAULT_SCHEMA, help="the provider's schema")
@@ -135,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     p_status.add_argument("--json", action="store_true")
     p_commits = sub.add_parser("commits", help="the audit log of commits, in txid order")
     p_commits.add_argument("topology")
+    p_commits.add_argument("--json", action="store_true", help="one JSON object per line")
+    p_reset = sub.add_parser("reset", help="forget a topology's progress and drop its state tables: its next run "
+                             "starts over from the beginning of its source (after a changed declaration)")
+    p_reset.add_argument("topology")
+    p_reset.add_argument("--yes", action="store_true", help="really do it (pause the DAG first)")
     p_recover = sub.add_parser("recover", help="discard staged output that can never commit")
     p_recover.add_argument("topology")
     p_audit = sub.add_parser("audit", help="recompute the state from the source in one Spark pass and diff it")
@@ -155,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "spark-cds":
         return build_startup_archive(force=args.force)
+    if args.command == "reset" and not args.yes:
+        raise ConfigError(f"reset drops the state tables of {args.topology} and its progress: pause its DAG, "
+                          f"then run 'airflow-txn reset {args.topology} --yes'")
     coord = Coordinator(_dsn(args), schema=args.schema)
     try:
         if args.command == "status":
@@ -166,8 +222,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2 if st.blocked_by else 0
         if args.command == "commits":
             rows: list[dict[str, Any]] = coord.commits(args.topology)
-            for r in rows:
-                print(json.dumps(r, default=str, sort_keys=True))
+            if args.json:
+                for r in rows:
+                    print(json.dumps(r, default=str, sort_keys=True))
+            else:
+                _print_commits(rows)
+            return 0
+        if args.command == "reset":
+            dropped = coord.reset(args.topology)
+            print(f"reset {args.topology}: its next run starts from the beginning of its source; dropped "
+                  f"{', '.join(dropped) or 'no tables'}")
             return 0
         if args.command == "audit":
             result = run_job(coord, args.topology, "audit", master=args.master, conf=args.conf)
@@ -201,9 +265,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"discarded {res.attempts_discarded} attempts, {res.staged_rows_deleted} staged rows, "
                   f"{res.quarantine_rows_deleted} quarantine rows")
             return 0
-    except TransactionalError as exc:
-        print(f"error: {redact(str(exc))}", file=sys.stderr)
-        return 1
     finally:
         coord.close()
     return 1

@@ -22,7 +22,6 @@ then applies it there under the per-value txid rule (idempotent), then runs the 
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import socket
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import psycopg2.errors
 import psycopg2.extensions
 from psycopg2 import sql
 from psycopg2.extras import Json
@@ -39,6 +39,7 @@ from . import faults, identifiers
 from .exceptions import (
     BatchUnavailable,
     ConfigError,
+    DeclarationChanged,
     NotProcessed,
     ReplayBehindState,
     SchemaMismatch,
@@ -50,7 +51,7 @@ from .exceptions import (
     WaitingForPredecessor,
 )
 from .sources.base import BatchPlan, Offsets, Record
-from .spec import StateSpec, TopologySpec
+from .spec import StateSpec, TopologySpec, incompatible_changes
 from .store import sql as q
 from .store.connection import Database
 from .store.migrations import DEFAULT_SCHEMA, migrate
@@ -215,8 +216,12 @@ class Coordinator:
 
     def _load(self, cur: psycopg2.extensions.cursor, topology_id: str, *, lock: bool = False
               ) -> tuple[int, TopologySpec, int, Offsets]:
-        cur.execute(sql.SQL("SELECT num, spec, committed_txid, committed_offsets FROM {} WHERE topology_id = %s {}")
-                    .format(self._t("topologies"), _FOR_UPDATE[lock]), (topology_id,))
+        try:
+            cur.execute(sql.SQL("SELECT num, spec, committed_txid, committed_offsets FROM {} WHERE topology_id = %s {}")
+                        .format(self._t("topologies"), _FOR_UPDATE[lock]), (topology_id,))
+        except psycopg2.errors.UndefinedTable:
+            raise UnknownTopology(topology_id, f"this database has no provider schema {self.schema!r} (is it the "
+                                  "right database and --schema?)") from None
         row = cur.fetchone()
         if row is None:
             raise UnknownTopology(topology_id)
@@ -248,23 +253,68 @@ class Coordinator:
             if state.database is not None:
                 with self._ext_db(state.database).transaction() as ecur:
                     self._ensure_state_table(ecur, state)
+        config = spec.to_config()
         with self.db.transaction() as cur:
+            cur.execute(sql.SQL("SELECT spec, committed_txid, EXISTS (SELECT 1 FROM {} t WHERE t.topology_id = %s) "
+                                "FROM {} WHERE topology_id = %s FOR UPDATE")
+                        .format(self._t("transactions"), self._t("topologies")), (spec.topology_id, spec.topology_id))
+            row = cur.fetchone()
+            if row is not None and (row[1] or row[2]):  # planned at least once: offsets mean something
+                changes = incompatible_changes(row[0], config)
+                if changes:
+                    raise DeclarationChanged(spec.topology_id, changes, int(row[1]))
             cur.execute(sql.SQL(
                 "INSERT INTO {} (topology_id, spec) VALUES (%s, %s) ON CONFLICT (topology_id) "
                 "DO UPDATE SET spec = EXCLUDED.spec, updated_at = now() RETURNING num")
-                .format(self._t("topologies")), (spec.topology_id, Json(spec.to_config())))
+                .format(self._t("topologies")), (spec.topology_id, Json(config)))
             num = int(cur.fetchone()[0])
             spec.source.register(cur, self.schema, spec.topology_id)
             for state in spec.states:
                 if state.database is None:
                     self._ensure_state_table(cur, state)
-                cur.execute(q.create_staging_table(self._staging(num, state), state))
+                if not self._exists(cur, self._staging(num, state)):
+                    cur.execute(q.create_staging_table(self._staging(num, state), state))
         self._specs[spec.topology_id] = (num, spec)
 
+    @staticmethod
+    def _exists(cur: psycopg2.extensions.cursor, table: sql.Composed) -> bool:
+        """Whether ``table`` exists. Checked before each CREATE: ``CREATE ... IF NOT EXISTS`` needs
+        the CREATE privilege even when there is nothing to create, and a run-time role has none."""
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", (table.as_string(cur),))
+        return bool(cur.fetchone()[0])
+
+    def reset(self, topology_id: str) -> list[str]:
+        """Forget a topology's progress -- plans, attempts, commits, quarantine, staged output --
+        and drop its state tables in this store, so its next run starts over from the beginning of
+        its source under its current declaration. Returns the tables dropped.
+
+        States kept in another database are not reachable from here: drop those there.
+        """
+        dropped = []
+        with self.db.transaction() as cur:
+            num, spec, _c, _o = self._load(cur, topology_id, lock=True)
+            for state in spec.states:
+                tables = [self._staging(num, state), q.audit_table(self.schema, num, state, purpose="rebuild")]
+                if state.database is None:
+                    tables.append(q.state_table(state))
+                for table in tables:
+                    if self._exists(cur, table):
+                        cur.execute(sql.SQL("DROP TABLE {}").format(table))
+                        dropped.append(table.as_string(cur))
+            cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %s").format(self._t("quarantine")), (topology_id,))
+            cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %s").format(self._t("topologies")), (topology_id,))
+        self._specs.pop(topology_id, None)
+        log.warning("topology %s reset: progress forgotten, dropped %s", topology_id, ", ".join(dropped) or "nothing")
+        return dropped
+
     def _ensure_state_table(self, cur: psycopg2.extensions.cursor, state: StateSpec) -> None:
-        for stmt in q.create_state_table(state):
-            cur.execute(stmt)
         schema, table = state.schema_and_table
+        if not self._exists(cur, q.state_table(state)):
+            create_schema, create_table = q.create_state_table(state)
+            cur.execute("SELECT to_regnamespace(%s) IS NULL", (sql.Identifier(schema).as_string(cur),))
+            if cur.fetchone()[0]:  # owning the schema is enough: CREATE SCHEMA needs CREATE on the database
+                cur.execute(create_schema)
+            cur.execute(create_table)
         cur.execute(q.TABLE_COLUMNS, (f'"{schema}"."{table}"',))
         have = dict(cur.fetchall())
         want = q.expected_columns(state)
@@ -887,13 +937,10 @@ class Coordinator:
     def commits(self, topology_id: str) -> list[dict[str, Any]]:
         """The audit log of a topology, in txid order."""
         with self.db.transaction() as cur:
+            self._load(cur, topology_id)  # UnknownTopology, not an empty log, for a wrong name
             cur.execute(sql.SQL("SELECT txid, attempt, plan_version, run_key, start_offsets, end_offsets, "
                                 "records_read, row_counts, quarantined, committer, commit_started_at, "
                                 "committed_at FROM {} WHERE topology_id = %s ORDER BY txid")
                         .format(self._t("commits")), (topology_id,))
             names = [d[0] for d in cur.description]
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, default=str, sort_keys=True)

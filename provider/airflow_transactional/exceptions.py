@@ -11,13 +11,28 @@ class ConfigError(TransactionalError, ValueError):
     """A topology, state or source is declared wrongly (raised before anything runs)."""
 
 
+class DeclarationChanged(ConfigError):
+    """A topology with committed progress was re-declared with another source, states or DAG."""
+
+    def __init__(self, topology_id: str, changes: list[str], committed_txid: int) -> None:
+        self.changes = changes
+        super().__init__(
+            f"topology {topology_id!r} is declared differently from the one that has planned and "
+            f"committed batches (through txid {committed_txid}): {'; '.join(changes)}. Its committed "
+            "offsets and state values belong to the old declaration, so it is refused rather than "
+            "skipping or miscounting records. Give the new declaration a new topology id (it starts "
+            "from the beginning of its source), restore the old declaration, or start this one over "
+            f"with 'airflow-txn reset {topology_id} --yes' (drops its progress and state tables)"
+        )
+
+
 class UnknownTopology(TransactionalError):
     """The topology was never registered in this state store."""
 
-    def __init__(self, topology_id: str) -> None:
+    def __init__(self, topology_id: str, why: str = "") -> None:
         super().__init__(
-            f"topology {topology_id!r} is not registered in this state store: "
-            "call Coordinator.register(spec) (the plan task does this) before using it"
+            f"topology {topology_id!r} is not registered in this state store{f' ({why})' if why else ''}: "
+            "check the name, or let its DAG's plan task register it (Coordinator.register) first"
         )
 
 

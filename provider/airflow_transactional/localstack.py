@@ -22,10 +22,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from . import files
 from .embedded import EmbeddedPostgres, free_port
 from .exceptions import TransactionalError
 
 log = logging.getLogger(__name__)
+
+# Files the stack's processes create (airflow.cfg with its fernet key, logs) are private from the
+# first byte: every process it starts runs under this umask.
+UMASK = 0o077
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 SPARK_CONNECT = "spark-connect"  # the optional long-lived Spark (a Spark Connect server)
@@ -73,8 +78,7 @@ class LocalStack:
             return dict(json.loads(self._secrets_file.read_text()))
         values = {"jwt": secrets.token_urlsafe(32), "api": secrets.token_urlsafe(32),
                   "admin_password": secrets.token_urlsafe(9)}
-        self._secrets_file.write_text(json.dumps(values))
-        self._secrets_file.chmod(0o600)
+        files.write_private(self._secrets_file, json.dumps(values))
         return values
 
     @property
@@ -145,9 +149,7 @@ class LocalStack:
         self.pg.start()
         self.pg.create_database("airflow")
         self.pg.create_database("airflow_txn")
-        pw_file = self.base_dir / "passwords.json"
-        pw_file.write_text(json.dumps({ADMIN: self.admin_password}))
-        pw_file.chmod(0o600)
+        files.write_private(self.base_dir / "passwords.json", json.dumps({ADMIN: self.admin_password}))
         self._run(["airflow", "db", "migrate"], "db-migrate", timeout=600)
         self._run(["airflow", "pools", "set", "spark", str(self.spark_slots), "concurrent spark-submit jobs"],
                   "pools", timeout=120)
@@ -162,9 +164,9 @@ class LocalStack:
 
     def _run(self, argv: list[str], label: str, timeout: float) -> None:
         logf = self.base_dir / f"{label}.log"
-        with open(logf, "wb") as out:
+        with open(files.open_private_log(logf), "wb") as out:
             res = subprocess.run(argv, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, timeout=timeout, check=False)
+                                 stdin=subprocess.DEVNULL, timeout=timeout, check=False, umask=UMASK)
         if res.returncode != 0:
             raise AirflowStackError(f"'{' '.join(argv)}' failed ({res.returncode}); see {logf}:\n"
                                     + logf.read_text()[-3000:])
@@ -172,13 +174,13 @@ class LocalStack:
     def start_component(self, name: str) -> None:
         if name not in self.components:
             raise AirflowStackError(f"unknown component {name!r}: one of {', '.join(self.components)}")
-        logf = open(self.base_dir / f"{name}.log", "ab")
+        logf = open(files.open_private_log(self.base_dir / f"{name}.log"), "ab")
         if name == SPARK_CONNECT and self.spark_connect_port:
             argv = spark_connect_server_argv(self.spark_connect_port)
         else:
             argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
         self.procs[name] = subprocess.Popen(argv, env=self.env(), stdout=logf, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+                                            stdin=subprocess.DEVNULL, start_new_session=True, umask=UMASK)
         logf.close()
 
     def stop_component(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30) -> None:

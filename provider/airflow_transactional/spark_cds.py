@@ -34,12 +34,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import files
 from .exceptions import TransactionalError
 
 log = logging.getLogger(__name__)
 
 SWITCH_ENV = "AIRFLOW_TXN_SPARK_CDS"
-DIR_ENV = "AIRFLOW_TXN_SPARK_CDS_DIR"
+DIR_ENV = files.DIR_ENV
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # The driver options the archive is built with: those of LOCAL_SPARK_CONF (a short-lived JVM).
 BUILD_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -87,11 +88,7 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    configured = os.environ.get(DIR_ENV)
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "airflow_transactional"
+    return files.cache_dir()
 
 
 def java_binary() -> str | None:
@@ -149,10 +146,19 @@ def current(directory: Path | None = None) -> Path | None:
     if path is None:
         return None
     try:
-        recorded = json.loads(path.with_suffix(".json").read_text())
+        sidecar = path.with_suffix(".json")
+        # A JVM maps the archive into the driver: only one of ours, that nobody else can write.
+        if not all(_ours(p) for p in (path.parent, path, sidecar)):
+            return None
+        recorded = json.loads(sidecar.read_text())
         return path if recorded.get("identity") == _identity(path) else None
     except (OSError, ValueError):
         return None
+
+
+def _ours(path: Path) -> bool:
+    st = path.stat()
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
 def with_archive(conf: Mapping[str, Any], archive: Path | None) -> dict[str, Any]:
@@ -192,7 +198,7 @@ def build(directory: Path | None = None, *, force: bool = False, timeout: float 
     if path is None:
         raise TransactionalError("no class-data-sharing archive without Java and Spark: put a JDK 17+ on PATH "
                                  "(or set JAVA_HOME) and install pyspark (or set SPARK_HOME)")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    files.private_dir(path.parent)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not force and current(directory) is not None:

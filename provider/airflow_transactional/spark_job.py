@@ -36,19 +36,17 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import io
 import json
 import logging
 import os
 import sys
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import faults
+from . import faults, files
 from .coordinator import Coordinator
 from .exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
 from .sources import LandingDirectory, PostgresLogSource, Source, source_from_config
@@ -95,28 +93,22 @@ def _dsn() -> str:
     return dsn
 
 
-def _artifact(stem: str, suffix: str, content_key: bytes, write: Callable[[Path], object]) -> str:
-    """A file in the temp dir named by its content's digest, written once (atomically)."""
-    target = Path(tempfile.gettempdir()) / f"{stem}-{hashlib.sha256(content_key).hexdigest()[:16]}{suffix}"
-    if not target.exists():
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-        write(tmp)
-        os.replace(tmp, target)
-    return str(target)
-
-
 @functools.cache
 def provider_zip() -> str:
-    """The provider package as a zip for ``--py-files``, so executors on a cluster import it."""
+    """The provider package as a zip for ``--py-files``, so executors on a cluster import it.
+
+    Built in memory with fixed timestamps (the same sources give the same bytes) and kept as a
+    private, digest-checked file (:func:`files.artifact`): never a file someone else could plant.
+    """
     pkg = Path(__file__).resolve().parent
-    files = sorted(pkg.rglob("*.py"))
-
-    def write(tmp: Path) -> None:
-        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-            for p in files:
-                zf.write(p, str(p.relative_to(pkg.parent)))
-
-    return _artifact("airflow_transactional", ".zip", b"".join(p.read_bytes() for p in files), write)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in sorted(pkg.rglob("*.py")):
+            info = zipfile.ZipInfo(str(p.relative_to(pkg.parent)), date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, p.read_bytes())
+    return str(files.artifact("airflow_transactional", ".zip", buf.getvalue()))
 
 
 LOG4J2 = """\
@@ -135,8 +127,7 @@ logger.spark_job.level = warn
 @functools.cache
 def quiet_log_config() -> str:
     """A log4j2 file that keeps Spark's driver at WARN (task logs show the job, not the JVM)."""
-    return _artifact("airflow_transactional-log4j2", ".properties", LOG4J2.encode(),
-                     lambda tmp: tmp.write_text(LOG4J2))
+    return str(files.artifact("airflow_transactional-log4j2", ".properties", LOG4J2.encode()))
 
 
 def with_quiet_driver_logs(conf: Mapping[str, Any]) -> dict[str, Any]:

@@ -150,7 +150,7 @@ class TopologySpec:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TopologySpec:
-        from .sources import source_from_config
+        from .sources import source_from_config  # sources import spec: a cycle at module level
 
         return cls(
             topology_id=config["topology_id"],
@@ -162,3 +162,39 @@ class TopologySpec:
             on_bad_record=config["on_bad_record"],
             extra=config.get("extra", {}),
         )
+
+
+# Settings a topology may change between deployments: they shape future batches only. Anything
+# else -- where the source is, the states' keys, types, rules and tables, the owning DAG --
+# decides what the committed offsets and state values *mean*, and may not change under them.
+MUTABLE_SOURCE_SETTINGS = frozenset({"max_files", "settle_seconds"})
+_STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database")
+
+
+def _identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    source = {k: v for k, v in dict(config["source"]).items() if k not in MUTABLE_SOURCE_SETTINGS}
+    states = {s["name"]: {k: s.get(k) for k in _STATE_IDENTITY} for s in config["states"]}
+    return {"source": source, "states": states, "dag_id": dict(config.get("extra") or {}).get("dag_id")}
+
+
+def incompatible_changes(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> list[str]:
+    """What ``declared`` changes of ``stored`` that committed progress depends on (empty: none).
+
+    A DAG id is compared only when both declarations carry one (older ones do not).
+    """
+    old, new = _identity(stored), _identity(declared)
+    changes = []
+    if old["source"] != new["source"]:
+        changes.append(f"source {old['source']} -> {new['source']}")
+    for name in sorted(set(old["states"]) | set(new["states"])):
+        before, after = old["states"].get(name), new["states"].get(name)
+        if before is None:
+            changes.append(f"state {name!r} added")
+        elif after is None:
+            changes.append(f"state {name!r} removed")
+        else:
+            changes += [f"state {name!r} {k} {before[k]!r} -> {after[k]!r}" for k in _STATE_IDENTITY
+                        if before[k] != after[k]]
+    if old["dag_id"] and new["dag_id"] and old["dag_id"] != new["dag_id"]:
+        changes.append(f"run by DAG {old['dag_id']!r}, now declared by DAG {new['dag_id']!r}")
+    return changes

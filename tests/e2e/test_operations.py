@@ -252,7 +252,7 @@ def test_retention_pause_and_api_server_restart_during_processing(stack: LocalSt
     while not once.exists():
         assert time.monotonic() < deadline, "txid 2 never reached its processing"
         time.sleep(1)
-    assert log.truncate(0, 100) == 100  # retention removes LSN 1..100 of txid 2's planned batch
+    assert log.truncate(0, 100, force=True) == 100  # retention removes LSN 1..100 of txid 2's planned batch
     # Meanwhile the DAG is paused and the api-server (the tasks' only way to the metadata DB) is
     # restarted; after unpausing, the topology resumes where it stopped.
     client.patch(f"/api/v2/dags/{dag}", {"is_paused": True})

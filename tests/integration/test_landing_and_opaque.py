@@ -120,7 +120,7 @@ def test_opaque_replan_drops_only_what_is_gone_and_later_txids_keep_their_output
     t1, t2, t3 = (coordinator.plan("clicks", f"r{k}") for k in range(3))
     for t in (t2, t3):
         process_batch(coordinator, "clicks", t.txid, click_fn)
-    assert log.truncate(0, 4) == 4  # retention removes LSN 1..4 of txid 1's planned batch
+    assert log.truncate(0, 4, force=True) == 4  # retention removes LSN 1..4 of txid 1's planned batch
     process_batch(coordinator, "clicks", t1.txid, click_fn)
     versions = [coordinator.transaction("clicks", t).plan_version for t in (1, 2, 3)]
     # txid 1 is re-planned within its old bounds; txids 2 and 3 are re-planned too and come out
@@ -137,7 +137,7 @@ def test_opaque_replan_reaches_a_later_txid_when_the_loss_does(coordinator: Coor
     t1, t2, t3 = (coordinator.plan("clicks", f"r{k}") for k in range(3))
     for t in (t2, t3):
         process_batch(coordinator, "clicks", t.txid, click_fn)
-    assert log.truncate(0, 15) == 15  # all of txid 1 and half of txid 2
+    assert log.truncate(0, 15, force=True) == 15  # all of txid 1 and half of txid 2
     process_batch(coordinator, "clicks", t1.txid, click_fn)
     assert [coordinator.transaction("clicks", t).plan_version for t in (1, 2, 3)] == [2, 2, 1]
     coordinator.commit("clicks", 1)
@@ -149,6 +149,6 @@ def test_opaque_replan_reaches_a_later_txid_when_the_loss_does(coordinator: Coor
     coordinator.commit("clicks", 3)  # unaffected: its first attempt commits
     _finish_and_check(coordinator, dsn, lost=15)
     # Retention that removes *committed* events makes the state unrecomputable: the audit says so.
-    log.truncate(0, 30)
+    log.truncate(0, 30, force=True)
     why_not = coordinator.committed_batch("clicks")[1]
     assert why_not is not None and "retention removed committed events (partition 0 LSN 16..30)" in why_not

@@ -201,7 +201,7 @@ class TopologyModel(RuleBasedStateMachine):
             return
         head = len(self.events[partition])
         through = self.truncated[partition] + int((head - self.truncated[partition]) * frac)
-        self.log.truncate(partition, through)
+        self.log.truncate(partition, through, force=True)  # opaque: retention outruns the readers
         self.truncated[partition] = max(self.truncated[partition], through)
 
     # -- invariants ------------------------------------------------------------------------

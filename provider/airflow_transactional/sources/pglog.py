@@ -61,9 +61,24 @@ def drop_known_ids(schema: str, table: str) -> sql.Composed:
 
 @dataclass(frozen=True)
 class AppendResult:
+    """What one append did: events stored, duplicates dropped (ids already in the log or given
+    twice), and records refused one by one as ``(event_id, reason)`` (the rest were appended)."""
+
     appended: int
     duplicates: int
     retries: int = 0
+    rejected: tuple[tuple[str, str], ...] = ()
+
+
+def _refusal(payload: str) -> str | None:
+    """Why Postgres cannot store ``payload`` as text (None: it can)."""
+    if "\x00" in payload:
+        return "payload holds a NUL byte (\\x00), which PostgreSQL text cannot store"
+    try:
+        payload.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"payload is not valid UTF-8 text ({exc.reason} at character {exc.start})"
+    return None
 
 
 class EventLog:
@@ -116,22 +131,39 @@ class EventLog:
         all-or-nothing and ids are unique, so a retry after an unknown outcome cannot duplicate.
         """
         n_parts = self.partitions()
+        if isinstance(events, (str, bytes)) or not isinstance(events, Iterable):
+            raise ConfigError(f"append takes an iterable of (event_id, payload) pairs, got {type(events).__name__}")
+        if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)
+                                      or not 0 <= partition < n_parts):
+            raise ConfigError(f"log {self.name!r} has partitions 0..{n_parts - 1}, not {partition!r}")
         rows: list[tuple[int, str, str]] = []
-        for event_id, payload in events:
-            if not isinstance(event_id, str) or not event_id:
-                raise ConfigError(f"event id must be a non-empty string, got {event_id!r}")
+        rejected: list[tuple[str, str]] = []
+        for n, pair in enumerate(events):
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise ConfigError(f"event {n} of the append is {pair!r}: give (event_id, payload) pairs")
+            event_id, payload = pair
+            if not isinstance(event_id, str) or not event_id.strip() or "\x00" in event_id:
+                raise ConfigError(f"event {n}: the event id must be a non-empty string without NUL bytes, "
+                                  f"got {event_id!r}; nothing was appended")
+            if not isinstance(payload, str):
+                raise ConfigError(f"event {event_id!r}: the payload must be a str (e.g. json.dumps(record)), got "
+                                  f"{type(payload).__name__}; nothing was appended")
+            why = _refusal(payload)
+            if why is not None:  # refused alone: the rest of the append goes in
+                rejected.append((event_id, why))
+                continue
             p = partition if partition is not None else partition_of(event_id, n_parts)
-            if not 0 <= p < n_parts:
-                raise ConfigError(f"log {self.name!r} has partitions 0..{n_parts - 1}, not {p}")
             rows.append((p, event_id, payload))
+        for event_id, why in rejected:
+            log.warning("log %s: event %r refused: %s", self.name, event_id, why)
         if not rows:
-            return AppendResult(0, 0)
+            return AppendResult(0, 0, rejected=tuple(rejected))
         deadline = time.monotonic() + self.retry_for
         retries = 0
         while True:
             try:
                 appended = self._append_once(rows)
-                return AppendResult(appended, len(rows) - appended, retries)
+                return AppendResult(appended, len(rows) - appended, retries, tuple(rejected))
             except CONNECTION_ERRORS as exc:
                 self.db.close()
                 if time.monotonic() > deadline:
@@ -183,14 +215,21 @@ class EventLog:
         faults.point("append.after_commit")
         return appended
 
-    def truncate(self, partition: int, through_lsn: int) -> int:
-        """Retention: delete the events of ``partition`` with LSN <= ``through_lsn``.
+    def truncate(self, partition: int, through_lsn: int, *, force: bool = False) -> int:
+        """Retention: delete the events of ``partition`` with LSN <= ``through_lsn``; the count.
 
-        Their ids are kept, so a late duplicate delivery is still recognised and dropped.
+        Never past the partition's head, and never past what every topology reading this log
+        has committed -- unless ``force``: then the topologies that had not read those events lose
+        them (opaque ones skip and report them; transactional ones stop with BatchUnavailable), and
+        this is logged as a warning naming them. Ids are kept, so a late duplicate delivery is
+        still recognised and dropped.
         """
+        for name, value in (("partition", partition), ("through_lsn", through_lsn)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"truncate: {name} must be a non-negative integer, got {value!r}")
         s = sql.Identifier(self.schema)
         with self.db.transaction() as cur:
-            cur.execute(sql.SQL("SELECT truncated_through FROM {}.log_partitions "
+            cur.execute(sql.SQL("SELECT truncated_through, next_lsn - 1 FROM {}.log_partitions "
                                 "WHERE log_name = %s AND partition = %s FOR UPDATE").format(s),
                         (self.name, partition))
             row = cur.fetchone()
@@ -198,6 +237,20 @@ class EventLog:
                 raise ConfigError(f"log {self.name!r} has no partition {partition}")
             if through_lsn <= row[0]:
                 return 0
+            if through_lsn > row[1]:
+                raise ConfigError(f"log {self.name!r} partition {partition} holds LSNs up to {row[1]}: cannot "
+                                  f"truncate through {through_lsn} (events appended later would be lost unread)")
+            behind = self._readers_behind(cur, partition, through_lsn)
+            if behind and not force:
+                raise ConfigError(
+                    f"log {self.name!r} partition {partition}: "
+                    + ", ".join(f"topology {t!r} has committed only through LSN {c}" for t, c in behind)
+                    + f"; truncating through {through_lsn} would remove events it has not read. Truncate through "
+                    f"{min(c for _t, c in behind)} at most, or pass force=True (they then lose those events)")
+            if behind:
+                log.warning("log %s partition %d truncated through LSN %d by force: %s lose the events past "
+                            "what they committed", self.name, partition, through_lsn,
+                            ", ".join(f"{t} (committed through {c})" for t, c in behind))
             cur.execute(sql.SQL(
                 "WITH gone AS (DELETE FROM {s}.log_events WHERE log_name = %s AND partition = %s "
                 "AND lsn <= %s RETURNING event_id) "
@@ -208,6 +261,18 @@ class EventLog:
                                 "WHERE log_name = %s AND partition = %s").format(s),
                         (through_lsn, self.name, partition))
         return int(deleted)
+
+
+    def _readers_behind(self, cur: psycopg2.extensions.cursor, partition: int, lsn: int) -> list[tuple[str, int]]:
+        """(topology, committed LSN) of the topologies of this store reading this log that have
+        not committed ``partition`` through ``lsn``."""
+        cur.execute(sql.SQL(
+            "SELECT topology_id, coalesce((committed_offsets->>%s)::bigint, 0) FROM {}.topologies "
+            "WHERE spec->'source'->>'kind' = %s AND spec->'source'->>'log' = %s "
+            "AND coalesce(spec->'source'->>'schema', %s) = %s ORDER BY topology_id").format(
+            sql.Identifier(self.schema)),
+            (str(partition), PostgresLogSource.kind, self.name, self.schema, self.schema))
+        return [(str(t), int(c)) for t, c in cur.fetchall() if int(c) < lsn]
 
 
 class PostgresLogSource(Source):

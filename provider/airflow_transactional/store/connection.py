@@ -10,7 +10,8 @@ from typing import Any
 
 import psycopg2
 import psycopg2.extensions
-import psycopg2.extras
+
+from ..exceptions import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +25,34 @@ CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 def redact(text: str) -> str:
     """Replace any password in a connection URI or key=value DSN with ``***``."""
     return _KV_PASSWORD.sub(r"\1***", _URI_PASSWORD.sub(r"\1***\3", text))
+
+
+_QUOTED = re.compile(r'"[^"]*"')
+
+
+def _safe(message: str) -> str:
+    """A connection error without secrets: a parse error's quoted piece of the DSN is dropped."""
+    text = redact(message).strip()
+    return _QUOTED.sub('"***"', text) if text.startswith("invalid") else text
+
+
+def connect(dsn: str, **kwargs: Any) -> psycopg2.extensions.connection:
+    """``psycopg2.connect`` whose errors never carry the DSN's secrets.
+
+    libpq quotes the offending piece of a DSN it cannot parse -- which may be the password
+    (``invalid percent-encoded token: "s3cr%zz"``). A DSN that does not parse is a
+    :class:`ConfigError` naming the fix; a server that cannot be reached stays an
+    ``OperationalError`` (callers retry those), with any password redacted.
+    """
+    try:
+        return psycopg2.connect(dsn, **kwargs)
+    except psycopg2.OperationalError as exc:
+        raise psycopg2.OperationalError(_safe(str(exc))) from None
+    except psycopg2.Error as exc:
+        why = _safe(str(exc))
+        raise ConfigError(f"the PostgreSQL DSN is malformed ({why}): give key=value pairs "
+                          "(host=... dbname=... user=...) or a URI postgresql://user:password@host:port/db; "
+                          "in a URI, percent-encode special characters of the password") from None
 
 
 class Database:
@@ -47,11 +76,7 @@ class Database:
 
     def connection(self) -> psycopg2.extensions.connection:
         if self._conn is None or self._conn.closed:
-            try:
-                self._conn = psycopg2.connect(self._dsn, application_name=self._application_name)
-            except psycopg2.OperationalError as exc:
-                # libpq messages can echo the DSN; never let a password through.
-                raise psycopg2.OperationalError(redact(str(exc))) from None
+            self._conn = connect(self._dsn, application_name=self._application_name)
         return self._conn
 
     @contextmanager
@@ -75,7 +100,3 @@ class Database:
             except Exception:  # already broken; nothing else to release
                 log.debug("closing a broken connection failed", exc_info=True)
             self._conn = None
-
-
-def json_adapt(value: Any) -> psycopg2.extras.Json:
-    return psycopg2.extras.Json(value)

@@ -1,8 +1,10 @@
 """Versioned, idempotent migrations of the provider's own schema (never ``public``).
 
 Each migration runs once, in order, in the transaction that records it, under an advisory lock
-so concurrent workers starting at once do not race. The run-time role needs only ownership of
-the schema (or CREATE on the database to create it): no superuser.
+so concurrent workers starting at once do not race. Migrating needs only ownership of the
+schema (or CREATE on the database to create it), no superuser; once the schema is up to date
+nothing here runs DDL, so a run-time role with DML rights alone works (README "Security and
+bad input").
 """
 
 from __future__ import annotations
@@ -183,9 +185,13 @@ def migrate(db: Database, schema: str = DEFAULT_SCHEMA) -> list[int]:
     identifiers.name("schema name", schema)
     s = sql.Identifier(schema)
     applied: list[int] = []
+    if current_version(db, schema) >= MIGRATIONS[-1][0]:
+        return applied  # up to date: no DDL, so a run-time role without CREATE rights gets here
     with db.transaction() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
-        cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(s))
+        cur.execute("SELECT to_regnamespace(%s) IS NULL", (s.as_string(cur),))
+        if cur.fetchone()[0]:  # owning the schema is enough; creating it needs CREATE on the database
+            cur.execute(sql.SQL("CREATE SCHEMA {}").format(s))
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
             " version integer PRIMARY KEY, name text NOT NULL,"

@@ -1,0 +1,89 @@
+"""Private files: the ``--py-files`` zip and the log4j config cannot be planted by another user."""
+
+from __future__ import annotations
+
+import os
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional import files, spark_job
+from airflow_transactional.exceptions import ConfigError
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(files.DIR_ENV, str(tmp_path / "cache"))
+    spark_job.provider_zip.cache_clear()
+    spark_job.quiet_log_config.cache_clear()
+    yield tmp_path / "cache"
+    spark_job.provider_zip.cache_clear()
+    spark_job.quiet_log_config.cache_clear()
+
+
+def mode(path: str | Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_the_provider_zip_lives_in_a_private_directory_and_holds_the_package(cache: Path) -> None:
+    path = Path(spark_job.provider_zip())
+    assert path.parent == cache / "artifacts"
+    assert mode(path.parent) == 0o700 and mode(path) == 0o600
+    assert os.stat(path).st_uid == os.geteuid()
+    with zipfile.ZipFile(path) as zf:
+        assert "airflow_transactional/spark_job.py" in zf.namelist()
+    assert str(Path(spark_job.quiet_log_config()).parent) == str(path.parent)
+
+
+def test_a_planted_file_at_the_artifact_name_is_replaced_not_used(cache: Path) -> None:
+    genuine = Path(spark_job.provider_zip()).read_bytes()
+    target = Path(spark_job.provider_zip())
+    target.write_bytes(b"PK planted code")  # same name, other content
+    spark_job.provider_zip.cache_clear()
+    assert Path(spark_job.provider_zip()).read_bytes() == genuine
+
+
+def test_an_artifact_others_can_write_is_rewritten_private(cache: Path) -> None:
+    target = files.artifact("x", ".txt", b"hello")
+    os.chmod(target, 0o666)
+    again = files.artifact("x", ".txt", b"hello")
+    assert again == target and mode(again) == 0o600 and again.read_bytes() == b"hello"
+
+
+def test_the_same_sources_give_the_same_zip(cache: Path) -> None:
+    first = Path(spark_job.provider_zip())
+    spark_job.provider_zip.cache_clear()
+    assert Path(spark_job.provider_zip()) == first  # deterministic: no timestamps in the name's digest
+
+
+def test_a_directory_of_another_user_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can make a directory owned by another user")
+    d = tmp_path / "theirs"
+    d.mkdir()
+    os.chown(d, 65534, 65534)
+    with pytest.raises(ConfigError, match="belongs to another user"):
+        files.private_dir(d)
+
+
+def test_a_loose_private_directory_is_tightened(tmp_path: Path) -> None:
+    d = tmp_path / "mine"
+    d.mkdir(mode=0o777)
+    os.chmod(d, 0o777)
+    assert mode(files.private_dir(d)) == 0o700
+
+
+def test_private_files_are_never_readable_by_others_even_with_a_loose_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        written = files.write_private(tmp_path / "secret.json", "{}")
+        fd = files.open_private_log(tmp_path / "component.log")
+        os.close(fd)
+    finally:
+        os.umask(old)
+    assert mode(written) == 0o600 and mode(tmp_path / "component.log") == 0o600
+    assert not list(tmp_path.glob(".secret.json.*"))  # the temporary file was renamed, not left
