@@ -530,7 +530,7 @@ class Bench:
                 landing = self.base / "landing" / name
                 landing.mkdir(parents=True, exist_ok=True)
                 dags[name] = WORDS_DAG.format(name=name, source_cls="LandingDirectory",
-                                              source=f'LandingDirectory("{landing}", max_files=1)',
+                                              source=f'LandingDirectory("{landing}", max_files=1, settle_seconds=0)',
                                               application=WORDS_JOB, max_in_flight=s.max_in_flight, batch=1,
                                               connect=connect, spark_conf="BIG_BATCH_CONF")
         for name, text in dags.items():

@@ -110,8 +110,16 @@ def transactional_dag(
                                          "application_args": list(application_args)},
                                # One DAG runs a topology: a second one would claim its runs' txids.
                                "dag_id": dag_id or topology_id})
-    if not isinstance(retries, int) or retries < 0:
-        raise ConfigError(f"retries must be a non-negative integer, got {retries!r}")
+    if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 100:
+        raise ConfigError(f"retries must be an integer from 0 to 100, got {retries!r}")
+    for name, value in (("retry_delay", retry_delay), ("commit_timeout", commit_timeout),
+                        ("plan_timeout", plan_timeout)):
+        if not isinstance(value, timedelta) or value <= timedelta(0):
+            raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=5)), got {value!r}")
+    if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+        raise ConfigError(f"tags must be a list of strings (e.g. tags=['billing']), got {tags!r}")
+    if isinstance(application_args, str) or not all(isinstance(a, str) for a in application_args):
+        raise ConfigError(f"application_args must be a list of strings, got {application_args!r}")
     config = spec.to_config()
     dag = DAG(
         dag_id=dag_id or topology_id,
@@ -136,6 +144,11 @@ def transactional_dag(
     commit = CommitOperator(task_id="commit", wait_timeout=commit_timeout, trigger_rule="none_failed",
                             execution_timeout=commit_timeout + timedelta(minutes=5), **common)
     plan >> process >> commit
+    try:
+        dag.timetable.validate()  # a bad cron string is otherwise accepted here and fails in the scheduler
+    except Exception as exc:
+        raise ConfigError(f"topology {topology_id!r}: schedule {schedule!r} is not valid ({exc}): give a cron "
+                          "string such as '*/5 * * * *', a timedelta, or a timetable") from None
     return dag
 
 

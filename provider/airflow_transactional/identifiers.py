@@ -10,8 +10,11 @@ import re
 
 from .exceptions import ConfigError
 
-# Lower-case, starts with a letter: never needs quoting in psql, so the user can type it.
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# Lower-case, starts with a letter, matched whole (``fullmatch``: a trailing newline is not
+# let through as ``$`` would). SQL reserved words (``user``, ``order``) are allowed: every name
+# reaches SQL through ``sql.Identifier``, which always quotes it -- keep it that way. (In psql a
+# user types such a column as ``"user"``.)
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _MAX_TOPOLOGY = 40
 _MAX_NAME = 50
 
@@ -37,7 +40,7 @@ SQL_TYPES = {
 
 
 def _check(kind: str, name: object, max_len: int) -> str:
-    if not isinstance(name, str) or not _NAME.match(name) or len(name) > max_len:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > max_len:
         raise ConfigError(
             f"invalid {kind} {name!r}: use 1-{max_len} characters of lower-case letters, digits "
             "and '_', starting with a letter (e.g. 'url_counts')"

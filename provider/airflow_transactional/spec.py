@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 
 DEFAULT_STATE_SCHEMA = "public"
 
+# Upper bounds that catch a typo before it costs anything: each transaction in flight holds an
+# Airflow run slot, and one batch is read, parsed and staged as a whole.
+MAX_IN_FLIGHT = 100
+MAX_BATCH_SIZE = 100_000_000
+
 
 @dataclass(frozen=True)
 class StateSpec:
@@ -40,6 +45,9 @@ class StateSpec:
 
     def __post_init__(self) -> None:
         identifiers.name("state name", self.name)
+        if not isinstance(self.keys, Mapping):
+            raise ConfigError(f"state {self.name!r}: keys must map each key column to its SQL type, e.g. "
+                              f"keys={{'url': 'text'}}, not {type(self.keys).__name__} {self.keys!r}")
         if not self.keys:
             raise ConfigError(
                 f"state {self.name!r} has no key columns: give keys={{'column': 'text'}} "
@@ -117,10 +125,15 @@ class TopologySpec:
         if len(set(tables)) != len(tables):
             raise ConfigError(f"topology {self.topology_id!r}: two states write the same table")
         object.__setattr__(self, "states", states)
-        for attr in ("max_in_flight", "max_batch_size"):
+        for attr, most in (("max_in_flight", MAX_IN_FLIGHT), ("max_batch_size", MAX_BATCH_SIZE)):
             val = getattr(self, attr)
-            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
-                raise ConfigError(f"topology {self.topology_id!r}: {attr} must be a positive integer, got {val!r}")
+            if not isinstance(val, int) or isinstance(val, bool) or not 1 <= val <= most:
+                raise ConfigError(f"topology {self.topology_id!r}: {attr} must be an integer from 1 to {most:,}, "
+                                  f"got {val!r}")
+        if not isinstance(self.opaque, bool):
+            raise ConfigError(f"topology {self.topology_id!r}: opaque must be True or False, got {self.opaque!r}")
+        if not isinstance(self.extra, Mapping):
+            raise ConfigError(f"topology {self.topology_id!r}: extra must be a mapping, got {self.extra!r}")
         if self.on_bad_record not in ("quarantine", "fail"):
             raise ConfigError(
                 f"topology {self.topology_id!r}: on_bad_record must be 'quarantine' or 'fail', "

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 def _landing_topology(path: Path, *, opaque: bool = False, max_files: int = 2) -> TopologySpec:
-    return TopologySpec("files", LandingDirectory(str(path), max_files=max_files),
+    return TopologySpec("files", LandingDirectory(str(path), max_files=max_files, settle_seconds=0),
                         [StateSpec("file_counts", {"user_id": "text"}, combiner="count",
                                    kind="opaque" if opaque else "transactional")],
                         opaque=opaque)
@@ -152,3 +152,80 @@ def test_opaque_replan_reaches_a_later_txid_when_the_loss_does(coordinator: Coor
     log.truncate(0, 30, force=True)
     why_not = coordinator.committed_batch("clicks")[1]
     assert why_not is not None and "retention removed committed events (partition 0 LSN 16..30)" in why_not
+
+
+# -- files known by content (production hardening) --------------------------------------------
+
+def _commit_all(coordinator: Coordinator, *runs: str) -> None:
+    for run in runs:
+        t = coordinator.plan("files", run)
+        process_batch(coordinator, "files", t.txid, _fn)
+        coordinator.commit("files", t.txid)
+
+
+def test_a_file_replaced_under_the_same_name_is_new_content_and_is_counted(
+        coordinator: Coordinator, tmp_path: Path, dsn: str) -> None:
+    coordinator.register(_landing_topology(tmp_path))
+    _land(tmp_path, "daily.json", ["x"])
+    _commit_all(coordinator, "r1")
+    _land(tmp_path, "daily.json", ["y", "y"])  # tomorrow's export, same name
+    assert coordinator.status("files").lag == 1
+    _commit_all(coordinator, "r2")
+    assert table(dsn, "file_counts") == {"x": 1, "y": 2}
+    assert coordinator.status("files").lag == 0
+    os.utime(tmp_path / "daily.json")  # touched: the same bytes are not counted again
+    _commit_all(coordinator, "r3")
+    assert table(dsn, "file_counts") == {"x": 1, "y": 2}
+
+
+@pytest.mark.parametrize("opaque", [False, True])
+def test_a_same_size_rewrite_after_planning_is_never_committed(
+        coordinator: Coordinator, tmp_path: Path, dsn: str, opaque: bool) -> None:
+    coordinator.register(_landing_topology(tmp_path, opaque=opaque))
+    _land(tmp_path, "a.json", ["x", "x"])
+    t1 = coordinator.plan("files", "r1")
+    _land(tmp_path, "a.json", ["z", "z"])  # same size, other content
+    assert (tmp_path / "a.json").stat().st_size == t1.batch["files"][0]["size"]
+    if not opaque:
+        with pytest.raises(BatchUnavailable, match=r"a\.json"):
+            process_batch(coordinator, "files", t1.txid, _fn)
+        return
+    process_batch(coordinator, "files", t1.txid, _fn)  # re-planned without the old content
+    coordinator.commit("files", t1.txid)
+    _commit_all(coordinator, "r2")  # the new content is a new file
+    assert table(dsn, "file_counts") == {"z": 2}
+
+
+def test_a_file_still_changing_is_not_planned_until_it_settles(coordinator: Coordinator, tmp_path: Path) -> None:
+    spec = _landing_topology(tmp_path)
+    coordinator.register(dataclasses.replace(spec, source=LandingDirectory(str(tmp_path), settle_seconds=60)))
+    _land(tmp_path, "old.json", ["x"], time.time() - 120)
+    _land(tmp_path, "growing.json", ["y"])
+    t1 = coordinator.plan("files", "r1")
+    assert [Path(f["path"]).name for f in t1.batch["files"]] == ["old.json"]
+    assert coordinator.status("files").lag == 2  # both are waiting to commit; one is not planned yet
+
+
+def test_links_out_of_the_directory_and_bad_patterns_are_not_taken(coordinator: Coordinator, tmp_path: Path,
+                                                                   dsn: str) -> None:
+    inside, outside = tmp_path / "in", tmp_path / "secret"
+    inside.mkdir()
+    outside.mkdir()
+    _land(outside, "passwords.json", ["root"])
+    (inside / "leak.json").symlink_to(outside / "passwords.json")
+    _land(inside, "real.json", ["x"])
+    (inside / "alias.json").symlink_to(inside / "real.json")  # a link within the directory is fine
+    coordinator.register(_landing_topology(inside, max_files=10))
+    _commit_all(coordinator, "r1")
+    assert table(dsn, "file_counts") == {"x": 2}
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.quarantine") == [(0,)]
+    for bad in (123, "", "sub/*.json"):
+        with pytest.raises(ValueError, match="landing pattern must be a file-name pattern"):
+            LandingDirectory(str(inside), pattern=bad)  # type: ignore[arg-type]
+
+
+def test_max_batch_size_caps_a_landing_batch_too(coordinator: Coordinator, tmp_path: Path) -> None:
+    coordinator.register(dataclasses.replace(_landing_topology(tmp_path, max_files=10), max_batch_size=2))
+    for n in range(5):
+        _land(tmp_path, f"f{n}.json", ["x"], time.time() - 100 + n)
+    assert len(coordinator.plan("files", "r1").batch["files"]) == 2

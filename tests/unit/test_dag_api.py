@@ -81,8 +81,8 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     ({"application": "/nowhere/job.py"}, "does not exist"),
     ({"application": "job.jar"}, "PySpark job file"),
     ({"states": []}, "give at least one StateSpec"),
-    ({"max_in_flight": 0}, "max_in_flight must be a positive integer"),
-    ({"retries": -1}, "retries must be a non-negative integer"),
+    ({"max_in_flight": 0}, "max_in_flight must be an integer from 1 to 100"),
+    ({"retries": -1}, "retries must be an integer from 0 to 100"),
     ({"on_bad_record": "drop"}, "'quarantine' or 'fail'"),
 ])
 def test_bad_declarations_fail_at_parse_time_naming_the_fix(overrides: dict[str, object], fix: str) -> None:

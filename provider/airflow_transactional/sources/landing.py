@@ -3,18 +3,31 @@
 Arrival order is the order in which the planner first *sees* a file: at each plan, files not
 yet registered are given the next sequence numbers (by modification time, then name). A file
 that lands late, with an old mtime, is simply registered later: it is never skipped. A batch is
-the files with sequence numbers in ``(start, end]``, recorded in the plan with their sizes.
-Writers must move complete files into the directory (write elsewhere or under a hidden name,
-then rename): names starting with ``.`` or ``_`` and ``*.tmp`` / ``*.inprogress`` are ignored.
+the files with sequence numbers in ``(start, end]``.
+
+A file is known by its content, not its name. Each is registered with its size, modification
+time (ns), inode and SHA-256, and checked against them before it is planned, before it is
+processed and after: a file whose content changed after it was planned is *unavailable* (a
+transactional topology stops and names it; an opaque one re-plans without it), and the content
+now under that name is a new version with a sequence number of its own -- replaced files are
+never ignored, and never half-counted. Touching a file (same bytes) changes nothing.
+
+Writers should move complete files into the directory (write elsewhere or under a hidden name,
+then rename): names starting with ``.`` or ``_`` and ``*.tmp`` / ``*.inprogress`` / ``*.partial``
+are ignored. As a second guard a file is planned only once it has not changed for
+``settle_seconds`` (default 2). Symbolic links that lead out of the directory are ignored.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
+import logging
 import os
+import time
 from collections.abc import Iterable, Iterator, Mapping
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import psycopg2.extensions
@@ -23,8 +36,75 @@ from psycopg2 import sql
 from ..exceptions import BatchUnavailable, ConfigError
 from .base import BatchPlan, Offsets, Record, Source
 
+log = logging.getLogger(__name__)
+
 FORMATS = ("json", "parquet", "csv")
 _IGNORED_SUFFIXES = (".tmp", ".inprogress", ".crc", ".partial")
+_COLUMNS = sql.SQL("seq, path, size, mtime_ns, inode, sha256")
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    """One version of a file: where it is and what identifies its content."""
+
+    path: str
+    size: int
+    mtime_ns: int | None
+    inode: int | None
+    sha256: str | None = None
+    seq: int = 0
+
+    @classmethod
+    def from_row(cls, row: Iterable[Any]) -> LandedFile:
+        seq, path, size, mtime_ns, inode, sha256 = row
+        return cls(path, int(size), mtime_ns, inode, sha256, int(seq))
+
+    @classmethod
+    def from_plan(cls, f: Mapping[str, Any]) -> LandedFile:
+        return cls(f["path"], int(f["size"]), f.get("mtime_ns"), f.get("inode"), f.get("sha256"), int(f["seq"]))
+
+    def to_plan(self) -> dict[str, Any]:
+        return {"seq": self.seq, "path": self.path, "size": self.size, "mtime_ns": self.mtime_ns,
+                "inode": self.inode, "sha256": self.sha256}
+
+    def same_stat(self, other: LandedFile) -> bool:
+        return (self.size, self.mtime_ns, self.inode) == (other.size, other.mtime_ns, other.inode)
+
+    def matches(self, now: LandedFile) -> bool:
+        """Whether ``now`` (a fresh stat) shows this version unchanged, without reading it; a
+        version registered before contents were recorded has only its size to go by."""
+        return self.same_stat(now) or (self.mtime_ns is None and self.size == now.size)
+
+
+def _stat(path: str) -> LandedFile | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return LandedFile(path, st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def changed(f: LandedFile) -> bool:
+    """Whether the file at ``f.path`` no longer holds the content ``f`` was registered with."""
+    now = _stat(f.path)
+    if now is None:
+        return True
+    if f.matches(now):
+        return False
+    if f.mtime_ns is None:
+        return True
+    try:  # touched, copied back, restored from a backup: the same bytes are the same file
+        return now.size != f.size or f.sha256 is None or sha256_of(f.path) != f.sha256
+    except FileNotFoundError:
+        return True
 
 
 class LandingDirectory(Source):
@@ -33,76 +113,114 @@ class LandingDirectory(Source):
     kind: ClassVar[str] = "landing"
 
     def __init__(self, path: str, *, format: str = "json", pattern: str = "*",
-                 max_files: int = 100) -> None:
+                 max_files: int = 100, settle_seconds: float = 2.0) -> None:
         if not isinstance(path, str) or not os.path.isabs(path):
             raise ConfigError(f"landing directory must be an absolute path, got {path!r}")
         if format not in FORMATS:
             raise ConfigError(f"landing format {format!r} is not supported: use one of {', '.join(FORMATS)}")
-        if not isinstance(max_files, int) or max_files < 1:
-            raise ConfigError(f"max_files must be a positive integer, got {max_files!r}")
+        if not isinstance(pattern, str) or not pattern or "/" in pattern:
+            raise ConfigError(f"landing pattern must be a file-name pattern such as '*.json' (no '/'), got {pattern!r}")
+        if not isinstance(max_files, int) or isinstance(max_files, bool) or not 1 <= max_files <= 100_000:
+            raise ConfigError(f"max_files must be an integer from 1 to 100,000, got {max_files!r}")
+        if not isinstance(settle_seconds, (int, float)) or isinstance(settle_seconds, bool) \
+                or not 0 <= settle_seconds <= 86_400:
+            raise ConfigError(f"settle_seconds must be a number of seconds from 0 to 86400, got {settle_seconds!r}")
         self.path = path
         self.format = format
         self.pattern = pattern
         self.max_files = max_files
+        self.settle_seconds = settle_seconds
 
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.path, "format": self.format,
-                "pattern": self.pattern, "max_files": self.max_files}
+                "pattern": self.pattern, "max_files": self.max_files, "settle_seconds": self.settle_seconds}
 
-    def _listing(self) -> list[tuple[float, str, int]]:
+    def _listing(self, *, settled_only: bool = True) -> list[LandedFile]:
+        """The files of the directory that are candidates, oldest first (by mtime, then name)."""
         try:
             entries = list(os.scandir(self.path))
         except FileNotFoundError:
             raise ConfigError(f"landing directory {self.path} does not exist: create it or fix the path") from None
+        home = os.path.realpath(self.path)
+        newest = time.time_ns() - int(self.settle_seconds * 1e9)
         out = []
         for e in entries:
             if e.name.startswith((".", "_")) or e.name.endswith(_IGNORED_SUFFIXES):
                 continue
             if not fnmatch.fnmatch(e.name, self.pattern) or not e.is_file():
                 continue
-            st = e.stat()
-            out.append((st.st_mtime, e.path, st.st_size))
-        return sorted(out)
+            if e.is_symlink() and os.path.commonpath([home, os.path.realpath(e.path)]) != home:
+                log.warning("landing directory %s: ignoring %s, a link to a file outside it", self.path, e.name)
+                continue
+            f = _stat(e.path)
+            if f is not None and (not settled_only or f.mtime_ns is None or f.mtime_ns <= newest):
+                out.append(f)
+        return sorted(out, key=lambda f: (f.mtime_ns or 0, f.path))
 
     def _register_new(self, cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str) -> None:
-        cur.execute(sql.SQL("SELECT path FROM {}.landing_files WHERE topology_id = %s").format(s), (topology_id,))
-        known = {r[0] for r in cur.fetchall()}
-        new = [f for f in self._listing() if f[1] not in known]
-        if not new:
-            return
+        """Give new files -- and new contents under known names -- the next sequence numbers."""
+        cur.execute(sql.SQL("SELECT DISTINCT ON (path) {} FROM {}.landing_files WHERE topology_id = %s "
+                            "ORDER BY path, seq DESC").format(_COLUMNS, s), (topology_id,))
+        latest = {f.path: f for f in map(LandedFile.from_row, cur.fetchall())}
+        cur.execute(sql.SQL("SELECT coalesce(max((end_offsets->>'seq')::bigint), 0) FROM {}.transactions "
+                            "WHERE topology_id = %s").format(s), (topology_id,))
+        planned_through = int(cur.fetchone()[0])
         cur.execute(sql.SQL("SELECT coalesce(max(seq), 0) FROM {}.landing_files WHERE topology_id = %s")
                     .format(s), (topology_id,))
         seq = int(cur.fetchone()[0])
-        for mtime, path, size in new:
-            seq += 1
-            cur.execute(sql.SQL("INSERT INTO {}.landing_files (topology_id, seq, path, size, mtime) "
-                                "VALUES (%s, %s, %s, %s, %s)").format(s), (topology_id, seq, path, size, mtime))
+        for f in self._listing():
+            old = latest.get(f.path)
+            if old is not None and old.matches(f):
+                if old.mtime_ns is None:  # registered by an older release: record what it holds now
+                    self._record(cur, s, topology_id, old.seq, f)
+                continue
+            try:
+                f = LandedFile(f.path, f.size, f.mtime_ns, f.inode, sha256_of(f.path))
+            except FileNotFoundError:
+                continue
+            if old is not None and (old.sha256 == f.sha256 or old.seq > planned_through):
+                # Touched (same bytes), or rewritten before any plan took it: the entry follows it.
+                self._record(cur, s, topology_id, old.seq, f)
+                continue
+            seq += 1  # a new file, or new content under a name a plan already took
+            cur.execute(sql.SQL("INSERT INTO {}.landing_files (topology_id, seq, path, size, mtime, mtime_ns, inode, "
+                                "sha256) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)").format(s),
+                        (topology_id, seq, f.path, f.size, (f.mtime_ns or 0) / 1e9, f.mtime_ns, f.inode, f.sha256))
+
+    @staticmethod
+    def _record(cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str, seq: int,
+                f: LandedFile) -> None:
+        sha = f.sha256 or sha256_of(f.path)
+        cur.execute(sql.SQL("UPDATE {}.landing_files SET size = %s, mtime = %s, mtime_ns = %s, inode = %s, "
+                            "sha256 = %s WHERE topology_id = %s AND seq = %s").format(s),
+                    (f.size, (f.mtime_ns or 0) / 1e9, f.mtime_ns, f.inode, sha, topology_id, seq))
 
     def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
              max_records: int, *, skip_unavailable: bool, until: Offsets | None = None) -> BatchPlan:
         s = sql.Identifier(schema)
         self._register_new(cur, s, topology_id)
         begin = int(start.get("seq", 0))
-        cur.execute(sql.SQL("SELECT seq, path, size FROM {}.landing_files WHERE topology_id = %s "
-                            "AND seq > %s ORDER BY seq").format(s), (topology_id, begin))
+        cap = min(self.max_files, max_records)  # a batch is counted in files here
+        cur.execute(sql.SQL("SELECT {} FROM {}.landing_files WHERE topology_id = %s AND seq > %s ORDER BY seq")
+                    .format(_COLUMNS, s), (topology_id, begin))
         files: list[dict[str, Any]] = []
         lost: list[str] = []
         end = begin
         last = int(until["seq"]) if until is not None and "seq" in until else None
-        for seq, path, size in cur:
-            if len(files) >= self.max_files or (last is not None and seq > last):
+        for f in map(LandedFile.from_row, cur.fetchall()):
+            if len(files) >= cap or (last is not None and f.seq > last):
                 break
-            if _changed(path, size):
+            if changed(f):
                 if not skip_unavailable:
                     raise BatchUnavailable(
-                        f"landing file {path} (seq {seq}) is gone or changed before topology "
-                        f"{topology_id!r} committed it; restore it, or declare the topology "
-                        "opaque=True to skip what is gone (the loss is recorded)")
-                lost.append(path)
-                end = int(seq)
+                        f"landing file {f.path} (seq {f.seq}) is gone or its content changed before topology "
+                        f"{topology_id!r} committed it; restore it, or declare the topology opaque=True to skip "
+                        "what is gone (the loss is recorded; new content under that name is a new file)")
+                lost.append(f.path)
+                end = f.seq
                 continue
-            files.append({"seq": int(seq), "path": path, "size": int(size)})
-            end = int(seq)
+            files.append(f.to_plan())
+            end = f.seq
         return BatchPlan(start={"seq": begin}, end={"seq": end},
                          batch={"directory": self.path, "format": self.format, "files": files},
                          planned_records=len(files), lost_records=len(lost), lost_detail=lost,
@@ -110,8 +228,8 @@ class LandingDirectory(Source):
 
     def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                     batch: Mapping[str, Any]) -> str | None:
-        gone = [f["path"] for f in batch.get("files", []) if _changed(f["path"], f["size"])]
-        return f"landing files gone or changed: {', '.join(gone)}" if gone else None
+        gone = [f["path"] for f in batch.get("files", []) if changed(LandedFile.from_plan(f))]
+        return f"landing files gone or their content changed since planned: {', '.join(gone)}" if gone else None
 
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
              batch: Mapping[str, Any]) -> Iterator[Record]:
@@ -126,29 +244,24 @@ class LandingDirectory(Source):
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                         committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
-        cur.execute(sql.SQL("SELECT seq, path, size FROM {}.landing_files WHERE topology_id = %s "
-                            "AND seq <= %s ORDER BY seq").format(sql.Identifier(schema)),
-                    (topology_id, int(committed.get("seq", 0))))
+        cur.execute(sql.SQL("SELECT {} FROM {}.landing_files WHERE topology_id = %s AND seq <= %s ORDER BY seq")
+                    .format(_COLUMNS, sql.Identifier(schema)), (topology_id, int(committed.get("seq", 0))))
         skipped = set(lost)
-        files = [{"seq": int(seq), "path": path, "size": int(size)} for seq, path, size in cur.fetchall()
-                 if path not in skipped]
-        gone = [f["path"] for f in files if _changed(f["path"], f["size"])]
+        files = [f for f in map(LandedFile.from_row, cur.fetchall()) if f.path not in skipped]
+        gone = [f.path for f in files if changed(f)]
         if gone:
             return {}, f"landing files gone or changed since they committed: {', '.join(gone[:5])}"
-        return {"directory": self.path, "format": self.format, "files": files}, None
+        return {"directory": self.path, "format": self.format, "files": [f.to_plan() for f in files]}, None
 
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
-        cur.execute(sql.SQL("SELECT path FROM {}.landing_files WHERE topology_id = %s AND seq <= %s")
-                    .format(sql.Identifier(schema)), (topology_id, int(committed.get("seq", 0))))
-        done = {r[0] for r in cur.fetchall()}
-        return sum(1 for f in self._listing() if f[1] not in done)
-
-
-def _changed(path: str, size: int) -> bool:
-    try:
-        return Path(path).stat().st_size != size
-    except FileNotFoundError:
-        return True
+        """Files in the directory whose current content no committed batch held."""
+        cur.execute(sql.SQL("SELECT {} FROM {}.landing_files WHERE topology_id = %s AND seq <= %s")
+                    .format(_COLUMNS, sql.Identifier(schema)), (topology_id, int(committed.get("seq", 0))))
+        done: dict[str, list[LandedFile]] = {}
+        for f in map(LandedFile.from_row, cur.fetchall()):
+            done.setdefault(f.path, []).append(f)
+        return sum(1 for f in self._listing(settled_only=False)
+                   if not any(d.matches(f) for d in done.get(f.path, [])))
 
 
 def write_json_lines(directory: str, name: str, records: Iterable[Mapping[str, Any]]) -> str:

@@ -162,6 +162,19 @@ ALTER TABLE {s}.transactions ADD COLUMN failed_at timestamptz, ADD COLUMN failur
 ALTER TABLE {s}.topologies ADD COLUMN rebuild_from_txid bigint;
 """,
     ),
+    (
+        4,
+        "landing files by content, rebuild owners",
+        """
+-- A landing file is known by its content, not its name: a file replaced under the same name is
+-- a new version (a new seq), and a planned file whose content changed is unavailable.
+ALTER TABLE {s}.landing_files ADD COLUMN mtime_ns bigint, ADD COLUMN inode bigint, ADD COLUMN sha256 text;
+ALTER TABLE {s}.landing_files DROP CONSTRAINT landing_files_topology_id_path_key;
+CREATE INDEX ON {s}.landing_files (topology_id, path, seq);
+-- Each rebuild has an id: only the rebuild that began can swap its tables in.
+ALTER TABLE {s}.topologies ADD COLUMN rebuild_id text;
+""",
+    ),
 ]
 
 
