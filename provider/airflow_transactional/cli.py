@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg2
 
+from . import rebuild
 from .coordinator import Coordinator, TopologyStatus
 from .exceptions import ConfigError, TransactionalError
 from .store.connection import redact
@@ -201,6 +202,7 @@ def _main(argv: list[str] | None) -> int:
     p_rebuild.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"))
     p_rebuild.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
     p_rebuild.add_argument("--abort", action="store_true", help="forget a rebuild that died half-way")
+    p_rebuild.add_argument("--force", action="store_true", help="with --abort: abort a rebuild that is still running")
     p_cds = sub.add_parser("spark-cds", help="build the class-data-sharing archive that saves a small batch's "
                            "spark-submit about a fifth of its CPU and time (once per machine; needs no state store)")
     p_cds.add_argument("--force", action="store_true", help="build it again even if a verified one exists")
@@ -251,10 +253,10 @@ def _main(argv: list[str] | None) -> int:
             return 0 if result.get("auditable") and not result.get("differences") else 1
         if args.command == "rebuild":
             if args.abort:
-                from .rebuild import abort
-
-                abort(coord, args.topology)
-                print(f"rebuild of {args.topology} aborted; its journal was freed")
+                if rebuild.abort(coord, args.topology, force=args.force):
+                    print(f"rebuild of {args.topology} aborted; its journal was freed")
+                else:
+                    print(f"{args.topology} has no rebuild to abort")
                 return 0
             result = run_job(coord, args.topology, "rebuild", master=args.master, conf=args.conf)
             print(f"rebuilt {args.topology} from its source as of txid {result['rebuilt_at_txid']}, replayed "

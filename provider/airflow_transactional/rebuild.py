@@ -13,10 +13,18 @@ job, or a damaged table). The steps:
    state or the new one, never a half-built view.
 
 :func:`abort` undoes step 1 (a failed rebuild); ``recover`` then frees the journal.
+
+Each rebuild has an id, recorded at :func:`begin` and checked at :func:`swap`: a rebuild that was
+aborted (or replaced by another) can never swap its half-loaded tables in. While it runs, the
+rebuild holds a session advisory lock in Postgres: that is how ``airflow-txn rebuild --abort``
+tells a live rebuild (refused without ``--force``) from one whose process died.
 """
 
 from __future__ import annotations
 
+import uuid
+import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from psycopg2 import sql
@@ -31,40 +39,78 @@ class RebuildInProgress(TransactionalError):
     """Another rebuild of the topology has begun and not finished."""
 
 
+@dataclass(frozen=True)
+class Rebuild:
+    """A rebuild that has begun: its topology, the txid it recomputes through, its id."""
+
+    topology_id: str
+    through_txid: int
+    rebuild_id: str
+
+
+def _liveness_key(coordinator: Coordinator, topology_id: str) -> int:
+    return zlib.crc32(f"airflow_transactional:{coordinator.schema}:rebuild:{topology_id}".encode()) & 0x7FFFFFFF
+
+
+def _hold(coordinator: Coordinator, topology_id: str) -> bool:
+    """Take the rebuild's liveness lock on this coordinator's session; False if another session holds it."""
+    with coordinator.db.transaction() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s)", (_liveness_key(coordinator, topology_id),))
+        return bool(cur.fetchone()[0])
+
+
+def _release(coordinator: Coordinator, topology_id: str) -> None:
+    with coordinator.db.transaction() as cur:
+        cur.execute("SELECT pg_advisory_unlock(%s)", (_liveness_key(coordinator, topology_id),))
+
+
 def load_table(coordinator: Coordinator, num: int, state: StateSpec) -> sql.Composed:
     return q.audit_table(coordinator.schema, num, state, purpose="rebuild")
 
 
-def begin(coordinator: Coordinator, topology_id: str) -> int:
-    """Mark the rebuild's starting point; returns T0, the txid the recomputation covers."""
-    with coordinator.db.transaction() as cur:
-        num, spec, committed, _o = coordinator._load(cur, topology_id, lock=True)
-        if any(s.database is not None for s in spec.states):
-            raise ConfigError(f"topology {topology_id!r} keeps states in another database: rebuild them there "
-                              "by replaying the log into a fresh table")
-        cur.execute(sql.SQL("SELECT rebuild_from_txid FROM {} WHERE topology_id = %s")
-                    .format(coordinator._t("topologies")), (topology_id,))
-        running = cur.fetchone()[0]
-        if running is not None:
-            raise RebuildInProgress(f"topology {topology_id!r} has a rebuild in progress since txid {running}: "
-                                    "wait for it, or run 'airflow-txn rebuild --abort' if it died")
-        cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = %s WHERE topology_id = %s")
-                    .format(coordinator._t("topologies")), (committed, topology_id))
-        for state in spec.states:
-            for stmt in q.create_audit_table(load_table(coordinator, num, state), state):
-                cur.execute(stmt)
-    return committed
+def _running(cur: Any, coordinator: Coordinator, topology_id: str) -> tuple[int | None, str | None]:
+    cur.execute(sql.SQL("SELECT rebuild_from_txid, rebuild_id FROM {} WHERE topology_id = %s")
+                .format(coordinator._t("topologies")), (topology_id,))
+    txid, rebuild_id = cur.fetchone()
+    return txid, rebuild_id
 
 
-def swap(coordinator: Coordinator, topology_id: str, through_txid: int) -> dict[str, Any]:
+def begin(coordinator: Coordinator, topology_id: str) -> Rebuild:
+    """Mark the rebuild's starting point; T0 (``through_txid``) is the txid the recomputation covers."""
+    if not _hold(coordinator, topology_id):
+        raise RebuildInProgress(f"topology {topology_id!r} has a rebuild running (its process holds the rebuild "
+                                "lock): wait for it to finish")
+    try:
+        with coordinator.db.transaction() as cur:
+            num, spec, committed, _o = coordinator._load(cur, topology_id, lock=True)
+            if any(s.database is not None for s in spec.states):
+                raise ConfigError(f"topology {topology_id!r} keeps states in another database: rebuild them there "
+                                  "by replaying the log into a fresh table")
+            running, old_id = _running(cur, coordinator, topology_id)
+            if running is not None:
+                raise RebuildInProgress(f"topology {topology_id!r} has an unfinished rebuild {old_id} from txid "
+                                        f"{running} whose process is gone: run 'airflow-txn rebuild --abort "
+                                        f"{topology_id}', then rebuild again")
+            rebuild = Rebuild(topology_id, committed, uuid.uuid4().hex)
+            cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = %s, rebuild_id = %s WHERE topology_id = %s")
+                        .format(coordinator._t("topologies")), (committed, rebuild.rebuild_id, topology_id))
+            for state in spec.states:
+                for stmt in q.create_audit_table(load_table(coordinator, num, state), state):
+                    cur.execute(stmt)
+    except BaseException:
+        _release(coordinator, topology_id)
+        raise
+    return rebuild
+
+
+def swap(coordinator: Coordinator, rebuild: Rebuild) -> dict[str, Any]:
     """Replay the journal onto the recomputed states and swap them in (see the module docstring)."""
+    topology_id, through_txid = rebuild.topology_id, rebuild.through_txid
     with coordinator.db.transaction() as cur:
         num, spec, committed, _o = coordinator._load(cur, topology_id, lock=True)
-        cur.execute(sql.SQL("SELECT rebuild_from_txid FROM {} WHERE topology_id = %s")
-                    .format(coordinator._t("topologies")), (topology_id,))
-        if cur.fetchone()[0] != through_txid:
-            raise TransactionalError(f"topology {topology_id!r}: the rebuild from txid {through_txid} was aborted "
-                                     "or replaced; nothing was swapped")
+        if _running(cur, coordinator, topology_id) != (through_txid, rebuild.rebuild_id):
+            raise TransactionalError(f"topology {topology_id!r}: rebuild {rebuild.rebuild_id} (from txid "
+                                     f"{through_txid}) was aborted or replaced; nothing was swapped")
         cur.execute(sql.SQL("SELECT txid, attempt FROM {} WHERE topology_id = %s AND txid > %s ORDER BY txid")
                     .format(coordinator._t("commits")), (topology_id, through_txid))
         journal = [(int(t), int(a)) for t, a in cur.fetchall()]
@@ -86,17 +132,33 @@ def swap(coordinator: Coordinator, topology_id: str, through_txid: int) -> dict[
             cur.execute(sql.SQL("DELETE FROM {} s USING {} t WHERE t.topology_id = %s AND t.txid = s.txid "
                                 "AND t.status = 'committed'").format(staging, coordinator._t("transactions")),
                         (topology_id,))
-        cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = NULL WHERE topology_id = %s")
+        cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = NULL, rebuild_id = NULL WHERE topology_id = %s")
                     .format(coordinator._t("topologies")), (topology_id,))
+    _release(coordinator, topology_id)
     return result
 
 
-def abort(coordinator: Coordinator, topology_id: str) -> None:
-    """Forget a rebuild that did not finish; the journal is freed by the next ``recover``."""
-    with coordinator.db.transaction() as cur:
-        num, spec, _c, _o = coordinator._load(cur, topology_id, lock=True)
-        cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = NULL WHERE topology_id = %s")
-                    .format(coordinator._t("topologies")), (topology_id,))
-        for state in spec.states:
-            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(load_table(coordinator, num, state)))
+def abort(coordinator: Coordinator, topology_id: str, *, rebuild: Rebuild | None = None, force: bool = False) -> bool:
+    """Forget a rebuild that did not finish; the journal is freed by ``recover``. False: none to abort.
+
+    Given ``rebuild`` (the rebuild's own clean-up), only that rebuild is forgotten. Otherwise (an
+    operator) a rebuild whose process is still alive is refused unless ``force``: it would
+    otherwise load on, and its swap would then fail.
+    """
+    if rebuild is None and not force and not _hold(coordinator, topology_id):
+        raise RebuildInProgress(f"the rebuild of {topology_id!r} is still running (its process holds the rebuild "
+                                "lock): let it finish, stop it, or pass --force to abort it anyway")
+    try:
+        with coordinator.db.transaction() as cur:
+            num, spec, _c, _o = coordinator._load(cur, topology_id, lock=True)
+            running, rebuild_id = _running(cur, coordinator, topology_id)
+            if running is None or (rebuild is not None and rebuild.rebuild_id != rebuild_id):
+                return False
+            cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = NULL, rebuild_id = NULL WHERE topology_id = %s")
+                        .format(coordinator._t("topologies")), (topology_id,))
+            for state in spec.states:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(load_table(coordinator, num, state)))
+    finally:
+        _release(coordinator, topology_id)
     coordinator.recover(topology_id)
+    return True

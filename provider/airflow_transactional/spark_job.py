@@ -492,10 +492,10 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
     """Recompute every state from the source and swap it in while the topology keeps committing."""
     from . import rebuild as rb
 
-    through = rb.begin(coordinator, topology_id)
+    rebuild_ = rb.begin(coordinator, topology_id)
     try:
         spec = coordinator.spec(topology_id)
-        batch, why_not = coordinator.committed_batch(topology_id, through_txid=through)
+        batch, why_not = coordinator.committed_batch(topology_id, through_txid=rebuild_.through_txid)
         if why_not:
             raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
         raw, is_text = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn,
@@ -509,9 +509,9 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
             copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
         cached.unpersist()
         faults.point("rebuild.loaded", scope=(topology_id,))
-        return rb.swap(coordinator, topology_id, through)
+        return rb.swap(coordinator, rebuild_)
     except BaseException:
-        rb.abort(coordinator, topology_id)
+        rb.abort(coordinator, topology_id, rebuild=rebuild_)
         raise
 
 

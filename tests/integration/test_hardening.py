@@ -216,3 +216,46 @@ def test_an_event_log_on_a_malformed_dsn_says_so_without_the_password() -> None:
     with pytest.raises(ConfigError) as err:
         EventLog("postgresql://u:s3cr%zzet@127.0.0.1/db", "x").create(1)
     assert "s3cr" not in str(err.value) and "percent-encode" in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["transactional", "opaque"])
+def test_reserved_words_as_names_commit_because_every_name_is_quoted(coordinator: Coordinator, dsn: str,
+                                                                     kind: str) -> None:
+    make_log(dsn, "select").append([click(i) for i in range(20)])
+    spec = TopologySpec("order", PostgresLogSource("select"),
+                        [StateSpec("user", {"user": "text"}, combiner="sum", kind=kind, table="group")])
+    coordinator.register(spec)
+
+    def fn(rec: dict[str, object]) -> list[tuple[str, tuple[object, ...], object]]:
+        return [("user", (rec["user"],), rec["amount"])]
+
+    run_one(coordinator, "order", "r1", fn)
+    assert sum(table(dsn, '"group"').values()) == sum(i % 11 for i in range(20))
+
+
+# -- rebuilds --------------------------------------------------------------------------------
+
+def test_an_aborted_rebuild_can_never_swap_and_a_live_one_is_not_aborted_by_accident(dsn: str) -> None:
+    from airflow_transactional import rebuild
+
+    make_log(dsn).append([click(i) for i in range(30)])
+    owner, operator = Coordinator(dsn), Coordinator(dsn)
+    try:
+        owner.register(counting_topology())
+        run_one(owner, "clicks", "r1")
+        mine = rebuild.begin(owner, "clicks")
+        with pytest.raises(rebuild.RebuildInProgress, match="still running.*--force"):
+            rebuild.abort(operator, "clicks")
+        with pytest.raises(rebuild.RebuildInProgress, match="has a rebuild running"):
+            rebuild.begin(operator, "clicks")
+        assert rebuild.abort(operator, "clicks", force=True)
+        with pytest.raises(Exception, match=f"rebuild {mine.rebuild_id} .* was aborted or replaced"):
+            rebuild.swap(owner, mine)
+        assert not rebuild.abort(owner, "clicks", rebuild=mine)  # its own clean-up touches nothing else
+        theirs = rebuild.begin(operator, "clicks")  # the lock is free again
+        assert theirs.rebuild_id != mine.rebuild_id
+        operator.close()  # its process died: the lock goes with the session
+        assert rebuild.abort(owner, "clicks")  # no --force needed for a dead rebuild
+    finally:
+        owner.close()
+        operator.close()

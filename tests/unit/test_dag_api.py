@@ -84,10 +84,43 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     ({"max_in_flight": 0}, "max_in_flight must be an integer from 1 to 100"),
     ({"retries": -1}, "retries must be an integer from 0 to 100"),
     ({"on_bad_record": "drop"}, "'quarantine' or 'fail'"),
+    # what a careless hand writes, refused instead of silently accepted
+    ({"opaque": "no"}, "opaque must be True or False"),
+    ({"max_batch_size": 10**15}, "max_batch_size must be an integer from 1 to 100,000,000"),
+    ({"max_in_flight": 10**6}, "max_in_flight must be an integer from 1 to 100"),
+    ({"schedule": "*/5 * * bogus"}, "schedule '\\*/5 \\* \\* bogus' is not valid"),
+    ({"commit_timeout": timedelta(seconds=-1)}, "commit_timeout must be a positive timedelta"),
+    ({"plan_timeout": 30}, "plan_timeout must be a positive timedelta"),
+    ({"retry_delay": timedelta(0)}, "retry_delay must be a positive timedelta"),
+    ({"tags": "abc"}, "tags must be a list of strings"),
+    ({"application_args": "--flag"}, "application_args must be a list of strings"),
+    ({"states": [StateSpec("c", {"k": "text"})], "source": LandingDirectory("/in", pattern="*.json")}, None),
 ])
-def test_bad_declarations_fail_at_parse_time_naming_the_fix(overrides: dict[str, object], fix: str) -> None:
+def test_bad_declarations_fail_at_parse_time_naming_the_fix(overrides: dict[str, object], fix: str | None) -> None:
+    if fix is None:  # the control: a good declaration of the same shape is accepted
+        _dag(**overrides)
+        return
     with pytest.raises(ConfigError, match=fix):
         _dag(**overrides)
+
+
+@pytest.mark.parametrize(("build", "fix"), [
+    (lambda: StateSpec("url_counts\n", {"url": "text"}), "invalid state name"),
+    (lambda: StateSpec("c", {"url\n": "text"}), "invalid column name"),
+    (lambda: PostgresLogSource("tweets\n"), "invalid log name"),
+    (lambda: StateSpec("c", ["url"]), "keys must map each key column to its SQL type"),
+    (lambda: StateSpec("c", {"url": "text"}, table="public.t\n"), "invalid table name"),
+    (lambda: LandingDirectory("/in", max_files=10**9), "max_files must be an integer from 1 to 100,000"),
+    (lambda: LandingDirectory("/in", settle_seconds=-1), "settle_seconds must be a number"),
+])
+def test_bad_names_and_shapes_are_refused_naming_the_fix(build: object, fix: str) -> None:
+    with pytest.raises(ConfigError, match=fix):
+        build()  # type: ignore[operator]
+
+
+def test_sql_reserved_words_are_allowed_as_names_because_every_name_is_quoted() -> None:
+    state = StateSpec("order", {"user": "text", "select": "bigint"}, table="group")
+    assert state.key_columns == ["user", "select"]
 
 
 def test_bad_topology_id_and_landing_path_are_refused() -> None:
