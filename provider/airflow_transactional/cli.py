@@ -25,6 +25,7 @@ from .coordinator import Coordinator, TopologyStatus
 from .exceptions import ConfigError, TransactionalError
 from .store.connection import redact
 from .store.migrations import DEFAULT_SCHEMA
+from .submit import deliver_dsn
 
 DSN_FILE_ENV = "AIRFLOW_TXN_DSN_FILE"
 
@@ -99,12 +100,17 @@ def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, con
         settings = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
                                            **dict(c.split("=", 1) for c in conf)})
         settings = spark_cds.with_archive(settings, spark_cds.current())
+        delivery = deliver_dsn(coord.db.dsn, master, None)  # a driver here: a private file, never argv
         argv = spark_submit_argv(master, settings)
         argv += ["--py-files", provider_zip(), application, *spark.get("application_args", []),
-                 "--topology", topology_id, "--schema", coord.schema, f"--{mode}", "--result-file", result_file]
-        env = {**os.environ, "AIRFLOW_TXN_DSN": coord.db.dsn,
-               "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+                 "--topology", topology_id, "--schema", coord.schema, f"--{mode}", "--result-file", result_file,
+                 *delivery.app_args]
+        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        env.pop("AIRFLOW_TXN_DSN", None)
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        finally:
+            delivery.remove()
         if not os.path.exists(result_file):
             raise TransactionalError(f"the {mode} job failed ({proc.returncode}):\n{redact(proc.stderr[-4000:])}")
         with open(result_file, encoding="utf-8") as fh:

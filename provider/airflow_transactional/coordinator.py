@@ -58,6 +58,11 @@ from .store.migrations import DEFAULT_SCHEMA, migrate
 
 log = logging.getLogger(__name__)
 
+#: How much of a bad record's raw text the quarantine keeps (its full length is kept beside it).
+QUARANTINE_RECORD_CHARS = 4096
+QUARANTINE_COLUMNS = ("topology_id", "txid", "attempt", "source_offset", "event_id", "reason", "record",
+                      "record_length")
+
 
 @dataclass(frozen=True)
 class Transaction:
@@ -502,15 +507,23 @@ class Coordinator:
         return n
 
     def quarantine(self, attempt: Attempt, records: Iterable[tuple[str, str | None, str, str | None]]) -> int:
-        """Record bad records ``(offset, event_id, reason, raw)`` of an attempt."""
-        rows = [(attempt.topology_id, attempt.txid, attempt.attempt, *r) for r in records]
+        """Record bad records ``(offset, event_id, reason, raw)`` of an attempt; the raw text is kept
+        up to :data:`QUARANTINE_RECORD_CHARS` characters, with its full length."""
+        rows = [(attempt.topology_id, attempt.txid, attempt.attempt, offset, event_id, reason[:2000],
+                 None if raw is None else raw[:QUARANTINE_RECORD_CHARS], None if raw is None else len(raw))
+                for offset, event_id, reason, raw in records]
         if not rows:
             return 0
         with self.db.transaction() as cur:
             cur.executemany(sql.SQL("INSERT INTO {} (topology_id, txid, attempt, source_offset, event_id, "
-                                    "reason, record) VALUES (%s, %s, %s, %s, %s, %s, %s)")
+                                    "reason, record, record_length) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)")
                             .format(self._t("quarantine")), rows)
         return len(rows)
+
+    def quarantine_copy(self, cur: psycopg2.extensions.cursor) -> str:
+        """The COPY statement that streams bad records of an attempt into the quarantine: columns
+        topology_id, txid, attempt, source_offset, event_id, reason, record, record_length."""
+        return q.copy_into(self._t("quarantine"), list(QUARANTINE_COLUMNS)).as_string(cur)
 
     def finish_attempt(self, attempt: Attempt, row_counts: Mapping[str, int], *,
                        records_read: int, quarantined: int = 0) -> None:

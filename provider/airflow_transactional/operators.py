@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
@@ -26,8 +26,9 @@ from . import spark_cds
 from .coordinator import Coordinator, Transaction
 from .exceptions import TooManyInFlight, WaitingForPredecessor
 from .hooks import TransactionalHook
-from .spark_job import DSN_ENV, REMOTE_ENV, provider_zip, with_quiet_driver_logs
+from .spark_job import REMOTE_ENV, provider_zip, with_quiet_driver_logs
 from .spec import TopologySpec
+from .submit import DSN_ENV, DsnDelivery, deliver_dsn
 
 #: What :meth:`_TopologyTask.airflow_run_state` says of a run Airflow no longer has.
 DELETED = "deleted"
@@ -249,46 +250,71 @@ class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):
     ui_color = "#fdf0e0"
 
     def __init__(self, *, reuse_staged_output: bool = True, spark_connect_conn_id: str | None = None,
-                 **kwargs: Any) -> None:
+                 kubernetes_dsn_secret: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.reuse_staged_output = reuse_staged_output
         self.spark_connect_conn_id = spark_connect_conn_id
+        self.kubernetes_dsn_secret = kubernetes_dsn_secret
         self.base_application_args = list(self.application_args or [])
         self._client: subprocess.Popen[str] | None = None
 
     def execute(self, context: Any) -> None:
         hook = TransactionalHook(self.transactional_conn_id)
         coordinator = hook.get_coordinator()
+        delivery: DsnDelivery | None = None
         try:
             txn = self.run_transaction(coordinator, context)
             if txn.committed:
-                raise AirflowSkipException(f"txid {txn.txid} already committed at {txn.committed_at}; "
-                                           "nothing to do")
+                self.skip(f"txid {txn.txid} already committed at {txn.committed_at}; nothing to do")
             coordinator.retrying(self.topology_id, txn.txid)
             if txn.empty:
-                raise AirflowSkipException(f"txid {txn.txid} is an empty batch: no spark-submit")
+                self.skip(f"txid {txn.txid} is an empty batch: no spark-submit")
             done = coordinator.complete_attempt(self.topology_id, txn.txid) if self.reuse_staged_output else None
             if done is not None:
-                raise AirflowSkipException(
-                    f"txid {txn.txid}: attempt {done[0]} of its current plan completed at {done[1]}; reusing its "
-                    "staged output (no spark-submit). Set reuse_staged_output=False to recompute on every clear")
-            self.application_args = [*self.base_application_args, "--topology", self.topology_id,
-                                     "--txid", str(txn.txid), "--schema", coordinator.schema]
-            self.env_vars = {**(self.env_vars or {}), DSN_ENV: hook.get_dsn(),
-                             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-                             **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"})}
+                self.skip(f"txid {txn.txid}: attempt {done[0]} of its current plan completed at {done[1]}; reusing "
+                          "its staged output (no spark-submit). Set reuse_staged_output=False to recompute on every "
+                          "clear")
             self.log.info("processing txid %d of topology %s (%d records)%s", txn.txid, self.topology_id,
                           txn.planned_records, " on Spark Connect" if self.spark_connect_conn_id else "")
             if self.spark_connect_conn_id:
+                self.application_args = self.job_args(txn.txid, coordinator.schema)
                 with self.failing_for_good(coordinator, context, "the Spark Connect job"):
-                    self.run_connect_client(self.spark_connect_conn_id)
+                    self.run_connect_client(self.spark_connect_conn_id, hook.get_dsn())
                 return
-            self.py_files = ",".join(filter(None, [self.py_files, provider_zip()]))
-            self.conf = spark_cds.with_archive(with_quiet_driver_logs(self.conf or {}), self.startup_archive())
+            delivery = self.prepare_submit(txn.txid, coordinator.schema, hook.get_dsn())
             with self.failing_for_good(coordinator, context, "spark-submit"):
                 super().execute(context)
         finally:
+            if delivery is not None:
+                delivery.remove()
             coordinator.close()
+
+    def skip(self, reason: str) -> NoReturn:
+        """Skip this task, saying why as the first line of its log (not only in a collapsed group)."""
+        self.log.info("%s", reason)
+        raise AirflowSkipException(reason)
+
+    def job_args(self, txid: int, schema: str) -> list[str]:
+        return [*self.base_application_args, "--topology", self.topology_id, "--txid", str(txid), "--schema", schema]
+
+    def prepare_submit(self, txid: int, schema: str, dsn: str) -> DsnDelivery:
+        """Set this operator's ``spark-submit`` arguments for ``txid``; returns how the DSN travels
+        (:mod:`submit`: never in argv or ``env_vars``), whose local file the caller removes after."""
+        probe = self._get_hook()  # resolves the Spark connection: its master and deploy mode
+        master, deploy_mode = str(probe._connection["master"]), probe._connection["deploy_mode"]
+        delivery = deliver_dsn(dsn, master, deploy_mode, kubernetes_dsn_secret=self.kubernetes_dsn_secret)
+        self.application_args = [*self.job_args(txid, schema), *delivery.app_args]
+        if deploy_mode != "cluster":  # this machine's Python and loopback, for a driver on this machine
+            python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+            self.env_vars = {**(self.env_vars or {}), "PYSPARK_PYTHON": python,
+                             **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"})}
+        self.files = ",".join(filter(None, [self.files, *delivery.files])) or None
+        self.py_files = ",".join(filter(None, [self.py_files, provider_zip()]))
+        conf = {**(self.conf or {}), **delivery.conf}
+        if deploy_mode != "cluster":  # files of this machine, for a driver on this machine
+            conf = spark_cds.with_archive(with_quiet_driver_logs(conf), self.startup_archive())
+        self.conf = conf
+        return delivery
 
     def startup_archive(self) -> Path | None:
         """The class-data-sharing archive for a driver that runs on this machine, if one was built."""
@@ -302,12 +328,14 @@ class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):
             self.log.info("the driver JVM starts from the class-data-sharing archive %s", archive)
         return archive
 
-    def run_connect_client(self, conn_id: str) -> None:
-        """Run the job file as a Spark Connect client; its output goes to this task's log."""
+    def run_connect_client(self, conn_id: str, dsn: str) -> None:
+        """Run the job file as a Spark Connect client (a process of this worker); its output goes
+        to this task's log. The DSN and the URL (it may hold a token) go in its environment only."""
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
-        url = SparkConnectHook(conn_id).get_connection_url()  # may hold a token: env only, never argv
-        env = {**os.environ, **(self.env_vars or {}), REMOTE_ENV: url}
+        url = SparkConnectHook(conn_id).get_connection_url()
+        env = {**os.environ, **(self.env_vars or {}), REMOTE_ENV: url, DSN_ENV: dsn,
+               "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         argv = [sys.executable, self.application, *(self.application_args or [])]
         self._client = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         stdin=subprocess.DEVNULL, start_new_session=True)

@@ -24,7 +24,8 @@ A job file in ``spark_jobs/`` is::
 ``--audit`` recomputes every state from the source over the committed offsets in one pass and
 diffs it against the state tables (``airflow-txn audit`` runs it).
 
-The DSN comes from ``$AIRFLOW_TXN_DSN`` (never from argv, which ``ps`` and logs show).
+The DSN comes from a file named by ``--dsn-file`` (or ``$AIRFLOW_TXN_DSN_FILE``, or
+``$AIRFLOW_TXN_DSN``), never from argv, which ``ps`` and logs show (see :mod:`submit`).
 
 With ``$SPARK_REMOTE`` set (``sc://host:port``) the job is a Spark Connect client of a
 long-lived Spark instead of a ``spark-submit`` driver: the same file runs under plain
@@ -47,13 +48,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import faults, files
-from .coordinator import Coordinator
+from .coordinator import QUARANTINE_RECORD_CHARS, Coordinator
 from .exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
 from .sources import LandingDirectory, PostgresLogSource, Source, source_from_config
 from .spec import StateSpec, TopologySpec
 from .store import sql as q
 from .store.connection import redact
 from .store.migrations import DEFAULT_SCHEMA
+from .submit import DSN_FILE_ARG, driver_dsn
 from .values import Combiner
 
 if TYPE_CHECKING:
@@ -61,7 +63,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("airflow_transactional.spark_job")
 
-DSN_ENV = "AIRFLOW_TXN_DSN"
 REMOTE_ENV = "SPARK_REMOTE"
 Transform = Callable[["DataFrame"], Mapping[str, "DataFrame"]]
 
@@ -79,18 +80,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--audit", action="store_true", help="recompute the committed state and diff it")
     p.add_argument("--rebuild", action="store_true", help="recompute the state and swap it in")
     p.add_argument("--result-file", help="write a JSON summary here")
+    p.add_argument(DSN_FILE_ARG, help="a file holding the state store's DSN (else $AIRFLOW_TXN_DSN_FILE, "
+                   "$AIRFLOW_TXN_DSN)")
     args, _unknown = p.parse_known_args(argv)
     if not (args.audit or args.rebuild) and args.txid is None:
         p.error("--txid is required (or --audit, --rebuild)")
     return args
-
-
-def _dsn() -> str:
-    dsn = os.environ.get(DSN_ENV)
-    if not dsn:
-        raise ConfigError(f"${DSN_ENV} is not set: the processing operator passes the state store's DSN "
-                          "to spark-submit in the environment; set it when running a job by hand")
-    return dsn
 
 
 @functools.cache
@@ -271,15 +266,40 @@ def validate(df: DataFrame, is_text: bool, schema: str | None,
     for r in required:
         reason = reason.when(F.col(r).isNull(), F.lit(f"missing required field {r!r}"))
     flat = flat.withColumn("_reason", reason)
-    flat = (flat.withColumn("_record", F.when(F.col("_reason").isNotNull(), record))
-            .select(OFFSET_COL, EVENT_ID_COL, *fields, "_reason", "_record")
+    # Only a prefix of a bad record is kept (and its length): a poison record of any size costs
+    # the quarantine QUARANTINE_RECORD_CHARS characters.
+    is_bad = F.col("_reason").isNotNull()
+    flat = (flat.withColumn("_record", F.when(is_bad, F.substring(record, 1, QUARANTINE_RECORD_CHARS)))
+            .withColumn("_record_length", F.when(is_bad, F.length(record)))
+            .select(OFFSET_COL, EVENT_ID_COL, *fields, "_reason", "_record", "_record_length")
             .persist(StorageLevel.MEMORY_AND_DISK))
     records = flat.count()
     good = flat.where(F.col("_reason").isNull()).select(OFFSET_COL, EVENT_ID_COL, *fields)
-    bad = flat.where(F.col("_reason").isNotNull()).select(
-        F.col(OFFSET_COL).alias("offset"), F.col(EVENT_ID_COL).alias("event_id"),
-        F.col("_reason").alias("reason"), F.col("_record").alias("record"))
+    bad = flat.where(is_bad).select(
+        F.coalesce(F.col(OFFSET_COL), F.lit("?")).alias("offset"), F.col(EVENT_ID_COL).alias("event_id"),
+        F.col("_reason").alias("reason"), F.col("_record").alias("record"),
+        F.col("_record_length").alias("record_length"))
     return good, bad, records, flat
+
+
+def readable_batch(batch: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The batch without its Parquet files whose footer cannot be read, and (path, why) of those.
+
+    A corrupt file would otherwise fail every attempt and stop the topology; it is quarantined
+    by name instead (or fails the attempt naming it, with ``on_bad_record="fail"``).
+    """
+    if batch.get("format") != "parquet":
+        return dict(batch), []
+    import pyarrow.parquet as pq
+
+    unreadable = []
+    for f in batch.get("files", []):
+        try:
+            pq.ParquetFile(f["path"]).metadata  # noqa: B018 -- reading the footer is the check
+        except Exception as exc:
+            unreadable.append((f["path"], f"unreadable Parquet file: {type(exc).__name__}: {exc}"[:1000]))
+    gone = {p for p, _ in unreadable}
+    return {**batch, "files": [f for f in batch.get("files", []) if f["path"] not in gone]}, unreadable
 
 
 def spark_schema(ddl: str) -> Any:
@@ -418,15 +438,15 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
     cached: DataFrame | None = None
     try:
         faults.point("spark.begin", scope=scope)
-        raw, is_text = raw_records(spark, spec.source, txn.batch, dsn=dsn, schema=coordinator.schema,
+        batch, unreadable = readable_batch(txn.batch)
+        raw, is_text = raw_records(spark, spec.source, batch, dsn=dsn, schema=coordinator.schema,
                                    topology_id=topology_id)
         good, bad, records_read, cached = validate(raw, is_text, schema, required)
-        # One job for all partitions (toLocalIterator would run one per partition); bad records
-        # are few, and bounded by the batch size.
-        bad_rows = [(r["offset"] or "?", r["event_id"], r["reason"], r["record"]) for r in bad.collect()]
-        if bad_rows and spec.on_bad_record == "fail":
-            first = bad_rows[0]
-            raise BadRecord(f"txid {txid}: {len(bad_rows)} bad records, first at offset {first[0]}: {first[2]} "
+        records_read += len(unreadable)
+        n_bad = bad.count() + len(unreadable)  # over the cached batch: no second parse
+        if n_bad and spec.on_bad_record == "fail":
+            offset, why = unreadable[0] if unreadable else tuple(bad.select("offset", "reason").first() or ("?", "?"))
+            raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
                             "(on_bad_record='fail'; use 'quarantine' to set them aside)")
         counts: dict[str, int] = {}
         with coordinator.db.transaction() as cur:
@@ -437,8 +457,12 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             counts[name] = copy_dataframe(spark, delta, dsn, copies[name], (txid, attempt.attempt))
         faults.point("spark.after_stage", scope=scope)
         coordinator.check_still_readable(topology_id, txn)
-        coordinator.quarantine(attempt, bad_rows)
-        coordinator.finish_attempt(attempt, counts, records_read=records_read, quarantined=len(bad_rows))
+        # Streamed from the executors, never collected: a batch of garbage fits no driver.
+        with coordinator.db.transaction() as cur:
+            quarantine = coordinator.quarantine_copy(cur)
+        copy_dataframe(spark, bad, dsn, quarantine, (topology_id, txid, attempt.attempt))
+        coordinator.quarantine(attempt, [(path, None, why, None) for path, why in unreadable])
+        coordinator.finish_attempt(attempt, counts, records_read=records_read, quarantined=n_bad)
     except BaseException as exc:
         coordinator.fail_attempt(attempt, f"{type(exc).__name__}: {exc}")
         raise
@@ -449,7 +473,7 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             except Exception as exc:  # a dead session must not hide the attempt's own outcome
                 log.warning("could not drop the cached batch of txid %d: %s", txid, exc)
     return {"txid": txid, "attempt": attempt.attempt, "records_read": records_read, "row_counts": counts,
-            "quarantined": len(bad_rows)}
+            "quarantined": n_bad}
 
 
 def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
@@ -463,10 +487,11 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
         batch, why_not = coordinator.committed_batch(topology_id)
         if why_not:
             return {"topology": topology_id, "auditable": False, "reason": why_not, "differences": None}
+        batch, unreadable = readable_batch(batch)
         raw, is_text = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn,
                                    schema=coordinator.schema, topology_id=topology_id)
         good, bad, _records, cached = validate(raw, is_text, schema, required)
-        n_bad = bad.count()
+        n_bad = bad.count() + len(unreadable)
         tables = {}
         for state in spec.states:
             tables[state.name] = coordinator.create_audit_table(num, state)
@@ -498,7 +523,7 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
         batch, why_not = coordinator.committed_batch(topology_id, through_txid=rebuild_.through_txid)
         if why_not:
             raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
-        raw, is_text = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn,
+        raw, is_text = raw_records(spark, spec.source, readable_batch(batch)[0], dsn=coordinator.db.dsn,
                                    schema=coordinator.schema, topology_id=topology_id)
         good, _bad, _records, cached = validate(raw, is_text, schema, required)
         with coordinator.db.transaction() as cur:
@@ -520,7 +545,7 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
     """Entry point of a job file: parse argv, process one transaction (or audit), exit."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    coordinator = Coordinator(_dsn(), schema=args.schema)
+    coordinator = Coordinator(driver_dsn(args.dsn_file), schema=args.schema)
     mode = "audit" if args.audit else "rebuild" if args.rebuild else None
     spark = _session(f"txn:{args.topology}:{mode or args.txid}")
     try:

@@ -244,7 +244,7 @@ def test_an_aborted_rebuild_can_never_swap_and_a_live_one_is_not_aborted_by_acci
         owner.register(counting_topology())
         run_one(owner, "clicks", "r1")
         mine = rebuild.begin(owner, "clicks")
-        with pytest.raises(rebuild.RebuildInProgress, match="still running.*--force"):
+        with pytest.raises(rebuild.RebuildInProgress, match=r"still running.*--force"):
             rebuild.abort(operator, "clicks")
         with pytest.raises(rebuild.RebuildInProgress, match="has a rebuild running"):
             rebuild.begin(operator, "clicks")

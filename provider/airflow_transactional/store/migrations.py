@@ -173,6 +173,9 @@ ALTER TABLE {s}.landing_files DROP CONSTRAINT landing_files_topology_id_path_key
 CREATE INDEX ON {s}.landing_files (topology_id, path, seq);
 -- Each rebuild has an id: only the rebuild that began can swap its tables in.
 ALTER TABLE {s}.topologies ADD COLUMN rebuild_id text;
+-- A quarantined record keeps a prefix of its raw text (QUARANTINE_RECORD_CHARS) and its full length:
+-- one poison record of a gigabyte must not travel to the driver or into this table whole.
+ALTER TABLE {s}.quarantine ADD COLUMN record_length bigint;
 """,
     ),
 ]

@@ -1,0 +1,114 @@
+"""The exact ``spark-submit`` command of the process task for each kind of master, as the Apache
+Spark provider's hook builds it: the state store's DSN is never in it, nor in a ``--conf`` that
+would put it in a pod spec or a YARN app master's environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional import spark_job
+from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.operators import TransactionalSparkSubmitOperator
+from airflow_transactional.submit import driver_dsn
+
+pytestmark = pytest.mark.unit
+
+DSN = "host=db.internal port=5432 dbname=txn user=app password=s3cret"
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("AIRFLOW_TXN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AIRFLOW_TXN_SPARK_CDS", "off")
+    monkeypatch.setenv("PYSPARK_PYTHON", "/venv/bin/python")
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    # The hook wants the Kubernetes provider for a k8s:// master only to track the driver later.
+    import airflow.providers.apache.spark.hooks.spark_submit as hook_module
+    monkeypatch.setattr(hook_module, "kube_client", object(), raising=False)
+    spark_job.provider_zip.cache_clear()
+    spark_job.quiet_log_config.cache_clear()
+    yield tmp_path
+    spark_job.provider_zip.cache_clear()
+    spark_job.quiet_log_config.cache_clear()
+
+
+def submit(monkeypatch: pytest.MonkeyPatch, conn: dict[str, object], deploy_mode: str | None,
+           **kwargs: object) -> tuple[list[str], dict[str, str] | None, Path | None]:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", **conn}))
+    op = TransactionalSparkSubmitOperator(task_id="process", topology={"topology_id": "t"}, application="/jobs/w.py",
+                                          conn_id="spark_test", deploy_mode=deploy_mode, name="txn-t", **kwargs)
+    delivery = op.prepare_submit(7, "airflow_txn", DSN)
+    hook = op._get_hook()
+    argv = hook._build_spark_submit_command(op.application)
+    assert not any("s3cret" in a or "db.internal" in a for a in argv)
+    assert "s3cret" not in json.dumps(hook._env or {})
+    return argv, hook._env, delivery.local_file
+
+
+def job_args(dsn_file: str) -> list[str]:
+    return ["/jobs/w.py", "--topology", "t", "--txid", "7", "--schema", "airflow_txn", "--dsn-file", dsn_file]
+
+
+def test_a_local_driver_reads_the_dsn_from_a_private_file(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    argv, env, dsn_file = submit(monkeypatch, {"host": "local[2]"}, None)
+    assert dsn_file is not None and dsn_file.parent == cache / "dsn"
+    assert argv == ["spark-submit", "--master", "local[2]", "--conf",
+                    f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{spark_job.quiet_log_config()}",
+                    "--py-files", spark_job.provider_zip(), "--name", "txn-t", *job_args(str(dsn_file))]
+    assert env == {"PYSPARK_PYTHON": "/venv/bin/python", "SPARK_LOCAL_IP": "127.0.0.1"}
+    assert stat.S_IMODE(os.stat(dsn_file).st_mode) == 0o600 and driver_dsn(str(dsn_file)) == DSN
+
+
+def test_a_standalone_master_in_client_and_cluster_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv, env, dsn_file = submit(monkeypatch, {"host": "spark://h", "port": 7077}, "client")
+    assert argv[:3] == ["spark-submit", "--master", "spark://h:7077"]
+    assert argv[-11:] == ["--deploy-mode", "client", *job_args(str(dsn_file))]
+    assert env == {"PYSPARK_PYTHON": "/venv/bin/python", "SPARK_LOCAL_IP": "127.0.0.1"}
+    # Cluster mode: the provider refuses env_vars there, so none are given (they used to fail every task).
+    argv, env, dsn_file = submit(monkeypatch, {"host": "spark://h", "port": 7077}, "cluster")
+    assert argv == ["spark-submit", "--master", "spark://h:7077", "--py-files", spark_job.provider_zip(),
+                    "--name", "txn-t", "--deploy-mode", "cluster", *job_args(str(dsn_file))]
+    assert env is None
+
+
+def test_yarn_cluster_mode_ships_the_file_yarn_keeps_private(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv, env, dsn_file = submit(monkeypatch, {"host": "yarn"}, "cluster")
+    assert argv == ["spark-submit", "--master", "yarn", "--files", f"{dsn_file}#airflow_txn_dsn",
+                    "--py-files", spark_job.provider_zip(), "--name", "txn-t", "--deploy-mode", "cluster",
+                    *job_args("airflow_txn_dsn")]
+    assert env is None
+
+
+def test_yarn_client_mode_keeps_the_driver_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv, env, dsn_file = submit(monkeypatch, {"host": "yarn"}, "client")
+    assert argv[-9:] == job_args(str(dsn_file))
+    assert "--files" not in argv and env == {"PYSPARK_PYTHON": "/venv/bin/python", "SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def test_kubernetes_cluster_mode_names_a_secret_and_never_carries_the_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv, env, dsn_file = submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster",
+                                 kubernetes_dsn_secret="txn-store:dsn")
+    assert dsn_file is None and env is None
+    assert argv == ["spark-submit", "--master", "k8s://https://k:443", "--conf",
+                    "spark.kubernetes.driver.secretKeyRef.AIRFLOW_TXN_DSN=txn-store:dsn",
+                    "--py-files", spark_job.provider_zip(), "--name", "txn-t", "--deploy-mode", "cluster",
+                    "/jobs/w.py", "--topology", "t", "--txid", "7", "--schema", "airflow_txn"]
+    with pytest.raises(ConfigError, match="kubernetes_dsn_secret='txn-store:dsn'"):
+        submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster")
+    with pytest.raises(ConfigError, match="'secret-name:key'"):
+        submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster", kubernetes_dsn_secret="no key")
+
+
+def test_the_driver_refuses_a_missing_dsn_naming_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("AIRFLOW_TXN_DSN", raising=False)
+    monkeypatch.delenv("AIRFLOW_TXN_DSN_FILE", raising=False)
+    with pytest.raises(ConfigError, match="set \\$AIRFLOW_TXN_DSN"):
+        driver_dsn(None)
+    with pytest.raises(ConfigError, match="cannot read the DSN file"):
+        driver_dsn(str(tmp_path / "missing"))
