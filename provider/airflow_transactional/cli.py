@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,8 @@ import psycopg2
 from . import rebuild
 from .coordinator import Coordinator, TopologyStatus
 from .exceptions import ConfigError, TransactionalError
+from .spec import TopologySpec
+from .store import privileges
 from .store.connection import redact
 from .store.migrations import DEFAULT_SCHEMA
 from .submit import deliver_dsn
@@ -117,6 +120,21 @@ def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, con
             return dict(json.load(fh))
 
 
+def declared_topologies(dag_files: list[str]) -> list[TopologySpec]:
+    """The topologies the DAG files declare (each file is run as the dag-processor would: parse only)."""
+    specs = []
+    for path in dag_files:
+        if not os.path.isfile(path):
+            raise ConfigError(f"no DAG file {path}")
+        found = [task.topology for value in runpy.run_path(path).values()
+                 for task in getattr(value, "tasks", []) if isinstance(getattr(task, "topology", None), dict)
+                 and task.task_id == "plan"]
+        if not found:
+            raise ConfigError(f"{path} declares no transactional topology (no transactional_dag in it)")
+        specs += [TopologySpec.from_config(config) for config in found]
+    return specs
+
+
 def build_startup_archive(*, force: bool) -> int:
     from . import spark_cds
 
@@ -191,6 +209,15 @@ def _main(argv: list[str] | None) -> int:
     p_commits = sub.add_parser("commits", help="the audit log of commits, in txid order")
     p_commits.add_argument("topology")
     p_commits.add_argument("--json", action="store_true", help="one JSON object per line")
+    p_register = sub.add_parser("register", help="register the topologies that DAG files declare (as the schema's "
+                                "owner: creates their tables; the run-time role then needs no DDL rights)")
+    p_register.add_argument("dag_files", nargs="+", metavar="DAG_FILE")
+    p_grant = sub.add_parser("grant", help="grant a run-time role (and a producer role) what they need, no more; "
+                             "run as the schema's owner after registering")
+    p_grant.add_argument("--runtime-role", required=True, help="the role Airflow's tasks connect as")
+    p_grant.add_argument("--producer-role", help="a role that may only append to the logs given with --log")
+    p_grant.add_argument("--log", action="append", default=[], help="a log the producer role may append to")
+    p_grant.add_argument("--print", action="store_true", help="print the SQL instead of running it")
     p_reset = sub.add_parser("reset", help="forget a topology's progress and drop its state tables: its next run "
                              "starts over from the beginning of its source (after a changed declaration)")
     p_reset.add_argument("topology")
@@ -235,6 +262,25 @@ def _main(argv: list[str] | None) -> int:
                     print(json.dumps(r, default=str, sort_keys=True))
             else:
                 _print_commits(rows)
+            return 0
+        if args.command == "register":
+            for spec in declared_topologies(args.dag_files):
+                coord.register(spec)
+                print(f"registered {spec.topology_id}")
+            return 0
+        if args.command == "grant":
+            if args.producer_role and not args.log:
+                raise ConfigError("--producer-role needs the logs it may append to: add --log NAME (once per log)")
+            statements = privileges.grant_statements(coord.schema, coord.topologies(), runtime_role=args.runtime_role,
+                                                     producer_role=args.producer_role, logs=args.log)
+            with coord.db.transaction() as cur:
+                for stmt in statements:
+                    if args.print:
+                        print(f"{stmt.as_string(cur)};")
+                    else:
+                        cur.execute(stmt)
+            if not args.print:
+                print(f"granted {args.runtime_role}" + (f" and {args.producer_role}" if args.producer_role else ""))
             return 0
         if args.command == "reset":
             dropped = coord.reset(args.topology)

@@ -252,7 +252,22 @@ class Coordinator:
         return migrate(self.db, self.schema)
 
     def register(self, spec: TopologySpec) -> None:
-        """Create or update a topology, its state and staging tables (idempotent)."""
+        """Create or update a topology, its state and staging tables (idempotent).
+
+        Once a topology is registered, registering it again unchanged runs no DDL: a run-time
+        role with DML rights only (``store.privileges``) can call this on every run.
+        """
+        try:
+            self._register(spec)
+        except psycopg2.errors.InsufficientPrivilege as exc:
+            raise ConfigError(
+                f"topology {spec.topology_id!r} cannot be registered by this role "
+                f"({str(exc).splitlines()[0]}): registering creates tables, which only the schema's owner may do. "
+                f"Register it as the owner ('airflow-txn --dsn-file OWNER_DSN register DAG_FILE', then "
+                f"'airflow-txn grant --runtime-role ROLE'), or give this role ownership of schema {self.schema!r}"
+            ) from None
+
+    def _register(self, spec: TopologySpec) -> None:
         self.migrate()
         for state in spec.states:
             if state.database is not None:
@@ -327,6 +342,12 @@ class Coordinator:
             raise SchemaMismatch(
                 f"table {schema}.{table} exists with columns {have}, but state {state.name!r} needs "
                 f"{want}: point the state at another table (table='...'), or migrate/drop the old one")
+
+    def topologies(self) -> list[TopologySpec]:
+        """Every topology registered in this store, by id."""
+        with self.db.transaction() as cur:
+            cur.execute(sql.SQL("SELECT spec FROM {} ORDER BY topology_id").format(self._t("topologies")))
+            return [TopologySpec.from_config(config) for (config,) in cur.fetchall()]
 
     def spec(self, topology_id: str) -> TopologySpec:
         with self.db.transaction() as cur:
@@ -683,7 +704,6 @@ class Coordinator:
             at, attempt = (row[0], row[1]) if row else (None, None)
             msg = (f"txid {txid} already committed at {at.isoformat() if at else 'an earlier time'}"
                    f"{f' (attempt {attempt})' if attempt is not None else ''}; nothing to do")
-            log.info("topology %s: %s", topology_id, msg)
             return CommitResult(topology_id, txid, False, attempt, at, msg)
         if txid > committed + 1:
             raise WaitingForPredecessor(topology_id, txid, committed)
@@ -721,13 +741,15 @@ class Coordinator:
                                 int(row_counts.get(state.name, 0)))
                     faults.point("commit.after_apply", cur, scope=scope)
             lost = int((txn.batch.get("lost") or {}).get("records", 0))
+            cur.execute("SELECT clock_timestamp()")  # one time for the commit, wherever it is recorded
+            committed_at = cur.fetchone()[0]
             cur.execute(sql.SQL("UPDATE {} SET committed_txid = %s, committed_offsets = %s, "
-                                "last_commit_at = clock_timestamp(), lost_records = lost_records + %s "
+                                "last_commit_at = %s, lost_records = lost_records + %s "
                                 "WHERE topology_id = %s").format(self._t("topologies")),
-                        (txid, Json(txn.end_offsets), lost, topology_id))
-            cur.execute(sql.SQL("UPDATE {} SET status = 'committed', committed_at = clock_timestamp() "
+                        (txid, Json(txn.end_offsets), committed_at, lost, topology_id))
+            cur.execute(sql.SQL("UPDATE {} SET status = 'committed', committed_at = %s "
                                 "WHERE topology_id = %s AND txid = %s").format(self._t("transactions")),
-                        (topology_id, txid))
+                        (committed_at, topology_id, txid))
             cur.execute(sql.SQL("UPDATE {} SET status = CASE WHEN attempt = %s THEN 'committed' "
                                 "ELSE 'discarded' END, finished_at = coalesce(finished_at, clock_timestamp()) "
                                 "WHERE topology_id = %s AND txid = %s AND status <> 'failed'")
@@ -739,12 +761,12 @@ class Coordinator:
                         .format(self._t("quarantine")), (topology_id, txid))
             cur.execute(sql.SQL(
                 "INSERT INTO {} (topology_id, txid, attempt, plan_version, run_key, start_offsets, "
-                "end_offsets, records_read, row_counts, quarantined, committer, commit_started_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING committed_at")
+                "end_offsets, records_read, row_counts, quarantined, committer, commit_started_at, committed_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
                 .format(self._t("commits")),
                 (topology_id, txid, chosen or 0, txn.plan_version, txn.run_key, Json(txn.start_offsets),
-                 Json(txn.end_offsets), records_read, Json(row_counts), quarantined, self.worker, started))
-            committed_at = cur.fetchone()[0]
+                 Json(txn.end_offsets), records_read, Json(row_counts), quarantined, self.worker, started,
+                 committed_at))
             faults.point("commit.after_checkpoint", cur, scope=scope)
             cur.execute(sql.SQL("SELECT rebuild_from_txid FROM {} WHERE topology_id = %s")
                         .format(self._t("topologies")), (topology_id,))
@@ -755,7 +777,6 @@ class Coordinator:
         faults.point("commit.after_commit", scope=scope)
         what = f"attempt {chosen}" if chosen is not None else "empty batch"
         msg = f"committed txid {txid} ({what}) of topology {topology_id}"
-        log.info(msg)
         return CommitResult(topology_id, txid, True, chosen, committed_at, msg)
 
     def _apply(self, cur: psycopg2.extensions.cursor, state: StateSpec, staging: sql.Composed,

@@ -17,6 +17,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from .coordinator import Coordinator
@@ -41,34 +42,45 @@ def _port(preferred: int) -> int | None:
 class Producer(threading.Thread):
     """Appends tweets to the event log and lands order files, until stopped."""
 
-    def __init__(self, dsn: str, landing: Path, rate: int, seed: int = 7) -> None:
+    def __init__(self, dsn: str, landing: Path, rate: int, seed: int | None = None, interval: float = 2.0) -> None:
         super().__init__(name="producer", daemon=True)
         self.log = EventLog(dsn, "tweets")
         self.landing = landing
         self.rate = rate
+        self.interval = interval
         self.rng = random.Random(seed)
+        # Event ids of this run of the producer: a restarted demo must not re-send ids the log holds
+        # (they would all be dropped as duplicates, and the topology would commit empty batches).
+        self.run_id = uuid.uuid4().hex[:8]
         self.stop_event = threading.Event()
-        self.sent = self.malformed = self.duplicates = 0
+        self.sent = self.appended = self.malformed = self.duplicates = 0
+
+    def event_id(self, n: int) -> str:
+        return f"tw-{self.run_id}-{n}"
 
     def tweet(self, n: int) -> tuple[str, str]:
         if self.rng.random() < 0.005:
             self.malformed += 1
-            return f"tw-{n}", '{"url": truncated'
+            return self.event_id(n), '{"url": truncated'
         domain = self.rng.choice(DOMAINS)
         url = f"https://{self.rng.choice(['', 'www.'])}{domain}/post/{self.rng.randint(1, 40)}"
-        return f"tw-{n}", json.dumps({"url": url, "user": f"u{self.rng.randint(1, 500)}", "ts": time.time()})
+        return self.event_id(n), json.dumps({"url": url, "user": f"u{self.rng.randint(1, 500)}", "ts": time.time()})
 
     def run(self) -> None:
         tick = 0
-        while not self.stop_event.wait(2.0):
-            fresh = [self.tweet(self.sent + i) for i in range(self.rate * 2)]
+        while not self.stop_event.wait(self.interval):
+            fresh = [self.tweet(self.sent + i) for i in range(max(1, int(self.rate * self.interval)))]
             batch = list(fresh)
             if self.sent and self.rng.random() < 0.3:  # a producer retry re-sends an old event id
-                batch.append((f"tw-{self.rng.randrange(self.sent)}", "{}"))
+                batch.append((self.event_id(self.rng.randrange(self.sent)), "{}"))
                 self.duplicates += 1
             try:
-                self.log.append(batch)
+                result = self.log.append(batch)
                 self.sent += len(fresh)
+                self.appended += result.appended
+                if not result.appended:
+                    logging.warning("producer: all %d events of this append were duplicates of events the log "
+                                    "already holds: nothing new was appended", result.duplicates)
             except Exception as exc:  # the demo goes on; the append is all-or-nothing
                 logging.warning("producer: append failed: %s", exc)
             tick += 1
@@ -109,8 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         env_line = f"export AIRFLOW_TXN_DSN='{stack.state_dsn}'"
         print(f"""
 Airflow UI   {stack.url}    (user admin, password {stack.admin_password})
-DAGs         {', '.join(DAGS)} -- unpaused, one transaction every 30 s; clear tasks or create
-             backfills in the UI and watch the numbers stay exactly right.
+DAGs         {', '.join(DAGS)} -- unpaused, one transaction a minute each (their schedule); clear
+             tasks or create backfills in the UI and watch the numbers stay exactly right.
+             A DAG you add to dags/ starts paused: unpause it in the UI (the toggle) or with
+             the airflow CLI below.
+Airflow CLI  export AIRFLOW_HOME={stack.home}   # then e.g. airflow dags list-import-errors
 State        {env_line}
              .venv/bin/airflow-txn status words        # committed txid, in flight, lag, quarantine
              .venv/bin/airflow-txn audit words         # recompute from the log with Spark and diff

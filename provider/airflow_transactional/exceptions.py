@@ -32,7 +32,7 @@ class UnknownTopology(TransactionalError):
     def __init__(self, topology_id: str, why: str = "") -> None:
         super().__init__(
             f"topology {topology_id!r} is not registered in this state store{f' ({why})' if why else ''}: "
-            "check the name, or let its DAG's plan task register it (Coordinator.register) first"
+            "check the name, or call Coordinator.register(spec) first (its DAG's plan task does this)"
         )
 
 

@@ -38,6 +38,12 @@ SPARK_CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 ADMIN = "admin"
 
 
+def _fernet_key() -> str:
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key().decode()
+
+
 class AirflowStackError(TransactionalError):
     """The local Airflow did not come up (the message names the component and its log)."""
 
@@ -77,7 +83,7 @@ class LocalStack:
         if self._secrets_file.exists():
             return dict(json.loads(self._secrets_file.read_text()))
         values = {"jwt": secrets.token_urlsafe(32), "api": secrets.token_urlsafe(32),
-                  "admin_password": secrets.token_urlsafe(9)}
+                  "admin_password": secrets.token_urlsafe(9), "fernet": _fernet_key()}
         files.write_private(self._secrets_file, json.dumps(values))
         return values
 
@@ -88,6 +94,19 @@ class LocalStack:
     @property
     def state_dsn(self) -> str:
         return self.pg.dsn("airflow_txn")
+
+    def write_config(self) -> Path:
+        """``airflow.cfg`` holding the stack's real settings (mode 600: it holds secrets), so the
+        ``airflow`` CLI works with just ``AIRFLOW_HOME`` pointing here."""
+        sections: dict[str, list[str]] = {}
+        for key, value in sorted(self.env().items()):
+            if key.startswith("AIRFLOW__") and key.count("__") >= 2:
+                section, option = key[len("AIRFLOW__"):].split("__", 1)
+                sections.setdefault(section.lower(), []).append(f"{option.lower()} = {value.replace('%', '%%')}")
+        text = "# Written by airflow_transactional.localstack: the settings the stack runs with.\n"
+        text += "".join(f"\n[{name}]\n" + "\n".join(lines) + "\n" for name, lines in sections.items())
+        self.home.mkdir(parents=True, exist_ok=True)
+        return files.write_private(self.home / "airflow.cfg", text)
 
     def env(self) -> dict[str, str]:
         s = self._secrets()
@@ -114,6 +133,7 @@ class LocalStack:
             "AIRFLOW__API__BASE_URL": self.url,
             "AIRFLOW__API__SECRET_KEY": s["api"],
             "AIRFLOW__API_AUTH__JWT_SECRET": s["jwt"],
+            "AIRFLOW__CORE__FERNET_KEY": s.get("fernet") or "",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             # A new or changed DAG file is parsed at once whatever this says; it only spaces out
@@ -150,6 +170,7 @@ class LocalStack:
         self.pg.create_database("airflow")
         self.pg.create_database("airflow_txn")
         files.write_private(self.base_dir / "passwords.json", json.dumps({ADMIN: self.admin_password}))
+        self.write_config()
         self._run(["airflow", "db", "migrate"], "db-migrate", timeout=600)
         self._run(["airflow", "pools", "set", "spark", str(self.spark_slots), "concurrent spark-submit jobs"],
                   "pools", timeout=120)

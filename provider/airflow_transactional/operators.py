@@ -8,6 +8,7 @@ touches a database at DAG-parse time. Order is enforced in PostgreSQL, not by
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
@@ -29,6 +31,11 @@ from .hooks import TransactionalHook
 from .spark_job import REMOTE_ENV, provider_zip, with_quiet_driver_logs
 from .spec import TopologySpec
 from .submit import DSN_ENV, DsnDelivery, deliver_dsn
+
+# What Spark, Hadoop and PySpark print on every run that says nothing about this job (the
+# driver's log4j is at WARN already): kept for the message of a failed job, left out of the log.
+_SPARK_NOISE = re.compile(r"^(\d\d/\d\d/\d\d )?\d\d:\d\d:\d\d WARN |FutureWarning|warnings\.warn\(|"
+                          r"require_minimum_pandas_version\(\)")
 
 #: What :meth:`_TopologyTask.airflow_run_state` says of a run Airflow no longer has.
 DELETED = "deleted"
@@ -288,6 +295,25 @@ class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):
             if delivery is not None:
                 delivery.remove()
             coordinator.close()
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """The Spark provider's hook, whose log of spark-submit's output leaves Spark's routine
+        warnings out (a failed job's error message still ends with them, as the hook keeps them)."""
+        hook = super()._get_hook()
+        process = hook._process_spark_submit_log
+
+        def quiet(lines: Iterator[Any]) -> None:
+            def relevant() -> Iterator[Any]:
+                for line in lines:
+                    if isinstance(line, str) and _SPARK_NOISE.search(line):
+                        hook._last_submit_log_lines.append(line.strip())
+                        continue
+                    yield line
+
+            process(relevant())
+
+        hook._process_spark_submit_log = quiet  # type: ignore[method-assign,assignment]  # one hook, one job
+        return hook
 
     def skip(self, reason: str) -> NoReturn:
         """Skip this task, saying why as the first line of its log (not only in a collapsed group)."""

@@ -21,7 +21,7 @@ DEFAULT_STATE_SCHEMA = "public"
 
 # Upper bounds that catch a typo before it costs anything: each transaction in flight holds an
 # Airflow run slot, and one batch is read, parsed and staged as a whole.
-MAX_IN_FLIGHT = 100
+MAX_IN_FLIGHT = 100_000
 MAX_BATCH_SIZE = 100_000_000
 
 
@@ -30,7 +30,9 @@ class StateSpec:
     """A keyed state table updated by the commit phase.
 
     ``keys`` maps key column names to SQL types (``{"url": "text"}``); the provider adds
-    ``value`` (of ``value_type``), ``txid`` and, for opaque values, ``prev_value``.
+    ``value`` (of ``value_type``), ``txid`` and, for opaque values, ``prev_value``. The table is
+    ``table`` (default: the state's name) in ``schema`` (default ``public``; ``table`` may also
+    say ``"schema.table"``) -- apart from the provider's own bookkeeping in ``airflow_txn``.
     ``database`` names another Postgres (see ``Coordinator(external_dsns=...)``): such a state
     is not atomic with the checkpoint and relies on the per-value txid rule to stay idempotent.
     """
@@ -42,6 +44,7 @@ class StateSpec:
     kind: ValueKind | str = ValueKind.TRANSACTIONAL
     table: str | None = None
     database: str | None = None
+    schema: str | None = None
 
     def __post_init__(self) -> None:
         identifiers.name("state name", self.name)
@@ -65,13 +68,18 @@ class StateSpec:
             )
         object.__setattr__(self, "value_type", value_type)
         object.__setattr__(self, "kind", ValueKind.parse(self.kind))
-        identifiers.qualified_table(self.table or self.name, DEFAULT_STATE_SCHEMA)
+        if self.schema is not None:
+            identifiers.name("schema name", self.schema)
+            if "." in (self.table or ""):
+                raise ConfigError(f"state {self.name!r}: give the schema once, as schema={self.schema!r} or in "
+                                  f"table='schema.table', not both")
+        self.schema_and_table  # noqa: B018 -- validates the table name now, at parse time
         if self.database is not None:
             identifiers.name("database name", self.database)
 
     @property
     def schema_and_table(self) -> tuple[str, str]:
-        return identifiers.qualified_table(self.table or self.name, DEFAULT_STATE_SCHEMA)
+        return identifiers.qualified_table(self.table or self.name, self.schema or DEFAULT_STATE_SCHEMA)
 
     @property
     def key_columns(self) -> list[str]:
@@ -86,6 +94,7 @@ class StateSpec:
             "kind": ValueKind.parse(self.kind).value,
             "table": self.table,
             "database": self.database,
+            **({"schema": self.schema} if self.schema else {}),  # absent from older declarations
         }
 
     @classmethod
@@ -181,7 +190,7 @@ class TopologySpec:
 # else -- where the source is, the states' keys, types, rules and tables, the owning DAG --
 # decides what the committed offsets and state values *mean*, and may not change under them.
 MUTABLE_SOURCE_SETTINGS = frozenset({"max_files", "settle_seconds"})
-_STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database")
+_STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database", "schema")
 
 
 def _identity(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -81,13 +81,13 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     ({"application": "/nowhere/job.py"}, "does not exist"),
     ({"application": "job.jar"}, "PySpark job file"),
     ({"states": []}, "give at least one StateSpec"),
-    ({"max_in_flight": 0}, "max_in_flight must be an integer from 1 to 100"),
+    ({"max_in_flight": 0}, "max_in_flight must be an integer from 1 to 100,000"),
     ({"retries": -1}, "retries must be an integer from 0 to 100"),
     ({"on_bad_record": "drop"}, "'quarantine' or 'fail'"),
     # what a careless hand writes, refused instead of silently accepted
     ({"opaque": "no"}, "opaque must be True or False"),
     ({"max_batch_size": 10**15}, "max_batch_size must be an integer from 1 to 100,000,000"),
-    ({"max_in_flight": 10**6}, "max_in_flight must be an integer from 1 to 100"),
+    ({"max_in_flight": 10**6}, "max_in_flight must be an integer from 1 to 100,000"),
     ({"schedule": "*/5 * * bogus"}, "schedule '\\*/5 \\* \\* bogus' is not valid"),
     ({"commit_timeout": timedelta(seconds=-1)}, "commit_timeout must be a positive timedelta"),
     ({"plan_timeout": 30}, "plan_timeout must be a positive timedelta"),
@@ -221,7 +221,8 @@ def test_spark_connect_process_runs_the_job_as_a_client_and_reports_its_failure(
     seen = tmp_path / "seen.json"
     job.write_text(textwrap.dedent(f"""
         import json, os, sys
-        json.dump({{"remote": os.environ["SPARK_REMOTE"], "argv": sys.argv[1:]}}, open({str(seen)!r}, "w"))
+        json.dump({{"remote": os.environ["SPARK_REMOTE"], "dsn": os.environ["AIRFLOW_TXN_DSN"], "argv": sys.argv[1:]}},
+                  open({str(seen)!r}, "w"))
         print("the transform failed: boom")
         sys.exit(3)
     """))
@@ -230,11 +231,12 @@ def test_spark_connect_process_runs_the_job_as_a_client_and_reports_its_failure(
     assert process.spark_connect_conn_id == "sc_test"
     process.application_args = ["--topology", "t_words", "--txid", "7"]
     with pytest.raises(AirflowException, match=r"(?s)job.py exited with 3.*the transform failed: boom") as err:
-        process.run_connect_client("sc_test")
+        process.run_connect_client("sc_test", "host=db password=pw")
     assert "s3cret" not in str(err.value)
     got = json.loads(seen.read_text())
     assert got["remote"].startswith("sc://spark.example:15002/") and "token=s3cret" in got["remote"]
-    assert got["argv"] == ["--topology", "t_words", "--txid", "7"]  # no URL, no token in argv
+    assert got["argv"] == ["--topology", "t_words", "--txid", "7"]  # no URL, no token, no DSN in argv
+    assert got["dsn"] == "host=db password=pw"  # in the client's environment only
 
 
 def test_rest_client_lists_every_run_past_the_apis_page_cap(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -49,7 +49,7 @@ def test_numeric_combiner_needs_numeric_value() -> None:
 
 
 def test_limits_must_be_positive() -> None:
-    with pytest.raises(ConfigError, match="max_in_flight must be an integer from 1 to 100"):
+    with pytest.raises(ConfigError, match="max_in_flight must be an integer from 1 to 100,000"):
         _spec(max_in_flight=0)
     with pytest.raises(ConfigError, match="on_bad_record must be 'quarantine' or 'fail'"):
         _spec(on_bad_record="drop")

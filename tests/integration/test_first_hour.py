@@ -1,0 +1,85 @@
+"""What a new user meets in the first hour, on the real embedded Postgres: the demo's producer
+restarted on the same store carries on, one clock per commit, reserved state locations."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.demo import Producer
+from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.spec import StateSpec, TopologySpec
+from tests.helpers import click, counting_topology, make_log, query, run_one
+
+pytestmark = pytest.mark.integration
+
+
+def url_fn(rec: dict[str, object]) -> list[tuple[str, tuple[object, ...], int]]:
+    return [("urls", (rec["url"],), 1)]
+
+
+def _produce(producer: Producer, at_least: int) -> None:
+    producer.start()
+    deadline = time.monotonic() + 60
+    while producer.appended < at_least and time.monotonic() < deadline:
+        time.sleep(0.05)
+    producer.stop_event.set()
+    producer.join(30)
+
+
+def test_a_restarted_demo_producer_carries_on_and_new_events_commit(coordinator: Coordinator, dsn: str,
+                                                                      tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    EventLog(dsn, "tweets").create(4)
+    coordinator.register(TopologySpec("words", PostgresLogSource("tweets"),
+                                      [StateSpec("urls", {"url": "text"}, combiner="count")], max_batch_size=10**6,
+                                      on_bad_record="quarantine"))
+    first = Producer(dsn, tmp_path, rate=500, interval=0.05)
+    _produce(first, 100)
+    run_one(coordinator, "words", "before-restart", url_fn)
+
+    again = Producer(dsn, tmp_path, rate=500, interval=0.05)  # `make demo` run again on the same var/demo
+    _produce(again, 100)
+    assert again.appended >= 100
+    txid = run_one(coordinator, "words", "after-restart", url_fn)
+    assert coordinator.transaction("words", txid).planned_records >= 100  # new events, committed
+
+    replay = Producer(dsn, tmp_path, rate=5, interval=0.05)
+    replay.run_id = first.run_id  # a producer that re-sends what the log holds says so
+    with caplog.at_level(logging.WARNING):
+        replay.start()
+        time.sleep(0.5)
+        replay.stop_event.set()
+        replay.join(30)
+    assert replay.appended == 0
+    assert "were duplicates of events the log already holds: nothing new was appended" in caplog.text
+
+
+def test_a_commit_has_one_time_wherever_it_is_recorded(coordinator: Coordinator, dsn: str) -> None:
+    make_log(dsn).append([click(i) for i in range(10)])
+    coordinator.register(counting_topology())
+    txid = run_one(coordinator, "clicks", "r1")
+    [(planned, audited, topology)] = query(
+        dsn, "SELECT t.committed_at, c.committed_at, p.last_commit_at FROM airflow_txn.transactions t "
+             "JOIN airflow_txn.commits c USING (topology_id, txid) JOIN airflow_txn.topologies p USING (topology_id) "
+             "WHERE t.txid = %s", (txid,))
+    assert planned == audited == topology
+    again = coordinator.commit("clicks", txid)
+    assert not again.committed and again.committed_at == planned and planned.isoformat() in again.message
+
+
+def test_a_state_can_name_its_schema(coordinator: Coordinator, dsn: str) -> None:
+    make_log(dsn).append([click(i) for i in range(5)])
+    spec = TopologySpec("clicks", PostgresLogSource("clicks"),
+                        [StateSpec("clicks_count", {"user_id": "text"}, combiner="count", schema="analytics"),
+                         StateSpec("clicks_amount", {"user_id": "text"}, combiner="sum")])
+    coordinator.register(spec)
+    run_one(coordinator, "clicks", "r1")
+    assert query(dsn, "SELECT sum(value) FROM analytics.clicks_count") == [(5,)]
+    assert query(dsn, "SELECT to_regclass('public.clicks_count')") == [(None,)]
+    assert json.dumps(coordinator.spec("clicks").to_config()).count('"schema": "analytics"') == 1
