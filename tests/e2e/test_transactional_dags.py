@@ -5,8 +5,14 @@ computed straight from the events, the audit agrees, and processing overlaps com
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
+import subprocess
+import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -77,8 +83,21 @@ def test_words_commits_in_txid_order_exactly_once_and_pipelines(stack: LocalStac
     processed = next(c for c in commits if c["records_read"])
     said = task_log(stack, "words", processed["run_key"], "process")
     assert (f"starts from the class-data-sharing archive {archive}" if archive else "airflow-txn spark-cds") in said
+    # The task log is the job's, not Spark's routine warnings; a commit says so once.
+    assert "FutureWarning" not in said and not re.search(r"\d\d:\d\d:\d\d WARN ", said)
+    assert task_log(stack, "words", processed["run_key"], "commit").count(f"committed txid {processed['txid']} ") == 1
     coord.close()
     log.close()
+
+
+def test_the_airflow_cli_works_with_just_the_stacks_home(stack: LocalStack) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env["AIRFLOW_HOME"] = str(stack.home)
+    res = subprocess.run([str(Path(sys.executable).with_name("airflow")), "dags", "list-import-errors"], env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "migration" not in (res.stdout + res.stderr).lower()
+    assert stat.S_IMODE(os.stat(stack.home / "airflow.cfg").st_mode) == 0o600  # it holds the fernet key
 
 
 def test_landing_directory_topology_counts_every_file_once(stack: LocalStack, client: RestClient) -> None:

@@ -5,6 +5,7 @@ would put it in a pod spec or a YARN app master's environment."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -112,3 +113,20 @@ def test_the_driver_refuses_a_missing_dsn_naming_the_fix(monkeypatch: pytest.Mon
         driver_dsn(None)
     with pytest.raises(ConfigError, match="cannot read the DSN file"):
         driver_dsn(str(tmp_path / "missing"))
+
+
+def test_sparks_routine_warnings_stay_out_of_the_task_log_but_not_out_of_a_failure(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    op = TransactionalSparkSubmitOperator(task_id="process", topology={"topology_id": "t"}, application="/jobs/w.py",
+                                          conn_id="spark_test")
+    hook = op._get_hook()
+    hook._log = logging.getLogger("test.spark_submit")  # Airflow's own task logger does not reach caplog
+    lines = ["13:01:02 WARN NativeCodeLoader: Unable to load native-hadoop library for your platform\n",
+             "/venv/lib/python3.11/site-packages/pyspark/sql/connect/utils.py:41: FutureWarning: pandas\n",
+             "2026-11-23 13:01:05,120 INFO airflow_transactional.spark_job: result: {\"txid\": 7}\n"]
+    with caplog.at_level("INFO"):
+        hook._process_spark_submit_log(iter(lines))
+    assert "result: {\"txid\": 7}" in caplog.text
+    assert "NativeCodeLoader" not in caplog.text and "FutureWarning" not in caplog.text
+    assert any("NativeCodeLoader" in line for line in hook._last_submit_log_lines)  # kept for a failure's message
