@@ -26,7 +26,8 @@ startup-archive: $(STAMP)
 demo: startup-archive
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m airflow_transactional.demo
 
-test: startup-archive
+# The house rules first (ruff, mypy: seconds), then every tier of the suite.
+test: startup-archive lint
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests
 
 # The benchmarks against the alternatives (README "Benchmarks"); `make bench QUICK=1` is the

@@ -572,6 +572,10 @@ class Coordinator:
                         (error[:2000], attempt.topology_id, attempt.txid, attempt.attempt))
 
     def complete_attempt(self, topology_id: str, txid: int) -> tuple[int, datetime] | None:
+        """Former name of :meth:`latest_complete_attempt` (kept: public since 0.1)."""
+        return self.latest_complete_attempt(topology_id, txid)
+
+    def latest_complete_attempt(self, topology_id: str, txid: int) -> tuple[int, datetime] | None:
         """(attempt, finished_at) of the latest complete attempt of the current plan, if any."""
         with self.db.transaction() as cur:
             cur.execute(sql.SQL("SELECT a.attempt, a.finished_at FROM {} a JOIN {} t USING (topology_id, txid) "
@@ -638,7 +642,7 @@ class Coordinator:
         """Why the commit of ``txid`` can never happen as things stand, or None.
 
         The lowest uncommitted earlier txid that failed for good blocks every later commit until
-        it is cleared or backfilled (DESIGN.md trap 2: a waiting commit must not hold its slot).
+        it is cleared or backfilled (docs/design.md, trap 2: a waiting commit must not hold its slot).
         """
         with self.db.transaction() as cur:
             cur.execute(sql.SQL("SELECT txid, run_key, failure FROM {} WHERE topology_id = %s "

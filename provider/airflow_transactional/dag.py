@@ -5,7 +5,7 @@ Each DAG run is one transaction: ``plan`` >> ``process`` (spark-submit) >> ``com
 Why no ``depends_on_past``: in Airflow 3.3 a run whose unfinished task has ``depends_on_past``
 is exempt from deadlock detection (``DagRun.update_state``: ``should_schedule`` is False), so a
 commit blocked by a failed predecessor would keep its run RUNNING and hold a
-``max_active_runs`` slot forever -- the cleared run could then never start (DESIGN.md trap 2).
+``max_active_runs`` slot forever -- the cleared run could then never start (docs/design.md, trap 2).
 And ``depends_on_past`` is skipped for runs without a logical date and for the first run of a
 backfill (trap 1). So the order lives in PostgreSQL: the commit task waits there for txid-1,
 commits under a row lock only when ``txid == committed + 1``, and fails fast with "blocked by

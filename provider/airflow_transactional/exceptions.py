@@ -93,5 +93,9 @@ class ReplayBehindState(TransactionalError):
     """A state value already carries a txid later than the batch being applied."""
 
 
+class RebuildInProgress(TransactionalError):
+    """Another rebuild of the topology has begun and not finished."""
+
+
 class EmbeddedPostgresError(TransactionalError):
     """The embedded PostgreSQL server could not be set up or started."""

@@ -119,7 +119,7 @@ class _TopologyTask(BaseOperator):
 
         A task that fails for good says so in Postgres; one killed on its last try (SIGKILL, the
         OOM killer, a lost worker) says nothing, and the runs waiting for it would hold their
-        ``max_active_runs`` slots until the cleared run could never start (DESIGN.md trap 2).
+        ``max_active_runs`` slots until the cleared run could never start (docs/design.md, trap 2).
         Airflow knows better: that run is failed. A run that is not running at all cannot commit
         either: queued behind the slots its waiters hold, finished without committing (marked
         success by hand), or deleted (the next run of the DAG takes its batch over, see
@@ -276,7 +276,7 @@ class TransactionalSparkSubmitOperator(_TopologyTask, SparkSubmitOperator):
             coordinator.retrying(self.topology_id, txn.txid)
             if txn.empty:
                 self.skip(f"txid {txn.txid} is an empty batch: no spark-submit")
-            done = coordinator.complete_attempt(self.topology_id, txn.txid) if self.reuse_staged_output else None
+            done = coordinator.latest_complete_attempt(self.topology_id, txn.txid) if self.reuse_staged_output else None
             if done is not None:
                 self.skip(f"txid {txn.txid}: attempt {done[0]} of its current plan completed at {done[1]}; reusing "
                           "its staged output (no spark-submit). Set reuse_staged_output=False to recompute on every "

@@ -30,13 +30,11 @@ from typing import Any
 from psycopg2 import sql
 
 from .coordinator import Coordinator
-from .exceptions import ConfigError, TransactionalError
+from .exceptions import ConfigError, RebuildInProgress, TransactionalError
 from .spec import StateSpec
 from .store import sql as q
 
-
-class RebuildInProgress(TransactionalError):
-    """Another rebuild of the topology has begun and not finished."""
+__all__ = ["Rebuild", "RebuildInProgress", "abort", "begin", "load_table", "swap"]
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ def test_a_commit_killed_on_its_last_try_does_not_hold_the_later_runs(stack: Loc
                                                                       client: RestClient) -> None:
     # Found by the chaos soak: a commit task killed on every try (SIGKILL, the OOM killer) records
     # nothing in Postgres, so the runs waiting for it kept waiting -- holding every max_active_runs
-    # slot, and the run cleared to retry it could never start (DESIGN.md trap 2).
+    # slot, and the run cleared to retry it could never start (docs/design.md, trap 2).
     dag = "ops_killed"
     log, coord = _start(stack, client, dag, "kil", partitions=2)
     events = [(f"kil{i}", json.dumps({"url": f"https://example.com/k/{i}"})) for i in range(300)]

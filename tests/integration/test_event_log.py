@@ -1,5 +1,5 @@
 """The Postgres event log: idempotent appends, retries across a server restart, and planning
-that never skips an event which becomes visible late (DESIGN.md trap 6)."""
+that never skips an event which becomes visible late (docs/design.md, trap 6)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ commits. A second producer of the same partition waits for that lock, so LSNs of
 become visible strictly in LSN order and a rolled-back append gives its LSNs back. A committed
 counter value is therefore a *safe point*: every event below it is visible and final. Planning
 reads only the counters -- never ``max(lsn)`` of a sequence, where LSN 11 can become visible
-after 12 has been read (DESIGN.md trap 6) -- and costs O(partitions), whatever the log's size.
+after 12 has been read (docs/design.md, trap 6) -- and costs O(partitions), whatever the log's size.
 
 Idempotence. ``event_id`` is unique per log: a duplicate delivery (a producer retrying after a
 lost acknowledgement, a resent message) is dropped at append time and counted once -- also after
