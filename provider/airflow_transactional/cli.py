@@ -12,23 +12,21 @@ import argparse
 import json
 import os
 import runpy
-import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
 from typing import Any
 
 import psycopg2
 
-from . import rebuild
+from . import rebuild, spark_cds
 from .coordinator import Coordinator, TopologyStatus
 from .exceptions import ConfigError, TransactionalError
 from .spec import TopologySpec
 from .store import privileges
 from .store.connection import redact
 from .store.migrations import DEFAULT_SCHEMA
-from .submit import deliver_dsn
+from .submit import deliver_dsn, provider_zip, spark_submit, spark_submit_argv, with_quiet_driver_logs
 
 DSN_FILE_ENV = "AIRFLOW_TXN_DSN_FILE"
 
@@ -46,6 +44,10 @@ def read_dsn_file(path: str) -> str:
     if not dsn:
         raise ConfigError(f"the DSN file {path} is empty: write the state store's DSN or URI in it")
     return dsn
+
+
+# spark_submit and spark_submit_argv moved to .submit; importing them from here still works.
+__all__ = ["main", "spark_submit", "spark_submit_argv"]
 
 
 def _dsn(args: argparse.Namespace) -> str:
@@ -66,30 +68,8 @@ def _dsn(args: argparse.Namespace) -> str:
             f"pass --dsn-file FILE, or name an Airflow connection with --conn-id ({redact(str(exc))})") from None
 
 
-def spark_submit() -> str:
-    """``$SPARK_SUBMIT``, else the spark-submit on PATH, else the one installed beside this Python."""
-    found = os.environ.get("SPARK_SUBMIT") or shutil.which("spark-submit")
-    if not found:
-        beside = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-        found = beside if os.access(beside, os.X_OK) else None
-    if not found:
-        raise TransactionalError("spark-submit was not found: put Spark's bin directory on PATH or set "
-                                 "SPARK_SUBMIT to the spark-submit to use")
-    return found
-
-
-def spark_submit_argv(master: str, conf: Mapping[str, Any], *options: str) -> list[str]:
-    """``spark-submit --master MASTER OPTIONS --conf key=value ...``: every job's command line up to
-    its application."""
-    return [spark_submit(), "--master", master, *options,
-            *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}"))]
-
-
 def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, conf: list[str]) -> dict[str, Any]:
     """Run the topology's own Spark job in ``audit`` or ``rebuild`` mode; return its summary."""
-    from . import spark_cds
-    from .spark_job import provider_zip, with_quiet_driver_logs
-
     spark = coord.spec(topology_id).extra.get("spark") or {}
     application = spark.get("application")
     if not application:
@@ -136,8 +116,6 @@ def declared_topologies(dag_files: list[str]) -> list[TopologySpec]:
 
 
 def build_startup_archive(*, force: bool) -> int:
-    from . import spark_cds
-
     if not spark_cds.enabled():
         print(f"{spark_cds.SWITCH_ENV} is off: Spark drivers start without a class-data-sharing archive")
         return 0

@@ -26,20 +26,12 @@ from .exceptions import ConfigError
 from .operators import CommitOperator, PlanOperator, TransactionalSparkSubmitOperator
 from .sources.base import Source
 from .spec import StateSpec, TopologySpec
+from .submit import LOCAL_SPARK_CONF
 from .values import Combiner, ValueKind
 
+__all__ = ["LOCAL_SPARK_CONF", "transactional_dag"]
+
 DEFAULT_START = datetime(2024, 1, 1)
-
-# Spark settings for small batches on one machine (``local[N]``): no UI, few shuffle partitions,
-# and a JVM tuned for a short life: only the C1 JIT and the serial GC cut a small batch's CPU
-# time by ~40% (drop them for batches that keep the JVM busy for minutes).
-LOCAL_SPARK_CONF = {
-    "spark.ui.enabled": "false",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.driver.memory": "1g",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-}
-
 
 def _caller_dir() -> str:
     frame = inspect.stack()[2]

@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from typing import Any
 from . import files
 from .embedded import EmbeddedPostgres, free_port
 from .exceptions import TransactionalError
+from .submit import LOCAL_SPARK_CONF, spark_submit_argv, with_quiet_driver_logs
 
 log = logging.getLogger(__name__)
 
@@ -259,10 +261,6 @@ class LocalStack:
 
 def spark_connect_server_argv(port: int, master: str = "local[2]") -> list[str]:
     """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server)."""
-    from .cli import spark_submit_argv
-    from .dag import LOCAL_SPARK_CONF
-    from .spark_job import with_quiet_driver_logs
-
     conf = with_quiet_driver_logs({**LOCAL_SPARK_CONF, "spark.driver.memory": "2g",
                                    # a long-lived JVM: let the JIT optimise fully
                                    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
@@ -273,8 +271,6 @@ def spark_connect_server_argv(port: int, master: str = "local[2]") -> list[str]:
 
 
 def listening(port: int) -> bool:
-    import socket
-
     with socket.socket() as sock:
         sock.settimeout(1)
         return sock.connect_ex(("127.0.0.1", port)) == 0

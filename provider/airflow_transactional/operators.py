@@ -28,9 +28,9 @@ from . import spark_cds
 from .coordinator import Coordinator, Transaction
 from .exceptions import TooManyInFlight, WaitingForPredecessor
 from .hooks import TransactionalHook
-from .spark_job import REMOTE_ENV, provider_zip, with_quiet_driver_logs
+from .spark_job import REMOTE_ENV
 from .spec import TopologySpec
-from .submit import DSN_ENV, DsnDelivery, deliver_dsn
+from .submit import DSN_ENV, DsnDelivery, deliver_dsn, provider_zip, with_quiet_driver_logs
 
 # What Spark, Hadoop and PySpark print on every run that says nothing about this job (the
 # driver's log4j is at WARN already): kept for the message of a failed job, left out of the log.

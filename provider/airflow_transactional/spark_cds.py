@@ -36,6 +36,7 @@ from typing import Any
 
 from . import files
 from .exceptions import TransactionalError
+from .submit import provider_zip, spark_submit_argv, with_quiet_driver_logs
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +172,6 @@ def with_archive(conf: Mapping[str, Any], archive: Path | None) -> dict[str, Any
 
 
 def _spark_submit(java_options: str, job: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    from .cli import spark_submit_argv
-    from .spark_job import provider_zip, with_quiet_driver_logs
-
     conf = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                                    JAVA_OPTIONS: java_options})
     argv = spark_submit_argv("local[1]", conf, "--name", "airflow-txn-spark-cds")

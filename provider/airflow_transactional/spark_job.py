@@ -36,18 +36,15 @@ COPYing partials) run as Arrow batches (``mapInArrow``) since Connect has no RDD
 from __future__ import annotations
 
 import argparse
-import functools
 import io
 import json
 import logging
 import os
 import sys
-import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import faults, files
+from . import faults
 from .coordinator import QUARANTINE_RECORD_CHARS, Coordinator
 from .exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
 from .sources import LandingDirectory, PostgresLogSource, Source, source_from_config
@@ -55,11 +52,15 @@ from .spec import StateSpec, TopologySpec
 from .store import sql as q
 from .store.connection import redact
 from .store.migrations import DEFAULT_SCHEMA
-from .submit import DSN_FILE_ARG, driver_dsn
+from .submit import DSN_FILE_ARG, driver_dsn, provider_zip, quiet_log_config, with_quiet_driver_logs
 from .values import Combiner
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+# provider_zip and the quiet driver logs moved to .submit; importing them from here still works.
+__all__ = ["audit", "fold", "process", "provider_zip", "quiet_log_config", "rebuild", "run", "validate",
+           "with_quiet_driver_logs"]
 
 log = logging.getLogger("airflow_transactional.spark_job")
 
@@ -86,53 +87,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if not (args.audit or args.rebuild) and args.txid is None:
         p.error("--txid is required (or --audit, --rebuild)")
     return args
-
-
-@functools.cache
-def provider_zip() -> str:
-    """The provider package as a zip for ``--py-files``, so executors on a cluster import it.
-
-    Built in memory with fixed timestamps (the same sources give the same bytes) and kept as a
-    private, digest-checked file (:func:`files.artifact`): never a file someone else could plant.
-    """
-    pkg = Path(__file__).resolve().parent
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for p in sorted(pkg.rglob("*.py")):
-            info = zipfile.ZipInfo(str(p.relative_to(pkg.parent)), date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, p.read_bytes())
-    return str(files.artifact("airflow_transactional", ".zip", buf.getvalue()))
-
-
-LOG4J2 = """\
-rootLogger.level = warn
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
-logger.spark_job.name = org.apache.spark.deploy
-logger.spark_job.level = warn
-"""
-
-
-@functools.cache
-def quiet_log_config() -> str:
-    """A log4j2 file that keeps Spark's driver at WARN (task logs show the job, not the JVM)."""
-    return str(files.artifact("airflow_transactional-log4j2", ".properties", LOG4J2.encode()))
-
-
-def with_quiet_driver_logs(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """``conf`` with the driver's log4j config added to its Java options (a user's own one wins)."""
-    out = dict(conf)
-    java_opts = str(out.get("spark.driver.extraJavaOptions") or "")
-    if "-Dlog4j2.configurationFile" not in java_opts:
-        out["spark.driver.extraJavaOptions"] = " ".join(
-            filter(None, [java_opts, f"-Dlog4j2.configurationFile=file:{quiet_log_config()}"]))
-    return out
 
 
 # -- reading a batch -------------------------------------------------------------------------
