@@ -13,7 +13,7 @@ $(STAMP): requirements/constraints.txt setup.cfg pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17+ is needed for Spark: install a JDK (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[test,dev]'
 	$(BIN)/python -m pip check
 	touch $(STAMP)
 
@@ -24,7 +24,7 @@ startup-archive: $(STAMP)
 	$(BIN)/airflow-txn spark-cds || echo "(no class-data-sharing archive: Spark drivers start without one)"
 
 demo: startup-archive
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m airflow_transactional.demo
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dev.demo
 
 # The house rules first (ruff, mypy: seconds), then every tier of the suite.
 test: startup-archive lint
@@ -37,8 +37,8 @@ bench: startup-archive
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m bench.perf $(if $(QUICK),--quick) $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check provider tests dags spark_jobs bench
-	$(BIN)/mypy provider/airflow_transactional
+	$(BIN)/ruff check provider tests dags spark_jobs bench dev
+	$(BIN)/mypy provider/airflow_transactional dev
 
 clean:
 	rm -rf $(VENV) var

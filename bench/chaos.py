@@ -54,8 +54,8 @@ from psycopg2 import sql
 
 from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.localstack import COMPONENTS, AirflowStackError, LocalStack, RestClient
 from airflow_transactional.store.connection import CONNECTION_ERRORS
+from dev.localstack import COMPONENTS, AirflowStackError, LocalStack, RestClient
 
 REPO = Path(__file__).resolve().parents[1]
 TOPOLOGY = "chaos_words"

@@ -47,15 +47,15 @@ import psutil
 import psycopg2
 
 from airflow_transactional import spark_cds
-from airflow_transactional.cli import spark_submit_argv
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.dag import LOCAL_SPARK_CONF
 from airflow_transactional.identifiers import qualified_table
-from airflow_transactional.localstack import SPARK_CONNECT_SERVER, LocalStack, RestClient
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spark_job import provider_zip, with_quiet_driver_logs
 from airflow_transactional.spec import DEFAULT_STATE_SCHEMA, StateSpec, TopologySpec
 from airflow_transactional.store.migrations import DEFAULT_SCHEMA
+from airflow_transactional.submit import SPARK_CONNECT_SERVER, spark_submit_argv
+from dev.localstack import LocalStack, RestClient
 
 log = logging.getLogger("bench.perf")
 

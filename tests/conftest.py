@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.embedded import EmbeddedPostgres
+from dev.embedded import EmbeddedPostgres
 
 
 @pytest.fixture(scope="session")

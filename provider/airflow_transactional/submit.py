@@ -56,6 +56,7 @@ LOCAL_SPARK_CONF = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
+SPARK_CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DSN_ENV = "AIRFLOW_TXN_DSN"
 DSN_FILE_ENV = "AIRFLOW_TXN_DSN_FILE"
 DSN_FILE_ARG = "--dsn-file"
@@ -192,3 +193,14 @@ def with_quiet_driver_logs(conf: Mapping[str, Any]) -> dict[str, Any]:
         out["spark.driver.extraJavaOptions"] = " ".join(
             filter(None, [java_opts, f"-Dlog4j2.configurationFile=file:{quiet_log_config()}"]))
     return out
+
+
+def spark_connect_server_argv(port: int, master: str = "local[2]") -> list[str]:
+    """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server)."""
+    conf = with_quiet_driver_logs({**LOCAL_SPARK_CONF, "spark.driver.memory": "2g",
+                                   # a long-lived JVM: let the JIT optimise fully
+                                   "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
+                                   "spark.connect.grpc.binding.address": "127.0.0.1",
+                                   "spark.connect.grpc.binding.port": str(port)})
+    return [*spark_submit_argv(master, conf, "--class", SPARK_CONNECT_SERVER, "--name", "spark-connect"),
+            "spark-internal"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional.localstack import LocalStack, RestClient
 from bench.chaos import ChaosConfig, write_dag
+from dev.localstack import LocalStack, RestClient
 
 # The chaos harness's CI size; its topology is deployed with the others.
 CHAOS_CI = ChaosConfig.quick(seed=7)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_transactional.localstack import LocalStack
 from bench.chaos import KINDS, Chaos
+from dev.localstack import LocalStack
 from tests.e2e.conftest import CHAOS_CI
 
 pytestmark = pytest.mark.e2e

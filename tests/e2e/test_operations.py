@@ -23,7 +23,7 @@ import pytest
 from airflow_transactional import EventLog
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.localstack import LocalStack, RestClient
+from dev.localstack import LocalStack, RestClient
 from tests.e2e.conftest import task_log, wait_for_runs
 from tests.helpers import query
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from airflow_transactional.localstack import LocalStack, RestClient
+from dev.localstack import LocalStack, RestClient
 from tests.e2e.conftest import REPO, wait_for_runs
 from tests.helpers import query
 

@@ -19,8 +19,8 @@ import pytest
 from airflow_transactional import EventLog, spark_cds
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.localstack import LocalStack, RestClient
 from airflow_transactional.sources.landing import write_json_lines
+from dev.localstack import LocalStack, RestClient
 from tests.e2e.conftest import task_log, wait_for_runs
 from tests.helpers import query
 

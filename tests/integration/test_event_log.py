@@ -15,10 +15,10 @@ import pytest
 
 from airflow_transactional import faults
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.embedded import EmbeddedPostgres
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
+from dev.embedded import EmbeddedPostgres
 from tests.helpers import click, counting_topology, make_log, query, run_one
 
 pytestmark = pytest.mark.integration

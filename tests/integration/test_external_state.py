@@ -13,10 +13,10 @@ import pytest
 
 from airflow_transactional import faults
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.embedded import EmbeddedPostgres
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
+from dev.embedded import EmbeddedPostgres
 from tests.helpers import click, make_log, query
 
 pytestmark = pytest.mark.integration

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.demo import Producer
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
+from dev.demo import Producer
 from tests.helpers import click, counting_topology, make_log, query, run_one
 
 pytestmark = pytest.mark.integration

@@ -18,10 +18,10 @@ import pytest
 
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.embedded import EmbeddedPostgres
 from airflow_transactional.exceptions import ConfigError, DeclarationChanged
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
+from dev.embedded import EmbeddedPostgres
 from tests.helpers import click, counting_topology, make_log, query, run_one, table
 
 pytestmark = pytest.mark.integration

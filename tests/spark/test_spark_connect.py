@@ -19,8 +19,9 @@ import pytest
 
 from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.embedded import free_port
-from airflow_transactional.localstack import listening, spark_connect_server_argv
+from airflow_transactional.submit import spark_connect_server_argv
+from dev.embedded import free_port
+from dev.localstack import listening
 from tests.helpers import query
 
 pytestmark = pytest.mark.spark

@@ -18,7 +18,7 @@ import pytest
 
 from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.embedded import free_port
+from dev.embedded import free_port
 from tests.helpers import query
 from tests.spark.test_spark_job import WORDS, _spec, _tweets
 

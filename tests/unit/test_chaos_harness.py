@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from airflow_transactional.localstack import COMPONENTS, AirflowStackError
 from bench.chaos import LEDGER, Chaos, ChaosConfig, Ledger
+from dev.localstack import COMPONENTS, AirflowStackError
 
 pytestmark = pytest.mark.unit
 

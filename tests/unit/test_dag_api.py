@@ -245,7 +245,7 @@ def test_rest_client_lists_every_run_past_the_apis_page_cap(monkeypatch: pytest.
     # the pipeline for idle, triggered hundreds of runs and never saw the failed run it had to clear.
     from urllib.parse import parse_qs, urlsplit
 
-    from airflow_transactional.localstack import RestClient
+    from dev.localstack import RestClient
 
     every = [{"dag_run_id": f"r{i:03d}", "state": "success"} for i in range(250)]
 

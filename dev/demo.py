@@ -20,11 +20,11 @@ import time
 import uuid
 from pathlib import Path
 
-from .coordinator import Coordinator
-from .exceptions import TransactionalError
-from .localstack import LocalStack
-from .sources import EventLog
-from .sources.landing import write_json_lines
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.exceptions import TransactionalError
+from airflow_transactional.sources import EventLog
+from airflow_transactional.sources.landing import write_json_lines
+from dev.localstack import LocalStack
 
 DAGS = ("words", "global_count", "landing_orders")
 DOMAINS = ["example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com", "news.ycombinator.com"]

@@ -28,8 +28,8 @@ from typing import Any
 import psycopg2
 from psycopg2 import sql
 
-from . import files, identifiers
-from .exceptions import EmbeddedPostgresError
+from airflow_transactional import files, identifiers
+from airflow_transactional.exceptions import EmbeddedPostgresError
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ DEFAULT_SETTINGS = {
 
 # Every connection, local or TCP, authenticates with a password (never ``trust``).
 HBA = """\
-# Written by airflow_transactional.embedded: passwords for every connection.
+# Written by dev.embedded: passwords for every connection.
 local all all scram-sha-256
 host  all all 127.0.0.1/32 scram-sha-256
 host  all all ::1/128 scram-sha-256

