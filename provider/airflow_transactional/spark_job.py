@@ -49,7 +49,6 @@ from .coordinator import QUARANTINE_RECORD_CHARS, Coordinator
 from .exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
 from .sources import LandingDirectory, PostgresLogSource, Source, source_from_config
 from .spec import StateSpec, TopologySpec
-from .store import sql as q
 from .store.connection import redact
 from .store.migrations import DEFAULT_SCHEMA
 from .submit import DSN_FILE_ARG, driver_dsn, provider_zip, quiet_log_config, with_quiet_driver_logs
@@ -403,18 +402,13 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
                             "(on_bad_record='fail'; use 'quarantine' to set them aside)")
         counts: dict[str, int] = {}
-        with coordinator.db.transaction() as cur:
-            num = coordinator.topology_num(cur, topology_id)
-            copies = {s.name: q.copy_into(q.staging_table(coordinator.schema, num, s), q.staging_columns(s))
-                      .as_string(cur) for s in spec.states}
+        copies = coordinator.staging_copies(topology_id)
         for name, delta in _outputs(spec, transform, good).items():
             counts[name] = copy_dataframe(spark, delta, dsn, copies[name], (txid, attempt.attempt))
         faults.point("spark.after_stage", scope=scope)
         coordinator.check_still_readable(topology_id, txn)
         # Streamed from the executors, never collected: a batch of garbage fits no driver.
-        with coordinator.db.transaction() as cur:
-            quarantine = coordinator.quarantine_copy(cur)
-        copy_dataframe(spark, bad, dsn, quarantine, (topology_id, txid, attempt.attempt))
+        copy_dataframe(spark, bad, dsn, coordinator.quarantine_copy(), (topology_id, txid, attempt.attempt))
         coordinator.quarantine(attempt, [(path, None, why, None) for path, why in unreadable])
         coordinator.finish_attempt(attempt, counts, records_read=records_read, quarantined=n_bad)
     except BaseException as exc:
@@ -434,8 +428,6 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
           *, schema: str | None, required: Sequence[str]) -> dict[str, Any]:
     """Recompute every state from the source over the committed offsets and diff the tables."""
     for _ in range(3):
-        with coordinator.db.transaction() as cur:
-            num = coordinator.topology_num(cur, topology_id)
         spec = coordinator.spec(topology_id)
         st = coordinator.status(topology_id)
         batch, why_not = coordinator.committed_batch(topology_id)
@@ -446,13 +438,9 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
                                    schema=coordinator.schema, topology_id=topology_id)
         good, bad, _records, cached = validate(raw, is_text, schema, required)
         n_bad = bad.count() + len(unreadable)
-        tables = {}
-        for state in spec.states:
-            tables[state.name] = coordinator.create_audit_table(num, state)
+        num, copies = coordinator.audit_tables(topology_id)
         for name, delta in _outputs(spec, transform, good).items():
-            with coordinator.db.transaction() as cur:
-                copy = q.copy_into(tables[name], [*spec.state(name).key_columns, "value"]).as_string(cur)
-            copy_dataframe(spark, delta, coordinator.db.dsn, copy, ())
+            copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
         cached.unpersist()
         result = coordinator.diff_audit(topology_id, num, st.committed_txid)
         if result is None:  # a commit landed meanwhile: recompute against the new checkpoint
@@ -480,10 +468,7 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
         raw, is_text = raw_records(spark, spec.source, readable_batch(batch)[0], dsn=coordinator.db.dsn,
                                    schema=coordinator.schema, topology_id=topology_id)
         good, _bad, _records, cached = validate(raw, is_text, schema, required)
-        with coordinator.db.transaction() as cur:
-            num = coordinator.topology_num(cur, topology_id)
-            copies = {s.name: q.copy_into(rb.load_table(coordinator, num, s), [*s.key_columns, "value"])
-                      .as_string(cur) for s in spec.states}
+        copies = rb.load_copies(coordinator, topology_id)
         for name, delta in _outputs(spec, transform, good).items():
             copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
         cached.unpersist()

@@ -1,0 +1,188 @@
+"""Processing attempts: begin one (re-planning an opaque batch that became unreadable), stage
+partial results and bad records under (txid, attempt), finish or fail it. Staged output never
+touches the state tables: only the commit does (KIP-844's uncommitted writes kept apart)."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg2 import sql
+from psycopg2.extras import Json
+
+from ..exceptions import (
+    BatchUnavailable,
+    ConfigError,
+    StaleAttempt,
+)
+from ..sources.base import Record
+from ..store import sql as q
+from ..store.connection import Database
+from . import liveness, planning
+from .context import StateStore
+from .model import (
+    QUARANTINE_COLUMNS,
+    QUARANTINE_RECORD_CHARS,
+    Attempt,
+    Transaction,
+)
+
+log = logging.getLogger("airflow_transactional.coordinator")
+
+
+def begin_attempt(store: StateStore, topology_id: str, txid: int) -> tuple[Attempt, Transaction]:
+    """Start a processing attempt of ``txid``; re-plans first if its batch became unreadable
+    and the topology is opaque. Raises UnknownTransaction, BatchUnavailable, and
+    StaleAttempt when the txid is already committed (nothing to process)."""
+    with store.db.transaction() as cur:
+        _num, spec, _c, _o = store.load(cur, topology_id)
+        txn = store.txn(cur, topology_id, txid)
+        if txn.committed:
+            raise StaleAttempt(f"txid {txid} of topology {topology_id!r} is already committed "
+                               f"(at {txn.committed_at}); nothing to process")
+        reason = None if txn.pinned_attempt else spec.source.unavailable(
+            cur, store.schema, topology_id, txn.batch)
+    if reason:
+        if not spec.opaque:
+            raise BatchUnavailable(
+                f"topology {topology_id!r} txid {txid}: the planned batch can no longer be read "
+                f"({reason}). The source is transactional: restore the data, or declare the "
+                "topology opaque=True so the batch is re-planned from the committed checkpoint")
+        planning.replan(store, topology_id, txid, reason)
+    with store.db.transaction() as cur:
+        txn = store.txn(cur, topology_id, txid, lock=True)
+        cur.execute(sql.SQL("SELECT coalesce(max(attempt), 0) + 1 FROM {} WHERE topology_id = %s "
+                            "AND txid = %s").format(store.t("attempts")), (topology_id, txid))
+        number = int(cur.fetchone()[0])
+        liveness.lift_failed(store, cur, topology_id, txid)
+        cur.execute(sql.SQL("INSERT INTO {} (topology_id, txid, attempt, plan_version, status, worker) "
+                            "VALUES (%s, %s, %s, %s, 'running', %s)").format(store.t("attempts")),
+                    (topology_id, txid, number, txn.plan_version, store.worker))
+    return Attempt(topology_id, txid, number, txn.plan_version), txn
+
+
+def check_still_readable(store: StateStore, topology_id: str, txn: Transaction) -> None:
+    """Raise BatchUnavailable if retention removed part of ``txn``'s batch.
+
+    Called after an attempt has read its whole batch: retention only ever moves forward, so
+    a batch still whole now was whole while it was read -- no silently short attempt.
+    """
+    with store.db.transaction() as cur:
+        spec = store.load(cur, topology_id)[1]
+        reason = spec.source.unavailable(cur, store.schema, topology_id, txn.batch)
+    if reason:
+        raise BatchUnavailable(f"topology {topology_id!r} txid {txn.txid}: the batch lost records while "
+                               f"it was processed ({reason}); this attempt is void -- processing it again "
+                               "re-plans it (opaque topologies) or fails naming the loss")
+
+
+def read_batch(store: StateStore, txn: Transaction) -> Iterator[Record]:
+    """Read a transaction's batch from its source, in source order."""
+    with store.db.transaction() as cur:
+        _num, spec, _c, _o = store.load(cur, txn.topology_id)
+    reader = Database(store.db.dsn, application_name="airflow_transactional:read")
+    try:
+        with reader.transaction() as cur:
+            yield from spec.source.read(cur, store.schema, txn.topology_id, txn.batch)
+    finally:
+        reader.close()
+
+
+def stage(store: StateStore, attempt: Attempt, state_name: str, rows: Iterable[Sequence[Any]]) -> int:
+    """COPY partial results ``(key..., value)`` of one state into staging; returns the count."""
+    with store.db.transaction() as cur:
+        num, spec, _c, _o = store.load(cur, attempt.topology_id)
+        state = spec.state(state_name)
+        width = len(state.keys) + 1
+        buf = io.StringIO()
+        n = 0
+        prefix = f"{attempt.txid}\t{attempt.attempt}\t"
+        for row in rows:
+            if len(row) != width:
+                raise ConfigError(f"state {state_name!r} rows have {width} fields "
+                                  f"({', '.join(state.key_columns)}, value), got {len(row)}: {row!r}")
+            buf.write(prefix + "\t".join(map(_copy_field, row)) + "\n")
+            n += 1
+        buf.seek(0)
+        cur.copy_expert(sql.SQL("COPY {} ({}) FROM STDIN").format(
+            store.staging(num, state),
+            sql.SQL(", ").join(map(sql.Identifier, q.staging_columns(state)))).as_string(cur), buf)
+    return n
+
+
+def quarantine(store: StateStore, attempt: Attempt, records: Iterable[tuple[str, str | None, str, str | None]]) -> int:
+    """Record bad records ``(offset, event_id, reason, raw)`` of an attempt; the raw text is kept
+    up to :data:`QUARANTINE_RECORD_CHARS` characters, with its full length."""
+    rows = [(attempt.topology_id, attempt.txid, attempt.attempt, offset, event_id, reason[:2000],
+             None if raw is None else raw[:QUARANTINE_RECORD_CHARS], None if raw is None else len(raw))
+            for offset, event_id, reason, raw in records]
+    if not rows:
+        return 0
+    with store.db.transaction() as cur:
+        cur.executemany(sql.SQL("INSERT INTO {} (topology_id, txid, attempt, source_offset, event_id, "
+                                "reason, record, record_length) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)")
+                        .format(store.t("quarantine")), rows)
+    return len(rows)
+
+
+def quarantine_copy(store: StateStore) -> str:
+    """The COPY statement that streams bad records of an attempt into the quarantine: columns
+    topology_id, txid, attempt, source_offset, event_id, reason, record, record_length."""
+    with store.db.transaction() as cur:
+        return q.copy_into(store.t("quarantine"), list(QUARANTINE_COLUMNS)).as_string(cur)
+
+
+def staging_copies(store: StateStore, topology_id: str) -> dict[str, str]:
+    """The COPY statement that stages each state's partials (txid, attempt, keys..., value), by state."""
+    with store.db.transaction() as cur:
+        num, spec, _c, _o = store.load(cur, topology_id)
+        return {s.name: q.copy_into(store.staging(num, s), q.staging_columns(s)).as_string(cur) for s in spec.states}
+
+
+def finish_attempt(store: StateStore, attempt: Attempt, row_counts: Mapping[str, int], *,
+                   records_read: int, quarantined: int = 0) -> None:
+    """Mark an attempt complete with what it staged; refused if it was discarded meanwhile."""
+    with store.db.transaction() as cur:
+        cur.execute(sql.SQL(
+            "UPDATE {} a SET status = 'complete', finished_at = clock_timestamp(), row_counts = %s, "
+            "records_read = %s, quarantined = %s FROM {} t WHERE a.topology_id = %s AND a.txid = %s "
+            "AND a.attempt = %s AND a.status = 'running' AND t.topology_id = a.topology_id "
+            "AND t.txid = a.txid AND t.plan_version = a.plan_version AND t.status = 'planned'")
+            .format(store.t("attempts"), store.t("transactions")),
+            (Json(dict(row_counts)), records_read, quarantined, attempt.topology_id, attempt.txid,
+             attempt.attempt))
+        if cur.rowcount != 1:
+            raise StaleAttempt(
+                f"attempt {attempt.attempt} of txid {attempt.txid} ({attempt.topology_id}) can no "
+                "longer complete: the txid was re-planned, committed, or the attempt was discarded; "
+                "its output will not be committed (process the txid again if it is uncommitted)")
+
+
+def fail_attempt(store: StateStore, attempt: Attempt, error: str) -> None:
+    with store.db.transaction() as cur:
+        cur.execute(sql.SQL("UPDATE {} SET status = 'failed', finished_at = clock_timestamp(), error = %s "
+                            "WHERE topology_id = %s AND txid = %s AND attempt = %s AND status = 'running'")
+                    .format(store.t("attempts")),
+                    (error[:2000], attempt.topology_id, attempt.txid, attempt.attempt))
+
+
+def latest_complete_attempt(store: StateStore, topology_id: str, txid: int) -> tuple[int, datetime] | None:
+    """(attempt, finished_at) of the latest complete attempt of the current plan, if any."""
+    with store.db.transaction() as cur:
+        cur.execute(sql.SQL("SELECT a.attempt, a.finished_at FROM {} a JOIN {} t USING (topology_id, txid) "
+                            "WHERE a.topology_id = %s AND a.txid = %s AND a.status = 'complete' "
+                            "AND a.plan_version = t.plan_version AND t.status = 'planned' "
+                            "ORDER BY a.attempt DESC LIMIT 1")
+                    .format(store.t("attempts"), store.t("transactions")), (topology_id, txid))
+        row = cur.fetchone()
+    return (int(row[0]), row[1]) if row else None
+
+
+def _copy_field(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")

@@ -1,0 +1,233 @@
+"""The commit protocol, top to bottom. One function, one Postgres transaction:
+
+1. lock the topology row, and check ``txid == committed_txid + 1`` (a txid already committed is
+   a no-op that says so; a later one waits for its predecessor);
+2. check the plan starts at the committed checkpoint;
+3. choose the latest complete attempt of the current plan and verify its staged row counts;
+4. apply its staged rows to every state table under the value rules (a replay behind a stored
+   txid is an error, never applied);
+5. advance the checkpoint (committed txid and offsets), mark the transaction and its attempts,
+   settle the quarantine, write the audit row -- all with one commit time;
+6. drop the staged rows (unless a rebuild keeps them as its journal).
+
+A crash anywhere leaves all of it or none of it. States kept in another database cannot share
+that transaction: their commit first pins the attempt, applies it there under the per-value txid
+rule (idempotent), then runs the steps above (:func:`_commit_external`)."""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+
+import psycopg2.errors
+import psycopg2.extensions
+from psycopg2 import sql
+from psycopg2.extras import Json
+
+from .. import faults
+from ..exceptions import (
+    NotProcessed,
+    ReplayBehindState,
+    StagedOutputIncomplete,
+    StaleAttempt,
+    WaitingForPredecessor,
+)
+from ..spec import StateSpec, TopologySpec
+from ..store import sql as q
+from . import registration
+from .context import StateStore
+from .model import (
+    CommitResult,
+    Transaction,
+    same_offsets,
+)
+
+log = logging.getLogger("airflow_transactional.coordinator")
+
+
+def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None = None) -> CommitResult:
+    """Commit ``txid`` exactly once, strictly after ``txid - 1`` (see the module docstring)."""
+    with store.db.transaction() as cur:
+        _num, spec, _c, _o = store.load(cur, topology_id)
+    if any(s.database is not None for s in spec.states):
+        done = _commit_external(store, topology_id, txid, attempt)
+        if done is not None:
+            return done
+    scope = (topology_id, str(txid))  # faults may target one topology or one txid
+    with store.db.transaction() as cur:
+        faults.point("commit.begin", cur, scope=scope)
+        num, spec, committed, offsets = store.load(cur, topology_id, lock=True)
+        started = datetime.now().astimezone()
+        faults.point("commit.after_lock", cur, scope=scope)
+        done = _check_order(store, cur, topology_id, txid, committed)
+        if done is not None:
+            return done
+        txn = store.txn(cur, topology_id, txid, lock=True)
+        if not same_offsets(txn.start_offsets, offsets):
+            raise StaleAttempt(
+                f"topology {topology_id!r}: the plan of txid {txid} starts at {txn.start_offsets} "
+                f"but the committed checkpoint is {offsets}; re-plan it (opaque topologies do "
+                "this when processing it again)")
+        chosen, row_counts, records_read, quarantined = _choose_attempt(store, cur, txn, attempt)
+        _verify_staged(store, cur, num, spec, txn, chosen, row_counts)
+        faults.point("commit.after_verify", cur, scope=scope)
+        for state in spec.states:
+            if state.database is None and chosen is not None:
+                _apply(store, cur, state, store.staging(num, state), txid, chosen,
+                            int(row_counts.get(state.name, 0)))
+                faults.point("commit.after_apply", cur, scope=scope)
+        lost = int((txn.batch.get("lost") or {}).get("records", 0))
+        cur.execute("SELECT clock_timestamp()")  # one time for the commit, wherever it is recorded
+        committed_at = cur.fetchone()[0]
+        cur.execute(sql.SQL("UPDATE {} SET committed_txid = %s, committed_offsets = %s, "
+                            "last_commit_at = %s, lost_records = lost_records + %s "
+                            "WHERE topology_id = %s").format(store.t("topologies")),
+                    (txid, Json(txn.end_offsets), committed_at, lost, topology_id))
+        cur.execute(sql.SQL("UPDATE {} SET status = 'committed', committed_at = %s "
+                            "WHERE topology_id = %s AND txid = %s").format(store.t("transactions")),
+                    (committed_at, topology_id, txid))
+        cur.execute(sql.SQL("UPDATE {} SET status = CASE WHEN attempt = %s THEN 'committed' "
+                            "ELSE 'discarded' END, finished_at = coalesce(finished_at, clock_timestamp()) "
+                            "WHERE topology_id = %s AND txid = %s AND status <> 'failed'")
+                    .format(store.t("attempts")), (chosen, topology_id, txid))
+        cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %s AND txid = %s "
+                            "AND attempt IS DISTINCT FROM %s").format(store.t("quarantine")),
+                    (topology_id, txid, chosen))
+        cur.execute(sql.SQL("UPDATE {} SET committed = true WHERE topology_id = %s AND txid = %s")
+                    .format(store.t("quarantine")), (topology_id, txid))
+        cur.execute(sql.SQL(
+            "INSERT INTO {} (topology_id, txid, attempt, plan_version, run_key, start_offsets, "
+            "end_offsets, records_read, row_counts, quarantined, committer, commit_started_at, committed_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
+            .format(store.t("commits")),
+            (topology_id, txid, chosen or 0, txn.plan_version, txn.run_key, Json(txn.start_offsets),
+             Json(txn.end_offsets), records_read, Json(row_counts), quarantined, store.worker, started,
+             committed_at))
+        faults.point("commit.after_checkpoint", cur, scope=scope)
+        cur.execute(sql.SQL("SELECT rebuild_from_txid FROM {} WHERE topology_id = %s")
+                    .format(store.t("topologies")), (topology_id,))
+        if cur.fetchone()[0] is None:  # during a rebuild the staged rows are its journal
+            for state in spec.states:
+                cur.execute(q.delete_staged_txid(store.staging(num, state)), (txid,))
+        faults.point("commit.before_commit", cur, scope=scope)
+    faults.point("commit.after_commit", scope=scope)
+    what = f"attempt {chosen}" if chosen is not None else "empty batch"
+    msg = f"committed txid {txid} ({what}) of topology {topology_id}"
+    return CommitResult(topology_id, txid, True, chosen, committed_at, msg)
+
+
+def _check_order(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str, txid: int,
+                 committed: int) -> CommitResult | None:
+    """A no-op result when ``txid`` is already committed; an error when it must wait."""
+    if txid <= committed:
+        cur.execute(sql.SQL("SELECT committed_at, attempt FROM {} WHERE topology_id = %s AND txid = %s")
+                    .format(store.t("commits")), (topology_id, txid))
+        row = cur.fetchone()
+        at, attempt = (row[0], row[1]) if row else (None, None)
+        msg = (f"txid {txid} already committed at {at.isoformat() if at else 'an earlier time'}"
+               f"{f' (attempt {attempt})' if attempt is not None else ''}; nothing to do")
+        return CommitResult(topology_id, txid, False, attempt, at, msg)
+    if txid > committed + 1:
+        raise WaitingForPredecessor(topology_id, txid, committed)
+    return None
+
+
+def _choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Transaction,
+                    requested: int | None) -> tuple[int | None, dict[str, int], int, int]:
+    """(attempt, row_counts, records_read, quarantined) to commit, or NotProcessed."""
+    if txn.pinned_attempt is not None:
+        # A commit that began applying states elsewhere must finish with the same attempt.
+        cur.execute(sql.SQL("SELECT attempt, row_counts, records_read, quarantined FROM {} "
+                            "WHERE topology_id = %s AND txid = %s AND attempt = %s")
+                    .format(store.t("attempts")), (txn.topology_id, txn.txid, txn.pinned_attempt))
+        row = cur.fetchone()
+        return int(row[0]), dict(row[1] or {}), int(row[2] or 0), int(row[3] or 0)
+    cur.execute(sql.SQL("SELECT attempt, row_counts, records_read, quarantined FROM {} "
+                        "WHERE topology_id = %s AND txid = %s AND status = 'complete' "
+                        "AND plan_version = %s ORDER BY attempt DESC LIMIT 1")
+                .format(store.t("attempts")), (txn.topology_id, txn.txid, txn.plan_version))
+    row = cur.fetchone()
+    if row is None:
+        if txn.empty and requested is None:
+            return None, {}, 0, 0
+        raise NotProcessed(
+            f"topology {txn.topology_id!r} txid {txn.txid} has no complete processing attempt of "
+            f"its current plan (version {txn.plan_version}): run its processing task, then commit")
+    if requested is not None and requested != row[0]:
+        raise StaleAttempt(
+            f"txid {txn.txid}: attempt {requested} is not the latest complete attempt of the "
+            f"current plan (that is attempt {row[0]}); only the latest can be committed")
+    return int(row[0]), dict(row[1] or {}), int(row[2] or 0), int(row[3] or 0)
+
+
+def _verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
+                   txn: Transaction, attempt: int | None, row_counts: Mapping[str, int]) -> None:
+    if attempt is None:
+        return
+    for state in spec.states:
+        cur.execute(q.count_staged(store.staging(num, state)), (txn.txid, attempt))
+        found = int(cur.fetchone()[0])
+        expected = int(row_counts.get(state.name, 0))
+        if found != expected:
+            raise StagedOutputIncomplete(
+                f"topology {txn.topology_id!r} txid {txn.txid} attempt {attempt}: state "
+                f"{state.name!r} has {found} staged rows, the attempt reported {expected}; the "
+                "staged output is damaged: process the txid again (a new attempt), then commit")
+
+
+def _apply(store: StateStore, cur: psycopg2.extensions.cursor, state: StateSpec, staging: sql.Composed,
+           txid: int, attempt: int, expected: int) -> None:
+    delta = q.staged_delta(staging, state)
+    params = {"txid": txid, "attempt": attempt}
+    cur.execute(q.upsert(state, q.state_table(state), delta), params)
+    if cur.rowcount < expected:
+        cur.execute(q.rows_ahead(state, q.state_table(state), delta), params)
+        ahead = int(cur.fetchone()[0])
+        if ahead:
+            raise ReplayBehindState(
+                f"state {state.name!r}: {ahead} keys already hold a txid later than {txid}; a replay "
+                "behind the state is never applied. The state table was changed outside this "
+                "topology (or restored from a later backup): rebuild it from the source")
+
+
+def _commit_external(store: StateStore, topology_id: str, txid: int, attempt: int | None) -> CommitResult | None:
+    """Apply states kept in other databases; the attempt is pinned first so a crash and rerun
+    re-applies exactly the same staged rows (idempotent under the per-value txid rule)."""
+    with store.db.transaction() as cur:
+        num, spec, committed, _o = store.load(cur, topology_id, lock=True)
+        done = _check_order(store, cur, topology_id, txid, committed)
+        if done is not None:
+            return done
+        txn = store.txn(cur, topology_id, txid, lock=True)
+        chosen, row_counts, _r, _q = _choose_attempt(store, cur, txn, attempt)
+        _verify_staged(store, cur, num, spec, txn, chosen, row_counts)
+        if chosen is None:
+            return None
+        cur.execute(sql.SQL("UPDATE {} SET pinned_attempt = %s WHERE topology_id = %s AND txid = %s")
+                    .format(store.t("transactions")), (chosen, topology_id, txid))
+    faults.point("commit.after_pin")
+    for state in spec.states:
+        if state.database is None:
+            continue
+        buf = io.StringIO()
+        with store.db.transaction() as cur:
+            copy = sql.SQL("COPY ({}) TO STDOUT").format(q.staged_delta(store.staging(num, state), state))
+            cur.copy_expert(cur.mogrify(copy, {"txid": txid, "attempt": chosen}).decode(), buf)
+        buf.seek(0)
+        with store.ext_db(state.database).transaction() as ecur:
+            registration.ensure_state_table(store, ecur, state)
+            ecur.execute(sql.SQL("CREATE TEMP TABLE txn_delta ({}, value {}) ON COMMIT DROP").format(
+                sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
+                                   for c, t in state.keys.items()), sql.SQL(state.value_type)))
+            ecur.copy_expert("COPY txn_delta FROM STDIN", buf)
+            delta = sql.SQL("SELECT * FROM txn_delta")
+            ecur.execute(q.upsert(state, q.state_table(state), delta), {"txid": txid})
+            ecur.execute(q.rows_ahead(state, q.state_table(state), delta), {"txid": txid})
+            if int(ecur.fetchone()[0]):
+                raise ReplayBehindState(
+                    f"state {state.name!r} in database {state.database!r} holds txids later than "
+                    f"{txid}: it was changed outside this topology; rebuild it from the source")
+        faults.point("commit.after_external")
+    return None

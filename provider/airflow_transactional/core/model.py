@@ -1,0 +1,113 @@
+"""The data model of the transaction core: what a transaction, an attempt, a commit and a
+topology's status are. Plain frozen dataclasses, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..sources.base import Offsets
+
+#: How much of a bad record's raw text the quarantine keeps (its full length is kept beside it).
+QUARANTINE_RECORD_CHARS = 4096
+QUARANTINE_COLUMNS = ("topology_id", "txid", "attempt", "source_offset", "event_id", "reason", "record",
+                      "record_length")
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One planned transaction (one DAG run)."""
+
+    topology_id: str
+    txid: int
+    run_key: str
+    plan_version: int
+    start_offsets: Offsets
+    end_offsets: Offsets
+    batch: dict[str, Any]
+    planned_records: int
+    status: str
+    planned_at: datetime
+    committed_at: datetime | None
+    pinned_attempt: int | None
+
+    @property
+    def empty(self) -> bool:
+        return self.planned_records == 0
+
+    @property
+    def committed(self) -> bool:
+        return self.status == "committed"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One processing attempt of a transaction."""
+
+    topology_id: str
+    txid: int
+    attempt: int
+    plan_version: int
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    topology_id: str
+    txid: int
+    committed: bool  # False: the txid was committed before; nothing was done
+    attempt: int | None
+    committed_at: datetime | None
+    message: str
+
+
+@dataclass(frozen=True)
+class InFlight:
+    txid: int
+    run_key: str
+    phase: str  # planned | processing | processed | failed
+    plan_version: int
+    attempts: int
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TopologyStatus:
+    topology_id: str
+    committed_txid: int
+    committed_offsets: Offsets
+    last_commit_at: datetime | None
+    in_flight: list[InFlight]
+    lag: int
+    blocked_by: str | None
+    quarantined: int
+    quarantined_pending: int
+    lost_records: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topology_id": self.topology_id,
+            "committed_txid": self.committed_txid,
+            "committed_offsets": self.committed_offsets,
+            "last_commit_at": self.last_commit_at.isoformat() if self.last_commit_at else None,
+            "in_flight": [vars(f) for f in self.in_flight],
+            "lag": self.lag,
+            "blocked_by": self.blocked_by,
+            "quarantined": self.quarantined,
+            "quarantined_pending": self.quarantined_pending,
+            "lost_records": self.lost_records,
+        }
+
+
+@dataclass
+class RecoverResult:
+    staged_rows_deleted: int = 0
+    attempts_discarded: int = 0
+    quarantine_rows_deleted: int = 0
+    details: list[str] = field(default_factory=list)
+
+
+def same_offsets(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Offsets are equal when every position is; a missing position counts as 0."""
+    return all(int(a.get(k, 0)) == int(b.get(k, 0)) for k in set(a) | set(b))

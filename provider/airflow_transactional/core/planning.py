@@ -1,0 +1,154 @@
+"""Planning (Storm's coordinator): give a run its txid and fix its batch as exact source offsets,
+once; re-plan an opaque topology's batches when retention removed records; hand a deleted run's
+txid to the next run."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from psycopg2 import sql
+from psycopg2.extras import Json
+
+from ..exceptions import (
+    ConfigError,
+    TooManyInFlight,
+)
+from ..sources.base import BatchPlan
+from . import liveness
+from .context import TXN_COLUMNS, StateStore
+from .model import (
+    Transaction,
+    same_offsets,
+)
+
+log = logging.getLogger("airflow_transactional.coordinator")
+
+
+def plan(store: StateStore, topology_id: str, run_key: str) -> Transaction:
+    """The transaction of ``run_key``: planned now if new, else the stored one, unchanged."""
+    if not isinstance(run_key, str) or not run_key:
+        raise ConfigError(f"run key must be a non-empty string, got {run_key!r}")
+    with store.db.transaction() as cur:
+        _num, spec, committed, offsets = store.load(cur, topology_id, lock=True)
+        cur.execute(sql.SQL("SELECT txid FROM {} WHERE topology_id = %s AND run_key = %s")
+                    .format(store.t("transactions")), (topology_id, run_key))
+        row = cur.fetchone()
+        if row is not None:
+            # Planning a run again (a clear, a backfill) means someone is retrying it.
+            liveness.lift_failed(store, cur, topology_id, int(row[0]))
+            return store.txn(cur, topology_id, int(row[0]))
+        cur.execute(sql.SQL("SELECT txid FROM {} WHERE topology_id = %s AND status = 'planned' "
+                            "ORDER BY txid").format(store.t("transactions")), (topology_id,))
+        in_flight = [int(r[0]) for r in cur.fetchall()]
+        if len(in_flight) >= spec.max_in_flight:
+            raise TooManyInFlight(topology_id, in_flight, spec.max_in_flight)
+        cur.execute(sql.SQL("SELECT txid, end_offsets FROM {} WHERE topology_id = %s "
+                            "ORDER BY txid DESC LIMIT 1").format(store.t("transactions")), (topology_id,))
+        last = cur.fetchone()
+        txid, start = (int(last[0]) + 1, dict(last[1])) if last else (committed + 1, offsets)
+        bp = spec.source.plan(cur, store.schema, topology_id, start, spec.max_batch_size,
+                              skip_unavailable=spec.opaque)
+        batch = _stored_batch(bp)
+        if bp.lost_records:
+            log.warning("topology %s txid %d: %d records removed by retention were skipped (%s)",
+                        topology_id, txid, bp.lost_records, "; ".join(bp.lost_detail))
+        cur.execute(sql.SQL(
+            "INSERT INTO {} (topology_id, txid, run_key, start_offsets, end_offsets, batch, "
+            "planned_records) VALUES (%s, %s, %s, %s, %s, %s, %s)").format(store.t("transactions")),
+            (topology_id, txid, run_key, Json(bp.start), Json(bp.end), Json(batch), bp.planned_records))
+        log.info("topology %s: planned txid %d for run %s (%d records)", topology_id, txid,
+                 run_key, bp.planned_records)
+        return store.txn(cur, topology_id, txid)
+
+
+def transaction(store: StateStore, topology_id: str, txid: int) -> Transaction:
+    with store.db.transaction() as cur:
+        return store.txn(cur, topology_id, txid)
+
+
+def transaction_for_run(store: StateStore, topology_id: str, run_key: str) -> Transaction | None:
+    with store.db.transaction() as cur:
+        cur.execute(sql.SQL("SELECT txid FROM {} WHERE topology_id = %s AND run_key = %s")
+                    .format(store.t("transactions")), (topology_id, run_key))
+        row = cur.fetchone()
+        return store.txn(cur, topology_id, int(row[0])) if row else None
+
+
+def replan(store: StateStore, topology_id: str, from_txid: int, reason: str) -> list[int]:
+    """Re-plan ``from_txid`` and every later uncommitted txid from the committed checkpoint.
+
+    Storm's rule for opaque sources: when a batch changes, every later batch in flight is
+    re-planned too, or records could be skipped or counted twice. Each re-plan is bounded by
+    the txid's old end, so it only drops what retention removed; a txid whose batch comes out
+    the same keeps its plan version (its staged output stays usable), and only txids the loss
+    reaches must be processed again. Returns the txids whose plan changed.
+    """
+    changed: list[int] = []
+    with store.db.transaction() as cur:
+        _num, spec, committed, offsets = store.load(cur, topology_id, lock=True)
+        if from_txid <= committed:
+            return []
+        cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s AND txid >= %s ORDER BY txid FOR UPDATE")
+                    .format(TXN_COLUMNS, store.t("transactions")),
+                    (topology_id, committed + 1))
+        txns = [Transaction(*r) for r in cur.fetchall()]
+        prev_end = offsets
+        for t in txns:
+            if t.txid < from_txid or t.pinned_attempt is not None:
+                prev_end = t.end_offsets
+                continue
+            # Bounded by the old end: a re-plan drops what is gone and keeps the boundary, so
+            # later txids (and their staged output) stay valid unless the loss reaches them.
+            bp = spec.source.plan(cur, store.schema, topology_id, prev_end, spec.max_batch_size,
+                                  skip_unavailable=True, until=t.end_offsets)
+            batch = _stored_batch(bp)
+            if same_offsets(bp.start, t.start_offsets) and same_offsets(bp.end, t.end_offsets) \
+                    and batch == t.batch:
+                prev_end = t.end_offsets
+                continue
+            cur.execute(sql.SQL(
+                "UPDATE {} SET plan_version = plan_version + 1, start_offsets = %s, end_offsets = %s, "
+                "batch = %s, planned_records = %s, replanned_at = clock_timestamp(), replan_reason = %s "
+                "WHERE topology_id = %s AND txid = %s").format(store.t("transactions")),
+                (Json(bp.start), Json(bp.end), Json(batch), bp.planned_records, reason, topology_id, t.txid))
+            cur.execute(sql.SQL("UPDATE {} SET status = 'discarded', finished_at = coalesce(finished_at, "
+                                "clock_timestamp()), error = %s WHERE topology_id = %s AND txid = %s "
+                                "AND status IN ('running', 'complete')").format(store.t("attempts")),
+                        (f"re-planned: {reason}", topology_id, t.txid))
+            changed.append(t.txid)
+            prev_end = bp.end
+    if changed:
+        log.warning("topology %s: re-planned txids %s (%s)", topology_id, changed, reason)
+    return changed
+
+
+def adopt(store: StateStore, topology_id: str, txid: int, old_run_key: str, new_run_key: str) -> Transaction | None:
+    """Hand the planned, uncommitted ``txid`` of ``old_run_key`` (a run that no longer exists)
+    to ``new_run_key``: same place in the order, same batch, plan and staged attempts.
+
+    None when another run took it first or ``new_run_key`` already has a txid. Lifts the
+    failed mark: the new run is its retry.
+    """
+    with store.db.transaction() as cur:
+        store.load(cur, topology_id, lock=True)  # one at a time with plan()
+        cur.execute(sql.SQL("SELECT 1 FROM {} WHERE topology_id = %s AND run_key = %s")
+                    .format(store.t("transactions")), (topology_id, new_run_key))
+        if cur.fetchone() is not None:
+            return None
+        cur.execute(sql.SQL("UPDATE {} SET run_key = %s, failed_at = NULL, failure = NULL WHERE topology_id = %s "
+                            "AND txid = %s AND run_key = %s AND status = 'planned'")
+                    .format(store.t("transactions")), (new_run_key, topology_id, txid, old_run_key))
+        if cur.rowcount != 1:
+            return None
+        log.warning("topology %s: txid %d of run %s (gone) handed to run %s", topology_id, txid,
+                    old_run_key, new_run_key)
+        return store.txn(cur, topology_id, txid)
+
+
+def _stored_batch(bp: BatchPlan) -> dict[str, Any]:
+    """The batch as stored in the plan, with what retention removed from it, if anything."""
+    batch = dict(bp.batch)
+    if bp.lost_records:
+        batch["lost"] = {"records": bp.lost_records, "detail": bp.lost_detail, "ranges": bp.lost_ranges}
+    return batch

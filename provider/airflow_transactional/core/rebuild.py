@@ -1,0 +1,171 @@
+"""Rebuild a topology's states from its source while it keeps committing, then swap atomically.
+
+OLEP's promise: a derived view can always be recomputed from the log (after a bug fix in the
+job, or a damaged table). The steps:
+
+1. :func:`begin` records ``rebuild_from_txid = T0`` (the committed txid). From then on every commit
+   keeps its staged rows -- a journal of the deltas applied after T0.
+2. The topology's own Spark job recomputes every state over the batches committed through T0
+   and loads the result into load tables (``spark_job.rebuild``), as long as it takes.
+3. :func:`swap`, ONE database transaction: lock the topology (commits wait), build each state as
+   the recomputed values of T0 plus the journaled deltas of T0+1..now under the same value rules,
+   replace the state table's contents, drop the journal, clear the mark. Readers see the old
+   state or the new one, never a half-built view.
+
+:func:`abort` undoes step 1 (a failed rebuild); ``recover`` then frees the journal.
+
+Each rebuild has an id, recorded at :func:`begin` and checked at :func:`swap`: a rebuild that was
+aborted (or replaced by another) can never swap its half-loaded tables in. While it runs, the
+rebuild holds a session advisory lock in Postgres: that is how ``airflow-txn rebuild --abort``
+tells a live rebuild (refused without ``--force``) from one whose process died.
+"""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg2 import sql
+
+from ..exceptions import ConfigError, RebuildInProgress, TransactionalError
+from ..spec import StateSpec
+from ..store import sql as q
+from . import status
+from .context import StateStore
+
+__all__ = ["Rebuild", "RebuildInProgress", "abort", "begin", "load_copies", "load_table", "swap"]
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """A rebuild that has begun: its topology, the txid it recomputes through, its id."""
+
+    topology_id: str
+    through_txid: int
+    rebuild_id: str
+
+
+def _liveness_key(store: StateStore, topology_id: str) -> int:
+    return zlib.crc32(f"airflow_transactional:{store.schema}:rebuild:{topology_id}".encode()) & 0x7FFFFFFF
+
+
+def _hold(store: StateStore, topology_id: str) -> bool:
+    """Take the rebuild's liveness lock on this store's session; False if another session holds it."""
+    with store.db.transaction() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s)", (_liveness_key(store, topology_id),))
+        return bool(cur.fetchone()[0])
+
+
+def _release(store: StateStore, topology_id: str) -> None:
+    with store.db.transaction() as cur:
+        cur.execute("SELECT pg_advisory_unlock(%s)", (_liveness_key(store, topology_id),))
+
+
+def load_table(store: StateStore, num: int, state: StateSpec) -> sql.Composed:
+    return q.audit_table(store.schema, num, state, purpose="rebuild")
+
+
+def _running(cur: Any, store: StateStore, topology_id: str) -> tuple[int | None, str | None]:
+    cur.execute(sql.SQL("SELECT rebuild_from_txid, rebuild_id FROM {} WHERE topology_id = %s")
+                .format(store.t("topologies")), (topology_id,))
+    txid, rebuild_id = cur.fetchone()
+    return txid, rebuild_id
+
+
+def begin(store: StateStore, topology_id: str) -> Rebuild:
+    """Mark the rebuild's starting point; T0 (``through_txid``) is the txid the recomputation covers."""
+    if not _hold(store, topology_id):
+        raise RebuildInProgress(f"topology {topology_id!r} has a rebuild running (its process holds the rebuild "
+                                "lock): wait for it to finish")
+    try:
+        with store.db.transaction() as cur:
+            num, spec, committed, _o = store.load(cur, topology_id, lock=True)
+            if any(s.database is not None for s in spec.states):
+                raise ConfigError(f"topology {topology_id!r} keeps states in another database: rebuild them there "
+                                  "by replaying the log into a fresh table")
+            running, old_id = _running(cur, store, topology_id)
+            if running is not None:
+                raise RebuildInProgress(f"topology {topology_id!r} has an unfinished rebuild {old_id} from txid "
+                                        f"{running} whose process is gone: run 'airflow-txn rebuild --abort "
+                                        f"{topology_id}', then rebuild again")
+            rebuild = Rebuild(topology_id, committed, uuid.uuid4().hex)
+            cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = %s, rebuild_id = %s WHERE topology_id = %s")
+                        .format(store.t("topologies")), (committed, rebuild.rebuild_id, topology_id))
+            for state in spec.states:
+                for stmt in q.create_audit_table(load_table(store, num, state), state):
+                    cur.execute(stmt)
+    except BaseException:
+        _release(store, topology_id)
+        raise
+    return rebuild
+
+
+def swap(store: StateStore, rebuild: Rebuild) -> dict[str, Any]:
+    """Replay the journal onto the recomputed states and swap them in (see the module docstring)."""
+    topology_id, through_txid = rebuild.topology_id, rebuild.through_txid
+    with store.db.transaction() as cur:
+        num, spec, committed, _o = store.load(cur, topology_id, lock=True)
+        if _running(cur, store, topology_id) != (through_txid, rebuild.rebuild_id):
+            raise TransactionalError(f"topology {topology_id!r}: rebuild {rebuild.rebuild_id} (from txid "
+                                     f"{through_txid}) was aborted or replaced; nothing was swapped")
+        cur.execute(sql.SQL("SELECT txid, attempt FROM {} WHERE topology_id = %s AND txid > %s ORDER BY txid")
+                    .format(store.t("commits")), (topology_id, through_txid))
+        journal = [(int(t), int(a)) for t, a in cur.fetchall()]
+        result: dict[str, Any] = {"topology": topology_id, "rebuilt_at_txid": through_txid,
+                                  "caught_up_to_txid": committed, "journal_txids": len(journal), "states": {}}
+        for state in spec.states:
+            shadow = sql.Identifier(f"txn_rebuild_{state.name}")
+            for stmt in q.rebuild_shadow(state, shadow, load_table(store, num, state)):
+                cur.execute(stmt, {"txid": through_txid})
+            staging = store.staging(num, state)
+            for txid, attempt in journal:
+                if attempt:  # 0: an empty batch, nothing staged
+                    cur.execute(q.upsert(state, shadow, q.staged_delta(staging, state)),
+                                {"txid": txid, "attempt": attempt})
+            for stmt in q.replace_contents(state, shadow):
+                cur.execute(stmt)
+            result["states"][state.name] = cur.rowcount
+            cur.execute(sql.SQL("DROP TABLE {}").format(load_table(store, num, state)))
+            cur.execute(sql.SQL("DELETE FROM {} s USING {} t WHERE t.topology_id = %s AND t.txid = s.txid "
+                                "AND t.status = 'committed'").format(staging, store.t("transactions")),
+                        (topology_id,))
+        cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = NULL, rebuild_id = NULL WHERE topology_id = %s")
+                    .format(store.t("topologies")), (topology_id,))
+    _release(store, topology_id)
+    return result
+
+
+def abort(store: StateStore, topology_id: str, *, rebuild: Rebuild | None = None, force: bool = False) -> bool:
+    """Forget a rebuild that did not finish; the journal is freed by ``recover``. False: none to abort.
+
+    Given ``rebuild`` (the rebuild's own clean-up), only that rebuild is forgotten. Otherwise (an
+    operator) a rebuild whose process is still alive is refused unless ``force``: it would
+    otherwise load on, and its swap would then fail.
+    """
+    if rebuild is None and not force and not _hold(store, topology_id):
+        raise RebuildInProgress(f"the rebuild of {topology_id!r} is still running (its process holds the rebuild "
+                                "lock): let it finish, stop it, or pass --force to abort it anyway")
+    try:
+        with store.db.transaction() as cur:
+            num, spec, _c, _o = store.load(cur, topology_id, lock=True)
+            running, rebuild_id = _running(cur, store, topology_id)
+            if running is None or (rebuild is not None and rebuild.rebuild_id != rebuild_id):
+                return False
+            cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = NULL, rebuild_id = NULL WHERE topology_id = %s")
+                        .format(store.t("topologies")), (topology_id,))
+            for state in spec.states:
+                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(load_table(store, num, state)))
+    finally:
+        _release(store, topology_id)
+    status.recover(store, topology_id)
+    return True
+
+
+def load_copies(store: StateStore, topology_id: str) -> dict[str, str]:
+    """The COPY statement that loads each state's recomputation into its load table."""
+    with store.db.transaction() as cur:
+        num, spec, _c, _o = store.load(cur, topology_id)
+        return {s.name: q.copy_into(load_table(store, num, s), [*s.key_columns, "value"]).as_string(cur)
+                for s in spec.states}
