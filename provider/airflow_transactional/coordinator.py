@@ -29,7 +29,7 @@ from typing import Any
 import psycopg2.extensions
 from psycopg2 import sql
 
-from .core import attempts, commit, liveness, planning, registration, status
+from .core import attempts, commit, commit_external, liveness, planning, registration, status
 from .core.context import StateStore
 from .core.model import (
     QUARANTINE_COLUMNS,
@@ -178,8 +178,10 @@ class Coordinator:
         return liveness.blocker(self.store, topology_id, txid)
 
     def commit(self, topology_id: str, txid: int, attempt: int | None = None) -> CommitResult:
-        """Commit ``txid`` exactly once, strictly after ``txid - 1`` (see the module docstring)."""
-        return commit.commit(self.store, topology_id, txid, attempt=attempt)
+        """Commit ``txid`` exactly once, strictly after ``txid - 1`` (``core/commit.py``)."""
+        if any(state.database is not None for state in self.spec(topology_id).states):
+            return commit_external.commit_external(self.store, topology_id, txid, attempt)
+        return commit.commit(self.store, topology_id, txid, attempt)
 
     def recover(self, topology_id: str) -> RecoverResult:
         """Discard staged output that can never be committed; safe to run at any time."""

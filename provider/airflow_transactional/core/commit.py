@@ -12,11 +12,10 @@
 
 A crash anywhere leaves all of it or none of it. States kept in another database cannot share
 that transaction: their commit first pins the attempt, applies it there under the per-value txid
-rule (idempotent), then runs the steps above (:func:`_commit_external`)."""
+rule (idempotent), then runs the steps above (``core/commit_external.py``)."""
 
 from __future__ import annotations
 
-import io
 import logging
 from collections.abc import Mapping
 from datetime import datetime
@@ -36,7 +35,6 @@ from ..exceptions import (
 )
 from ..spec import StateSpec, TopologySpec
 from ..store import sql as q
-from . import registration
 from .context import StateStore
 from .model import (
     CommitResult,
@@ -49,19 +47,13 @@ log = logging.getLogger("airflow_transactional.coordinator")
 
 def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None = None) -> CommitResult:
     """Commit ``txid`` exactly once, strictly after ``txid - 1`` (see the module docstring)."""
-    with store.db.transaction() as cur:
-        _num, spec, _c, _o = store.load(cur, topology_id)
-    if any(s.database is not None for s in spec.states):
-        done = _commit_external(store, topology_id, txid, attempt)
-        if done is not None:
-            return done
     scope = (topology_id, str(txid))  # faults may target one topology or one txid
     with store.db.transaction() as cur:
         faults.point("commit.begin", cur, scope=scope)
         num, spec, committed, offsets = store.load(cur, topology_id, lock=True)
         started = datetime.now().astimezone()
         faults.point("commit.after_lock", cur, scope=scope)
-        done = _check_order(store, cur, topology_id, txid, committed)
+        done = check_order(store, cur, topology_id, txid, committed)
         if done is not None:
             return done
         txn = store.txn(cur, topology_id, txid, lock=True)
@@ -70,13 +62,13 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
                 f"topology {topology_id!r}: the plan of txid {txid} starts at {txn.start_offsets} "
                 f"but the committed checkpoint is {offsets}; re-plan it (opaque topologies do "
                 "this when processing it again)")
-        chosen, row_counts, records_read, quarantined = _choose_attempt(store, cur, txn, attempt)
-        _verify_staged(store, cur, num, spec, txn, chosen, row_counts)
+        chosen, row_counts, records_read, quarantined = choose_attempt(store, cur, txn, attempt)
+        verify_staged(store, cur, num, spec, txn, chosen, row_counts)
         faults.point("commit.after_verify", cur, scope=scope)
         for state in spec.states:
             if state.database is None and chosen is not None:
                 _apply(store, cur, state, store.staging(num, state), txid, chosen,
-                            int(row_counts.get(state.name, 0)))
+                       int(row_counts.get(state.name, 0)))
                 faults.point("commit.after_apply", cur, scope=scope)
         lost = int((txn.batch.get("lost") or {}).get("records", 0))
         cur.execute("SELECT clock_timestamp()")  # one time for the commit, wherever it is recorded
@@ -118,7 +110,7 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
     return CommitResult(topology_id, txid, True, chosen, committed_at, msg)
 
 
-def _check_order(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str, txid: int,
+def check_order(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str, txid: int,
                  committed: int) -> CommitResult | None:
     """A no-op result when ``txid`` is already committed; an error when it must wait."""
     if txid <= committed:
@@ -134,7 +126,7 @@ def _check_order(store: StateStore, cur: psycopg2.extensions.cursor, topology_id
     return None
 
 
-def _choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Transaction,
+def choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Transaction,
                     requested: int | None) -> tuple[int | None, dict[str, int], int, int]:
     """(attempt, row_counts, records_read, quarantined) to commit, or NotProcessed."""
     if txn.pinned_attempt is not None:
@@ -162,7 +154,7 @@ def _choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Tra
     return int(row[0]), dict(row[1] or {}), int(row[2] or 0), int(row[3] or 0)
 
 
-def _verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
+def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
                    txn: Transaction, attempt: int | None, row_counts: Mapping[str, int]) -> None:
     if attempt is None:
         return
@@ -190,44 +182,3 @@ def _apply(store: StateStore, cur: psycopg2.extensions.cursor, state: StateSpec,
                 f"state {state.name!r}: {ahead} keys already hold a txid later than {txid}; a replay "
                 "behind the state is never applied. The state table was changed outside this "
                 "topology (or restored from a later backup): rebuild it from the source")
-
-
-def _commit_external(store: StateStore, topology_id: str, txid: int, attempt: int | None) -> CommitResult | None:
-    """Apply states kept in other databases; the attempt is pinned first so a crash and rerun
-    re-applies exactly the same staged rows (idempotent under the per-value txid rule)."""
-    with store.db.transaction() as cur:
-        num, spec, committed, _o = store.load(cur, topology_id, lock=True)
-        done = _check_order(store, cur, topology_id, txid, committed)
-        if done is not None:
-            return done
-        txn = store.txn(cur, topology_id, txid, lock=True)
-        chosen, row_counts, _r, _q = _choose_attempt(store, cur, txn, attempt)
-        _verify_staged(store, cur, num, spec, txn, chosen, row_counts)
-        if chosen is None:
-            return None
-        cur.execute(sql.SQL("UPDATE {} SET pinned_attempt = %s WHERE topology_id = %s AND txid = %s")
-                    .format(store.t("transactions")), (chosen, topology_id, txid))
-    faults.point("commit.after_pin")
-    for state in spec.states:
-        if state.database is None:
-            continue
-        buf = io.StringIO()
-        with store.db.transaction() as cur:
-            copy = sql.SQL("COPY ({}) TO STDOUT").format(q.staged_delta(store.staging(num, state), state))
-            cur.copy_expert(cur.mogrify(copy, {"txid": txid, "attempt": chosen}).decode(), buf)
-        buf.seek(0)
-        with store.ext_db(state.database).transaction() as ecur:
-            registration.ensure_state_table(store, ecur, state)
-            ecur.execute(sql.SQL("CREATE TEMP TABLE txn_delta ({}, value {}) ON COMMIT DROP").format(
-                sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
-                                   for c, t in state.keys.items()), sql.SQL(state.value_type)))
-            ecur.copy_expert("COPY txn_delta FROM STDIN", buf)
-            delta = sql.SQL("SELECT * FROM txn_delta")
-            ecur.execute(q.upsert(state, q.state_table(state), delta), {"txid": txid})
-            ecur.execute(q.rows_ahead(state, q.state_table(state), delta), {"txid": txid})
-            if int(ecur.fetchone()[0]):
-                raise ReplayBehindState(
-                    f"state {state.name!r} in database {state.database!r} holds txids later than "
-                    f"{txid}: it was changed outside this topology; rebuild it from the source")
-        faults.point("commit.after_external")
-    return None

@@ -1,0 +1,69 @@
+"""The commit of a topology whose states live partly in other databases.
+
+Those states cannot share the commit's Postgres transaction. Their commit first *pins* the
+attempt (so no re-plan or newer attempt can change what is applied), then applies its staged
+rows there under the per-value txid rule -- idempotent, so a crash and rerun re-applies the same
+rows harmlessly -- and then runs :func:`core.commit.commit`, which moves the checkpoint.
+"""
+
+from __future__ import annotations
+
+import io
+
+from psycopg2 import sql
+
+from .. import faults
+from ..exceptions import ReplayBehindState
+from ..store import sql as q
+from . import commit, registration
+from .context import StateStore
+from .model import CommitResult
+
+
+def commit_external(store: StateStore, topology_id: str, txid: int, attempt: int | None = None) -> CommitResult:
+    """Commit ``txid`` of a topology with states in other databases: pin the attempt, apply it
+    there, then run the commit protocol (which applies the states of the store itself)."""
+    done = apply_external(store, topology_id, txid, attempt)
+    return done if done is not None else commit.commit(store, topology_id, txid, attempt)
+
+
+def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int | None) -> CommitResult | None:
+    """Apply states kept in other databases; the attempt is pinned first so a crash and rerun
+    re-applies exactly the same staged rows (idempotent under the per-value txid rule). A result
+    when the txid was committed before."""
+    with store.db.transaction() as cur:
+        num, spec, committed, _o = store.load(cur, topology_id, lock=True)
+        done = commit.check_order(store, cur, topology_id, txid, committed)
+        if done is not None:
+            return done
+        txn = store.txn(cur, topology_id, txid, lock=True)
+        chosen, row_counts, _r, _q = commit.choose_attempt(store, cur, txn, attempt)
+        commit.verify_staged(store, cur, num, spec, txn, chosen, row_counts)
+        if chosen is None:
+            return None
+        cur.execute(sql.SQL("UPDATE {} SET pinned_attempt = %s WHERE topology_id = %s AND txid = %s")
+                    .format(store.t("transactions")), (chosen, topology_id, txid))
+    faults.point("commit.after_pin")
+    for state in spec.states:
+        if state.database is None:
+            continue
+        buf = io.StringIO()
+        with store.db.transaction() as cur:
+            copy = sql.SQL("COPY ({}) TO STDOUT").format(q.staged_delta(store.staging(num, state), state))
+            cur.copy_expert(cur.mogrify(copy, {"txid": txid, "attempt": chosen}).decode(), buf)
+        buf.seek(0)
+        with store.ext_db(state.database).transaction() as ecur:
+            registration.ensure_state_table(store, ecur, state)
+            ecur.execute(sql.SQL("CREATE TEMP TABLE txn_delta ({}, value {}) ON COMMIT DROP").format(
+                sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
+                                   for c, t in state.keys.items()), sql.SQL(state.value_type)))
+            ecur.copy_expert("COPY txn_delta FROM STDIN", buf)
+            delta = sql.SQL("SELECT * FROM txn_delta")
+            ecur.execute(q.upsert(state, q.state_table(state), delta), {"txid": txid})
+            ecur.execute(q.rows_ahead(state, q.state_table(state), delta), {"txid": txid})
+            if int(ecur.fetchone()[0]):
+                raise ReplayBehindState(
+                    f"state {state.name!r} in database {state.database!r} holds txids later than "
+                    f"{txid}: it was changed outside this topology; rebuild it from the source")
+        faults.point("commit.after_external")
+    return None
