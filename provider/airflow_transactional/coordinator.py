@@ -23,6 +23,7 @@ and users call these, never ``core`` directly.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -114,6 +115,11 @@ class Coordinator:
 
     def begin_attempt(self, topology_id: str, txid: int) -> tuple[Attempt, Transaction]:
         return attempts.begin_attempt(self.store, topology_id, txid)
+
+    def processing(self, topology_id: str, txid: int) -> AbstractContextManager[attempts.AttemptRun]:
+        """One processing attempt of ``txid``: ``with coordinator.processing(t, txid) as run: ...
+        run.finish(counts, records_read=n)``; an exception fails the attempt."""
+        return attempts.processing(self.store, topology_id, txid)
 
     def check_still_readable(self, topology_id: str, txn: Transaction) -> None:
         """Raise BatchUnavailable if retention removed part of ``txn``'s batch."""

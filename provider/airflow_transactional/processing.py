@@ -60,13 +60,12 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
     if txn.empty:
         return ProcessResult(txid, None, 0, {}, 0)
     spec = coordinator.spec(topology_id)
-    attempt, txn = coordinator.begin_attempt(topology_id, txid)
-    try:
+    with coordinator.processing(topology_id, txid) as run:
         partials: dict[str, dict[tuple[Any, ...], Any]] = {s.name: {} for s in spec.states}
         combiners = {s.name: Combiner(s.combiner) for s in spec.states}
         bad: list[tuple[str, str | None, str, str | None]] = []
         read = 0
-        for rec in coordinator.read_batch(txn):
+        for rec in coordinator.read_batch(run.txn):
             read += 1
             try:
                 emits = [_check_emit(spec, e) for e in fn(parse(rec.payload))]
@@ -80,14 +79,9 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
             for state_name, key, value in emits:
                 acc = partials[state_name]
                 acc[key] = combine(combiners[state_name], acc.get(key), value)
-        counts = {name: coordinator.stage(attempt, name, ((*k, v) for k, v in rows.items()))
+        counts = {name: coordinator.stage(run.attempt, name, ((*k, v) for k, v in rows.items()))
                   for name, rows in partials.items()}
-        coordinator.check_still_readable(topology_id, txn)
-        coordinator.quarantine(attempt, bad)
-        coordinator.finish_attempt(attempt, counts, records_read=read, quarantined=len(bad))
-    except BaseException as exc:
-        coordinator.fail_attempt(attempt, f"{type(exc).__name__}: {exc}")
-        raise
+        run.finish(counts, records_read=read, bad=bad)
     if bad:
         log.warning("topology %s txid %d: %d bad records quarantined", topology_id, txid, len(bad))
-    return ProcessResult(txid, attempt.attempt, read, counts, len(bad))
+    return ProcessResult(txid, run.attempt.attempt, read, counts, len(bad))

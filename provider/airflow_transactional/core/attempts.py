@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,7 @@ from ..exceptions import (
 from ..sources.base import Record
 from ..store import sql as q
 from ..store.connection import Database
+from ..store.copy import copy_line
 from . import liveness, planning
 from .context import StateStore
 from .model import (
@@ -64,6 +66,36 @@ def begin_attempt(store: StateStore, topology_id: str, txid: int) -> tuple[Attem
     return Attempt(topology_id, txid, number, txn.plan_version), txn
 
 
+class AttemptRun:
+    """A processing attempt under way (see :func:`processing`)."""
+
+    def __init__(self, store: StateStore, attempt: Attempt, txn: Transaction) -> None:
+        self.store, self.attempt, self.txn = store, attempt, txn
+
+    def finish(self, row_counts: Mapping[str, int], *, records_read: int,
+               bad: Iterable[tuple[str, str | None, str, str | None]] = (), quarantined: int | None = None) -> None:
+        """End the attempt well: check its batch is still whole, quarantine ``bad`` records
+        ``(offset, event_id, reason, raw)``, and mark it complete with what it staged.
+        ``quarantined`` counts bad records set aside otherwise too (a Spark job streams them)."""
+        check_still_readable(self.store, self.attempt.topology_id, self.txn)
+        n_bad = quarantine(self.store, self.attempt, bad)
+        finish_attempt(self.store, self.attempt, row_counts, records_read=records_read,
+                       quarantined=n_bad if quarantined is None else quarantined)
+
+
+@contextmanager
+def processing(store: StateStore, topology_id: str, txid: int) -> Iterator[AttemptRun]:
+    """The life of one processing attempt, for every processor (the Spark helper, the pure-Python one):
+    begun here; the body stages its output and calls :meth:`AttemptRun.finish`; any exception
+    fails the attempt -- its staged rows can then never be committed -- and goes on up."""
+    attempt, txn = begin_attempt(store, topology_id, txid)
+    try:
+        yield AttemptRun(store, attempt, txn)
+    except BaseException as exc:
+        fail_attempt(store, attempt, f"{type(exc).__name__}: {exc}")
+        raise
+
+
 def check_still_readable(store: StateStore, topology_id: str, txn: Transaction) -> None:
     """Raise BatchUnavailable if retention removed part of ``txn``'s batch.
 
@@ -104,7 +136,7 @@ def stage(store: StateStore, attempt: Attempt, state_name: str, rows: Iterable[S
             if len(row) != width:
                 raise ConfigError(f"state {state_name!r} rows have {width} fields "
                                   f"({', '.join(state.key_columns)}, value), got {len(row)}: {row!r}")
-            buf.write(prefix + "\t".join(map(_copy_field, row)) + "\n")
+            buf.write(prefix + copy_line(row))
             n += 1
         buf.seek(0)
         cur.copy_expert(sql.SQL("COPY {} ({}) FROM STDIN").format(
@@ -179,10 +211,3 @@ def latest_complete_attempt(store: StateStore, topology_id: str, txid: int) -> t
                     .format(store.t("attempts"), store.t("transactions")), (topology_id, txid))
         row = cur.fetchone()
     return (int(row[0]), row[1]) if row else None
-
-
-def _copy_field(value: Any) -> str:
-    if value is None:
-        return "\\N"
-    text = value.isoformat() if isinstance(value, datetime) else str(value)
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")

@@ -31,6 +31,7 @@ from psycopg2 import sql
 from .. import faults, identifiers
 from ..exceptions import BatchUnavailable, ConfigError
 from ..store.connection import CONNECTION_ERRORS, Database, redact
+from ..store.copy import copy_line
 from ..store.migrations import DEFAULT_SCHEMA, migrate
 from .base import BatchPlan, Offsets, Record, Source
 
@@ -40,10 +41,6 @@ log = logging.getLogger(__name__)
 def partition_of(event_id: str, partitions: int) -> int:
     """The partition an event id maps to when the producer names none (stable across runs)."""
     return zlib.crc32(event_id.encode()) % partitions
-
-
-def _copy_text(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def drop_known_ids(schema: str, table: str) -> sql.Composed:
@@ -177,7 +174,7 @@ class EventLog:
         s = sql.Identifier(self.schema)
         buf = io.StringIO()
         for ordinal, (p, event_id, payload) in enumerate(rows):
-            buf.write(f"{ordinal}\t{p}\t{_copy_text(event_id)}\t{_copy_text(payload)}\n")
+            buf.write(copy_line((ordinal, p, event_id, payload)))
         buf.seek(0)
         appended = 0
         with self.db.transaction() as cur:

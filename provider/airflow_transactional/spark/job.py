@@ -1,0 +1,212 @@
+"""The job entry point (:func:`run`) and its three modes: process one txid, audit, rebuild."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import faults
+from .. import rebuild as rb
+from ..coordinator import Coordinator
+from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
+from ..spec import TopologySpec
+from ..store.connection import redact
+from ..store.migrations import DEFAULT_SCHEMA
+from ..submit import DSN_FILE_ARG, driver_dsn, provider_zip
+from .read import raw_records, readable_batch
+from .stage import copy_dataframe, fold
+from .validate import validate
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("airflow_transactional.spark_job")
+
+REMOTE_ENV = "SPARK_REMOTE"
+Transform = Callable[["DataFrame"], Mapping[str, "DataFrame"]]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="process one planned transaction of a topology")
+    p.add_argument("--topology", required=True)
+    p.add_argument("--txid", type=int, help="the transaction to process")
+    p.add_argument("--schema", default=DEFAULT_SCHEMA, help="the provider's schema in the store")
+    p.add_argument("--audit", action="store_true", help="recompute the committed state and diff it")
+    p.add_argument("--rebuild", action="store_true", help="recompute the state and swap it in")
+    p.add_argument("--result-file", help="write a JSON summary here")
+    p.add_argument(DSN_FILE_ARG, help="a file holding the state store's DSN (else $AIRFLOW_TXN_DSN_FILE, "
+                   "$AIRFLOW_TXN_DSN)")
+    args, _unknown = p.parse_known_args(argv)
+    if not (args.audit or args.rebuild) and args.txid is None:
+        p.error("--txid is required (or --audit, --rebuild)")
+    return args
+
+
+def _session(app_name: str) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    remote = os.environ.get(REMOTE_ENV)
+    if remote:
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        # The executors of a remote Spark may not have the provider installed: ship it.
+        spark.addArtifacts(provider_zip(), pyfile=True)
+        log.info("%s: a Spark Connect session", app_name)
+        return spark
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def _outputs(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[str, DataFrame]:
+    out = transform(good)
+    if not isinstance(out, Mapping):
+        raise ConfigError("the transform must return {state name: DataFrame}")
+    unknown = set(out) - {s.name for s in spec.states}
+    if unknown:
+        raise ConfigError(f"the transform returned unknown states {sorted(unknown)}; the topology has "
+                          f"{', '.join(s.name for s in spec.states)}")
+    missing = [s.name for s in spec.states if s.name not in out]
+    if missing:
+        raise ConfigError(f"the transform returned no DataFrame for states {missing}")
+    return {s.name: fold(s, out[s.name]) for s in spec.states}
+
+
+def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txid: int, transform: Transform,
+            *, schema: str | None, required: Sequence[str]) -> dict[str, Any]:
+    """Process ``txid`` once, as a new attempt (see the module docstring)."""
+    txn = coordinator.transaction(topology_id, txid)
+    if txn.committed:
+        return {"txid": txid, "skipped": f"txid {txid} already committed at {txn.committed_at}; nothing to do"}
+    if txn.empty:
+        return {"txid": txid, "skipped": f"txid {txid} is empty; nothing to process"}
+    spec = coordinator.spec(topology_id)
+    dsn = coordinator.db.dsn
+    scope = (topology_id, str(txid))
+    cached: DataFrame | None = None
+    try:
+        with coordinator.processing(topology_id, txid) as work:
+            attempt = work.attempt
+            faults.point("spark.begin", scope=scope)
+            batch, unreadable = readable_batch(work.txn.batch)
+            raw, is_text = raw_records(spark, spec.source, batch, dsn=dsn, schema=coordinator.schema,
+                                       topology_id=topology_id)
+            good, bad, records_read, cached = validate(raw, is_text, schema, required)
+            records_read += len(unreadable)
+            n_bad = bad.count() + len(unreadable)  # over the cached batch: no second parse
+            if n_bad and spec.on_bad_record == "fail":
+                offset, why = unreadable[0] if unreadable else tuple(bad.select("offset", "reason").first()
+                                                                     or ("?", "?"))
+                raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
+                                "(on_bad_record='fail'; use 'quarantine' to set them aside)")
+            copies = coordinator.staging_copies(topology_id)
+            counts = {name: copy_dataframe(spark, delta, dsn, copies[name], (txid, attempt.attempt))
+                      for name, delta in _outputs(spec, transform, good).items()}
+            faults.point("spark.after_stage", scope=scope)
+            # Streamed from the executors, never collected: a batch of garbage fits no driver.
+            copy_dataframe(spark, bad, dsn, coordinator.quarantine_copy(), (topology_id, txid, attempt.attempt))
+            work.finish(counts, records_read=records_read, quarantined=n_bad,
+                        bad=[(path, None, why, None) for path, why in unreadable])
+    finally:
+        if cached is not None:
+            try:
+                cached.unpersist()
+            except Exception as exc:  # a dead session must not hide the attempt's own outcome
+                log.warning("could not drop the cached batch of txid %d: %s", txid, exc)
+    return {"txid": txid, "attempt": attempt.attempt, "records_read": records_read, "row_counts": counts,
+            "quarantined": n_bad}
+
+
+def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+          *, schema: str | None, required: Sequence[str]) -> dict[str, Any]:
+    """Recompute every state from the source over the committed offsets and diff the tables."""
+    for _ in range(3):
+        spec = coordinator.spec(topology_id)
+        st = coordinator.status(topology_id)
+        batch, why_not = coordinator.committed_batch(topology_id)
+        if why_not:
+            return {"topology": topology_id, "auditable": False, "reason": why_not, "differences": None}
+        batch, unreadable = readable_batch(batch)
+        raw, is_text = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn,
+                                   schema=coordinator.schema, topology_id=topology_id)
+        good, bad, _records, cached = validate(raw, is_text, schema, required)
+        n_bad = bad.count() + len(unreadable)
+        num, copies = coordinator.audit_tables(topology_id)
+        for name, delta in _outputs(spec, transform, good).items():
+            copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
+        cached.unpersist()
+        result = coordinator.diff_audit(topology_id, num, st.committed_txid)
+        if result is None:  # a commit landed meanwhile: recompute against the new checkpoint
+            continue
+        result["quarantined_recomputed"] = n_bad
+        result["quarantined_committed"] = st.quarantined
+        if n_bad != st.quarantined:
+            result["differences"] += abs(n_bad - st.quarantined)
+            result["samples"].append(f"quarantine: {st.quarantined} committed, {n_bad} recomputed")
+        return result
+    raise TransactionalError(f"topology {topology_id!r} kept committing during the audit: pause it and rerun")
+
+
+def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+            *, schema: str | None, required: Sequence[str]) -> dict[str, Any]:
+    """Recompute every state from the source and swap it in while the topology keeps committing."""
+    rebuild_ = rb.begin(coordinator, topology_id)
+    try:
+        spec = coordinator.spec(topology_id)
+        batch, why_not = coordinator.committed_batch(topology_id, through_txid=rebuild_.through_txid)
+        if why_not:
+            raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
+        raw, is_text = raw_records(spark, spec.source, readable_batch(batch)[0], dsn=coordinator.db.dsn,
+                                   schema=coordinator.schema, topology_id=topology_id)
+        good, _bad, _records, cached = validate(raw, is_text, schema, required)
+        copies = rb.load_copies(coordinator, topology_id)
+        for name, delta in _outputs(spec, transform, good).items():
+            copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
+        cached.unpersist()
+        faults.point("rebuild.loaded", scope=(topology_id,))
+        return rb.swap(coordinator, rebuild_)
+    except BaseException:
+        rb.abort(coordinator, topology_id, rebuild=rebuild_)
+        raise
+
+
+def run(transform: Transform, *, schema: str | None = None, required: Sequence[str] = (),
+        argv: Sequence[str] | None = None) -> int:
+    """Entry point of a job file: parse argv, process one transaction (or audit), exit."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    coordinator = Coordinator(driver_dsn(args.dsn_file), schema=args.schema)
+    mode = "audit" if args.audit else "rebuild" if args.rebuild else None
+    spark = _session(f"txn:{args.topology}:{mode or args.txid}")
+    try:
+        if mode == "audit":
+            result = audit(spark, coordinator, args.topology, transform, schema=schema, required=required)
+        elif mode == "rebuild":
+            result = rebuild(spark, coordinator, args.topology, transform, schema=schema, required=required)
+        else:
+            result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
+                             required=required)
+    except StaleAttempt as exc:
+        log.warning("%s", exc)
+        result = {"txid": args.txid, "stale": str(exc)}
+        _write_result(args.result_file, result)
+        return 3
+    except TransactionalError as exc:
+        log.error("%s", redact(str(exc)))
+        raise
+    finally:
+        coordinator.close()
+        spark.stop()
+    log.info("result: %s", json.dumps(result, default=str))
+    _write_result(args.result_file, result)
+    return 1 if args.audit and result.get("differences") else 0
+
+
+def _write_result(path: str | None, result: Mapping[str, Any]) -> None:
+    if path:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, default=str)
