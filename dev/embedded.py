@@ -22,10 +22,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg2
+import psycopg2.extensions
 from psycopg2 import sql
 
 from airflow_transactional import files, identifiers
@@ -162,30 +165,31 @@ class EmbeddedPostgres:
         password = f" password={self.superuser_password}" if self.superuser_password else ""
         return f"host={self.socket_dir} port={self.port} dbname={database} user={SUPERUSER}{password}"
 
-    def create_database(self, name: str) -> str:
-        """Create a database owned by the run-time role (idempotent); return its DSN."""
-        identifiers.name("database name", name)
+    @contextmanager
+    def _admin(self) -> Iterator[psycopg2.extensions.cursor]:
+        """A cursor of the superuser over the private socket, in autocommit (DDL on databases, roles)."""
         conn = psycopg2.connect(self.admin_dsn())
         conn.autocommit = True
         try:
             with conn.cursor() as cur:
-                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-                if cur.fetchone() is None:
-                    cur.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                        sql.Identifier(name), sql.Identifier(APP_ROLE)))
+                yield cur
         finally:
             conn.close()
+
+    def create_database(self, name: str) -> str:
+        """Create a database owned by the run-time role (idempotent); return its DSN."""
+        identifiers.name("database name", name)
+        with self._admin() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                    sql.Identifier(name), sql.Identifier(APP_ROLE)))
         return self.dsn(name)
 
     def drop_database(self, name: str) -> None:
         identifiers.name("database name", name)
-        conn = psycopg2.connect(self.admin_dsn())
-        conn.autocommit = True
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        finally:
-            conn.close()
+        with self._admin() as cur:
+            cur.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
     # -- internals -------------------------------------------------------------------------
 
@@ -237,29 +241,19 @@ class EmbeddedPostgres:
         """Upgrade a cluster initialised with ``trust`` for local connections: give the superuser
         a password, then require passwords everywhere (a reload, no restart)."""
         password = secrets.token_urlsafe(18)
-        conn = psycopg2.connect(self.admin_dsn())
-        conn.autocommit = True
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql.SQL("ALTER ROLE {} PASSWORD %s").format(sql.Identifier(SUPERUSER)), (password,))
-        finally:
-            conn.close()
+        with self._admin() as cur:
+            cur.execute(sql.SQL("ALTER ROLE {} PASSWORD %s").format(sql.Identifier(SUPERUSER)), (password,))
         self.superuser_password = password
         self._write_meta()
         self._write_hba()
         self._pg_ctl("reload")
 
     def _bootstrap(self) -> None:
-        conn = psycopg2.connect(self.admin_dsn())
-        conn.autocommit = True
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_ROLE,))
-                verb = "ALTER" if cur.fetchone() else "CREATE"
-                cur.execute(sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB PASSWORD %s")
-                            .format(sql.Identifier(APP_ROLE)), (self.password,))
-        finally:
-            conn.close()
+        with self._admin() as cur:
+            cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_ROLE,))
+            verb = "ALTER" if cur.fetchone() else "CREATE"
+            cur.execute(sql.SQL(verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB PASSWORD %s")
+                        .format(sql.Identifier(APP_ROLE)), (self.password,))
         self.create_database("airflow_txn")
 
     def _prepare_permissions(self) -> None:

@@ -43,7 +43,11 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
     One of ours that others can reach is tightened to 0700.
     """
     p = Path(path)
-    p.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        p.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the provider's private directory {p} ({exc.strerror}): set {DIR_ENV} "
+                          "to a directory this user can write") from None
     st = os.lstat(p)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{p} must be a directory, not a link or a file: remove it, or set {DIR_ENV} "

@@ -37,6 +37,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ DSN_FILE_ENV = "AIRFLOW_TXN_DSN_FILE"
 DSN_FILE_ARG = "--dsn-file"
 #: The name YARN gives the shipped DSN file in the driver's container.
 YARN_DSN_NAME = "airflow_txn_dsn"
+#: A DSN file older than this belongs to no running job (a killed task could not remove it).
+STALE_DSN_FILE_SECONDS = 7 * 24 * 3600
 K8S_SECRET_CONF = f"spark.kubernetes.driver.secretKeyRef.{DSN_ENV}"
 _K8S_SECRET_REF = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?:[-._a-zA-Z0-9]+")
 
@@ -84,6 +87,10 @@ class DsnDelivery:
 def write_dsn_file(dsn: str) -> Path:
     """A new file, mode 0600 from creation, holding ``dsn``, in the provider's private directory."""
     home = files.private_dir(files.cache_dir() / "dsn")
+    stale = time.time() - STALE_DSN_FILE_SECONDS
+    for old in home.glob("dsn-*"):  # left by a job whose task was killed before it could remove it
+        if old.stat().st_mtime < stale:
+            old.unlink(missing_ok=True)
     fd, name = tempfile.mkstemp(prefix="dsn-", dir=home)  # 0600
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(dsn)

@@ -130,3 +130,23 @@ def test_sparks_routine_warnings_stay_out_of_the_task_log_but_not_out_of_a_failu
     assert "result: {\"txid\": 7}" in caplog.text
     assert "NativeCodeLoader" not in caplog.text and "FutureWarning" not in caplog.text
     assert any("NativeCodeLoader" in line for line in hook._last_submit_log_lines)  # kept for a failure's message
+
+
+def test_a_dsn_file_left_by_a_killed_task_is_removed_once_stale(cache: Path) -> None:
+    from airflow_transactional.submit import STALE_DSN_FILE_SECONDS, write_dsn_file
+
+    left = write_dsn_file(DSN)
+    os.utime(left, (0, 0))
+    fresh = write_dsn_file(DSN)
+    assert not left.exists() and fresh.exists()
+    assert fresh.stat().st_mtime > 1e9 and STALE_DSN_FILE_SECONDS >= 24 * 3600
+
+
+def test_an_unwritable_cache_directory_names_the_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from airflow_transactional import files
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("AIRFLOW_TXN_CACHE_DIR", str(blocker / "cache"))
+    with pytest.raises(ConfigError, match="set AIRFLOW_TXN_CACHE_DIR"):
+        files.private_dir(files.cache_dir())
