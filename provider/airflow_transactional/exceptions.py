@@ -26,6 +26,18 @@ class DeclarationChanged(ConfigError):
         )
 
 
+class TopologyOfAnotherDag(ConfigError):
+    """A DAG declares a topology id that another DAG runs: the two would claim each other's runs."""
+
+    def __init__(self, topology_id: str, owner: str, dag_id: str) -> None:
+        super().__init__(
+            f"topology {topology_id!r} is run by DAG {owner!r}, and DAG {dag_id!r} declares it too: two DAGs "
+            f"would claim each other's runs (their run ids match). Give DAG {dag_id!r} a topology id of its "
+            f"own; if DAG {owner!r} was renamed {dag_id!r}, start the topology over with "
+            f"'airflow-txn reset {topology_id} --yes'"
+        )
+
+
 class UnknownTopology(TransactionalError):
     """The topology was never registered in this state store."""
 

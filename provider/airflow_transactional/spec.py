@@ -187,8 +187,9 @@ class TopologySpec:
 
 
 # Settings a topology may change between deployments: they shape future batches only. Anything
-# else -- where the source is, the states' keys, types, rules and tables, the owning DAG --
-# decides what the committed offsets and state values *mean*, and may not change under them.
+# else -- where the source is, the states' keys, types, rules and tables -- decides what the
+# committed offsets and state values *mean*, and may not change under them. (The DAG that runs a
+# topology may never change: see other_owner.)
 MUTABLE_SOURCE_SETTINGS = frozenset({"max_files", "settle_seconds"})
 _STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database", "schema")
 
@@ -196,14 +197,11 @@ _STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database"
 def _identity(config: Mapping[str, Any]) -> dict[str, Any]:
     source = {k: v for k, v in dict(config["source"]).items() if k not in MUTABLE_SOURCE_SETTINGS}
     states = {s["name"]: {k: s.get(k) for k in _STATE_IDENTITY} for s in config["states"]}
-    return {"source": source, "states": states, "dag_id": dict(config.get("extra") or {}).get("dag_id")}
+    return {"source": source, "states": states}
 
 
 def incompatible_changes(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> list[str]:
-    """What ``declared`` changes of ``stored`` that committed progress depends on (empty: none).
-
-    A DAG id is compared only when both declarations carry one (older ones do not).
-    """
+    """What ``declared`` changes of ``stored`` that committed progress depends on (empty: none)."""
     old, new = _identity(stored), _identity(declared)
     changes = []
     if old["source"] != new["source"]:
@@ -217,6 +215,12 @@ def incompatible_changes(stored: Mapping[str, Any], declared: Mapping[str, Any])
         else:
             changes += [f"state {name!r} {k} {before[k]!r} -> {after[k]!r}" for k in _STATE_IDENTITY
                         if before[k] != after[k]]
-    if old["dag_id"] and new["dag_id"] and old["dag_id"] != new["dag_id"]:
-        changes.append(f"run by DAG {old['dag_id']!r}, now declared by DAG {new['dag_id']!r}")
     return changes
+
+
+def other_owner(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> str | None:
+    """The DAG that runs the stored topology when ``declared`` comes from another one (else None).
+
+    Compared only when both declarations name their DAG (older ones do not)."""
+    old, new = (dict(c.get("extra") or {}).get("dag_id") for c in (stored, declared))
+    return str(old) if old and new and old != new else None

@@ -18,7 +18,7 @@ import pytest
 
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.exceptions import ConfigError, DeclarationChanged
+from airflow_transactional.exceptions import ConfigError, DeclarationChanged, TopologyOfAnotherDag
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
 from dev.embedded import EmbeddedPostgres
@@ -119,9 +119,14 @@ def test_a_declaration_may_change_freely_before_anything_was_planned(coordinator
 def test_two_dags_cannot_run_one_topology(coordinator: Coordinator, dsn: str) -> None:
     make_log(dsn, "shared").append([click(1)])
     coordinator.register(words(PostgresLogSource("shared"), dag_id="drift"))
-    run_one(coordinator, "drift", "scheduled__1", count_fn)
-    with pytest.raises(DeclarationChanged, match="run by DAG 'drift', now declared by DAG 'drift_copy'"):
+    # Refused from the first registration, planned or not: the second DAG's runs would claim the
+    # first one's txids (their run ids, e.g. scheduled__2024-01-01, match).
+    with pytest.raises(TopologyOfAnotherDag, match="run by DAG 'drift', and DAG 'drift_copy' declares it too"):
         coordinator.register(words(PostgresLogSource("shared"), dag_id="drift_copy"))
+    run_one(coordinator, "drift", "scheduled__1", count_fn)
+    with pytest.raises(TopologyOfAnotherDag, match="airflow-txn reset drift --yes"):
+        coordinator.register(words(PostgresLogSource("shared"), dag_id="drift_copy"))
+    coordinator.register(words(PostgresLogSource("shared"), dag_id="drift"))  # its own DAG: fine
 
 
 # -- retention -------------------------------------------------------------------------------

@@ -150,3 +150,16 @@ def test_an_unwritable_cache_directory_names_the_setting(monkeypatch: pytest.Mon
     monkeypatch.setenv("AIRFLOW_TXN_CACHE_DIR", str(blocker / "cache"))
     with pytest.raises(ConfigError, match="set AIRFLOW_TXN_CACHE_DIR"):
         files.private_dir(files.cache_dir())
+
+
+def test_a_skipped_process_task_says_why_as_a_plain_log_line_first(caplog: pytest.LogCaptureFixture,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    op = TransactionalSparkSubmitOperator(task_id="process", topology={"topology_id": "t"}, application="/jobs/w.py")
+    # Airflow's own task logger does not reach caplog
+    monkeypatch.setattr(TransactionalSparkSubmitOperator, "log", property(lambda _: logging.getLogger("test.process")))
+    reason = "txid 7 already committed at 2026-11-23T10:00:00+00:00; nothing to do"
+    with caplog.at_level("INFO"), pytest.raises(AirflowSkipException, match="txid 7 already committed"):
+        op.skip(reason)
+    assert [r.getMessage() for r in caplog.records] == [reason]  # logged before the skip, not only in its group

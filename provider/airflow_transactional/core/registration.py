@@ -14,8 +14,9 @@ from ..exceptions import (
     ConfigError,
     DeclarationChanged,
     SchemaMismatch,
+    TopologyOfAnotherDag,
 )
-from ..spec import StateSpec, TopologySpec, incompatible_changes
+from ..spec import StateSpec, TopologySpec, incompatible_changes, other_owner
 from ..store import sql as q
 from ..store.migrations import migrate as migrate_schema
 from .context import StateStore
@@ -56,6 +57,9 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
                             "FROM {} WHERE topology_id = %s FOR UPDATE")
                     .format(store.t("transactions"), store.t("topologies")), (spec.topology_id, spec.topology_id))
         row = cur.fetchone()
+        owner = other_owner(row[0], config) if row is not None else None
+        if owner is not None:
+            raise TopologyOfAnotherDag(spec.topology_id, owner, str(config["extra"]["dag_id"]))
         if row is not None and (row[1] or row[2]):  # planned at least once: offsets mean something
             changes = incompatible_changes(row[0], config)
             if changes:
