@@ -26,25 +26,15 @@ from .spec import TopologySpec
 from .store import privileges
 from .store.connection import redact
 from .store.migrations import DEFAULT_SCHEMA
-from .submit import deliver_dsn, provider_zip, spark_submit, spark_submit_argv, with_quiet_driver_logs
-
-DSN_FILE_ENV = "AIRFLOW_TXN_DSN_FILE"
-
-
-def read_dsn_file(path: str) -> str:
-    """The DSN kept in ``path``: a file only its owner may read (like ``~/.pgpass``)."""
-    try:
-        st = os.stat(path)
-        with open(path, encoding="utf-8") as fh:
-            dsn = fh.read().strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the DSN file {path}: {exc.strerror}") from None
-    if st.st_mode & 0o077:
-        raise ConfigError(f"the DSN file {path} can be read by other users: chmod 600 {path}")
-    if not dsn:
-        raise ConfigError(f"the DSN file {path} is empty: write the state store's DSN or URI in it")
-    return dsn
-
+from .submit import (
+    DSN_FILE_ENV,
+    deliver_dsn,
+    provider_zip,
+    read_dsn_file,
+    spark_submit,
+    spark_submit_argv,
+    with_quiet_driver_logs,
+)
 
 # spark_submit and spark_submit_argv moved to .submit; importing them from here still works.
 __all__ = ["main", "spark_submit", "spark_submit_argv"]

@@ -115,18 +115,27 @@ def deliver_dsn(dsn: str, master: str, deploy_mode: str | None, *,
     return DsnDelivery([DSN_FILE_ARG, str(path)], local_file=path)
 
 
+def read_dsn_file(path: str, *, owner_only: bool = True, unreadable_hint: str = "") -> str:
+    """The DSN kept in ``path``. ``owner_only``: refuse a file others may read (like ``~/.pgpass``)
+    -- not in a driver, where the cluster manager decides the mode of a shipped file."""
+    try:
+        mode = os.stat(path).st_mode
+        dsn = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the DSN file {path}: {exc.strerror}{unreadable_hint}") from None
+    if owner_only and mode & 0o077:
+        raise ConfigError(f"the DSN file {path} can be read by other users: chmod 600 {path}")
+    if not dsn:
+        raise ConfigError(f"the DSN file {path} is empty: write the state store's DSN or URI in it")
+    return dsn
+
+
 def driver_dsn(dsn_file: str | None) -> str:
     """The DSN inside a driver: ``--dsn-file``, else ``$AIRFLOW_TXN_DSN_FILE``, else ``$AIRFLOW_TXN_DSN``."""
     path = dsn_file or os.environ.get(DSN_FILE_ENV)
     if path:
-        try:
-            dsn = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"the driver cannot read the DSN file {path}: {exc.strerror} (a standalone master "
-                              "in cluster mode needs AIRFLOW_TXN_CACHE_DIR on storage its workers share)") from None
-        if dsn:
-            return dsn
-        raise ConfigError(f"the DSN file {path} is empty")
+        return read_dsn_file(path, owner_only=False, unreadable_hint=" (a standalone master in cluster mode "
+                             "needs AIRFLOW_TXN_CACHE_DIR on storage its workers share)")
     from_env = os.environ.get(DSN_ENV)
     if not from_env:
         raise ConfigError(f"no state store DSN: the processing operator passes {DSN_FILE_ARG}; when running a job "
