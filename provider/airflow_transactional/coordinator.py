@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime
 from typing import Any
 
 import psycopg2.extensions
@@ -33,7 +32,6 @@ from psycopg2 import sql
 from .core import attempts, commit, commit_external, liveness, planning, registration, status
 from .core.context import StateStore
 from .core.model import (
-    QUARANTINE_COLUMNS,
     QUARANTINE_RECORD_CHARS,
     Attempt,
     CommitResult,
@@ -45,8 +43,11 @@ from .core.model import (
 )
 from .sources.base import Record
 from .spec import StateSpec, TopologySpec
+from .store.attempts import Finished
+from .store.commits import QUARANTINE_COLUMNS
 from .store.connection import Database
 from .store.migrations import DEFAULT_SCHEMA
+from .store.transactions import PlannedRun
 
 __all__ = ["QUARANTINE_COLUMNS", "QUARANTINE_RECORD_CHARS", "Attempt", "CommitResult", "Coordinator", "InFlight",
            "RecoverResult", "TopologyStatus", "Transaction", "same_offsets"]
@@ -78,7 +79,7 @@ class Coordinator:
     def close(self) -> None:
         self.store.close()
 
-    def complete_attempt(self, topology_id: str, txid: int) -> tuple[int, datetime] | None:
+    def complete_attempt(self, topology_id: str, txid: int) -> Finished | None:
         """Former name of :meth:`latest_complete_attempt` (kept: public since 0.1)."""
         return self.latest_complete_attempt(topology_id, txid)
 
@@ -158,18 +159,18 @@ class Coordinator:
     def fail_attempt(self, attempt: Attempt, error: str) -> None:
         return attempts.fail_attempt(self.store, attempt, error)
 
-    def latest_complete_attempt(self, topology_id: str, txid: int) -> tuple[int, datetime] | None:
+    def latest_complete_attempt(self, topology_id: str, txid: int) -> Finished | None:
         """(attempt, finished_at) of the latest complete attempt of the current plan, if any."""
         return attempts.latest_complete_attempt(self.store, topology_id, txid)
 
     def retrying(self, topology_id: str, txid: int) -> None:
         return liveness.retrying(self.store, topology_id, txid)
 
-    def planned_runs(self, topology_id: str) -> list[tuple[int, str]]:
+    def planned_runs(self, topology_id: str) -> list[PlannedRun]:
         """(txid, run key) of every planned, uncommitted txid, lowest first."""
         return liveness.planned_runs(self.store, topology_id)
 
-    def first_pending(self, topology_id: str, before_txid: int) -> tuple[int, str] | None:
+    def first_pending(self, topology_id: str, before_txid: int) -> PlannedRun | None:
         return liveness.first_pending(self.store, topology_id, before_txid)
 
     def adopt(self, topology_id: str, txid: int, old_run_key: str, new_run_key: str) -> Transaction | None:

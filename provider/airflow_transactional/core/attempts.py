@@ -8,11 +8,7 @@ import io
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
-
-from psycopg2 import sql
-from psycopg2.extras import Json
 
 from ..exceptions import (
     BatchUnavailable,
@@ -20,13 +16,16 @@ from ..exceptions import (
     StaleAttempt,
 )
 from ..sources.base import Record
+from ..store import attempts, commits, transactions
 from ..store import sql as q
+from ..store.attempts import Finished
+from ..store.commits import QUARANTINE_COLUMNS
 from ..store.connection import Database
 from ..store.copy import copy_line
-from . import liveness, planning
+from ..store.rows import table
+from . import planning
 from .context import StateStore
 from .model import (
-    QUARANTINE_COLUMNS,
     QUARANTINE_RECORD_CHARS,
     Attempt,
     Transaction,
@@ -56,13 +55,9 @@ def begin_attempt(store: StateStore, topology_id: str, txid: int) -> tuple[Attem
         planning.replan(store, topology_id, txid, reason)
     with store.db.transaction() as cur:
         txn = store.txn(cur, topology_id, txid, lock=True)
-        cur.execute(sql.SQL("SELECT coalesce(max(attempt), 0) + 1 FROM {} WHERE topology_id = %s "
-                            "AND txid = %s").format(store.t("attempts")), (topology_id, txid))
-        number = int(cur.fetchone()[0])
-        liveness.lift_failed(store, cur, topology_id, txid)
-        cur.execute(sql.SQL("INSERT INTO {} (topology_id, txid, attempt, plan_version, status, worker) "
-                            "VALUES (%s, %s, %s, %s, 'running', %s)").format(store.t("attempts")),
-                    (topology_id, txid, number, txn.plan_version, store.worker))
+        number = attempts.next_number(cur, store.schema, topology_id, txid)
+        transactions.lift_failed(cur, store.schema, topology_id, txid)
+        attempts.insert(cur, store.schema, topology_id, txid, number, txn.plan_version, store.worker)
     return Attempt(topology_id, txid, number, txn.plan_version), txn
 
 
@@ -139,9 +134,7 @@ def stage(store: StateStore, attempt: Attempt, state_name: str, rows: Iterable[S
             buf.write(prefix + copy_line(row))
             n += 1
         buf.seek(0)
-        cur.copy_expert(sql.SQL("COPY {} ({}) FROM STDIN").format(
-            store.staging(num, state),
-            sql.SQL(", ").join(map(sql.Identifier, q.staging_columns(state)))).as_string(cur), buf)
+        cur.copy_expert(q.copy_into(store.staging(num, state), q.staging_columns(state)).as_string(cur), buf)
     return n
 
 
@@ -154,9 +147,7 @@ def quarantine(store: StateStore, attempt: Attempt, records: Iterable[tuple[str,
     if not rows:
         return 0
     with store.db.transaction() as cur:
-        cur.executemany(sql.SQL("INSERT INTO {} (topology_id, txid, attempt, source_offset, event_id, "
-                                "reason, record, record_length) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)")
-                        .format(store.t("quarantine")), rows)
+        commits.insert_quarantined(cur, store.schema, rows)
     return len(rows)
 
 
@@ -164,7 +155,7 @@ def quarantine_copy(store: StateStore) -> str:
     """The COPY statement that streams bad records of an attempt into the quarantine: columns
     topology_id, txid, attempt, source_offset, event_id, reason, record, record_length."""
     with store.db.transaction() as cur:
-        return q.copy_into(store.t("quarantine"), list(QUARANTINE_COLUMNS)).as_string(cur)
+        return q.copy_into(table(store.schema, "quarantine"), list(QUARANTINE_COLUMNS)).as_string(cur)
 
 
 def staging_copies(store: StateStore, topology_id: str) -> dict[str, str]:
@@ -178,15 +169,8 @@ def finish_attempt(store: StateStore, attempt: Attempt, row_counts: Mapping[str,
                    records_read: int, quarantined: int = 0) -> None:
     """Mark an attempt complete with what it staged; refused if it was discarded meanwhile."""
     with store.db.transaction() as cur:
-        cur.execute(sql.SQL(
-            "UPDATE {} a SET status = 'complete', finished_at = clock_timestamp(), row_counts = %s, "
-            "records_read = %s, quarantined = %s FROM {} t WHERE a.topology_id = %s AND a.txid = %s "
-            "AND a.attempt = %s AND a.status = 'running' AND t.topology_id = a.topology_id "
-            "AND t.txid = a.txid AND t.plan_version = a.plan_version AND t.status = 'planned'")
-            .format(store.t("attempts"), store.t("transactions")),
-            (Json(dict(row_counts)), records_read, quarantined, attempt.topology_id, attempt.txid,
-             attempt.attempt))
-        if cur.rowcount != 1:
+        if not attempts.complete(cur, store.schema, attempt.topology_id, attempt.txid, attempt.attempt,
+                                 row_counts, records_read, quarantined):
             raise StaleAttempt(
                 f"attempt {attempt.attempt} of txid {attempt.txid} ({attempt.topology_id}) can no "
                 "longer complete: the txid was re-planned, committed, or the attempt was discarded; "
@@ -195,19 +179,10 @@ def finish_attempt(store: StateStore, attempt: Attempt, row_counts: Mapping[str,
 
 def fail_attempt(store: StateStore, attempt: Attempt, error: str) -> None:
     with store.db.transaction() as cur:
-        cur.execute(sql.SQL("UPDATE {} SET status = 'failed', finished_at = clock_timestamp(), error = %s "
-                            "WHERE topology_id = %s AND txid = %s AND attempt = %s AND status = 'running'")
-                    .format(store.t("attempts")),
-                    (error[:2000], attempt.topology_id, attempt.txid, attempt.attempt))
+        attempts.fail(cur, store.schema, attempt.topology_id, attempt.txid, attempt.attempt, error)
 
 
-def latest_complete_attempt(store: StateStore, topology_id: str, txid: int) -> tuple[int, datetime] | None:
+def latest_complete_attempt(store: StateStore, topology_id: str, txid: int) -> Finished | None:
     """(attempt, finished_at) of the latest complete attempt of the current plan, if any."""
     with store.db.transaction() as cur:
-        cur.execute(sql.SQL("SELECT a.attempt, a.finished_at FROM {} a JOIN {} t USING (topology_id, txid) "
-                            "WHERE a.topology_id = %s AND a.txid = %s AND a.status = 'complete' "
-                            "AND a.plan_version = t.plan_version AND t.status = 'planned' "
-                            "ORDER BY a.attempt DESC LIMIT 1")
-                    .format(store.t("attempts"), store.t("transactions")), (topology_id, txid))
-        row = cur.fetchone()
-    return (int(row[0]), row[1]) if row else None
+        return attempts.latest_finished(cur, store.schema, topology_id, txid)

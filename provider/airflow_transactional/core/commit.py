@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime
+from typing import NamedTuple
 
 import psycopg2.errors
 import psycopg2.extensions
 from psycopg2 import sql
-from psycopg2.extras import Json
 
 from .. import faults
 from ..exceptions import (
@@ -34,7 +34,9 @@ from ..exceptions import (
     WaitingForPredecessor,
 )
 from ..spec import StateSpec, TopologySpec
+from ..store import attempts, catalog, commits, topologies, transactions
 from ..store import sql as q
+from ..store.rows import scalar
 from .context import StateStore
 from .model import (
     CommitResult,
@@ -43,6 +45,15 @@ from .model import (
 )
 
 log = logging.getLogger("airflow_transactional.coordinator")
+
+
+class Chosen(NamedTuple):
+    """The attempt a commit applies (None: an empty batch) and what it staged and read."""
+
+    attempt: int | None
+    row_counts: dict[str, int]
+    records_read: int
+    quarantined: int
 
 
 def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None = None) -> CommitResult:
@@ -71,37 +82,19 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
                        int(row_counts.get(state.name, 0)))
                 faults.point("commit.after_apply", cur, scope=scope)
         lost = int((txn.batch.get("lost") or {}).get("records", 0))
-        cur.execute("SELECT clock_timestamp()")  # one time for the commit, wherever it is recorded
-        committed_at = cur.fetchone()[0]
-        cur.execute(sql.SQL("UPDATE {} SET committed_txid = %s, committed_offsets = %s, "
-                            "last_commit_at = %s, lost_records = lost_records + %s "
-                            "WHERE topology_id = %s").format(store.t("topologies")),
-                    (txid, Json(txn.end_offsets), committed_at, lost, topology_id))
-        cur.execute(sql.SQL("UPDATE {} SET status = 'committed', committed_at = %s "
-                            "WHERE topology_id = %s AND txid = %s").format(store.t("transactions")),
-                    (committed_at, topology_id, txid))
-        cur.execute(sql.SQL("UPDATE {} SET status = CASE WHEN attempt = %s THEN 'committed' "
-                            "ELSE 'discarded' END, finished_at = coalesce(finished_at, clock_timestamp()) "
-                            "WHERE topology_id = %s AND txid = %s AND status <> 'failed'")
-                    .format(store.t("attempts")), (chosen, topology_id, txid))
-        cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %s AND txid = %s "
-                            "AND attempt IS DISTINCT FROM %s").format(store.t("quarantine")),
-                    (topology_id, txid, chosen))
-        cur.execute(sql.SQL("UPDATE {} SET committed = true WHERE topology_id = %s AND txid = %s")
-                    .format(store.t("quarantine")), (topology_id, txid))
-        cur.execute(sql.SQL(
-            "INSERT INTO {} (topology_id, txid, attempt, plan_version, run_key, start_offsets, "
-            "end_offsets, records_read, row_counts, quarantined, committer, commit_started_at, committed_at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")
-            .format(store.t("commits")),
-            (topology_id, txid, chosen or 0, txn.plan_version, txn.run_key, Json(txn.start_offsets),
-             Json(txn.end_offsets), records_read, Json(row_counts), quarantined, store.worker, started,
-             committed_at))
+        committed_at = catalog.now(cur)  # one time for the commit, wherever it is recorded
+        topologies.advance(cur, store.schema, topology_id, txid, txn.end_offsets, committed_at, lost)
+        transactions.mark_committed(cur, store.schema, topology_id, txid, committed_at)
+        attempts.settle(cur, store.schema, topology_id, txid, chosen)
+        commits.settle_quarantine(cur, store.schema, topology_id, txid, chosen)
+        commits.record(cur, store.schema, topology_id, commits.CommitRecord(
+            txid=txid, attempt=chosen or 0, plan_version=txn.plan_version, run_key=txn.run_key,
+            start_offsets=txn.start_offsets, end_offsets=txn.end_offsets, records_read=records_read,
+            row_counts=row_counts, quarantined=quarantined, committer=store.worker,
+            commit_started_at=started, committed_at=committed_at))
         faults.point("commit.after_checkpoint", cur, scope=scope)
-        cur.execute(sql.SQL("SELECT rebuild_from_txid FROM {} WHERE topology_id = %s")
-                    .format(store.t("topologies")), (topology_id,))
-        if cur.fetchone()[0] is None:  # during a rebuild the staged rows are its journal
-            for state in spec.states:
+        if topologies.rebuild_mark(cur, store.schema, topology_id).rebuild_from_txid is None:
+            for state in spec.states:  # during a rebuild the staged rows are its journal
                 cur.execute(q.delete_staged_txid(store.staging(num, state)), (txid,))
         faults.point("commit.before_commit", cur, scope=scope)
     faults.point("commit.after_commit", scope=scope)
@@ -114,10 +107,8 @@ def check_order(store: StateStore, cur: psycopg2.extensions.cursor, topology_id:
                  committed: int) -> CommitResult | None:
     """A no-op result when ``txid`` is already committed; an error when it must wait."""
     if txid <= committed:
-        cur.execute(sql.SQL("SELECT committed_at, attempt FROM {} WHERE topology_id = %s AND txid = %s")
-                    .format(store.t("commits")), (topology_id, txid))
-        row = cur.fetchone()
-        at, attempt = (row[0], row[1]) if row else (None, None)
+        row = commits.get(cur, store.schema, topology_id, txid)
+        at, attempt = (row.committed_at, row.attempt) if row else (None, None)
         msg = (f"txid {txid} already committed at {at.isoformat() if at else 'an earlier time'}"
                f"{f' (attempt {attempt})' if attempt is not None else ''}; nothing to do")
         return CommitResult(topology_id, txid, False, attempt, at, msg)
@@ -127,31 +118,26 @@ def check_order(store: StateStore, cur: psycopg2.extensions.cursor, topology_id:
 
 
 def choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Transaction,
-                    requested: int | None) -> tuple[int | None, dict[str, int], int, int]:
-    """(attempt, row_counts, records_read, quarantined) to commit, or NotProcessed."""
+                   requested: int | None) -> Chosen:
+    """The attempt to commit and what it staged, or NotProcessed."""
     if txn.pinned_attempt is not None:
         # A commit that began applying states elsewhere must finish with the same attempt.
-        cur.execute(sql.SQL("SELECT attempt, row_counts, records_read, quarantined FROM {} "
-                            "WHERE topology_id = %s AND txid = %s AND attempt = %s")
-                    .format(store.t("attempts")), (txn.topology_id, txn.txid, txn.pinned_attempt))
-        row = cur.fetchone()
-        return int(row[0]), dict(row[1] or {}), int(row[2] or 0), int(row[3] or 0)
-    cur.execute(sql.SQL("SELECT attempt, row_counts, records_read, quarantined FROM {} "
-                        "WHERE topology_id = %s AND txid = %s AND status = 'complete' "
-                        "AND plan_version = %s ORDER BY attempt DESC LIMIT 1")
-                .format(store.t("attempts")), (txn.topology_id, txn.txid, txn.plan_version))
-    row = cur.fetchone()
-    if row is None:
-        if txn.empty and requested is None:
-            return None, {}, 0, 0
-        raise NotProcessed(
-            f"topology {txn.topology_id!r} txid {txn.txid} has no complete processing attempt of "
-            f"its current plan (version {txn.plan_version}): run its processing task, then commit")
-    if requested is not None and requested != row[0]:
-        raise StaleAttempt(
-            f"txid {txn.txid}: attempt {requested} is not the latest complete attempt of the "
-            f"current plan (that is attempt {row[0]}); only the latest can be committed")
-    return int(row[0]), dict(row[1] or {}), int(row[2] or 0), int(row[3] or 0)
+        row = attempts.outcome(cur, store.schema, txn.topology_id, txn.txid, txn.pinned_attempt)
+    else:
+        row = attempts.latest_outcome(cur, store.schema, txn.topology_id, txn.txid, txn.plan_version)
+        if row is None:
+            if txn.empty and requested is None:
+                return Chosen(None, {}, 0, 0)
+            raise NotProcessed(
+                f"topology {txn.topology_id!r} txid {txn.txid} has no complete processing attempt of "
+                f"its current plan (version {txn.plan_version}): run its processing task, then commit")
+        if requested is not None and requested != row.attempt:
+            raise StaleAttempt(
+                f"txid {txn.txid}: attempt {requested} is not the latest complete attempt of the "
+                f"current plan (that is attempt {row.attempt}); only the latest can be committed")
+    assert row is not None, txn
+    return Chosen(int(row.attempt), dict(row.row_counts or {}), int(row.records_read or 0),
+                  int(row.quarantined or 0))
 
 
 def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
@@ -160,7 +146,7 @@ def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, 
         return
     for state in spec.states:
         cur.execute(q.count_staged(store.staging(num, state)), (txn.txid, attempt))
-        found = int(cur.fetchone()[0])
+        found = int(scalar(cur))
         expected = int(row_counts.get(state.name, 0))
         if found != expected:
             raise StagedOutputIncomplete(
@@ -176,7 +162,7 @@ def _apply(store: StateStore, cur: psycopg2.extensions.cursor, state: StateSpec,
     cur.execute(q.upsert(state, q.state_table(state), delta), params)
     if cur.rowcount < expected:
         cur.execute(q.rows_ahead(state, q.state_table(state), delta), params)
-        ahead = int(cur.fetchone()[0])
+        ahead = int(scalar(cur))
         if ahead:
             raise ReplayBehindState(
                 f"state {state.name!r}: {ahead} keys already hold a txid later than {txid}; a replay "

@@ -15,6 +15,8 @@ from psycopg2 import sql
 from .. import faults
 from ..exceptions import ReplayBehindState
 from ..store import sql as q
+from ..store import transactions
+from ..store.rows import scalar
 from . import commit, registration
 from .context import StateStore
 from .model import CommitResult
@@ -37,12 +39,12 @@ def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int 
         if done is not None:
             return done
         txn = store.txn(cur, topology_id, txid, lock=True)
-        chosen, row_counts, _r, _q = commit.choose_attempt(store, cur, txn, attempt)
-        commit.verify_staged(store, cur, num, spec, txn, chosen, row_counts)
+        picked = commit.choose_attempt(store, cur, txn, attempt)
+        commit.verify_staged(store, cur, num, spec, txn, picked.attempt, picked.row_counts)
+        chosen = picked.attempt
         if chosen is None:
             return None
-        cur.execute(sql.SQL("UPDATE {} SET pinned_attempt = %s WHERE topology_id = %s AND txid = %s")
-                    .format(store.t("transactions")), (chosen, topology_id, txid))
+        transactions.pin(cur, store.schema, topology_id, txid, chosen)
     faults.point("commit.after_pin")
     for state in spec.states:
         if state.database is None:
@@ -54,14 +56,13 @@ def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int 
         buf.seek(0)
         with store.ext_db(state.database).transaction() as ecur:
             registration.ensure_state_table(store, ecur, state)
-            ecur.execute(sql.SQL("CREATE TEMP TABLE txn_delta ({}, value {}) ON COMMIT DROP").format(
-                sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
-                                   for c, t in state.keys.items()), sql.SQL(state.value_type)))
-            ecur.copy_expert("COPY txn_delta FROM STDIN", buf)
-            delta = sql.SQL("SELECT * FROM txn_delta")
+            delta_table = sql.Identifier("txn_delta")
+            ecur.execute(q.create_delta_table(delta_table, state))
+            ecur.copy_expert(q.copy_into(delta_table, [*state.key_columns, "value"]).as_string(ecur), buf)
+            delta = sql.SQL("SELECT * FROM {}").format(delta_table)
             ecur.execute(q.upsert(state, q.state_table(state), delta), {"txid": txid})
             ecur.execute(q.rows_ahead(state, q.state_table(state), delta), {"txid": txid})
-            if int(ecur.fetchone()[0]):
+            if int(scalar(ecur)):
                 raise ReplayBehindState(
                     f"state {state.name!r} in database {state.database!r} holds txids later than "
                     f"{txid}: it was changed outside this topology; rebuild it from the source")

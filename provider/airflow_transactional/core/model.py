@@ -12,8 +12,6 @@ from ..sources.base import Offsets
 
 #: How much of a bad record's raw text the quarantine keeps (its full length is kept beside it).
 QUARANTINE_RECORD_CHARS = 4096
-QUARANTINE_COLUMNS = ("topology_id", "txid", "attempt", "source_offset", "event_id", "reason", "record",
-                      "record_length")
 
 
 @dataclass(frozen=True)

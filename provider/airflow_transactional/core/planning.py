@@ -7,16 +7,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from psycopg2 import sql
-from psycopg2.extras import Json
-
 from ..exceptions import (
     ConfigError,
     TooManyInFlight,
 )
 from ..sources.base import BatchPlan
-from . import liveness
-from .context import TXN_COLUMNS, StateStore
+from ..store import attempts, transactions
+from .context import StateStore
 from .model import (
     Transaction,
     same_offsets,
@@ -31,32 +28,24 @@ def plan(store: StateStore, topology_id: str, run_key: str) -> Transaction:
         raise ConfigError(f"run key must be a non-empty string, got {run_key!r}")
     with store.db.transaction() as cur:
         _num, spec, committed, offsets = store.load(cur, topology_id, lock=True)
-        cur.execute(sql.SQL("SELECT txid FROM {} WHERE topology_id = %s AND run_key = %s")
-                    .format(store.t("transactions")), (topology_id, run_key))
-        row = cur.fetchone()
-        if row is not None:
+        known = transactions.txid_of_run(cur, store.schema, topology_id, run_key)
+        if known is not None:
             # Planning a run again (a clear, a backfill) means someone is retrying it.
-            liveness.lift_failed(store, cur, topology_id, int(row[0]))
-            return store.txn(cur, topology_id, int(row[0]))
-        cur.execute(sql.SQL("SELECT txid FROM {} WHERE topology_id = %s AND status = 'planned' "
-                            "ORDER BY txid").format(store.t("transactions")), (topology_id,))
-        in_flight = [int(r[0]) for r in cur.fetchall()]
+            transactions.lift_failed(cur, store.schema, topology_id, known)
+            return store.txn(cur, topology_id, known)
+        in_flight = [p.txid for p in transactions.planned(cur, store.schema, topology_id)]
         if len(in_flight) >= spec.max_in_flight:
             raise TooManyInFlight(topology_id, in_flight, spec.max_in_flight)
-        cur.execute(sql.SQL("SELECT txid, end_offsets FROM {} WHERE topology_id = %s "
-                            "ORDER BY txid DESC LIMIT 1").format(store.t("transactions")), (topology_id,))
-        last = cur.fetchone()
-        txid, start = (int(last[0]) + 1, dict(last[1])) if last else (committed + 1, offsets)
+        last = transactions.last(cur, store.schema, topology_id)
+        txid, start = (last.txid + 1, dict(last.end_offsets)) if last else (committed + 1, offsets)
         bp = spec.source.plan(cur, store.schema, topology_id, start, spec.max_batch_size,
                               skip_unavailable=spec.opaque)
         batch = _stored_batch(bp)
         if bp.lost_records:
             log.warning("topology %s txid %d: %d records removed by retention were skipped (%s)",
                         topology_id, txid, bp.lost_records, "; ".join(bp.lost_detail))
-        cur.execute(sql.SQL(
-            "INSERT INTO {} (topology_id, txid, run_key, start_offsets, end_offsets, batch, "
-            "planned_records) VALUES (%s, %s, %s, %s, %s, %s, %s)").format(store.t("transactions")),
-            (topology_id, txid, run_key, Json(bp.start), Json(bp.end), Json(batch), bp.planned_records))
+        transactions.insert(cur, store.schema, topology_id, txid, run_key, bp.start, bp.end, batch,
+                            bp.planned_records)
         log.info("topology %s: planned txid %d for run %s (%d records)", topology_id, txid,
                  run_key, bp.planned_records)
         return store.txn(cur, topology_id, txid)
@@ -69,10 +58,8 @@ def transaction(store: StateStore, topology_id: str, txid: int) -> Transaction:
 
 def transaction_for_run(store: StateStore, topology_id: str, run_key: str) -> Transaction | None:
     with store.db.transaction() as cur:
-        cur.execute(sql.SQL("SELECT txid FROM {} WHERE topology_id = %s AND run_key = %s")
-                    .format(store.t("transactions")), (topology_id, run_key))
-        row = cur.fetchone()
-        return store.txn(cur, topology_id, int(row[0])) if row else None
+        txid = transactions.txid_of_run(cur, store.schema, topology_id, run_key)
+        return None if txid is None else store.txn(cur, topology_id, txid)
 
 
 def replan(store: StateStore, topology_id: str, from_txid: int, reason: str) -> list[int]:
@@ -89,10 +76,8 @@ def replan(store: StateStore, topology_id: str, from_txid: int, reason: str) -> 
         _num, spec, committed, offsets = store.load(cur, topology_id, lock=True)
         if from_txid <= committed:
             return []
-        cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s AND txid >= %s ORDER BY txid FOR UPDATE")
-                    .format(TXN_COLUMNS, store.t("transactions")),
-                    (topology_id, committed + 1))
-        txns = [Transaction(*r) for r in cur.fetchall()]
+        txns = [Transaction(**r._asdict())
+                for r in transactions.uncommitted_from(cur, store.schema, topology_id, committed + 1)]
         prev_end = offsets
         for t in txns:
             if t.txid < from_txid or t.pinned_attempt is not None:
@@ -107,15 +92,9 @@ def replan(store: StateStore, topology_id: str, from_txid: int, reason: str) -> 
                     and batch == t.batch:
                 prev_end = t.end_offsets
                 continue
-            cur.execute(sql.SQL(
-                "UPDATE {} SET plan_version = plan_version + 1, start_offsets = %s, end_offsets = %s, "
-                "batch = %s, planned_records = %s, replanned_at = clock_timestamp(), replan_reason = %s "
-                "WHERE topology_id = %s AND txid = %s").format(store.t("transactions")),
-                (Json(bp.start), Json(bp.end), Json(batch), bp.planned_records, reason, topology_id, t.txid))
-            cur.execute(sql.SQL("UPDATE {} SET status = 'discarded', finished_at = coalesce(finished_at, "
-                                "clock_timestamp()), error = %s WHERE topology_id = %s AND txid = %s "
-                                "AND status IN ('running', 'complete')").format(store.t("attempts")),
-                        (f"re-planned: {reason}", topology_id, t.txid))
+            transactions.replace_plan(cur, store.schema, topology_id, t.txid, bp.start, bp.end, batch,
+                                      bp.planned_records, reason)
+            attempts.discard_replanned(cur, store.schema, topology_id, t.txid, reason)
             changed.append(t.txid)
             prev_end = bp.end
     if changed:
@@ -132,14 +111,9 @@ def adopt(store: StateStore, topology_id: str, txid: int, old_run_key: str, new_
     """
     with store.db.transaction() as cur:
         store.load(cur, topology_id, lock=True)  # one at a time with plan()
-        cur.execute(sql.SQL("SELECT 1 FROM {} WHERE topology_id = %s AND run_key = %s")
-                    .format(store.t("transactions")), (topology_id, new_run_key))
-        if cur.fetchone() is not None:
+        if transactions.txid_of_run(cur, store.schema, topology_id, new_run_key) is not None:
             return None
-        cur.execute(sql.SQL("UPDATE {} SET run_key = %s, failed_at = NULL, failure = NULL WHERE topology_id = %s "
-                            "AND txid = %s AND run_key = %s AND status = 'planned'")
-                    .format(store.t("transactions")), (new_run_key, topology_id, txid, old_run_key))
-        if cur.rowcount != 1:
+        if not transactions.hand_over(cur, store.schema, topology_id, txid, old_run_key, new_run_key):
             return None
         log.warning("topology %s: txid %d of run %s (gone) handed to run %s", topology_id, txid,
                     old_run_key, new_run_key)

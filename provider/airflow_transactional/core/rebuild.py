@@ -31,11 +31,15 @@ from psycopg2 import sql
 
 from ..exceptions import ConfigError, RebuildInProgress, TransactionalError
 from ..spec import StateSpec
+from ..store import attempts, catalog, commits, topologies
 from ..store import sql as q
+from ..store.topologies import RebuildMark
 from . import status
 from .context import StateStore
 
 __all__ = ["Rebuild", "RebuildInProgress", "abort", "begin", "load_copies", "load_table", "swap"]
+
+NO_REBUILD = RebuildMark(None, None)
 
 
 @dataclass(frozen=True)
@@ -54,24 +58,16 @@ def _liveness_key(store: StateStore, topology_id: str) -> int:
 def _hold(store: StateStore, topology_id: str) -> bool:
     """Take the rebuild's liveness lock on this store's session; False if another session holds it."""
     with store.db.transaction() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s)", (_liveness_key(store, topology_id),))
-        return bool(cur.fetchone()[0])
+        return catalog.try_lock(cur, _liveness_key(store, topology_id))
 
 
 def _release(store: StateStore, topology_id: str) -> None:
     with store.db.transaction() as cur:
-        cur.execute("SELECT pg_advisory_unlock(%s)", (_liveness_key(store, topology_id),))
+        catalog.unlock(cur, _liveness_key(store, topology_id))
 
 
 def load_table(store: StateStore, num: int, state: StateSpec) -> sql.Composed:
     return q.audit_table(store.schema, num, state, purpose="rebuild")
-
-
-def _running(cur: Any, store: StateStore, topology_id: str) -> tuple[int | None, str | None]:
-    cur.execute(sql.SQL("SELECT rebuild_from_txid, rebuild_id FROM {} WHERE topology_id = %s")
-                .format(store.t("topologies")), (topology_id,))
-    txid, rebuild_id = cur.fetchone()
-    return txid, rebuild_id
 
 
 def begin(store: StateStore, topology_id: str) -> Rebuild:
@@ -85,14 +81,14 @@ def begin(store: StateStore, topology_id: str) -> Rebuild:
             if any(s.database is not None for s in spec.states):
                 raise ConfigError(f"topology {topology_id!r} keeps states in another database: rebuild them there "
                                   "by replaying the log into a fresh table")
-            running, old_id = _running(cur, store, topology_id)
-            if running is not None:
-                raise RebuildInProgress(f"topology {topology_id!r} has an unfinished rebuild {old_id} from txid "
-                                        f"{running} whose process is gone: run 'airflow-txn rebuild --abort "
+            running = topologies.rebuild_mark(cur, store.schema, topology_id)
+            if running.rebuild_from_txid is not None:
+                raise RebuildInProgress(f"topology {topology_id!r} has an unfinished rebuild {running.rebuild_id} "
+                                        f"from txid {running.rebuild_from_txid} whose process is gone: run "
+                                        f"'airflow-txn rebuild --abort "
                                         f"{topology_id}', then rebuild again")
             rebuild = Rebuild(topology_id, committed, uuid.uuid4().hex)
-            cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = %s, rebuild_id = %s WHERE topology_id = %s")
-                        .format(store.t("topologies")), (committed, rebuild.rebuild_id, topology_id))
+            topologies.set_rebuild_mark(cur, store.schema, topology_id, RebuildMark(committed, rebuild.rebuild_id))
             for state in spec.states:
                 for stmt in q.create_audit_table(load_table(store, num, state), state):
                     cur.execute(stmt)
@@ -107,12 +103,10 @@ def swap(store: StateStore, rebuild: Rebuild) -> dict[str, Any]:
     topology_id, through_txid = rebuild.topology_id, rebuild.through_txid
     with store.db.transaction() as cur:
         num, spec, committed, _o = store.load(cur, topology_id, lock=True)
-        if _running(cur, store, topology_id) != (through_txid, rebuild.rebuild_id):
+        if topologies.rebuild_mark(cur, store.schema, topology_id) != (through_txid, rebuild.rebuild_id):
             raise TransactionalError(f"topology {topology_id!r}: rebuild {rebuild.rebuild_id} (from txid "
                                      f"{through_txid}) was aborted or replaced; nothing was swapped")
-        cur.execute(sql.SQL("SELECT txid, attempt FROM {} WHERE topology_id = %s AND txid > %s ORDER BY txid")
-                    .format(store.t("commits")), (topology_id, through_txid))
-        journal = [(int(t), int(a)) for t, a in cur.fetchall()]
+        journal = commits.journal(cur, store.schema, topology_id, through_txid)
         result: dict[str, Any] = {"topology": topology_id, "rebuilt_at_txid": through_txid,
                                   "caught_up_to_txid": committed, "journal_txids": len(journal), "states": {}}
         for state in spec.states:
@@ -127,12 +121,9 @@ def swap(store: StateStore, rebuild: Rebuild) -> dict[str, Any]:
             for stmt in q.replace_contents(state, shadow):
                 cur.execute(stmt)
             result["states"][state.name] = cur.rowcount
-            cur.execute(sql.SQL("DROP TABLE {}").format(load_table(store, num, state)))
-            cur.execute(sql.SQL("DELETE FROM {} s USING {} t WHERE t.topology_id = %s AND t.txid = s.txid "
-                                "AND t.status = 'committed'").format(staging, store.t("transactions")),
-                        (topology_id,))
-        cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = NULL, rebuild_id = NULL WHERE topology_id = %s")
-                    .format(store.t("topologies")), (topology_id,))
+            catalog.drop(cur, load_table(store, num, state))
+            attempts.delete_committed_staged(cur, store.schema, staging, topology_id)
+        topologies.set_rebuild_mark(cur, store.schema, topology_id, NO_REBUILD)
     _release(store, topology_id)
     return result
 
@@ -150,13 +141,12 @@ def abort(store: StateStore, topology_id: str, *, rebuild: Rebuild | None = None
     try:
         with store.db.transaction() as cur:
             num, spec, _c, _o = store.load(cur, topology_id, lock=True)
-            running, rebuild_id = _running(cur, store, topology_id)
-            if running is None or (rebuild is not None and rebuild.rebuild_id != rebuild_id):
+            running = topologies.rebuild_mark(cur, store.schema, topology_id)
+            if running.rebuild_from_txid is None or (rebuild is not None and rebuild.rebuild_id != running.rebuild_id):
                 return False
-            cur.execute(sql.SQL("UPDATE {} SET rebuild_from_txid = NULL, rebuild_id = NULL WHERE topology_id = %s")
-                        .format(store.t("topologies")), (topology_id,))
+            topologies.set_rebuild_mark(cur, store.schema, topology_id, NO_REBUILD)
             for state in spec.states:
-                cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(load_table(store, num, state)))
+                catalog.drop(cur, load_table(store, num, state), if_exists=True)
     finally:
         _release(store, topology_id)
     status.recover(store, topology_id)

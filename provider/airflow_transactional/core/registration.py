@@ -7,8 +7,6 @@ import logging
 
 import psycopg2.errors
 import psycopg2.extensions
-from psycopg2 import sql
-from psycopg2.extras import Json
 
 from ..exceptions import (
     ConfigError,
@@ -17,7 +15,9 @@ from ..exceptions import (
     TopologyOfAnotherDag,
 )
 from ..spec import StateSpec, TopologySpec, incompatible_changes, other_owner
+from ..store import catalog, commits
 from ..store import sql as q
+from ..store import topologies as topology_rows
 from ..store.migrations import migrate as migrate_schema
 from .context import StateStore
 
@@ -53,27 +53,20 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
                 ensure_state_table(store, ecur, state)
     config = spec.to_config()
     with store.db.transaction() as cur:
-        cur.execute(sql.SQL("SELECT spec, committed_txid, EXISTS (SELECT 1 FROM {} t WHERE t.topology_id = %s) "
-                            "FROM {} WHERE topology_id = %s FOR UPDATE")
-                    .format(store.t("transactions"), store.t("topologies")), (spec.topology_id, spec.topology_id))
-        row = cur.fetchone()
-        owner = other_owner(row[0], config) if row is not None else None
+        known = topology_rows.for_registration(cur, store.schema, spec.topology_id)
+        owner = other_owner(known.spec, config) if known is not None else None
         if owner is not None:
             raise TopologyOfAnotherDag(spec.topology_id, owner, str(config["extra"]["dag_id"]))
-        if row is not None and (row[1] or row[2]):  # planned at least once: offsets mean something
-            changes = incompatible_changes(row[0], config)
+        if known is not None and (known.committed_txid or known.planned):  # its offsets mean something
+            changes = incompatible_changes(known.spec, config)
             if changes:
-                raise DeclarationChanged(spec.topology_id, changes, int(row[1]))
-        cur.execute(sql.SQL(
-            "INSERT INTO {} (topology_id, spec) VALUES (%s, %s) ON CONFLICT (topology_id) "
-            "DO UPDATE SET spec = EXCLUDED.spec, updated_at = now() RETURNING num")
-            .format(store.t("topologies")), (spec.topology_id, Json(config)))
-        num = int(cur.fetchone()[0])
+                raise DeclarationChanged(spec.topology_id, changes, int(known.committed_txid))
+        num = topology_rows.upsert(cur, store.schema, spec.topology_id, config)
         spec.source.register(cur, store.schema, spec.topology_id)
         for state in spec.states:
             if state.database is None:
                 ensure_state_table(store, cur, state)
-            if not store.exists(cur, store.staging(num, state)):
+            if not catalog.exists(cur, store.staging(num, state)):
                 cur.execute(q.create_staging_table(store.staging(num, state), state))
     store.specs[spec.topology_id] = (num, spec)
 
@@ -93,11 +86,11 @@ def reset(store: StateStore, topology_id: str) -> list[str]:
             if state.database is None:
                 tables.append(q.state_table(state))
             for table in tables:
-                if store.exists(cur, table):
-                    cur.execute(sql.SQL("DROP TABLE {}").format(table))
+                if catalog.exists(cur, table):
+                    catalog.drop(cur, table)
                     dropped.append(table.as_string(cur))
-        cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %s").format(store.t("quarantine")), (topology_id,))
-        cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %s").format(store.t("topologies")), (topology_id,))
+        commits.delete_quarantine(cur, store.schema, topology_id)
+        topology_rows.delete(cur, store.schema, topology_id)
     store.specs.pop(topology_id, None)
     log.warning("topology %s reset: progress forgotten, dropped %s", topology_id, ", ".join(dropped) or "nothing")
     return dropped
@@ -105,14 +98,12 @@ def reset(store: StateStore, topology_id: str) -> list[str]:
 
 def ensure_state_table(store: StateStore, cur: psycopg2.extensions.cursor, state: StateSpec) -> None:
     schema, table = state.schema_and_table
-    if not store.exists(cur, q.state_table(state)):
+    if not catalog.exists(cur, q.state_table(state)):
         create_schema, create_table = q.create_state_table(state)
-        cur.execute("SELECT to_regnamespace(%s) IS NULL", (sql.Identifier(schema).as_string(cur),))
-        if cur.fetchone()[0]:  # owning the schema is enough: CREATE SCHEMA needs CREATE on the database
+        if not catalog.schema_exists(cur, schema):  # owning the schema is enough: CREATE SCHEMA needs CREATE
             cur.execute(create_schema)
         cur.execute(create_table)
-    cur.execute(q.TABLE_COLUMNS, (f'"{schema}"."{table}"',))
-    have = dict(cur.fetchall())
+    have = catalog.columns(cur, schema, table)
     want = q.expected_columns(state)
     if have != want:
         raise SchemaMismatch(
@@ -123,8 +114,7 @@ def ensure_state_table(store: StateStore, cur: psycopg2.extensions.cursor, state
 def topologies(store: StateStore) -> list[TopologySpec]:
     """Every topology registered in this store, by id."""
     with store.db.transaction() as cur:
-        cur.execute(sql.SQL("SELECT spec FROM {} ORDER BY topology_id").format(store.t("topologies")))
-        return [TopologySpec.from_config(config) for (config,) in cur.fetchall()]
+        return [TopologySpec.from_config(config) for config in topology_rows.specs(cur, store.schema)]
 
 
 def spec(store: StateStore, topology_id: str) -> TopologySpec:

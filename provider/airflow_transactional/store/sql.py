@@ -24,9 +24,10 @@ def state_table(state: StateSpec) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
 
 
-def _key_defs(state: StateSpec) -> sql.Composed:
+def _key_defs(state: StateSpec, *, null: bool = False) -> sql.Composed:
+    constraint = sql.SQL("" if null else " NOT NULL")
     return sql.SQL(", ").join(
-        sql.SQL("{} {} NOT NULL").format(sql.Identifier(c), sql.SQL(t)) for c, t in state.keys.items())
+        sql.SQL("{} {}{}").format(sql.Identifier(c), sql.SQL(t), constraint) for c, t in state.keys.items())
 
 
 def _keys(state: StateSpec, prefix: str | None = None) -> sql.Composed:
@@ -58,18 +59,16 @@ def expected_columns(state: StateSpec) -> dict[str, str]:
     return cols
 
 
-TABLE_COLUMNS = """
-SELECT a.attname, format_type(a.atttypid, a.atttypmod)
-FROM pg_attribute a
-WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
-ORDER BY a.attnum
-"""
-
-
 def create_staging_table(table: sql.Composed, state: StateSpec) -> sql.Composed:
     return sql.SQL("CREATE TABLE IF NOT EXISTS {} (txid bigint NOT NULL, attempt integer NOT NULL, "
                    "{keys}, value {vt}, PRIMARY KEY (txid, attempt, {pk}))").format(
         table, keys=_key_defs(state), vt=sql.SQL(state.value_type), pk=_keys(state))
+
+
+def create_delta_table(table: sql.Identifier, state: StateSpec) -> sql.Composed:
+    """A temporary table for one attempt's delta (keys, value), dropped at commit."""
+    return sql.SQL("CREATE TEMP TABLE {} ({keys}, value {vt}) ON COMMIT DROP").format(
+        table, keys=_key_defs(state, null=True), vt=sql.SQL(state.value_type))
 
 
 def staging_columns(state: StateSpec) -> list[str]:
@@ -130,7 +129,7 @@ def rows_ahead(state: StateSpec, target: sql.Composed, delta: sql.Composable) ->
                    ).format(delta=delta, target=target, on=on)
 
 
-def copy_into(table: sql.Composed, columns: list[str]) -> sql.Composed:
+def copy_into(table: sql.Composable, columns: list[str]) -> sql.Composed:
     return sql.SQL("COPY {} ({}) FROM STDIN").format(table, sql.SQL(", ").join(map(sql.Identifier, columns)))
 
 

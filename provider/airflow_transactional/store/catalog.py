@@ -1,0 +1,55 @@
+"""What the database itself knows: whether a table or schema exists, a table's columns, the
+clock, session advisory locks, and the few statements that act on a whole table."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from psycopg2 import sql
+
+from .rows import Cursor, scalar
+
+
+def exists(cur: Cursor, table: sql.Composed) -> bool:
+    """Whether ``table`` exists. Checked before each CREATE: ``CREATE ... IF NOT EXISTS`` needs
+    the CREATE privilege even when there is nothing to create, and a run-time role has none."""
+    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (table.as_string(cur),))
+    return bool(scalar(cur))
+
+
+def schema_exists(cur: Cursor, schema: str) -> bool:
+    cur.execute("SELECT to_regnamespace(%s) IS NOT NULL", (sql.Identifier(schema).as_string(cur),))
+    return bool(scalar(cur))
+
+
+def columns(cur: Cursor, schema: str, table: str) -> dict[str, str]:
+    """Column name -> type (as ``format_type`` spells it) of ``schema.table``, in column order."""
+    cur.execute("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
+                "ORDER BY a.attnum", (sql.Identifier(schema, table).as_string(cur),))
+    return {str(name): str(type_) for name, type_ in cur.fetchall()}
+
+
+def now(cur: Cursor) -> datetime:
+    """The database's clock (``clock_timestamp()``): one time for everything a step records."""
+    cur.execute("SELECT clock_timestamp()")
+    return scalar(cur)
+
+
+def try_lock(cur: Cursor, key: int) -> bool:
+    """Take a session advisory lock; False when another session holds it."""
+    cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+    return bool(scalar(cur))
+
+
+def unlock(cur: Cursor, key: int) -> None:
+    cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def drop(cur: Cursor, table: sql.Composed, *, if_exists: bool = False) -> None:
+    cur.execute(sql.SQL("DROP TABLE {}{}").format(sql.SQL("IF EXISTS " if if_exists else ""), table))
+
+
+def count(cur: Cursor, table: sql.Composed) -> int:
+    cur.execute(sql.SQL("SELECT count(*) FROM {}").format(table))
+    return int(scalar(cur))
