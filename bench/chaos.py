@@ -55,6 +55,7 @@ from psycopg2 import sql
 from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.store.connection import CONNECTION_ERRORS
+from dev import faults
 from dev.localstack import COMPONENTS, AirflowStackError, LocalStack, RestClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -725,7 +726,7 @@ def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
     dags = base / "dags"
     dags.mkdir(parents=True, exist_ok=True)
     write_dag(dags, cfg)
-    return LocalStack(base, dags, env={"AIRFLOW_TXN_FAULTS_FILE": str(base / "faults.txt")})
+    return LocalStack(base, dags, env=faults.child_env({}, faults_file=str(base / "faults.txt")))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,12 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
+from dev import faults
 from dev.embedded import EmbeddedPostgres
+
+# Every process a test starts (Airflow's components, spark-submit's driver, a CLI) starts with the
+# fault engine installed, so a test can arm faults in it.
+os.environ.update(faults.child_env())
 
 
 @pytest.fixture(scope="session")

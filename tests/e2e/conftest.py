@@ -65,7 +65,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         "AIRFLOW_TXN_EXAMPLE_SCHEDULE": "@daily",
         "AIRFLOW_TXN_EXAMPLE_BATCH": "400",
         "AIRFLOW_TXN_LANDING_DIR": str(landing),
-        # Tests arm faults in running tasks by writing this file (see airflow_transactional.faults).
+        # Tests arm faults in running tasks by writing this file (see dev/faults.py).
         "AIRFLOW_TXN_FAULTS_FILE": str(base / "faults.txt"),
     }
     st = LocalStack(base, dags, env=env)

@@ -4,15 +4,14 @@ after the commit, never between, and a rerun commits exactly once."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 
-from airflow_transactional import faults
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
+from dev import faults
 from tests.helpers import click, click_fn, counting_topology, make_log, query
 
 pytestmark = pytest.mark.integration
@@ -34,7 +33,7 @@ def _snapshot(dsn: str) -> dict[str, object]:
 def _commit_in_child(dsn: str, txid: int, fault: str) -> subprocess.CompletedProcess[str]:
     code = ("import sys; from airflow_transactional.coordinator import Coordinator;"
             f"Coordinator({dsn!r}).commit('clicks', {txid})")
-    return subprocess.run([sys.executable, "-c", code], env={**os.environ, faults.ENV: fault},
+    return subprocess.run([sys.executable, "-c", code], env=faults.child_env(faults=fault),
                           capture_output=True, text=True, timeout=60)
 
 

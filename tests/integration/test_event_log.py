@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import os
 import subprocess
 import sys
 import threading
@@ -13,11 +12,11 @@ import time
 
 import pytest
 
-from airflow_transactional import faults
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
+from dev import faults
 from dev.embedded import EmbeddedPostgres
 from tests.helpers import click, counting_topology, make_log, query, run_one
 
@@ -127,7 +126,7 @@ def test_a_plan_never_skips_an_append_still_in_progress(dsn: str) -> None:
          "import json,sys; from airflow_transactional.sources import EventLog;"
          f"EventLog({dsn!r}, 'clicks').append([('slow-%d' % i, json.dumps({{'user': 's', 'amount': 1}})) "
          "for i in range(3)], partition=0)"],
-        env={**os.environ, faults.ENV: "append.before_commit=pause:2"})
+        env=faults.child_env(faults="append.before_commit=pause:2"))
     time.sleep(0.8)  # the slow append holds partition 0 now
     fast = threading.Thread(target=lambda: EventLog(dsn, "clicks").append([click(100)], partition=0))
     fast.start()  # waits behind the slow one: its LSN comes after, and becomes visible after

@@ -4,18 +4,17 @@ a rerun with the same (pinned) attempt."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
 
 import pytest
 
-from airflow_transactional import faults
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
+from dev import faults
 from dev.embedded import EmbeddedPostgres
 from tests.helpers import click, make_log, query
 
@@ -45,7 +44,7 @@ def test_commit_dying_between_databases_is_finished_exactly_once(pg: EmbeddedPos
         code = ("from airflow_transactional.coordinator import Coordinator;"
                 f"Coordinator({dsn!r}, external_dsns={{'reporting': {other!r}}}).commit('clicks', {txn.txid})")
         child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                               env={**os.environ, faults.ENV: "commit.after_external=exit"})
+                               env=faults.child_env(faults="commit.after_external=exit"))
         assert child.returncode == 137
         # The remote state has txid N applied; the checkpoint has not moved.
         assert query(other, "SELECT max(txid) FROM remote_count") == [(txn.txid,)]

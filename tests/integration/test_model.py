@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from airflow_transactional import faults
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import (
     NotProcessed,
@@ -32,6 +31,7 @@ from airflow_transactional.exceptions import (
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
+from dev import faults
 from tests.helpers import query
 
 pytestmark = pytest.mark.integration

@@ -32,3 +32,8 @@ def test_the_wheel_holds_the_provider_and_no_development_stack(tmp_path: Path) -
     assert "airflow_transactional/coordinator.py" in names and "airflow_transactional/submit.py" in names
     assert not [n for n in names if n.startswith("dev/") or n.split("/")[-1] in
                 ("embedded.py", "localstack.py", "demo.py")]
+    # Fault points, yes; the engine that kills processes at them, no.
+    points = zipfile.ZipFile(wheel).read("airflow_transactional/faults.py").decode()
+    assert "def point(" in points
+    assert not [n for n in names if any(word in zipfile.ZipFile(wheel).read(n) for word in
+                                        (b"os._exit", b"pg_terminate_backend", b"InjectedFault"))]
