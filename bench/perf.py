@@ -61,6 +61,7 @@ log = logging.getLogger("bench.perf")
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS_JOB = REPO / "spark_jobs" / "words.py"
+DAG_FILES = sorted((REPO / "bench" / "dags").glob("bench_*.py"))
 PEER_JOB = REPO / "bench" / "sss_peer.py"
 SCHEMA = DEFAULT_SCHEMA
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
@@ -438,59 +439,6 @@ def bench_startup(dsn: str, sizes: Sizes, report: Report) -> None:
 
 # -- the Airflow side -----------------------------------------------------------------------------
 
-WORDS_DAG = """
-from datetime import timedelta
-from airflow_transactional import {source_cls}, StateSpec, transactional_dag
-from airflow_transactional.dag import LOCAL_SPARK_CONF
-
-BIG_BATCH_CONF = {{**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}}
-
-dag = transactional_dag(
-    "{name}",
-    source={source},
-    states=[StateSpec("url_counts", keys={{"url": "text"}}, combiner="count", table="{name}_url_counts"),
-            StateSpec("domain_counts", keys={{"domain": "text"}}, combiner="count", table="{name}_domain_counts")],
-    application="{application}",
-    schedule="@daily",
-    max_in_flight={max_in_flight},
-    max_batch_size={batch},
-    retries=1,
-    retry_delay=timedelta(seconds=5),
-    spark_conf={spark_conf},
-    spark_pool="spark",
-    spark_connect_conn_id={connect},
-)
-"""
-
-EMPTY_DAG = f"""
-from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
-
-dag = transactional_dag("bench_empty", source=PostgresLogSource("bench_empty"),
-                        states=[StateSpec("c", keys={{"k": "text"}}, combiner="count", table="bench_empty")],
-                        application="{WORDS_JOB}", schedule="@daily", max_in_flight=1)
-"""
-
-NOOP_DAG = """
-from datetime import datetime
-from airflow.sdk import DAG, task
-
-with DAG("bench_noop", schedule="@daily", start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1):
-    @task
-    def plan():
-        return None
-
-    @task
-    def process():
-        return None
-
-    @task
-    def commit():
-        return None
-
-    plan() >> process() >> commit()
-"""
-
-
 def parse_ts(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
@@ -515,26 +463,22 @@ class Bench:
         return self._client
 
     def write_dags(self) -> None:
+        """Deploy the benchmark's DAG files (``bench/dags/``) and the configurations they build."""
         self.dags.mkdir(parents=True, exist_ok=True)
-        s = self.sizes
-        dags = {"bench_empty": EMPTY_DAG, "bench_noop": NOOP_DAG}
+        for dag_file in DAG_FILES:
+            (self.dags / dag_file.name).symlink_to(dag_file)
+        s, words = self.sizes, []
         for suffix in BACKENDS.values():
-            connect = repr("spark_connect_default") if suffix else None
             for name, mif in ((f"bench_serial{suffix}", 1), (f"bench_pipelined{suffix}", s.max_in_flight)):
-                dags[name] = WORDS_DAG.format(name=name, source_cls="PostgresLogSource",
-                                              source=f'PostgresLogSource("{name}")', application=WORDS_JOB,
-                                              max_in_flight=mif, batch=s.pipeline_batch, connect=connect,
-                                              spark_conf="LOCAL_SPARK_CONF")
+                words.append({"name": name, "landing": None, "max_in_flight": mif, "batch": s.pipeline_batch,
+                              "connect": bool(suffix)})
             for size in s.peer_batches:
                 name = f"bench_landing_{size}{suffix}"
                 landing = self.base / "landing" / name
                 landing.mkdir(parents=True, exist_ok=True)
-                dags[name] = WORDS_DAG.format(name=name, source_cls="LandingDirectory",
-                                              source=f'LandingDirectory("{landing}", max_files=1, settle_seconds=0)',
-                                              application=WORDS_JOB, max_in_flight=s.max_in_flight, batch=1,
-                                              connect=connect, spark_conf="BIG_BATCH_CONF")
-        for name, text in dags.items():
-            (self.dags / f"{name}.py").write_text(text)
+                words.append({"name": name, "landing": str(landing), "max_in_flight": s.max_in_flight, "batch": 1,
+                              "connect": bool(suffix)})
+        (self.dags / "bench_words.json").write_text(json.dumps(words, indent=1))
 
     # -- runs over REST --------------------------------------------------------------------
 

@@ -18,31 +18,8 @@ CHAOS_CI = ChaosConfig.quick(seed=7)
 REPO = Path(__file__).resolve().parents[2]
 
 
-# Topologies of the tests' own, each on its own log, for the operations tests: no scheduled runs
-# in the way (the first, scheduled run is empty), one retry, a short retry delay.
-OPS_DAGS = {"ops_count": ("ops", False), "ops_opaque": ("opq", True), "ops_killed": ("kil", False),
-            "ops_deleted": ("dlt", False)}
-OPS_DAG = """
-from datetime import timedelta
-from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
-from airflow_transactional.dag import LOCAL_SPARK_CONF
-
-dag = transactional_dag(
-    "{name}",
-    source=PostgresLogSource("{log}"),
-    # global_count.py's state, kept in a table of this topology's own
-    states=[StateSpec("global_count", keys={{"id": "text"}}, combiner="count", kind="{kind}", table="{name}")],
-    opaque={opaque},
-    application="{application}",
-    schedule="@daily",
-    max_in_flight=3,
-    max_batch_size=400,
-    retries=1,
-    retry_delay=timedelta(seconds=3),
-    spark_conf=LOCAL_SPARK_CONF,
-    spark_pool="spark",
-)
-"""
+# The operations tests' own topologies (ops_count, ops_opaque, ops_killed, ops_deleted).
+OPS_DAGS = Path(__file__).resolve().parent / "dags" / "ops_dags.py"
 
 
 @pytest.fixture(scope="package")
@@ -54,10 +31,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     dags.mkdir()
     for dag_file in (REPO / "dags").glob("*.py"):  # the examples, as a user would deploy them
         (dags / dag_file.name).symlink_to(dag_file)
-    for name, (log, opaque) in OPS_DAGS.items():
-        (dags / f"{name}.py").write_text(OPS_DAG.format(
-            name=name, log=log, opaque=opaque, kind="opaque" if opaque else "transactional",
-            application=REPO / "spark_jobs" / "global_count.py"))
+    (dags / OPS_DAGS.name).symlink_to(OPS_DAGS)
     write_dag(dags, CHAOS_CI)
     env = {
         # Runs are triggered over REST with explicit logical dates; the daily schedule only adds

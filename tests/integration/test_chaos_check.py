@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,7 +14,8 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
-from bench.chaos import LEDGER, LOG, TOPOLOGY, Chaos, ChaosConfig, Ledger, domain_of
+from bench.chaos import LEDGER, LOG, TOPOLOGY, ChaosConfig, ChaosReport, Ledger, domain_of
+from bench.chaos.checker import check as check_run
 from tests.helpers import query
 
 pytestmark = pytest.mark.integration
@@ -50,14 +50,10 @@ def test_check_judges_what_was_committed_and_catches_a_damaged_state(dsn: str, t
         ledger.record(later, 0)
     ledger.close()
 
-    def check() -> Any:
-        stack = SimpleNamespace(base_dir=tmp_path, extra_env={"AIRFLOW_TXN_FAULTS_FILE": str(tmp_path / "f")},
-                                state_dsn=dsn, client=lambda: None)
-        chaos = Chaos(stack, ChaosConfig(audit=False))  # type: ignore[arg-type]
-        chaos.ledger = Ledger.load(tmp_path / LEDGER)
-        chaos.report.post_mortem = True
-        chaos.check()
-        return chaos.report
+    def check() -> ChaosReport:
+        report = ChaosReport(seed=1, post_mortem=True)
+        check_run(dsn, ChaosConfig(audit=False), report, Ledger.load(tmp_path / LEDGER))
+        return report
 
     report = check()
     assert (report.transactions_committed, report.events_appended, report.events_pending) == (2, 38, 7)

@@ -62,13 +62,13 @@ def test_a_rest_call_waiting_for_a_dead_api_server_gets_it_restarted(tmp_path: P
 
     c, stack = chaos(tmp_path, SimpleNamespace(runs=runs))
     stack.procs["api-server"].returncode = -9  # SIGKILLed, nobody restarted it yet
-    supervisor = threading.Thread(target=c.supervisor, daemon=True)
+    supervisor = threading.Thread(target=c.supervisor.loop, daemon=True)
     supervisor.start()
     got: list[dict[str, str]] = []
     caller = threading.Thread(target=lambda: got.append(c.states()), daemon=True)
     caller.start()
     caller.join(30)
-    c.finished.set()
+    c.supervisor.finished.set()
     supervisor.join(10)
     assert got == [{"r1": "running"}]
     assert stack.started == ["api-server"] and c.report.component_restarts == 1
@@ -110,10 +110,10 @@ def test_a_409_for_a_run_that_does_not_exist_is_an_error(tmp_path: Path) -> None
 def test_lanes_strike_no_more_faults_once_the_driver_died(tmp_path: Path) -> None:
     c, _ = chaos(tmp_path)
     struck: list[str] = []
-    c.inject = lambda kind: struck.append(kind) or True  # type: ignore[method-assign]
-    c.driving.set()
-    c.aborted.set()
-    c.lane(["clear", "api_restart"])
+    c.faults.inject = lambda kind: struck.append(kind) or True  # type: ignore[method-assign]
+    c.faults.driving.set()
+    c.faults.aborted.set()
+    c.faults.lane(["clear", "api_restart"])
     assert struck == []
 
 
@@ -146,11 +146,11 @@ def test_a_supervisor_restart_that_fails_is_tried_again(tmp_path: Path) -> None:
         start(name)
 
     stack.start_component = flaky_start  # type: ignore[method-assign]
-    supervisor = threading.Thread(target=c.supervisor, daemon=True)
+    supervisor = threading.Thread(target=c.supervisor.loop, daemon=True)
     supervisor.start()
     deadline = time.monotonic() + 15
     while "scheduler" not in stack.started and time.monotonic() < deadline:
         time.sleep(0.2)
-    c.finished.set()
+    c.supervisor.finished.set()
     supervisor.join(10)
     assert stack.started == ["scheduler"]

@@ -1,0 +1,37 @@
+"""Exactly-once under faults: run ``words`` on the real stack, break things, check an oracle.
+
+Jepsen-style: producers append tweets to an event log (with duplicate deliveries and malformed
+records), the harness triggers transactions over the REST API the UI uses, and injects faults at
+random -- seeded, so a run can be replayed:
+
+  spark_kill              SIGKILL of a running spark-submit driver JVM (driver and executors)
+  commit_kill_before      the commit task's process dies just before the Postgres COMMIT
+  commit_kill_after       ... right after COMMIT returned, before Airflow records success
+  pg_restart_processing   Postgres restarted (fast shutdown) while a Spark batch runs
+  pg_restart_commit       Postgres restarted while a commit transaction is open
+  scheduler_restart       the scheduler (and the LocalExecutor workers it owns) SIGKILLed, restarted
+  api_restart             the api-server SIGKILLed and restarted
+  clear                   a random task of a random run cleared (committed runs included)
+
+It plays the operator too, as documented in README ("Operating a topology"): a component that
+died is restarted (what systemd or Kubernetes would do) and a failed run is cleared. At the end
+it drains the log and checks, independently of the provider's code paths:
+
+* the state tables equal an oracle computed from what the producers appended, by event id;
+* the audit log (``commits``) holds txids 1..N, each once, committed in increasing order;
+* the quarantine holds exactly the malformed records injected, each once;
+* no run is left unfinished.
+
+``python -m bench.chaos --quick`` is the size CI runs; ``python -m bench.chaos`` the soak.
+
+Its parts: ``config.py`` (what a run is asked, what it found), ``workload.py`` (the producers and
+the ledger, the oracle's input), ``faults.py`` (the fault lanes), ``supervisor.py`` (restarting
+what died), ``checker.py`` (the checks), ``harness.py`` (one run), ``__main__.py`` (the command).
+"""
+
+from .config import KINDS, LEDGER, LOG, TOPOLOGY, ChaosConfig, ChaosReport, write_dag
+from .harness import Chaos, chaos_stack, recheck
+from .workload import Ledger, Producer, domain_of
+
+__all__ = ["KINDS", "LEDGER", "LOG", "TOPOLOGY", "Chaos", "ChaosConfig", "ChaosReport", "Ledger", "Producer",
+           "chaos_stack", "domain_of", "recheck", "write_dag"]

@@ -1,0 +1,76 @@
+"""``python -m bench.chaos``: the soak; ``--quick``: the size CI runs; ``--check DIR``: judge a
+run whose harness died."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from .config import KINDS, LEDGER, ChaosConfig
+from .harness import Chaos, chaos_stack, recheck
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos",
+                                     description="Exactly-once under faults: the chaos harness.")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="the size CI runs: 20 transactions, 10 faults")
+    parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200; quick 20)")
+    parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400; quick 10)")
+    parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}; "
+                        "quick: the ones that cost no restart)")
+    parser.add_argument("--audit", action=argparse.BooleanOptionalAction, default=None,
+                        help="run `airflow-txn audit` at the end (default: yes for the soak, no with --quick)")
+    parser.add_argument("--dir", help="where to keep Postgres, Airflow, logs and the producers' ledger "
+                        "(a new directory; default: a temp dir)")
+    parser.add_argument("--check", metavar="DIR", help="only check the state a run left in DIR (its --dir) "
+                        "against its ledger: for a run whose harness died")
+    parser.add_argument("--json", help="also write the report here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    cfg = ChaosConfig.quick(args.seed) if args.quick else ChaosConfig(seed=args.seed)
+    if args.audit is not None:
+        cfg.audit = args.audit
+    if args.kinds:
+        cfg.kinds = tuple(k for k in args.kinds.split(",") if k)
+    cfg.transactions = args.transactions or cfg.transactions
+    cfg.faults = args.faults if args.faults is not None else cfg.faults
+    unknown = set(cfg.kinds) - set(KINDS)
+    if unknown:
+        parser.error(f"unknown fault kinds {sorted(unknown)}: choose from {', '.join(KINDS)}")
+    if args.check:
+        base = Path(args.check).resolve()
+        if not (base / LEDGER).exists():
+            parser.error(f"{base} holds no {LEDGER}: --check takes the --dir of an earlier run")
+        report = recheck(base, cfg)
+        print(f"\nchaos --check {base}: the state and the audit log against the ledger "
+              "(faults and stuck runs are not known after the fact)\n")
+        print(report.table())
+        return 1 if report.violations else 0
+    base = Path(args.dir or tempfile.mkdtemp(prefix="chaos-")).resolve()
+    if base.exists() and any(base.iterdir()):
+        parser.error(f"{base} is not empty: give --dir a new directory (or --check {base} to check "
+                     "the run it holds)")
+    stack = chaos_stack(base, cfg)
+    logging.info("chaos: Postgres, Airflow, logs and the producers' ledger in %s (--check %s re-checks it)",
+                 base, base)
+    try:
+        stack.start()
+        report = Chaos(stack, cfg).run()
+    finally:
+        stack.stop()
+    print(f"\nchaos: seed {cfg.seed}, {cfg.transactions} transactions, {cfg.faults} faults "
+          f"({', '.join(cfg.kinds)}); logs and ledger in {base}\n")
+    print(report.table())
+    if args.json:
+        Path(args.json).write_text(json.dumps({**asdict(report), "violations": report.violations}, indent=2))
+    return 1 if report.violations else 0
+
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""The checks, independent of the provider's code paths: the state tables against the oracle the
+ledger gives (by event id), the audit log's order, the quarantine against the malformed records
+injected, and ``airflow-txn audit``. They need only the run's Postgres and its ledger, so a run
+whose harness died can be judged after the fact (``--check DIR``)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import psycopg2
+from psycopg2 import sql
+
+from .config import LOG, TOPOLOGY, ChaosConfig, ChaosReport
+from .workload import Ledger
+
+
+def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger) -> None:
+    """Fill ``report``'s outcome from the state in ``dsn`` and the ``ledger``."""
+    r = report
+    r.events_appended = len(ledger.valid) + len(ledger.malformed)
+    r.duplicate_deliveries, r.malformed_injected = ledger.duplicates, len(ledger.malformed)
+    if r.post_mortem:
+        # A run that never drained is checked on what it committed: the ledger's events that
+        # the log put at or below the committed checkpoint (its own LSNs, not our processing).
+        due = committed_event_ids(dsn)
+        r.events_pending = r.events_appended - len(due & (set(ledger.valid) | ledger.malformed))
+        ledger = ledger.restricted_to(due)
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute(sql.SQL("SELECT url, value FROM {}").format(sql.Identifier(f"{TOPOLOGY}_url_counts")))
+        urls = {u: int(v) for u, v in cur.fetchall()}
+        cur.execute(sql.SQL("SELECT domain, value FROM {}").format(sql.Identifier(f"{TOPOLOGY}_domain_counts")))
+        domains = {d: int(v) for d, v in cur.fetchall()}
+        cur.execute("SELECT txid FROM airflow_txn.commits WHERE topology_id = %s "
+                    "ORDER BY committed_at, txid", (TOPOLOGY,))
+        commit_order = [int(t) for (t,) in cur.fetchall()]
+        cur.execute("SELECT event_id FROM airflow_txn.quarantine WHERE topology_id = %s AND committed",
+                    (TOPOLOGY,))
+        quarantined = Counter(e for (e,) in cur.fetchall())
+    conn.close()
+    want = ledger.url_counts()
+    for url in set(want) | set(urls):
+        diff = urls.get(url, 0) - want.get(url, 0)
+        r.events_lost += max(0, -diff)
+        r.events_duplicated += max(0, diff)
+    want_domains = ledger.domain_counts()
+    r.domain_mismatches = sum(1 for d in set(want_domains) | set(domains)
+                              if domains.get(d, 0) != want_domains.get(d, 0))
+    r.transactions_committed = len(commit_order)
+    r.order_violations = sum(1 for a, b in itertools.pairwise(commit_order) if b != a + 1)
+    if commit_order and commit_order[0] != 1:
+        r.order_violations += 1
+    r.quarantine_mismatches = (sum(abs(quarantined[e] - 1) for e in ledger.malformed)
+                               + sum(n for e, n in quarantined.items() if e not in ledger.malformed))
+    if cfg.audit:
+        env = {**os.environ, "AIRFLOW_TXN_DSN": dsn}
+        res = subprocess.run([str(Path(sys.executable).with_name("airflow-txn")), "audit", TOPOLOGY],
+                             env=env, capture_output=True, text=True, check=False, timeout=900)
+        r.audit_clean = res.returncode == 0
+        if not r.audit_clean:
+            r.problems.append("audit: " + (res.stdout + res.stderr)[-2000:])
+
+
+def committed_event_ids(dsn: str) -> set[str]:
+    """The ids of the events at or below the topology's committed offsets, per partition."""
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT committed_offsets FROM airflow_txn.topologies WHERE topology_id = %s", (TOPOLOGY,))
+        row = cur.fetchone()
+        offsets = {int(p): int(lsn) for p, lsn in (row[0] if row else {}).items()}
+        cur.execute("SELECT partition, lsn, event_id FROM airflow_txn.log_events WHERE log_name = %s", (LOG,))
+        due = {e for p, lsn, e in cur.fetchall() if lsn <= offsets.get(p, 0)}
+    conn.close()
+    return due

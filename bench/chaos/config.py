@@ -1,0 +1,128 @@
+"""What a chaos run is asked to do (:class:`ChaosConfig`), what it found (:class:`ChaosReport`),
+and how its topology is deployed (``bench/dags/chaos_words.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_FILE = REPO / "bench" / "dags" / "chaos_words.py"
+TOPOLOGY = DAG_FILE.stem
+LOG = "chaos_tweets"
+KINDS = ("spark_kill", "commit_kill_before", "commit_kill_after", "pg_restart_processing",
+         "pg_restart_commit", "scheduler_restart", "api_restart", "clear")
+# Faults of one lane strike one at a time; the lanes run side by side.
+LANES = {"spark": ("spark_kill", "pg_restart_processing"),
+         "commit": ("commit_kill_before", "commit_kill_after", "pg_restart_commit"),
+         "control": ("scheduler_restart", "api_restart", "clear")}
+TASKS = ("plan", "process", "commit")
+LEDGER = "ledger.jsonl"  # under the run's directory: what the producers appended
+
+
+@dataclass
+class ChaosConfig:
+    seed: int = 1
+    transactions: int = 200
+    faults: int = 400              # balanced: 50 of each of the eight kinds
+    kinds: tuple[str, ...] = KINDS
+    producers: int = 3
+    rate: int = 8                  # events per second per producer (well below what commits absorb)
+    duplicate_rate: float = 0.02   # chance an append also re-sends an earlier event id
+    malformed_rate: float = 0.004  # chance an event is malformed
+    max_in_flight: int = 3
+    batch: int = 2000              # a backlog after a stall is caught up in a few transactions
+    audit: bool = True             # also run `airflow-txn audit` (one more Spark pass)
+    drain_timeout: float = 900
+
+    @classmethod
+    def quick(cls, seed: int = 1) -> ChaosConfig:
+        """The size CI runs inside ``make test``: 20 transactions, 10 faults, in five minutes.
+
+        Without the final ``airflow-txn audit`` (a Spark pass over every event, a minute here):
+        the oracle is the independent check, and the audit has tests of its own."""
+        return cls(seed=seed, transactions=20, faults=10, producers=2, rate=6, drain_timeout=420, audit=False,
+                   kinds=("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear"))
+
+
+@dataclass
+class ChaosReport:
+    seed: int
+    transactions_triggered: int = 0
+    transactions_committed: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    faults_missed: dict[str, int] = field(default_factory=dict)
+    spark_kill_targets: dict[str, int] = field(default_factory=dict)
+    component_restarts: int = 0
+    operator_clears: int = 0
+    events_appended: int = 0
+    duplicate_deliveries: int = 0
+    malformed_injected: int = 0
+    events_lost: int = 0
+    events_duplicated: int = 0
+    domain_mismatches: int = 0
+    order_violations: int = 0
+    quarantine_mismatches: int = 0
+    stuck_runs: int = 0
+    audit_clean: bool | None = None
+    wall_seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+    post_mortem: bool = False  # from --check: the state against the ledger, nothing about the run itself
+    events_pending: int = 0     # --check: appended, but beyond the committed checkpoint (not yet due)
+
+    @property
+    def violations(self) -> int:
+        return (self.events_lost + self.events_duplicated + self.domain_mismatches + self.order_violations
+                + self.quarantine_mismatches + self.stuck_runs + (self.audit_clean is False) + len(self.problems))
+
+    def table(self) -> str:
+        audit = ("airflow-txn audit", {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean])
+        if self.post_mortem:
+            return self._table([("transactions committed", self.transactions_committed),
+                                ("duplicate deliveries / malformed records injected",
+                                 f"{self.duplicate_deliveries} / {self.malformed_injected}"),
+                                *self._outcome(),
+                                ("events not yet committed (beyond the checkpoint)", self.events_pending),
+                                audit])
+        rows: list[tuple[str, object]] = [("seed", self.seed),
+                ("transactions committed", self.transactions_committed),
+                ("transactions triggered", self.transactions_triggered)]
+        rows += [(f"fault: {k}", v) for k, v in sorted(self.faults.items())]
+        rows += [(f"fault: {k} (moment never came)", v) for k, v in sorted(self.faults_missed.items())]
+        rows += [(f"spark_kill of a {k}", v) for k, v in sorted(self.spark_kill_targets.items())]
+        rows += [("fault: duplicate_delivery", self.duplicate_deliveries),
+                 ("fault: malformed_record", self.malformed_injected),
+                 ("faults total", sum(self.faults.values()) + self.duplicate_deliveries + self.malformed_injected),
+                 ("component restarts (supervisor)", self.component_restarts),
+                 ("failed runs cleared (operator)", self.operator_clears),
+                 *self._outcome(),
+                 ("stuck runs", self.stuck_runs),
+                 audit,
+                 ("wall time", f"{self.wall_seconds:.0f} s")]
+        return self._table(rows)
+
+    def _outcome(self) -> list[tuple[str, object]]:
+        """What the checks against the ledger found (known after the fact too)."""
+        return [("events appended (unique)", self.events_appended),
+                ("events lost", self.events_lost),
+                ("events duplicated", self.events_duplicated),
+                ("domain counts wrong", self.domain_mismatches),
+                ("order violations", self.order_violations),
+                ("quarantine mismatches", self.quarantine_mismatches)]
+
+    def _table(self, rows: list[tuple[str, object]]) -> str:
+        width = max(len(k) for k, _ in rows)
+        lines = [f"| {'check':<{width}} | result |", f"|{'-' * (width + 2)}|--------|"]
+        lines += [f"| {k:<{width}} | {v} |" for k, v in rows]
+        lines += [f"- {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
+    """Deploy the chaos topology into ``dags_dir``: its DAG file, and the run's parameters beside it."""
+    link = dags_dir / DAG_FILE.name
+    if not link.is_symlink():
+        os.symlink(DAG_FILE, link)
+    link.with_suffix(".json").write_text(json.dumps({"max_in_flight": cfg.max_in_flight, "batch": cfg.batch}))

@@ -1,0 +1,197 @@
+"""The faults: seeded and balanced across kinds, split into lanes that strike side by side, each
+fault at a moment worth breaking (a Spark batch in the middle, a commit about to COMMIT).
+
+Commit faults are armed in the running tasks through the fault engine's file
+(``dev/faults.py``); the others are done from here: a SIGKILL, a Postgres restart, a component
+killed and restarted, a clear over REST."""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from dev import faults as engine
+from dev.localstack import LocalStack, RestClient
+
+from .config import KINDS, LANES, TASKS, TOPOLOGY, ChaosConfig, ChaosReport
+from .supervisor import Supervisor, rest
+
+
+class Faults:
+    """The fault lanes of one run. ``runs`` is the list of runs triggered so far (it grows);
+    ``states`` answers the runs' states."""
+
+    def __init__(self, stack: LocalStack, cfg: ChaosConfig, report: ChaosReport, supervisor: Supervisor,
+                 runs: list[str], states: Callable[[], dict[str, str]]) -> None:
+        self.stack, self.cfg, self.report, self.supervisor = stack, cfg, report, supervisor
+        self.runs, self.states = runs, states
+        self.rng = random.Random(cfg.seed)
+        self.client: RestClient = stack.client()
+        self.file = Path(stack.extra_env[engine.FILE_ENV])
+        self.markers = stack.base_dir / "chaos-markers"
+        self.markers.mkdir(exist_ok=True)
+        self.counting = threading.Lock()
+        self.driving = threading.Event()  # set when the run winds down: lanes stop waiting for their turn
+        self.aborted = threading.Event()  # set when the driver died: lanes strike no more faults
+
+    def plan(self) -> dict[str, list[str]]:
+        """The faults, balanced across kinds (each kind within one of the others), split into lanes.
+
+        Faults in different lanes strike concurrently -- a Spark batch killed while another run's
+        commit dies and the scheduler restarts -- as they would in production; the faults of one
+        lane strike one after another.
+        """
+        cfg, kinds = self.cfg, list(self.cfg.kinds)
+        plan = kinds * (cfg.faults // len(kinds)) + self.rng.sample(kinds, cfg.faults % len(kinds))
+        self.rng.shuffle(plan)
+        return {lane: [k for k in plan if k in members] for lane, members in LANES.items()}
+
+    def lane(self, faults: list[str]) -> None:
+        """Inject ``faults`` in order, spread over the run; a fault whose moment never came is queued
+        again at the end (at most as many re-queues as the lane has faults), so a soak reaches the
+        count of every kind it asks for."""
+        queue, retried = list(faults), 0
+        for j, kind in enumerate(queue):  # the queue grows as misses are re-queued
+            at = ((j + 1) * self.cfg.transactions) // (len(faults) + 1)
+            while len(self.runs) < at and not self.driving.is_set():
+                time.sleep(0.5)
+            if self.aborted.is_set():
+                return
+            if self.inject(kind):
+                with self.counting:
+                    self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
+                continue
+            with self.counting:
+                self.report.faults_missed[kind] = self.report.faults_missed.get(kind, 0) + 1
+            if retried < len(faults):
+                retried += 1
+                queue.append(kind)
+
+    def inject(self, kind: str) -> bool:
+        """Inject one fault of ``kind``; False if its moment never came (counted as missed)."""
+        logging.info("fault: %s", kind)
+        if kind in ("spark_kill", "pg_restart_processing"):
+            return self._spark(kind)
+        if kind in ("commit_kill_before", "commit_kill_after", "pg_restart_commit"):
+            return self._commit(kind)
+        if kind in ("scheduler_restart", "api_restart"):
+            name = "scheduler" if kind == "scheduler_restart" else "api-server"
+            with self.supervisor.components:
+                self.stack.stop_component(name, signal.SIGKILL)
+                time.sleep(self.rng.uniform(1, 5))
+                self.stack.start_component(name)
+            return True
+        if kind == "clear":
+            return self._clear()
+        raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(KINDS)}")
+
+    def arm(self, line: str | None) -> None:
+        """Arm one fault point in every running task (None: disarm)."""
+        self.file.write_text(f"{line}\n" if line else "")
+
+    # -- the kinds -----------------------------------------------------------------------------
+
+    def _spark(self, kind: str) -> bool:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # until a batch is caught in the middle
+            driver = wait_for(spark_driver, deadline - time.monotonic())
+            if driver is None:
+                return False
+            time.sleep(self.rng.uniform(1, 5))
+            if not driver.is_running():
+                continue
+            if kind == "spark_kill":
+                what = self._kill_spark(driver)
+                if what is None:
+                    continue
+                with self.counting:
+                    self.report.spark_kill_targets[what] = self.report.spark_kill_targets.get(what, 0) + 1
+            else:
+                with self.supervisor.components:
+                    self.stack.pg.restart("fast")
+            return True
+        return False
+
+    def _kill_spark(self, driver: psutil.Process) -> str | None:
+        """SIGKILL the driver JVM (driver and executors: local mode runs both in it) or, half the
+        time when there is one, a Python worker of the executors. Returns what was killed."""
+        workers = python_workers(driver) if self.rng.random() < 0.5 else []
+        target, what = (self.rng.choice(workers), "python worker") if workers else (driver, "driver JVM")
+        try:
+            target.send_signal(signal.SIGKILL)
+        except psutil.NoSuchProcess:
+            return None
+        logging.info("fault: spark_kill: SIGKILLed the %s (pid %d)", what, target.pid)
+        return what
+
+    def _commit(self, kind: str) -> bool:
+        marker = self.markers / f"{kind}-{time.monotonic_ns()}"
+        point, action = {"commit_kill_before": ("commit.before_commit", "exit"),
+                         "commit_kill_after": ("commit.after_commit", "exit"),
+                         "pg_restart_commit": ("commit.after_apply", "pause:6")}[kind]
+        self.arm(f"{point}:{TOPOLOGY}={action}@once:{marker}")
+        try:
+            if not wait_for(marker.exists, 180):
+                return False
+        finally:
+            self.arm(None)
+        if kind == "pg_restart_commit":
+            time.sleep(1)  # the commit holds its transaction open for six seconds
+            with self.supervisor.components:
+                self.stack.pg.restart("fast")
+        return True
+
+    def _clear(self) -> bool:
+        states = self.states()
+        if not states:
+            return False
+        run_id = self.rng.choice(sorted(states))
+        tasks = self.rng.sample(TASKS, self.rng.randint(1, 3))
+        flags = {"include_downstream": self.rng.random() < 0.5, "include_upstream": self.rng.random() < 0.3}
+        logging.info("fault: clear %s of %s (was %s) %s", tasks, run_id, states[run_id], flags)
+        rest(self.client.clear, TOPOLOGY, run_id, tasks, **flags)
+        return True
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float) -> Any:
+    """What ``predicate`` returns once it is truthy, or None after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.3)
+    return None
+
+
+def spark_driver() -> psutil.Process | None:
+    """The spark-submit JVM of a batch of the chaos topology, if one runs."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "org.apache.spark.deploy.SparkSubmit" in cmd and f"txn-{TOPOLOGY}" in cmd:
+            return proc
+    return None
+
+
+def python_workers(driver: psutil.Process) -> list[psutil.Process]:
+    """The batch's Python workers (``pyspark.daemon`` and its forks): where the executors run the
+    job's Python -- parsing, folding, the COPY into staging."""
+    found = []
+    try:
+        for child in driver.children(recursive=True):
+            try:
+                if "pyspark.daemon" in child.cmdline():
+                    found.append(child)
+            except psutil.Error:
+                continue
+    except psutil.Error:
+        return []
+    return found

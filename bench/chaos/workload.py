@@ -1,0 +1,134 @@
+"""The workload and its oracle: producers appending tweets (with duplicate deliveries and malformed
+records) to the event log, and the ledger of what they appended, by event id."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from airflow_transactional import EventLog
+
+from .config import LOG, ChaosConfig
+
+DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
+
+
+def domain_of(url: str) -> str:
+    host = (urlsplit(url).hostname or "").lower()
+    return host[4:] if host.startswith("www.") else host
+
+
+class Ledger:
+    """What the producers appended, by event id: the oracle's only input.
+
+    Every acknowledged append is also written to ``path`` (JSON lines, flushed), so the oracle of
+    a run whose harness died can still be computed: ``python -m bench.chaos --check DIR``.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.lock = threading.Lock()
+        self.valid: dict[str, str] = {}      # event id -> url
+        self.malformed: set[str] = set()
+        self.sent: list[tuple[str, str]] = []
+        self.duplicates = 0
+        self._file = open(path, "a", encoding="utf-8") if path else None  # closed by close()
+
+    def record(self, fresh: list[tuple[str, str, str | None]], duplicates: int) -> None:
+        """An append was acknowledged: ``fresh`` (id, payload, url or None if malformed), and
+        ``duplicates`` earlier events sent again. Call with ``lock`` held."""
+        for eid, payload, url in fresh:
+            self.sent.append((eid, payload))
+            if url is None:
+                self.malformed.add(eid)
+            else:
+                self.valid[eid] = url
+        self.duplicates += duplicates
+        if self._file is not None:
+            lines = [json.dumps({"id": eid, "url": url}) for eid, _, url in fresh]
+            lines += [json.dumps({"duplicate": True})] * duplicates
+            self._file.write("".join(f"{line}\n" for line in lines))
+            self._file.flush()
+
+    @classmethod
+    def load(cls, path: Path) -> Ledger:
+        ledger = cls()
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                entry = json.loads(line)
+                if entry.get("duplicate"):
+                    ledger.duplicates += 1
+                elif entry["url"] is None:
+                    ledger.malformed.add(entry["id"])
+                else:
+                    ledger.valid[entry["id"]] = entry["url"]
+        return ledger
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+    def url_counts(self) -> Counter[str]:
+        return Counter(self.valid.values())
+
+    def domain_counts(self) -> Counter[str]:
+        return Counter(domain_of(u) for u in self.valid.values())
+
+    def restricted_to(self, ids: set[str]) -> Ledger:
+        """The same ledger, with only the events in ``ids``."""
+        part = Ledger()
+        part.valid = {e: u for e, u in self.valid.items() if e in ids}
+        part.malformed = self.malformed & ids
+        part.duplicates = self.duplicates
+        return part
+
+
+class Producer(threading.Thread):
+    """Appends tweets until stopped; an append interrupted by a fault is retried with the same ids."""
+
+    def __init__(self, dsn: str, index: int, cfg: ChaosConfig, ledger: Ledger, stop: threading.Event) -> None:
+        super().__init__(name=f"producer-{index}", daemon=True)
+        self.log = EventLog(dsn, LOG, retry_for=120)
+        self.index, self.cfg, self.ledger, self.stop_event = index, cfg, ledger, stop
+        self.rng = random.Random(cfg.seed * 1000 + index)
+        self.n = 0
+        self.error: BaseException | None = None
+
+    def _event(self) -> tuple[str, str, str | None]:
+        self.n += 1
+        eid = f"p{self.index}-{self.n}"
+        if self.rng.random() < self.cfg.malformed_rate:
+            bad = self.rng.choice(['{"url": truncated', '{"user": "u1"}', "not json at all"])
+            return eid, bad, None
+        prefix, host = self.rng.choice(["", "www.", "WWW."]), self.rng.choice(DOMAINS)
+        url = f"https://{prefix}{host}/post/{self.rng.randint(1, 60)}"
+        return eid, json.dumps({"url": url, "user": f"u{self.rng.randint(1, 99)}"}), url
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.wait(0.5):
+                fresh = [self._event() for _ in range(max(1, self.cfg.rate // 2))]
+                batch = [(e, p) for e, p, _ in fresh]
+                dup = 0
+                with self.ledger.lock:
+                    if self.ledger.sent and self.rng.random() < self.cfg.duplicate_rate * len(fresh):
+                        batch.append(self.rng.choice(self.ledger.sent))  # the very same delivery again
+                        dup = 1
+                while True:
+                    try:
+                        self.log.append(batch)
+                        break
+                    except Exception as exc:  # the producer API already retried for two minutes
+                        logging.warning("%s: append failed (%s); retrying the same event ids", self.name, exc)
+                        time.sleep(1)
+                with self.ledger.lock:
+                    self.ledger.record(fresh, dup)
+        except BaseException as exc:  # reported at the end
+            self.error = exc
+        finally:
+            self.log.close()

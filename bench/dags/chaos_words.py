@@ -1,0 +1,33 @@
+"""The chaos harness's topology: the words example (its Spark job, its two states) under a name
+and tables of its own. ``bench.chaos`` deploys this file into the stack's DAGs folder (a symlink)
+with ``chaos_words.json`` beside it: the run's ``max_in_flight`` and batch size."""
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
+from airflow_transactional.dag import LOCAL_SPARK_CONF
+
+HERE = Path(__file__)
+PARAMS = json.loads(HERE.with_suffix(".json").read_text())
+REPO = HERE.resolve().parents[2]  # the symlink's target: bench/dags/ of the repository
+TOPOLOGY = HERE.stem
+
+dag = transactional_dag(
+    TOPOLOGY,
+    source=PostgresLogSource("chaos_tweets"),
+    states=[
+        StateSpec("url_counts", keys={"url": "text"}, combiner="count", table=f"{TOPOLOGY}_url_counts"),
+        StateSpec("domain_counts", keys={"domain": "text"}, combiner="count", kind="opaque",
+                  table=f"{TOPOLOGY}_domain_counts"),
+    ],
+    application=str(REPO / "spark_jobs" / "words.py"),
+    schedule="@daily",
+    max_in_flight=PARAMS["max_in_flight"],
+    max_batch_size=PARAMS["batch"],
+    retries=3,
+    retry_delay=timedelta(seconds=2),
+    spark_conf=LOCAL_SPARK_CONF,
+    spark_pool="spark",
+)

@@ -1,0 +1,32 @@
+"""The operations tests' own topologies, each on its own log: no scheduled runs in the way (the
+first, scheduled run is empty), one retry, a short retry delay. ``global_count.py``'s state, kept
+in a table of each topology's own. Deployed into the test stack's DAGs folder as a symlink."""
+
+from datetime import timedelta
+from pathlib import Path
+
+from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
+from airflow_transactional.dag import LOCAL_SPARK_CONF
+
+REPO = Path(__file__).resolve().parents[3]  # the symlink's target: tests/e2e/dags/ of the repository
+
+# topology -> (its log, opaque)
+OPS = {"ops_count": ("ops", False), "ops_opaque": ("opq", True), "ops_killed": ("kil", False),
+       "ops_deleted": ("dlt", False)}
+
+for name, (log, opaque) in OPS.items():
+    globals()[name] = transactional_dag(
+        name,
+        source=PostgresLogSource(log),
+        states=[StateSpec("global_count", keys={"id": "text"}, combiner="count",
+                          kind="opaque" if opaque else "transactional", table=name)],
+        opaque=opaque,
+        application=str(REPO / "spark_jobs" / "global_count.py"),
+        schedule="@daily",
+        max_in_flight=3,
+        max_batch_size=400,
+        retries=1,
+        retry_delay=timedelta(seconds=3),
+        spark_conf=LOCAL_SPARK_CONF,
+        spark_pool="spark",
+    )
