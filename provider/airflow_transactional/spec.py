@@ -8,14 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import identifiers
 from .exceptions import ConfigError
+from .sources import Source, source_from_config
 from .values import Combiner, ValueKind
-
-if TYPE_CHECKING:
-    from .sources.base import Source
 
 DEFAULT_STATE_SCHEMA = "public"
 
@@ -172,8 +170,6 @@ class TopologySpec:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> TopologySpec:
-        from .sources import source_from_config  # sources import spec: a cycle at module level
-
         return cls(
             topology_id=config["topology_id"],
             source=source_from_config(config["source"]),
