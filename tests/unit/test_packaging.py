@@ -29,7 +29,9 @@ def test_the_wheel_holds_the_provider_and_no_development_stack(tmp_path: Path) -
                     "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, timeout=300)
     [wheel] = tmp_path.glob("airflow_provider_transactional-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "airflow_transactional/coordinator.py" in names and "airflow_transactional/submit.py" in names
+    assert {"airflow_transactional/coordinator.py", "airflow_transactional/submit.py",
+            "airflow_transactional/operators/process.py", "airflow_transactional/store/transactions.py",
+            "airflow_transactional/core/commit.py"} <= set(names)
     assert not [n for n in names if n.startswith("dev/") or n.split("/")[-1] in
                 ("embedded.py", "localstack.py", "demo.py")]
     # Fault points, yes; the engine that kills processes at them, no.
@@ -37,3 +39,12 @@ def test_the_wheel_holds_the_provider_and_no_development_stack(tmp_path: Path) -
     assert "def point(" in points
     assert not [n for n in names if any(word in zipfile.ZipFile(wheel).read(n) for word in
                                         (b"os._exit", b"pg_terminate_backend", b"InjectedFault"))]
+
+
+def test_every_module_of_the_provider_reads_in_one_sitting() -> None:
+    """No module of the installed package over 400 lines; the commit protocol under 200."""
+    package = REPO / "provider" / "airflow_transactional"
+    sizes = {str(p.relative_to(package)): len(p.read_text().splitlines()) for p in package.rglob("*.py")}
+    assert len(sizes) > 40
+    assert {name: n for name, n in sizes.items() if n > 400} == {}
+    assert sizes["core/commit.py"] < 200

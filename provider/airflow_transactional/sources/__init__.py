@@ -7,8 +7,9 @@ from typing import Any
 
 from ..exceptions import ConfigError
 from .base import BatchPlan, Offsets, Record, Source
+from .eventlog import EventLog
 from .landing import LandingDirectory
-from .pglog import EventLog, PostgresLogSource
+from .pglog import PostgresLogSource
 
 __all__ = ["BatchPlan", "EventLog", "LandingDirectory", "Offsets", "PostgresLogSource", "Record",
            "Source", "source_from_config"]

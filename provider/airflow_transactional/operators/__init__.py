@@ -1,0 +1,13 @@
+"""The three tasks of a transaction run: plan, process (spark-submit), commit.
+
+Operators keep their arguments in ``__init__`` and build hooks in ``execute``; nothing here
+touches a database at DAG-parse time. Order is enforced in PostgreSQL, not by
+``depends_on_past`` (see :mod:`airflow_transactional.dag` for why).
+"""
+
+from .base import DELETED, TopologyTask
+from .commit import CommitOperator
+from .plan import PlanOperator
+from .process import TransactionalSparkSubmitOperator
+
+__all__ = ["DELETED", "CommitOperator", "PlanOperator", "TopologyTask", "TransactionalSparkSubmitOperator"]

@@ -1,0 +1,179 @@
+"""The process task: spark-submit of the topology's job for the run's txid (or a client of a
+long-lived Spark Connect server), with the DSN delivered out of argv and Spark's routine noise
+left out of the task log."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+
+from .. import spark_cds
+from ..hooks import TransactionalHook
+from ..spark_job import REMOTE_ENV
+from ..submit import DSN_ENV, DsnDelivery, deliver_dsn, provider_zip, with_quiet_driver_logs
+from .base import TopologyTask
+
+# What Spark, Hadoop and PySpark print on every run that says nothing about this job (the
+# driver's log4j is at WARN already): kept for the message of a failed job, left out of the log.
+_SPARK_NOISE = re.compile(r"^(\d\d/\d\d/\d\d )?\d\d:\d\d:\d\d WARN |FutureWarning|warnings\.warn\(|"
+                          r"require_minimum_pandas_version\(\)")
+
+
+
+class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
+    """``spark-submit`` of the processing job for this run's txid (a new attempt each try).
+
+    Empty batches and already committed txids cost no ``spark-submit``: the task is skipped and
+    says why. With ``reuse_staged_output`` (the default) neither does a txid whose current plan
+    already has a complete attempt (a run cleared or backfilled after its processing finished):
+    the commit takes that attempt. The state store's DSN reaches the driver in the environment,
+    never in argv.
+
+    With ``spark_connect_conn_id`` (a ``spark_connect`` connection of the Apache Spark provider)
+    the job runs against that long-lived Spark instead: the same job file under this worker's
+    Python as a Spark Connect client -- no JVM start-up per batch.
+    """
+
+    ui_color = "#fdf0e0"
+
+    def __init__(self, *, reuse_staged_output: bool = True, spark_connect_conn_id: str | None = None,
+                 kubernetes_dsn_secret: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reuse_staged_output = reuse_staged_output
+        self.spark_connect_conn_id = spark_connect_conn_id
+        self.kubernetes_dsn_secret = kubernetes_dsn_secret
+        self.base_application_args = list(self.application_args or [])
+        self._client: subprocess.Popen[str] | None = None
+
+    def execute(self, context: Any) -> None:
+        hook = TransactionalHook(self.transactional_conn_id)
+        coordinator = hook.get_coordinator()
+        delivery: DsnDelivery | None = None
+        try:
+            txn = self.run_transaction(coordinator, context)
+            if txn.committed:
+                self.skip(f"txid {txn.txid} already committed at {txn.committed_at}; nothing to do")
+            coordinator.retrying(self.topology_id, txn.txid)
+            if txn.empty:
+                self.skip(f"txid {txn.txid} is an empty batch: no spark-submit")
+            done = coordinator.latest_complete_attempt(self.topology_id, txn.txid) if self.reuse_staged_output else None
+            if done is not None:
+                self.skip(f"txid {txn.txid}: attempt {done[0]} of its current plan completed at {done[1]}; reusing "
+                          "its staged output (no spark-submit). Set reuse_staged_output=False to recompute on every "
+                          "clear")
+            self.log.info("processing txid %d of topology %s (%d records)%s", txn.txid, self.topology_id,
+                          txn.planned_records, " on Spark Connect" if self.spark_connect_conn_id else "")
+            if self.spark_connect_conn_id:
+                self.application_args = self.job_args(txn.txid, coordinator.schema)
+                with self.failing_for_good(coordinator, context, "the Spark Connect job"):
+                    self.run_connect_client(self.spark_connect_conn_id, hook.get_dsn())
+                return
+            delivery = self.prepare_submit(txn.txid, coordinator.schema, hook.get_dsn())
+            with self.failing_for_good(coordinator, context, "spark-submit"):
+                super().execute(context)
+        finally:
+            if delivery is not None:
+                delivery.remove()
+            coordinator.close()
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """The Spark provider's hook, whose log of spark-submit's output leaves Spark's routine
+        warnings out (a failed job's error message still ends with them, as the hook keeps them)."""
+        hook = super()._get_hook()
+        process = hook._process_spark_submit_log
+
+        def quiet(lines: Iterator[Any]) -> None:
+            def relevant() -> Iterator[Any]:
+                for line in lines:
+                    if isinstance(line, str) and _SPARK_NOISE.search(line):
+                        hook._last_submit_log_lines.append(line.strip())
+                        continue
+                    yield line
+
+            process(relevant())
+
+        hook._process_spark_submit_log = quiet  # type: ignore[method-assign,assignment]  # one hook, one job
+        return hook
+
+    def skip(self, reason: str) -> NoReturn:
+        """Skip this task, saying why as the first line of its log (not only in a collapsed group)."""
+        self.log.info("%s", reason)
+        raise AirflowSkipException(reason)
+
+    def job_args(self, txid: int, schema: str) -> list[str]:
+        return [*self.base_application_args, "--topology", self.topology_id, "--txid", str(txid), "--schema", schema]
+
+    def prepare_submit(self, txid: int, schema: str, dsn: str) -> DsnDelivery:
+        """Set this operator's ``spark-submit`` arguments for ``txid``; returns how the DSN travels
+        (:mod:`submit`: never in argv or ``env_vars``), whose local file the caller removes after."""
+        probe = self._get_hook()  # resolves the Spark connection: its master and deploy mode
+        master, deploy_mode = str(probe._connection["master"]), probe._connection["deploy_mode"]
+        delivery = deliver_dsn(dsn, master, deploy_mode, kubernetes_dsn_secret=self.kubernetes_dsn_secret)
+        self.application_args = [*self.job_args(txid, schema), *delivery.app_args]
+        if deploy_mode != "cluster":  # this machine's Python and loopback, for a driver on this machine
+            python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+            self.env_vars = {**(self.env_vars or {}), "PYSPARK_PYTHON": python,
+                             **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"})}
+        self.files = ",".join(filter(None, [self.files, *delivery.files])) or None
+        self.py_files = ",".join(filter(None, [self.py_files, provider_zip()]))
+        conf = {**(self.conf or {}), **delivery.conf}
+        if deploy_mode != "cluster":  # files of this machine, for a driver on this machine
+            conf = spark_cds.with_archive(with_quiet_driver_logs(conf), self.startup_archive())
+        self.conf = conf
+        return delivery
+
+    def startup_archive(self) -> Path | None:
+        """The class-data-sharing archive for a driver that runs on this machine, if one was built."""
+        if not spark_cds.enabled() or self._deploy_mode == "cluster":
+            return None
+        archive = spark_cds.current()
+        if archive is None:
+            self.log.info("no class-data-sharing archive for this JVM and Spark: `airflow-txn spark-cds` builds one "
+                          "(a small batch then costs about a fifth less CPU and time)")
+        else:
+            self.log.info("the driver JVM starts from the class-data-sharing archive %s", archive)
+        return archive
+
+    def run_connect_client(self, conn_id: str, dsn: str) -> None:
+        """Run the job file as a Spark Connect client (a process of this worker); its output goes
+        to this task's log. The DSN and the URL (it may hold a token) go in its environment only."""
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        url = SparkConnectHook(conn_id).get_connection_url()
+        env = {**os.environ, **(self.env_vars or {}), REMOTE_ENV: url, DSN_ENV: dsn,
+               "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        argv = [sys.executable, self.application, *(self.application_args or [])]
+        self._client = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        tail: list[str] = []
+        assert self._client.stdout is not None
+        for line in self._client.stdout:
+            line = line.rstrip()
+            if line and "FutureWarning" not in line and "require_minimum_pandas_version" not in line:
+                self.log.info("%s", line)
+                tail = [*tail[-19:], line]
+        code = self._client.wait()
+        self._client = None
+        if code:
+            last = "\n".join(tail[-5:])
+            raise AirflowException(f"the Spark Connect job {os.path.basename(self.application)} exited with {code}:\n"
+                                   f"{last}")
+
+    def on_kill(self) -> None:
+        client = self._client
+        if client is not None and client.poll() is None:
+            os.killpg(client.pid, signal.SIGTERM)
+            return
+        super().on_kill()
+
+
