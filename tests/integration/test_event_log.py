@@ -13,6 +13,7 @@ import time
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
@@ -201,3 +202,48 @@ def test_a_duplicate_arriving_after_retention_is_still_dropped(dsn: str) -> None
     assert log.truncate(0, 5) == 5
     again = log.append([click(2), click(9)])
     assert (again.appended, again.duplicates) == (1, 1)
+
+
+def test_retention_never_passes_the_head_nor_what_readers_committed(coordinator: Coordinator, dsn: str) -> None:
+    log = make_log(dsn, partitions=1)
+    log.append([click(i) for i in range(3)])
+    with pytest.raises(ConfigError, match="holds LSNs up to 3"):
+        log.truncate(0, 10**6)
+    spec = counting_topology(max_batch_size=2)
+    coordinator.register(spec)
+    run_one(coordinator, "clicks", "r1")  # commits LSN 1..2
+    with pytest.raises(ConfigError, match=r"topology .clicks. has committed only through LSN 2.*force=True"):
+        log.truncate(0, 3)
+    assert log.truncate(0, 2) == 2
+    assert coordinator.status("clicks").lag == 1
+    assert log.truncate(0, 3, force=True) == 1  # explicit: the reader loses LSN 3
+    with pytest.raises(ConfigError, match="non-negative integer"):
+        log.truncate(0, -1)
+
+
+def test_a_record_postgres_cannot_store_is_refused_alone(dsn: str) -> None:
+    log = make_log(dsn, partitions=1)
+    res = log.append([("a", "{}"), ("b", "nul\x00byte"), ("c", "{}")])
+    assert (res.appended, res.duplicates) == (2, 0)
+    assert [r[0] for r in res.rejected] == ["b"] and "NUL" in res.rejected[0][1]
+    assert [e for (e,) in query(dsn, "SELECT event_id FROM airflow_txn.log_events ORDER BY lsn")] == ["a", "c"]
+
+
+@pytest.mark.parametrize("events, match", [
+    ([("a", None)], "payload must be a str"),
+    ([("a", {"url": 1})], "payload must be a str"),
+    ([(None, "{}")], "event id must be a non-empty string"),
+    ([("a",)], "give \\(event_id, payload\\) pairs"),
+    ("abc", "iterable of \\(event_id, payload\\) pairs"),
+])
+def test_a_malformed_append_is_refused_whole_with_the_fix(dsn: str, events: object, match: str) -> None:
+    log = make_log(dsn, partitions=1)
+    with pytest.raises(ConfigError, match=match):
+        log.append(events)  # type: ignore[arg-type]
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.log_events") == [(0,)]
+
+
+def test_an_event_log_on_a_malformed_dsn_says_so_without_the_password() -> None:
+    with pytest.raises(ConfigError) as err:
+        EventLog("postgresql://u:s3cr%zzet@127.0.0.1/db", "x").create(1)
+    assert "s3cr" not in str(err.value) and "percent-encode" in str(err.value)

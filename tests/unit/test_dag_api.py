@@ -4,22 +4,21 @@ bad declarations fail with a message that names the fix, and nothing touches a d
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from airflow_transactional import LandingDirectory, PostgresLogSource, StateSpec, get_provider_info
+from airflow_transactional import LandingDirectory, PostgresLogSource, StateSpec
 from airflow_transactional.dag import transactional_dag
 from airflow_transactional.exceptions import ConfigError
-from airflow_transactional.hooks import dsn_from_fields
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
+
+
 WORDS_JOB = str(REPO / "spark_jobs" / "words.py")
 
 
@@ -131,84 +130,6 @@ def test_bad_topology_id_and_landing_path_are_refused() -> None:
         LandingDirectory("relative/dir")
 
 
-def test_hook_builds_a_dsn_from_allowlisted_fields_only() -> None:
-    dsn = dsn_from_fields(host="db", port=6543, login="app", password="s3cret", database="analytics",
-                          extras={"sslmode": "require", "state_schema": "x", "sslcompression": "1",
-                                  "host": "evil"})
-    parts = dict(p.split("=", 1) for p in dsn.split())
-    assert parts == {"host": "db", "port": "6543", "dbname": "analytics", "user": "app",
-                     "password": "s3cret", "sslmode": "require"}
-
-
-def test_provider_registers_its_connection_type_and_hook() -> None:
-    info = get_provider_info()
-    assert info["package-name"] == "airflow-provider-transactional"
-    [conn_type] = info["connection-types"]
-    assert conn_type["connection-type"] == "transactional"
-    assert conn_type["hook-class-name"] == "airflow_transactional.hooks.TransactionalHook"
-    from airflow.providers_manager import ProvidersManager
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
-
-    assert "airflow-provider-transactional" in ProvidersManager().providers
-    hook = ProvidersManagerTaskRuntime().hooks["transactional"]
-    assert hook is not None
-    assert hook.hook_class_name == "airflow_transactional.hooks.TransactionalHook"
-    assert hook.connection_testable
-
-
-def test_connection_form_metadata_comes_from_provider_info_without_importing_the_hook() -> None:
-    # Airflow 3.3's UI builds the "Add connection" form from provider info alone; a fresh
-    # process must show our name and labels even though nothing imported the hook yet.
-    probe = textwrap.dedent("""
-        import json, sys
-        from airflow.providers_manager import ProvidersManager
-        [meta] = [m for m in ProvidersManager().iter_connection_type_hook_ui_metadata()
-                  if m.connection_type == "transactional"]
-        print(json.dumps({"hook_name": meta.hook_name, "behaviour": meta.field_behaviour,
-                          "hook_imported": "airflow_transactional.hooks" in sys.modules}))
-    """)
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    from airflow_transactional.hooks import TransactionalHook
-
-    assert got["hook_imported"] is False
-    assert got["hook_name"] == TransactionalHook.hook_name == "Transactional state store (PostgreSQL)"
-    assert got["behaviour"] == TransactionalHook.get_ui_field_behaviour()
-    assert got["behaviour"]["relabeling"] == {"schema": "Database"}
-
-
-def test_spark_driver_keeps_the_users_java_options_and_gets_quiet_logs() -> None:
-    from airflow_transactional.dag import LOCAL_SPARK_CONF
-    from airflow_transactional.spark_job import with_quiet_driver_logs
-
-    conf = with_quiet_driver_logs(LOCAL_SPARK_CONF)
-    opts = conf["spark.driver.extraJavaOptions"].split()
-    assert opts[:2] == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
-    assert opts[2].startswith("-Dlog4j2.configurationFile=file:")
-    assert with_quiet_driver_logs(conf) == conf  # applied once
-    own = {"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:/etc/mine.properties"}
-    assert with_quiet_driver_logs(own) == own
-    # ... and the shared settings object the examples pass is not changed by it
-    assert "log4j2" not in LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"]
-
-
-def test_cli_finds_spark_submit_beside_its_python_when_path_lacks_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Found by the chaos harness: `airflow-txn audit` run as .venv/bin/airflow-txn without
-    # .venv/bin on PATH could not start Spark.
-    from airflow_transactional.cli import spark_submit
-    from airflow_transactional.exceptions import TransactionalError
-
-    monkeypatch.delenv("SPARK_SUBMIT", raising=False)
-    monkeypatch.setenv("PATH", "/nonexistent")
-    assert spark_submit() == str(Path(sys.executable).with_name("spark-submit"))
-    monkeypatch.setenv("SPARK_SUBMIT", "/opt/spark/bin/spark-submit")
-    assert spark_submit() == "/opt/spark/bin/spark-submit"
-    monkeypatch.delenv("SPARK_SUBMIT")
-    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
-    with pytest.raises(TransactionalError, match="put Spark's bin directory on PATH or set SPARK_SUBMIT"):
-        spark_submit()
-
-
 def test_spark_connect_process_runs_the_job_as_a_client_and_reports_its_failure(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With spark_connect_conn_id the process task runs the job file under its own Python with
@@ -237,24 +158,3 @@ def test_spark_connect_process_runs_the_job_as_a_client_and_reports_its_failure(
     assert got["remote"].startswith("sc://spark.example:15002/") and "token=s3cret" in got["remote"]
     assert got["argv"] == ["--topology", "t_words", "--txid", "7"]  # no URL, no token, no DSN in argv
     assert got["dsn"] == "host=db password=pw"  # in the client's environment only
-
-
-def test_rest_client_lists_every_run_past_the_apis_page_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Found by the chaos soak: the API silently caps a page at [api] maximum_page_limit (100), so a
-    # client asking for limit=1000 saw only the oldest 100 runs -- past run 100 the harness took
-    # the pipeline for idle, triggered hundreds of runs and never saw the failed run it had to clear.
-    from urllib.parse import parse_qs, urlsplit
-
-    from dev.localstack import RestClient
-
-    every = [{"dag_run_id": f"r{i:03d}", "state": "success"} for i in range(250)]
-
-    def get(path: str) -> dict[str, object]:
-        query = {k: int(v[0]) for k, v in parse_qs(urlsplit(path).query).items() if k in ("limit", "offset")}
-        offset, limit = query.get("offset", 0), min(query.get("limit", 50), 100)  # what the api-server does
-        return {"dag_runs": every[offset:offset + limit], "total_entries": len(every)}
-
-    client = RestClient.__new__(RestClient)
-    monkeypatch.setattr(client, "get", get, raising=False)
-    assert client.runs("d") == every
-    assert client.runs("d", limit=120) == every[:120]

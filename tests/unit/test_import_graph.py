@@ -63,7 +63,7 @@ def test_no_import_cycle_among_the_package_modules() -> None:
         state[m] = 1
         for t in sorted(graph[m]):
             if state.get(t) == 1:
-                cycles.append(path[path.index(t):] + [t] if t in path else [m, t])
+                cycles.append([*path[path.index(t):], t] if t in path else [m, t])
             elif t not in state:
                 visit(t, [*path, t])
         state[m] = 2

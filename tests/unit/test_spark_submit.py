@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -163,3 +164,35 @@ def test_a_skipped_process_task_says_why_as_a_plain_log_line_first(caplog: pytes
     with caplog.at_level("INFO"), pytest.raises(AirflowSkipException, match="txid 7 already committed"):
         op.skip(reason)
     assert [r.getMessage() for r in caplog.records] == [reason]  # logged before the skip, not only in its group
+
+
+def test_spark_driver_keeps_the_users_java_options_and_gets_quiet_logs() -> None:
+    from airflow_transactional.dag import LOCAL_SPARK_CONF
+    from airflow_transactional.spark_job import with_quiet_driver_logs
+
+    conf = with_quiet_driver_logs(LOCAL_SPARK_CONF)
+    opts = conf["spark.driver.extraJavaOptions"].split()
+    assert opts[:2] == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+    assert opts[2].startswith("-Dlog4j2.configurationFile=file:")
+    assert with_quiet_driver_logs(conf) == conf  # applied once
+    own = {"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:/etc/mine.properties"}
+    assert with_quiet_driver_logs(own) == own
+    # ... and the shared settings object the examples pass is not changed by it
+    assert "log4j2" not in LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"]
+
+
+def test_cli_finds_spark_submit_beside_its_python_when_path_lacks_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by the chaos harness: `airflow-txn audit` run as .venv/bin/airflow-txn without
+    # .venv/bin on PATH could not start Spark.
+    from airflow_transactional.cli import spark_submit
+    from airflow_transactional.exceptions import TransactionalError
+
+    monkeypatch.delenv("SPARK_SUBMIT", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert spark_submit() == str(Path(sys.executable).with_name("spark-submit"))
+    monkeypatch.setenv("SPARK_SUBMIT", "/opt/spark/bin/spark-submit")
+    assert spark_submit() == "/opt/spark/bin/spark-submit"
+    monkeypatch.delenv("SPARK_SUBMIT")
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    with pytest.raises(TransactionalError, match="put Spark's bin directory on PATH or set SPARK_SUBMIT"):
+        spark_submit()

@@ -7,8 +7,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg2 import sql
 
+from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import ReplayBehindState
-from airflow_transactional.spec import StateSpec
+from airflow_transactional.sources import PostgresLogSource
+from airflow_transactional.spec import StateSpec, TopologySpec
 from airflow_transactional.store import sql as q
 from airflow_transactional.store.connection import Database
 from airflow_transactional.values import (
@@ -19,6 +21,7 @@ from airflow_transactional.values import (
     apply_opaque,
     apply_transactional,
 )
+from tests.helpers import click, counting_topology, make_log, query, run_one, table
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +69,7 @@ def test_sql_rule_equals_python_rule(dsn: str, kind: ValueKind, combiner: Combin
 
 def test_a_replay_behind_the_state_is_refused_not_applied(dsn: str) -> None:
     from airflow_transactional.coordinator import Coordinator
-    from tests.helpers import click, counting_topology, make_log, query, run_one
+    from tests.helpers import click, make_log, run_one
 
     coord = Coordinator(dsn)
     log = make_log(dsn)
@@ -87,3 +90,18 @@ def test_a_replay_behind_the_state_is_refused_not_applied(dsn: str) -> None:
     assert query(dsn, "SELECT * FROM clicks_count ORDER BY 1") == before
     assert coord.status("clicks").committed_txid == 1
     coord.close()
+
+
+@pytest.mark.parametrize("kind", ["transactional", "opaque"])
+def test_reserved_words_as_names_commit_because_every_name_is_quoted(coordinator: Coordinator, dsn: str,
+                                                                     kind: str) -> None:
+    make_log(dsn, "select").append([click(i) for i in range(20)])
+    spec = TopologySpec("order", PostgresLogSource("select"),
+                        [StateSpec("user", {"user": "text"}, combiner="sum", kind=kind, table="group")])
+    coordinator.register(spec)
+
+    def fn(rec: dict[str, object]) -> list[tuple[str, tuple[object, ...], object]]:
+        return [("user", (rec["user"],), rec["amount"])]
+
+    run_one(coordinator, "order", "r1", fn)
+    assert sum(table(dsn, '"group"').values()) == sum(i % 11 for i in range(20))

@@ -1,0 +1,61 @@
+"""cli.py, ``airflow-txn``: one-line errors without secrets, the DSN from a private file, the
+commit log as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional.cli import main as cli
+from airflow_transactional.coordinator import Coordinator
+from tests.helpers import click, counting_topology, make_log, run_one
+
+pytestmark = pytest.mark.integration
+
+
+def test_cli_errors_are_one_line_without_secrets(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["--dsn", "postgresql://u:s3cr%zzet@127.0.0.1/db", "status", "x"]) == 1
+    err = capsys.readouterr().err
+    assert "s3cr" not in err and "malformed" in err and "Traceback" not in err and err.count("\n") == 1
+    assert cli(["--dsn", dsn, "--schema", "Bad", "status", "x"]) == 1
+    assert "invalid schema name 'Bad'" in capsys.readouterr().err
+    assert cli(["--dsn", dsn, "commits", "nosuch"]) == 1
+    assert "topology 'nosuch' is not registered" in capsys.readouterr().err
+    assert cli(["--dsn", "host=127.0.0.1 port=1 dbname=x user=u password=s3cret", "status", "x"]) == 1
+    err = capsys.readouterr().err
+    assert "s3cret" not in err and "Connection refused" in err
+
+
+def test_cli_reads_the_dsn_from_a_private_file(coordinator: Coordinator, dsn: str, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    make_log(dsn)
+    coordinator.register(counting_topology())
+    dsn_file = tmp_path / "dsn"
+    dsn_file.write_text(dsn + "\n")
+    os.chmod(dsn_file, 0o644)
+    assert cli(["--dsn-file", str(dsn_file), "status", "clicks"]) == 1
+    assert f"chmod 600 {dsn_file}" in capsys.readouterr().err
+    os.chmod(dsn_file, 0o600)
+    assert cli(["--dsn-file", str(dsn_file), "status", "clicks"]) == 0
+
+
+def test_cli_commits_is_a_table_or_json_and_survives_a_closed_pipe(coordinator: Coordinator, dsn: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    make_log(dsn).append([click(i) for i in range(120)])
+    coordinator.register(counting_topology())
+    for n in range(3):
+        run_one(coordinator, "clicks", f"r{n}")
+    assert cli(["--dsn", dsn, "commits", "clicks"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["txid", "attempt"] and [ln.split()[0] for ln in lines[1:]] == ["1", "2", "3"]
+    assert cli(["--dsn", dsn, "commits", "clicks", "--json"]) == 0
+    assert [json.loads(ln)["txid"] for ln in capsys.readouterr().out.splitlines()] == [1, 2, 3]
+    airflow_txn = str(Path(sys.executable).with_name("airflow-txn"))
+    res = subprocess.run(f"'{airflow_txn}' commits clicks | head -1", shell=True, capture_output=True, text=True,
+                         env={**os.environ, "AIRFLOW_TXN_DSN": dsn}, check=False)
+    assert res.stdout.startswith("  txid") and "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr

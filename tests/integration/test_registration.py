@@ -1,0 +1,68 @@
+"""core/registration.py: a re-declared topology. A declaration that would change what committed
+progress means is refused (``reset`` starts over); one DAG runs a topology."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_transactional.cli import main as cli
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.exceptions import DeclarationChanged, TopologyOfAnotherDag
+from airflow_transactional.sources import PostgresLogSource
+from airflow_transactional.spec import StateSpec, TopologySpec
+from tests.helpers import click, make_log, run_one, table
+
+pytestmark = pytest.mark.integration
+
+
+def words(source: PostgresLogSource, *, keys: dict[str, str] | None = None, dag_id: str | None = None,
+          batch: int = 50) -> TopologySpec:
+    return TopologySpec("drift", source, [StateSpec("drift_count", keys or {"user_id": "text"}, combiner="count")],
+                        max_batch_size=batch, extra={"dag_id": dag_id} if dag_id else {})
+
+
+def count_fn(rec: dict[str, object]) -> list[tuple[str, tuple[object, ...], int]]:
+    return [("drift_count", (rec["user"],), 1)]
+
+
+def test_a_changed_source_is_refused_once_batches_were_planned_and_reset_starts_over(coordinator: Coordinator,
+                                                                                       dsn: str) -> None:
+    old_log, new_log = make_log(dsn, "old_log"), make_log(dsn, "new_log")
+    old_log.append([click(i) for i in range(10)])
+    new_log.append([click(i + 100) for i in range(7)])
+    coordinator.register(words(PostgresLogSource("old_log")))
+    run_one(coordinator, "drift", "r1", count_fn)
+    with pytest.raises(DeclarationChanged, match=r"old_log.*new_log.*airflow-txn reset drift --yes"):
+        coordinator.register(words(PostgresLogSource("new_log")))
+    with pytest.raises(DeclarationChanged, match="keys"):
+        coordinator.register(words(PostgresLogSource("old_log"), keys={"user_id": "bigint"}))
+    coordinator.register(words(PostgresLogSource("old_log"), batch=500))  # a batch cap may change
+    assert coordinator.status("drift").committed_txid == 1
+
+    assert cli(["--dsn", dsn, "reset", "drift"]) == 1  # without --yes: refused
+    assert cli(["--dsn", dsn, "reset", "drift", "--yes"]) == 0
+    coordinator.register(words(PostgresLogSource("new_log")))
+    run_one(coordinator, "drift", "r1", count_fn)
+    assert sum(table(dsn, "drift_count").values()) == 7  # all of the new log, none of the old one
+    assert coordinator.status("drift").lag == 0
+
+
+def test_a_declaration_may_change_freely_before_anything_was_planned(coordinator: Coordinator, dsn: str) -> None:
+    make_log(dsn, "a_log")
+    make_log(dsn, "b_log")
+    coordinator.register(words(PostgresLogSource("a_log")))
+    coordinator.register(words(PostgresLogSource("b_log")))
+    assert coordinator.spec("drift").source == PostgresLogSource("b_log")
+
+
+def test_two_dags_cannot_run_one_topology(coordinator: Coordinator, dsn: str) -> None:
+    make_log(dsn, "shared").append([click(1)])
+    coordinator.register(words(PostgresLogSource("shared"), dag_id="drift"))
+    # Refused from the first registration, planned or not: the second DAG's runs would claim the
+    # first one's txids (their run ids, e.g. scheduled__2024-01-01, match).
+    with pytest.raises(TopologyOfAnotherDag, match="run by DAG 'drift', and DAG 'drift_copy' declares it too"):
+        coordinator.register(words(PostgresLogSource("shared"), dag_id="drift_copy"))
+    run_one(coordinator, "drift", "scheduled__1", count_fn)
+    with pytest.raises(TopologyOfAnotherDag, match="airflow-txn reset drift --yes"):
+        coordinator.register(words(PostgresLogSource("shared"), dag_id="drift_copy"))
+    coordinator.register(words(PostgresLogSource("shared"), dag_id="drift"))  # its own DAG: fine

@@ -1,0 +1,28 @@
+"""dev/localstack.py: the REST client of the local Airflow stack."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+
+def test_rest_client_lists_every_run_past_the_apis_page_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by the chaos soak: the API silently caps a page at [api] maximum_page_limit (100), so a
+    # client asking for limit=1000 saw only the oldest 100 runs -- past run 100 the harness took
+    # the pipeline for idle, triggered hundreds of runs and never saw the failed run it had to clear.
+    from urllib.parse import parse_qs, urlsplit
+
+    from dev.localstack import RestClient
+
+    every = [{"dag_run_id": f"r{i:03d}", "state": "success"} for i in range(250)]
+
+    def get(path: str) -> dict[str, object]:
+        query = {k: int(v[0]) for k, v in parse_qs(urlsplit(path).query).items() if k in ("limit", "offset")}
+        offset, limit = query.get("offset", 0), min(query.get("limit", 50), 100)  # what the api-server does
+        return {"dag_runs": every[offset:offset + limit], "total_entries": len(every)}
+
+    client = RestClient.__new__(RestClient)
+    monkeypatch.setattr(client, "get", get, raising=False)
+    assert client.runs("d") == every
+    assert client.runs("d", limit=120) == every[:120]

@@ -1,0 +1,57 @@
+"""store/rows.py: a row is matched to its type by the result's column names, never by position."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, NamedTuple
+
+import pytest
+
+from airflow_transactional.store.rows import every, one, scalar
+
+pytestmark = pytest.mark.unit
+
+
+class Pair(NamedTuple):
+    a: int
+    b: str
+
+
+class FakeCursor:
+    """What the helpers read of a cursor: its rows and the names of its columns."""
+
+    def __init__(self, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+        self.description = [SimpleNamespace(name=c) for c in columns]
+        self.rows = list(rows)
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows.pop(0) if self.rows else None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+
+def test_fields_are_matched_by_column_name_whatever_the_select_order() -> None:
+    assert one(FakeCursor(["b", "a"], [("x", 1)]), Pair) == Pair(a=1, b="x")  # type: ignore[arg-type]
+    assert every(FakeCursor(["b", "a"], [("x", 1), ("y", 2)]), Pair) == [Pair(1, "x"), Pair(2, "y")]  # type: ignore[arg-type]
+
+
+def test_no_row_is_none_and_no_rows_an_empty_list() -> None:
+    assert one(FakeCursor(["a", "b"], []), Pair) is None  # type: ignore[arg-type]
+    assert every(FakeCursor(["a", "b"], []), Pair) == []  # type: ignore[arg-type]
+
+
+def test_a_column_the_row_type_lacks_or_misses_is_an_error_not_a_shifted_field() -> None:
+    with pytest.raises(TypeError):
+        one(FakeCursor(["a", "c"], [(1, "x")]), Pair)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):  # a row longer than the columns named
+        one(FakeCursor(["a"], [(1, "x")]), Pair)  # type: ignore[arg-type]
+
+
+def test_scalar_wants_exactly_one_value() -> None:
+    assert scalar(FakeCursor(["n"], [(7,)])) == 7  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected one value"):
+        scalar(FakeCursor(["a", "b"], [(1, 2)]))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="expected one value"):
+        scalar(FakeCursor(["n"], []))  # type: ignore[arg-type]
