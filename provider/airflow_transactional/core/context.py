@@ -86,4 +86,4 @@ class StateStore:
         row = transactions.get(cur, self.schema, topology_id, txid, lock=lock)
         if row is None:
             raise UnknownTransaction(f"topology {topology_id!r} has no txid {txid}: plan it first")
-        return Transaction(**row._asdict())
+        return row

@@ -1,5 +1,6 @@
 """The data model of the transaction core: what a transaction, an attempt, a commit and a
-topology's status are. Plain frozen dataclasses, no I/O."""
+topology's status are. Plain frozen dataclasses, no I/O (a transaction is the row of its table,
+:class:`store.transactions.Transaction`)."""
 
 from __future__ import annotations
 
@@ -9,35 +10,13 @@ from datetime import datetime
 from typing import Any
 
 from ..sources.base import Offsets
+from ..store.transactions import Transaction
+
+__all__ = ["QUARANTINE_RECORD_CHARS", "Attempt", "CommitResult", "InFlight", "RecoverResult", "TopologyStatus",
+           "Transaction", "same_offsets"]
 
 #: How much of a bad record's raw text the quarantine keeps (its full length is kept beside it).
 QUARANTINE_RECORD_CHARS = 4096
-
-
-@dataclass(frozen=True)
-class Transaction:
-    """One planned transaction (one DAG run)."""
-
-    topology_id: str
-    txid: int
-    run_key: str
-    plan_version: int
-    start_offsets: Offsets
-    end_offsets: Offsets
-    batch: dict[str, Any]
-    planned_records: int
-    status: str
-    planned_at: datetime
-    committed_at: datetime | None
-    pinned_attempt: int | None
-
-    @property
-    def empty(self) -> bool:
-        return self.planned_records == 0
-
-    @property
-    def committed(self) -> bool:
-        return self.status == "committed"
 
 
 @dataclass(frozen=True)

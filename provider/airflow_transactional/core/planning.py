@@ -76,8 +76,7 @@ def replan(store: StateStore, topology_id: str, from_txid: int, reason: str) -> 
         _num, spec, committed, offsets = store.load(cur, topology_id, lock=True)
         if from_txid <= committed:
             return []
-        txns = [Transaction(**r._asdict())
-                for r in transactions.uncommitted_from(cur, store.schema, topology_id, committed + 1)]
+        txns = transactions.uncommitted_from(cur, store.schema, topology_id, committed + 1)
         prev_end = offsets
         for t in txns:
             if t.txid < from_txid or t.pinned_attempt is not None:

@@ -3,6 +3,7 @@ run, its batch as exact source offsets, the plan's version, and whether it faile
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -14,7 +15,10 @@ from .rows import Cursor, every, one, table
 from .topologies import FOR_UPDATE
 
 
-class TransactionRow(NamedTuple):
+@dataclass(frozen=True)
+class Transaction:
+    """One planned transaction (one DAG run): a row of the table."""
+
     topology_id: str
     txid: int
     run_key: str
@@ -27,6 +31,14 @@ class TransactionRow(NamedTuple):
     planned_at: datetime
     committed_at: datetime | None
     pinned_attempt: int | None
+
+    @property
+    def empty(self) -> bool:
+        return self.planned_records == 0
+
+    @property
+    def committed(self) -> bool:
+        return self.status == "committed"
 
 
 class PlannedRun(NamedTuple):
@@ -56,20 +68,20 @@ class InFlightRow(NamedTuple):
     latest_error: str | None
 
 
-COLUMNS = sql.SQL(", ").join(map(sql.Identifier, TransactionRow._fields))
+COLUMNS = sql.SQL(", ").join(sql.Identifier(f.name) for f in fields(Transaction))
 
 
-def get(cur: Cursor, schema: str, topology_id: str, txid: int, *, lock: bool = False) -> TransactionRow | None:
+def get(cur: Cursor, schema: str, topology_id: str, txid: int, *, lock: bool = False) -> Transaction | None:
     cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s AND txid = %s{}")
                 .format(COLUMNS, table(schema, "transactions"), FOR_UPDATE[lock]), (topology_id, txid))
-    return one(cur, TransactionRow)
+    return one(cur, Transaction)
 
 
-def uncommitted_from(cur: Cursor, schema: str, topology_id: str, txid: int) -> list[TransactionRow]:
+def uncommitted_from(cur: Cursor, schema: str, topology_id: str, txid: int) -> list[Transaction]:
     """Every transaction from ``txid`` on, lowest first, row locked."""
     cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s AND txid >= %s ORDER BY txid FOR UPDATE")
                 .format(COLUMNS, table(schema, "transactions")), (topology_id, txid))
-    return every(cur, TransactionRow)
+    return every(cur, Transaction)
 
 
 def txid_of_run(cur: Cursor, schema: str, topology_id: str, run_key: str) -> int | None:
