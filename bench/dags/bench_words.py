@@ -12,7 +12,8 @@ from airflow_transactional.dag import LOCAL_SPARK_CONF
 
 HERE = Path(__file__)
 REPO = HERE.resolve().parents[2]  # the symlink's target: bench/dags/ of the repository
-# A whole landing file per batch: the serial collector keeps the driver's heap small.
+# A whole landing file per batch keeps Spark busy for tens of seconds: it wants the full JIT
+# (LOCAL_SPARK_CONF's C1-only driver is for small batches), as bench.perf gives the peer.
 BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
 
 
