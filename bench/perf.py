@@ -721,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes; the whole run takes under 10 minutes")
     parser.add_argument("--only", help=f"comma-separated sections (default all of {', '.join(SECTIONS)})")
+    parser.add_argument("--backends", help=f"comma-separated backends the peer section runs ours on (default: "
+                        f"{', '.join(Sizes().peer_backends)}; quick: {', '.join(Sizes.quick().peer_backends)})")
     parser.add_argument("--dir", help="where to keep Postgres, Airflow, data and logs (default: a temp dir)")
     parser.add_argument("--json", help="also write the report here")
     parser.add_argument("--pg-setting", action="append", default=[], metavar="NAME=VALUE",
@@ -737,6 +739,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--pg-setting takes NAME=VALUE, got {bad[0]!r} (e.g. --pg-setting shared_buffers=4GB)")
     pg_settings = dict(x.split("=", 1) for x in args.pg_setting)
     sizes = Sizes.quick() if args.quick else Sizes()
+    if args.backends:
+        sizes.peer_backends = tuple(b.strip() for b in args.backends.split(","))
+        if set(sizes.peer_backends) - set(BACKENDS):
+            parser.error(f"unknown backends in {args.backends!r}: choose from {', '.join(BACKENDS)}")
     report = Report(started=datetime.now(UTC).isoformat(timespec="seconds"), machine=machine(),
                     quick=args.quick, pg_settings=pg_settings)
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="txn-bench-"))
