@@ -480,6 +480,11 @@ class Bench:
                               "connect": bool(suffix)})
         (self.dags / "bench_words.json").write_text(json.dumps(words, indent=1))
 
+    def dag_ids(self) -> list[str]:
+        """The DAGs :meth:`write_dags` deployed: one per file, and bench_words.py's from its JSON."""
+        words = json.loads((self.dags / "bench_words.json").read_text())
+        return sorted({d.stem for d in self.dags.glob("*.py")} - {"bench_words"} | {w["name"] for w in words})
+
     # -- runs over REST --------------------------------------------------------------------
 
     def trigger(self, dag_id: str) -> str:
@@ -678,7 +683,7 @@ class Bench:
             peer = self.bench_peer_alone() if "peer" in self.sections else {}
             if {"peer", "overhead", "pipelining"} & set(self.sections):
                 self.stack.start()
-                self.settle([d.stem for d in sorted(self.dags.glob("*.py"))])
+                self.settle(self.dag_ids())
                 if "overhead" in self.sections:
                     self.bench_overhead()
                 for backend in BACKENDS:
