@@ -37,11 +37,11 @@ from __future__ import annotations
 
 from .spark.job import REMOTE_ENV, Transform, audit, parse_args, process, rebuild, run
 from .spark.read import EVENT_ID_COL, OFFSET_COL, is_remote, raw_records, readable_batch
-from .spark.stage import copy_dataframe, copy_partition, fold
+from .spark.stage import copy_batches, copy_dataframe, fold
 from .spark.validate import spark_schema, validate
 from .submit import provider_zip, quiet_log_config, with_quiet_driver_logs
 
 # The Spark helper lives in the spark/ package; job files and users import it from here.
-__all__ = ["EVENT_ID_COL", "OFFSET_COL", "REMOTE_ENV", "Transform", "audit", "copy_dataframe", "copy_partition",
+__all__ = ["EVENT_ID_COL", "OFFSET_COL", "REMOTE_ENV", "Transform", "audit", "copy_batches", "copy_dataframe",
            "fold", "is_remote", "parse_args", "process", "provider_zip", "quiet_log_config", "raw_records",
            "readable_batch", "rebuild", "run", "spark_schema", "validate", "with_quiet_driver_logs"]

@@ -152,17 +152,18 @@ def quarantine(store: StateStore, attempt: Attempt, records: Iterable[tuple[str,
 
 
 def quarantine_copy(store: StateStore) -> str:
-    """The COPY statement that streams bad records of an attempt into the quarantine: columns
+    """The COPY statement (CSV) that streams bad records of an attempt into the quarantine: columns
     topology_id, txid, attempt, source_offset, event_id, reason, record, record_length."""
     with store.db.transaction() as cur:
-        return q.copy_into(table(store.schema, "quarantine"), list(QUARANTINE_COLUMNS)).as_string(cur)
+        return q.copy_into(table(store.schema, "quarantine"), list(QUARANTINE_COLUMNS), csv=True).as_string(cur)
 
 
 def staging_copies(store: StateStore, topology_id: str) -> dict[str, str]:
-    """The COPY statement that stages each state's partials (txid, attempt, keys..., value), by state."""
+    """The COPY statement (CSV) that stages each state's partials (txid, attempt, keys..., value), by state."""
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
-        return {s.name: q.copy_into(store.staging(num, s), q.staging_columns(s)).as_string(cur) for s in spec.states}
+        return {s.name: q.copy_into(store.staging(num, s), q.staging_columns(s), csv=True).as_string(cur)
+                for s in spec.states}
 
 
 def finish_attempt(store: StateStore, attempt: Attempt, row_counts: Mapping[str, int], *,

@@ -157,5 +157,5 @@ def load_copies(store: StateStore, topology_id: str) -> dict[str, str]:
     """The COPY statement that loads each state's recomputation into its load table."""
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
-        return {s.name: q.copy_into(load_table(store, num, s), [*s.key_columns, "value"]).as_string(cur)
+        return {s.name: q.copy_into(load_table(store, num, s), [*s.key_columns, "value"], csv=True).as_string(cur)
                 for s in spec.states}

@@ -104,7 +104,7 @@ def audit_tables(store: StateStore, topology_id: str) -> tuple[int, dict[str, st
     for state in spec.states:
         table = create_audit_table(store, num, state)
         with store.db.transaction() as cur:
-            copies[state.name] = q.copy_into(table, [*state.key_columns, "value"]).as_string(cur)
+            copies[state.name] = q.copy_into(table, [*state.key_columns, "value"], csv=True).as_string(cur)
     return num, copies
 
 

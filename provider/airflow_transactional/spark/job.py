@@ -95,20 +95,23 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             batch, unreadable = readable_batch(work.txn.batch)
             raw, is_text = raw_records(spark, spec.source, batch, dsn=dsn, schema=coordinator.schema,
                                        topology_id=topology_id)
-            good, bad, records_read, cached = validate(raw, is_text, schema, required)
-            records_read += len(unreadable)
-            n_bad = bad.count() + len(unreadable)  # over the cached batch: no second parse
+            checked = validate(raw, is_text, schema, required)
+            cached = checked.cached
+            records_read = checked.records + len(unreadable)
+            n_bad = checked.bad_records + len(unreadable)
             if n_bad and spec.on_bad_record == "fail":
-                offset, why = unreadable[0] if unreadable else tuple(bad.select("offset", "reason").first()
+                offset, why = unreadable[0] if unreadable else tuple(checked.bad.select("offset", "reason").first()
                                                                      or ("?", "?"))
                 raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
                                 "(on_bad_record='fail'; use 'quarantine' to set them aside)")
             copies = coordinator.staging_copies(topology_id)
             counts = {name: copy_dataframe(spark, delta, dsn, copies[name], (txid, attempt.attempt))
-                      for name, delta in _outputs(spec, transform, good).items()}
+                      for name, delta in _outputs(spec, transform, checked.good).items()}
             faults.point("spark.after_stage", scope=scope)
             # Streamed from the executors, never collected: a batch of garbage fits no driver.
-            copy_dataframe(spark, bad, dsn, coordinator.quarantine_copy(), (topology_id, txid, attempt.attempt))
+            if checked.bad_records:
+                copy_dataframe(spark, checked.bad, dsn, coordinator.quarantine_copy(),
+                               (topology_id, txid, attempt.attempt))
             work.finish(counts, records_read=records_read, quarantined=n_bad,
                         bad=[(path, None, why, None) for path, why in unreadable])
     finally:
@@ -133,12 +136,12 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
         batch, unreadable = readable_batch(batch)
         raw, is_text = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn,
                                    schema=coordinator.schema, topology_id=topology_id)
-        good, bad, _records, cached = validate(raw, is_text, schema, required)
-        n_bad = bad.count() + len(unreadable)
+        checked = validate(raw, is_text, schema, required)
+        n_bad = checked.bad_records + len(unreadable)
         num, copies = coordinator.audit_tables(topology_id)
-        for name, delta in _outputs(spec, transform, good).items():
+        for name, delta in _outputs(spec, transform, checked.good).items():
             copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
-        cached.unpersist()
+        checked.cached.unpersist()
         result = coordinator.diff_audit(topology_id, num, st.committed_txid)
         if result is None:  # a commit landed meanwhile: recompute against the new checkpoint
             continue
@@ -162,11 +165,11 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
             raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
         raw, is_text = raw_records(spark, spec.source, readable_batch(batch)[0], dsn=coordinator.db.dsn,
                                    schema=coordinator.schema, topology_id=topology_id)
-        good, _bad, _records, cached = validate(raw, is_text, schema, required)
+        checked = validate(raw, is_text, schema, required)
         copies = rb.load_copies(coordinator, topology_id)
-        for name, delta in _outputs(spec, transform, good).items():
+        for name, delta in _outputs(spec, transform, checked.good).items():
             copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
-        cached.unpersist()
+        checked.cached.unpersist()
         faults.point("rebuild.loaded", scope=(topology_id,))
         return rb.swap(coordinator, rebuild_)
     except BaseException:

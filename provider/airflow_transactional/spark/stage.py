@@ -1,4 +1,5 @@
-"""Folding each state's rows per key, and staging them: COPY from the executors, in parallel."""
+"""Folding each state's rows per key, and staging them: COPY from the executors, in parallel, in
+Arrow batches written as CSV."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import ConfigError
 from ..spec import StateSpec
 from ..store.connection import connect
-from ..store.copy import copy_line
 from ..values import Combiner
-from .read import arrow_rows, is_remote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,47 +41,64 @@ def _spark_type(sql_type: str) -> str:
             "double precision": "double"}.get(sql_type, "string")
 
 
-def copy_partition(dsn: str, copy_sql: str, prefix: Sequence[Any], rows: Iterable[Any],
-                   counter: Any = None) -> int:
-    """Executor side: COPY one partition's rows into a table in one transaction; the count."""
-    buf = io.StringIO()
-    head = copy_line(prefix)[:-1] + "\t" if prefix else ""
-    n = 0
-    for row in rows:
-        buf.write(head + copy_line(row))
-        n += 1
-    if not n:
-        return 0
-    buf.seek(0)
-    conn = connect(dsn, application_name="airflow_transactional:spark_stage")
+#: How much CSV an executor buffers before it sends it (one COPY per chunk, one transaction per
+#: partition): a partition of huge bad records never has to fit in memory whole.
+COPY_CHUNK_BYTES = 32 << 20
+
+
+def copy_batches(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any]) -> int:
+    """Executor side: COPY one partition's Arrow record batches, as CSV built by Arrow in bulk
+    (no Python per row), with ``prefix`` as leading constant columns, in one transaction; the count.
+
+    ``copy_sql`` is a ``COPY ... FROM STDIN WITH (FORMAT csv)``: Arrow writes a null as an empty
+    field and an empty string as ``""``, which is how CSV COPY tells them apart.
+    """
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    options = pacsv.WriteOptions(include_header=False)
+    buf, n, conn = io.BytesIO(), 0, None
     try:
-        with conn, conn.cursor() as cur:
-            cur.copy_expert(copy_sql, buf)
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if prefix:
+                consts = [pa.array([value] * batch.num_rows) for value in prefix]
+                batch = pa.RecordBatch.from_arrays([*consts, *batch.columns],
+                                                   names=[f"_p{i}" for i in range(len(prefix))] + batch.schema.names)
+            pacsv.write_csv(batch, buf, options)
+            n += batch.num_rows
+            if buf.tell() >= COPY_CHUNK_BYTES:
+                conn = conn or connect(dsn, application_name="airflow_transactional:spark_stage")
+                _send(conn, copy_sql, buf)
+                buf = io.BytesIO()
+        if buf.tell():
+            conn = conn or connect(dsn, application_name="airflow_transactional:spark_stage")
+            _send(conn, copy_sql, buf)
+        if conn is not None:
+            conn.commit()
     finally:
-        conn.close()
-    if counter is not None:
-        counter.add(n)
+        if conn is not None:
+            conn.close()
     return n
 
 
-def _arrow_copy(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any]) -> Iterator[Any]:
-    """Executor side, Connect: COPY one partition's Arrow batches; yield its row count."""
+def _send(conn: Any, copy_sql: str, buf: io.BytesIO) -> None:
+    buf.seek(0)
+    with conn.cursor() as cur:
+        cur.copy_expert(copy_sql, buf)
+
+
+def _copy_arrow(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any]) -> Iterator[Any]:
     import pyarrow as pa
 
-    yield pa.RecordBatch.from_pydict({"n": [copy_partition(dsn, copy_sql, prefix, arrow_rows(batches))]})
+    yield pa.RecordBatch.from_pydict({"n": [copy_batches(dsn, copy_sql, prefix, batches)]})
 
 
 def copy_dataframe(spark: SparkSession, df: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any]) -> int:
-    """COPY a DataFrame from the executors, in parallel; return the rows written."""
-    if is_remote(spark):
-        from pyspark.sql import functions as F
+    """COPY a DataFrame from the executors, in parallel, in Arrow batches; return the rows written.
+    The same for a classic session and a Spark Connect one (``spark`` is kept for callers)."""
+    from pyspark.sql import functions as F
 
-        counts = df.mapInArrow(lambda batches: _arrow_copy(dsn, copy_sql, prefix, batches), "n long")
-        return int(counts.agg(F.sum("n")).collect()[0][0] or 0)
-    counter = spark.sparkContext.accumulator(0)
-
-    def copy_each(rows: Iterable[Any]) -> None:
-        copy_partition(dsn, copy_sql, prefix, rows, counter)
-
-    df.foreachPartition(copy_each)
-    return int(counter.value)
+    counts = df.mapInArrow(lambda batches: _copy_arrow(dsn, copy_sql, prefix, batches), "n long")
+    return int(counts.agg(F.sum("n")).collect()[0][0] or 0)

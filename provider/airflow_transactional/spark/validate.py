@@ -4,7 +4,7 @@ reason, a capped prefix of the raw text and its length) to the quarantine."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
@@ -16,11 +16,16 @@ if TYPE_CHECKING:
 _CORRUPT = "_corrupt_record"
 
 
-def validate(df: DataFrame, is_text: bool, schema: str | None,
-             required: Sequence[str]) -> tuple[DataFrame, DataFrame, int, DataFrame]:
-    """Split records into (good, bad, how many records, the cached batch): good has the parsed
-    fields, bad has offset/reason/record. The caller unpersists the cached batch when done (a
-    Spark Connect server outlives the job and would keep it).
+class Validated(NamedTuple):
+    good: DataFrame  # the parsed fields (and where each record came from)
+    bad: DataFrame  # offset, event_id, reason, record (a capped prefix), record_length
+    records: int
+    bad_records: int
+    cached: DataFrame  # the caller unpersists it when done (a Spark Connect server would keep it)
+
+
+def validate(df: DataFrame, is_text: bool, schema: str | None, required: Sequence[str]) -> Validated:
+    """Split records into good and bad ones, and count both in the one pass that caches the batch.
 
     Records are parsed once: the parsed batch is cached (memory, then disk) for the passes that
     follow -- the quarantine and one fold per state -- and holds the raw record only for bad
@@ -60,13 +65,14 @@ def validate(df: DataFrame, is_text: bool, schema: str | None,
             .withColumn("_record_length", F.when(is_bad, F.length(record)))
             .select(OFFSET_COL, EVENT_ID_COL, *fields, "_reason", "_record", "_record_length")
             .persist(StorageLevel.MEMORY_AND_DISK))
-    records = flat.count()
+    totals = flat.agg(F.count(F.lit(1)).alias("records"), F.count("_reason").alias("bad")).first()
+    assert totals is not None  # a global aggregate has one row
     good = flat.where(F.col("_reason").isNull()).select(OFFSET_COL, EVENT_ID_COL, *fields)
     bad = flat.where(is_bad).select(
         F.coalesce(F.col(OFFSET_COL), F.lit("?")).alias("offset"), F.col(EVENT_ID_COL).alias("event_id"),
         F.col("_reason").alias("reason"), F.col("_record").alias("record"),
         F.col("_record_length").alias("record_length"))
-    return good, bad, records, flat
+    return Validated(good, bad, int(totals["records"]), int(totals["bad"]), flat)
 
 
 def spark_schema(ddl: str) -> Any:

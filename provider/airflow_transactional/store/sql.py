@@ -129,8 +129,10 @@ def rows_ahead(state: StateSpec, target: sql.Composed, delta: sql.Composable) ->
                    ).format(delta=delta, target=target, on=on)
 
 
-def copy_into(table: sql.Composable, columns: list[str]) -> sql.Composed:
-    return sql.SQL("COPY {} ({}) FROM STDIN").format(table, sql.SQL(", ").join(map(sql.Identifier, columns)))
+def copy_into(table: sql.Composable, columns: list[str], *, csv: bool = False) -> sql.Composed:
+    """``COPY table (columns) FROM STDIN``, in COPY's text format or (``csv``) as CSV."""
+    return sql.SQL("COPY {} ({}) FROM STDIN{}").format(table, sql.SQL(", ").join(map(sql.Identifier, columns)),
+                                                      sql.SQL(" WITH (FORMAT csv)" if csv else ""))
 
 
 def audit_table(schema: str, topology_num: int, state: StateSpec, purpose: str = "audit") -> sql.Composed:
