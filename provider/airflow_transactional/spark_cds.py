@@ -46,42 +46,9 @@ JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # The driver options the archive is built with: those of LOCAL_SPARK_CONF (a short-lived JVM).
 BUILD_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
-# What the provider's jobs make the driver load: the helper's own validate() and fold() over a
-# JSON-lines file (whole-stage codegen, the JSON parser, regex and case mapping as in the words
-# example), the partitions sent to Python as rows and as Arrow batches, and Parquet both ways.
-WARMUP_JOB = '''\
-import json, os, sys
-from pyspark.sql import SparkSession, functions as F
-from airflow_transactional.spark_job import EVENT_ID_COL, OFFSET_COL, fold, validate
-from airflow_transactional.spec import StateSpec
-
-spark = SparkSession.builder.appName("airflow-txn-spark-cds").getOrCreate()
-work = sys.argv[1]
-with open(os.path.join(work, "events.json"), "w") as fh:
-    fh.write("\\n".join(json.dumps({"url": f"https://WWW.Example.org/{i % 7}", "n": i}) if i % 9 else "not json"
-                        for i in range(300)))
-text = spark.read.text(os.path.join(work, "events.json")).where(F.trim("value") != "")
-raw = text.select(F.input_file_name().alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
-                  F.col("value").alias("payload"))
-good, bad, records, cached = validate(raw, True, "url string, n long", ["url"])
-host = F.regexp_replace(F.lower(F.regexp_extract("url", r"^[a-zA-Z]+://([^/:?#]+)", 1)), r"^www\\.", "")
-per_domain = fold(StateSpec("c", {"domain": "text"}, combiner="count"),
-                  good.select(host.alias("domain"), F.lit(1).alias("value")))
-per_url = fold(StateSpec("s", {"url": "text"}, combiner="sum"), good.select("url", F.col("n").alias("value")))
-assert per_domain.collect()[0]["value"] == records - bad.count()
-per_url.foreachPartition(lambda rows: sum(1 for _ in rows))
-
-def arrow_rows(batches):
-    import pyarrow as pa
-    for batch in batches:
-        yield pa.RecordBatch.from_pydict({"n": [batch.num_rows]})
-
-assert per_url.mapInArrow(arrow_rows, "n long").agg(F.sum("n")).collect()[0][0] == 7
-good.write.parquet(os.path.join(work, "good.parquet"))
-assert spark.read.parquet(os.path.join(work, "good.parquet")).count() == records - bad.count()
-cached.unpersist()
-spark.stop()
-'''
+# What the provider's jobs make the driver load (``spark/warmup.py``, a job of its own: run by path,
+# never imported here, so this module loads no Spark).
+WARMUP_JOB = Path(__file__).resolve().parent / "spark" / "warmup.py"
 
 
 def enabled() -> bool:
@@ -204,7 +171,7 @@ def build(directory: Path | None = None, *, force: bool = False, timeout: float 
             return path
         with tempfile.TemporaryDirectory(prefix="airflow-txn-cds-") as tmp:
             job, staged = Path(tmp) / "warmup.py", path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            job.write_text(WARMUP_JOB)
+            job.write_text(WARMUP_JOB.read_text())
             try:
                 started = time.monotonic()
                 dumped = _spark_submit(f"{BUILD_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={staged}", job, timeout)
