@@ -58,6 +58,14 @@ def copy_batches(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterab
 
     options = pacsv.WriteOptions(include_header=False)
     buf, n, conn = io.BytesIO(), 0, None
+
+    def send() -> None:
+        nonlocal conn
+        conn = conn or connect(dsn, application_name="airflow_transactional:spark_stage")
+        buf.seek(0)
+        with conn.cursor() as cur:
+            cur.copy_expert(copy_sql, buf)
+
     try:
         for batch in batches:
             if not batch.num_rows:
@@ -69,24 +77,16 @@ def copy_batches(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterab
             pacsv.write_csv(batch, buf, options)
             n += batch.num_rows
             if buf.tell() >= COPY_CHUNK_BYTES:
-                conn = conn or connect(dsn, application_name="airflow_transactional:spark_stage")
-                _send(conn, copy_sql, buf)
+                send()
                 buf = io.BytesIO()
         if buf.tell():
-            conn = conn or connect(dsn, application_name="airflow_transactional:spark_stage")
-            _send(conn, copy_sql, buf)
+            send()
         if conn is not None:
             conn.commit()
     finally:
         if conn is not None:
             conn.close()
     return n
-
-
-def _send(conn: Any, copy_sql: str, buf: io.BytesIO) -> None:
-    buf.seek(0)
-    with conn.cursor() as cur:
-        cur.copy_expert(copy_sql, buf)
 
 
 def _copy_arrow(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any]) -> Iterator[Any]:

@@ -11,7 +11,7 @@ from psycopg2 import sql
 from psycopg2.extras import Json
 
 from ..sources.base import Offsets
-from .rows import Cursor, every, one, table
+from .rows import Cursor, column_list, every, insert_into, one, only, table
 
 #: The columns of a quarantined record, in the order ``insert_quarantined`` and the COPY take them.
 QUARANTINE_COLUMNS = ("topology_id", "txid", "attempt", "source_offset", "event_id", "reason", "record",
@@ -51,11 +51,8 @@ class QuarantineCounts(NamedTuple):
 
 
 def record(cur: Cursor, schema: str, topology_id: str, entry: CommitRecord) -> None:
-    fields = CommitRecord._fields
-    cur.execute(sql.SQL("INSERT INTO {} (topology_id, {}) VALUES (%s, {})").format(
-        table(schema, "commits"), sql.SQL(", ").join(map(sql.Identifier, fields)),
-        sql.SQL(", ").join(sql.Placeholder() * len(fields))),
-        (topology_id, *(Json(v) if isinstance(v, dict) else v for v in entry)))
+    cur.execute(insert_into(schema, "commits", ["topology_id", *CommitRecord._fields]),
+                (topology_id, *(Json(v) if isinstance(v, dict) else v for v in entry)))
 
 
 def get(cur: Cursor, schema: str, topology_id: str, txid: int) -> Committed | None:
@@ -67,7 +64,7 @@ def get(cur: Cursor, schema: str, topology_id: str, txid: int) -> Committed | No
 def log(cur: Cursor, schema: str, topology_id: str) -> list[CommitRecord]:
     """The audit log of a topology, in txid order."""
     cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s ORDER BY txid").format(
-        sql.SQL(", ").join(map(sql.Identifier, CommitRecord._fields)), table(schema, "commits")), (topology_id,))
+        column_list(CommitRecord._fields), table(schema, "commits")), (topology_id,))
     return every(cur, CommitRecord)
 
 
@@ -87,9 +84,7 @@ def journal(cur: Cursor, schema: str, topology_id: str, after_txid: int) -> list
 
 def insert_quarantined(cur: Cursor, schema: str, rows: Iterable[Sequence[Any]]) -> None:
     """Bad records, each a row of :data:`QUARANTINE_COLUMNS`."""
-    cur.executemany(sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-        table(schema, "quarantine"), sql.SQL(", ").join(map(sql.Identifier, QUARANTINE_COLUMNS)),
-        sql.SQL(", ").join(sql.Placeholder() * len(QUARANTINE_COLUMNS))), list(rows))
+    cur.executemany(insert_into(schema, "quarantine", QUARANTINE_COLUMNS), list(rows))
 
 
 def settle_quarantine(cur: Cursor, schema: str, topology_id: str, txid: int, committed: int | None) -> None:
@@ -104,9 +99,7 @@ def quarantine_counts(cur: Cursor, schema: str, topology_id: str) -> QuarantineC
     cur.execute(sql.SQL("SELECT count(*) FILTER (WHERE committed) AS committed, "
                         "count(*) FILTER (WHERE NOT committed) AS pending FROM {} WHERE topology_id = %s")
                 .format(table(schema, "quarantine")), (topology_id,))
-    row = one(cur, QuarantineCounts)
-    assert row is not None
-    return row
+    return only(cur, QuarantineCounts)
 
 
 def delete_orphan_quarantine(cur: Cursor, schema: str, topology_id: str) -> int:

@@ -15,7 +15,9 @@ import zlib
 from psycopg2 import sql
 
 from .. import identifiers
+from . import catalog
 from .connection import Database
+from .rows import table
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +190,7 @@ def _lock_key(schema: str) -> int:
 def current_version(db: Database, schema: str = DEFAULT_SCHEMA) -> int:
     """The highest applied migration, 0 for an empty database."""
     with db.transaction() as cur:
-        cur.execute("SELECT to_regclass(%s)", (f"{schema}.schema_migrations",))
-        if cur.fetchone()[0] is None:
+        if not catalog.exists(cur, table(schema, "schema_migrations")):
             return 0
         cur.execute(sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_migrations").format(
             sql.Identifier(schema)))
@@ -205,8 +206,7 @@ def migrate(db: Database, schema: str = DEFAULT_SCHEMA) -> list[int]:
         return applied  # up to date: no DDL, so a run-time role without CREATE rights gets here
     with db.transaction() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
-        cur.execute("SELECT to_regnamespace(%s) IS NULL", (s.as_string(cur),))
-        if cur.fetchone()[0]:  # owning the schema is enough; creating it needs CREATE on the database
+        if not catalog.schema_exists(cur, schema):  # owning the schema is enough; creating it needs CREATE
             cur.execute(sql.SQL("CREATE SCHEMA {}").format(s))
         cur.execute(sql.SQL(
             "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("

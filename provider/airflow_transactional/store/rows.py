@@ -3,7 +3,7 @@ matched to the result's column names, never unpacked by position."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from psycopg2 import sql
@@ -11,12 +11,23 @@ from psycopg2.extensions import cursor as Cursor
 
 R = TypeVar("R")
 
-__all__ = ["Cursor", "every", "one", "scalar", "table"]
+__all__ = ["Cursor", "column_list", "every", "insert_into", "one", "only", "scalar", "table"]
 
 
 def table(schema: str, name: str) -> sql.Composed:
     """A table of the provider's schema."""
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+
+
+def column_list(names: Iterable[str]) -> sql.Composed:
+    """``a, b, c``: quoted column names."""
+    return sql.SQL(", ").join(map(sql.Identifier, names))
+
+
+def insert_into(schema: str, name: str, columns: Sequence[str]) -> sql.Composed:
+    """``INSERT INTO schema.name (columns) VALUES (%s, ...)``."""
+    return sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
+        table(schema, name), column_list(columns), sql.SQL(", ").join(sql.Placeholder() * len(columns)))
 
 
 def _named(cur: Cursor, row: tuple[Any, ...], row_type: Callable[..., R]) -> R:
@@ -27,6 +38,14 @@ def one(cur: Cursor, row_type: Callable[..., R]) -> R | None:
     """The next row of ``cur`` as ``row_type`` (fields by column name), or None."""
     row = cur.fetchone()
     return None if row is None else _named(cur, row, row_type)
+
+
+def only(cur: Cursor, row_type: Callable[..., R]) -> R:
+    """The one row a query always returns (an aggregate, a row locked by its key), as ``row_type``."""
+    found = one(cur, row_type)
+    if found is None:
+        raise ValueError(f"expected a row for {row_type.__name__}, got none")
+    return found
 
 
 def every(cur: Cursor, row_type: Callable[..., R]) -> list[R]:

@@ -11,7 +11,7 @@ from psycopg2 import sql
 from psycopg2.extras import Json
 
 from ..sources.base import Offsets
-from .rows import Cursor, one, scalar, table
+from .rows import Cursor, one, only, scalar, table
 
 FOR_UPDATE = {True: sql.SQL(" FOR UPDATE"), False: sql.SQL("")}
 
@@ -87,9 +87,7 @@ def advance(cur: Cursor, schema: str, topology_id: str, txid: int, offsets: Offs
 def progress(cur: Cursor, schema: str, topology_id: str) -> Progress:
     cur.execute(sql.SQL("SELECT last_commit_at, lost_records FROM {} WHERE topology_id = %s")
                 .format(table(schema, "topologies")), (topology_id,))
-    row = one(cur, Progress)
-    assert row is not None, topology_id
-    return row
+    return only(cur, Progress)
 
 
 def committed_txid_shared(cur: Cursor, schema: str, topology_id: str) -> int:
@@ -103,9 +101,7 @@ def rebuild_mark(cur: Cursor, schema: str, topology_id: str) -> RebuildMark:
     """Where a running rebuild started, and its id (both None when none runs)."""
     cur.execute(sql.SQL("SELECT rebuild_from_txid, rebuild_id FROM {} WHERE topology_id = %s")
                 .format(table(schema, "topologies")), (topology_id,))
-    row = one(cur, RebuildMark)
-    assert row is not None, topology_id
-    return row
+    return only(cur, RebuildMark)
 
 
 def set_rebuild_mark(cur: Cursor, schema: str, topology_id: str, mark: RebuildMark) -> None:

@@ -11,7 +11,7 @@ from psycopg2 import sql
 from psycopg2.extras import Json
 
 from ..sources.base import Offsets
-from .rows import Cursor, every, one, table
+from .rows import Cursor, column_list, every, one, table
 from .topologies import FOR_UPDATE
 
 
@@ -68,7 +68,7 @@ class InFlightRow(NamedTuple):
     latest_error: str | None
 
 
-COLUMNS = sql.SQL(", ").join(sql.Identifier(f.name) for f in fields(Transaction))
+COLUMNS = column_list(f.name for f in fields(Transaction))
 
 
 def get(cur: Cursor, schema: str, topology_id: str, txid: int, *, lock: bool = False) -> Transaction | None:
