@@ -12,6 +12,9 @@ and every result is a ratio against a baseline measured in the same run:
 - ``peer``: events/s of the provider (Airflow runs of a landing topology) vs Spark Structured
   Streaming with an exactly-once ``foreachBatch`` sink (``bench/sss_peer.py``), the same files,
   the same batch size, the same aggregates; both results are compared row by row.
+- ``work``: CPU-seconds of the processing job on one batch minus an empty batch, vs the peer
+  minus an empty directory; the event-log source vs the landing directory; the job's per-phase
+  profile (``bench/work.py``).
 - ``overhead``: an empty transaction (run start to committed) vs a no-op 3-task DAG run.
 - ``pipelining``: N transactions of ``words`` with ``max_in_flight=3`` vs a serial run.
 - peak memory (RSS of the spark-submit process tree) of processing tasks and of the peer.
@@ -55,6 +58,7 @@ from airflow_transactional.spark_job import provider_zip, with_quiet_driver_logs
 from airflow_transactional.spec import DEFAULT_STATE_SCHEMA, StateSpec, TopologySpec
 from airflow_transactional.store.migrations import DEFAULT_SCHEMA
 from airflow_transactional.submit import SPARK_CONNECT_SERVER, spark_submit_argv
+from bench.work import bench_work
 from dev.localstack import LocalStack, RestClient
 
 log = logging.getLogger("bench.perf")
@@ -65,7 +69,7 @@ DAG_FILES = sorted((REPO / "bench" / "dags").glob("bench_*.py"))
 PEER_JOB = REPO / "bench" / "sss_peer.py"
 SCHEMA = DEFAULT_SCHEMA
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
-SECTIONS = ("commit", "plan", "startup", "peer", "overhead", "pipelining")
+SECTIONS = ("commit", "plan", "startup", "work", "peer", "overhead", "pipelining")
 # How the provider runs its Spark jobs: one spark-submit per batch, or a long-lived Spark Connect
 # server (the DAG suffix of each).
 BACKENDS = {"spark-submit": "", "Spark Connect": "_sc"}
@@ -95,12 +99,15 @@ class Sizes:
     max_in_flight: int = 3
     startup_batch: int = 2_000
     startup_trials: int = 4
+    work_batch: int = 1_000_000
+    work_trials: int = 3
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(commit_large_state=1_000_000, commit_trials=2, plan_large_log=2_000_000, plan_trials=9,
                    peer_batches=(1_000_000,), peer_batch_count=2, peer_backends=("Spark Connect",),
-                   overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2)
+                   overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2,
+                   work_trials=1)
 
 
 @dataclass
@@ -680,6 +687,9 @@ class Bench:
                 bench_plan(dsn, self.sizes, self.report)
             if "startup" in self.sections:
                 bench_startup(dsn, self.sizes, self.report)
+            if "work" in self.sections:
+                bench_work(dsn, SCHEMA, self.base / "work", self.batch_files(self.sizes.work_batch)[0], self.sizes,
+                           self.report, BIG_BATCH_CONF)
             peer = self.bench_peer_alone() if "peer" in self.sections else {}
             if {"peer", "overhead", "pipelining"} & set(self.sections):
                 self.stack.start()

@@ -41,12 +41,8 @@ def _submit(dsn: str, job: str, topology: str, txid: int) -> subprocess.Complete
                           capture_output=True, text=True, timeout=300)
 
 
-def test_a_huge_garbage_record_is_quarantined_as_a_prefix_and_the_batch_commits(dsn: str, tmp_path: Path) -> None:
-    landing = tmp_path / "in"
-    landing.mkdir()
-    write_json_lines(str(landing), "good.json", [{"user": "a", "amount": 3}, {"user": "b", "amount": 4}])
-    garbage = "x" * 300_000
-    (landing / "garbage.json").write_text(f"{garbage}\n" + '{"user": "a", "amount": 5}\n')
+def _orders_committed(dsn: str, landing: Path) -> Coordinator:
+    """``spark_jobs/landing_amounts.py`` run on one batch of ``landing``, committed."""
     coord = Coordinator(dsn)
     coord.register(TopologySpec("orders", LandingDirectory(str(landing), settle_seconds=0), [
         StateSpec("order_totals", {"user": "text"}, combiner="sum"),
@@ -55,6 +51,16 @@ def test_a_huge_garbage_record_is_quarantined_as_a_prefix_and_the_batch_commits(
     res = _submit(dsn, str(REPO / "spark_jobs" / "landing_amounts.py"), "orders", t)
     assert res.returncode == 0, res.stderr[-3000:]
     coord.commit("orders", t)
+    return coord
+
+
+def test_a_huge_garbage_record_is_quarantined_as_a_prefix_and_the_batch_commits(dsn: str, tmp_path: Path) -> None:
+    landing = tmp_path / "in"
+    landing.mkdir()
+    write_json_lines(str(landing), "good.json", [{"user": "a", "amount": 3}, {"user": "b", "amount": 4}])
+    garbage = "x" * 300_000
+    (landing / "garbage.json").write_text(f"{garbage}\n" + '{"user": "a", "amount": 5}\n')
+    coord = _orders_committed(dsn, landing)
     assert dict(query(dsn, "SELECT \"user\", value FROM order_totals")) == {"a": 8, "b": 4}
     [(record, length, reason)] = query(dsn, "SELECT record, record_length, reason FROM airflow_txn.quarantine")
     assert record == garbage[:QUARANTINE_RECORD_CHARS] and length == len(garbage) and "malformed" in reason
@@ -82,3 +88,54 @@ def test_a_corrupt_parquet_file_is_quarantined_by_name_not_retried_for_ever(dsn:
     [(offset, reason)] = query(dsn, "SELECT source_offset, reason FROM airflow_txn.quarantine WHERE committed")
     assert offset == str(landing / "corrupt.parquet") and "unreadable Parquet file" in reason
     coord.close()
+
+
+def test_json_lines_are_read_by_sparks_json_reader_and_every_bad_one_is_quarantined(dsn: str, tmp_path: Path) -> None:
+    """Blank lines are not records; a line holding an array of objects is those records; a
+    malformed line keeps its raw text; a parsed record lacking a required field keeps its fields."""
+    landing = tmp_path / "in"
+    landing.mkdir()
+    lines = ['{"user": "a", "amount": 3}', "", "   ", '[{"user": "a", "amount": 1}, {"user": "b", "amount": 2}]',
+             '{"user": "b", "amount": ', '{"user": "c", "AMOUNT": 5}', "42", '{"user": "b", "amount": 10}']
+    (landing / "mixed.json").write_text("\n".join(lines) + "\n")
+    coord = _orders_committed(dsn, landing)
+    assert dict(query(dsn, "SELECT \"user\", value FROM order_totals")) == {"a": 4, "b": 12}
+    assert dict(query(dsn, "SELECT \"user\", value FROM order_counts")) == {"a": 2, "b": 2}
+    quarantined = query(dsn, "SELECT record, reason FROM airflow_txn.quarantine WHERE committed ORDER BY record")
+    assert quarantined == [("42", "malformed record: not a JSON object of the schema"),
+                           ('{"user": "b", "amount": ', "malformed record: not a JSON object of the schema"),
+                           ('{"user":"c"}', "missing required field 'amount'")]
+    [commit] = coord.commits("orders")
+    assert (commit["records_read"], commit["quarantined"]) == (7, 3)
+    coord.close()
+
+
+STAGE_BOTH_WAYS = """
+import sys
+from pyspark.sql import SparkSession
+from airflow_transactional.spark.stage import fold, stage_fold
+from airflow_transactional.spec import StateSpec
+
+dsn, copy_sql = sys.argv[1], sys.argv[2]
+spark = SparkSession.builder.getOrCreate()
+rows = [(f"k{i % 50}", i) for i in range(1000)] + [(None, 7)]
+delta = fold(StateSpec("s", {"k": "text"}, combiner="sum"), spark.createDataFrame(rows, "k string, value long"))
+assert stage_fold(delta, dsn, copy_sql, (1,)) == 50  # from the driver
+assert stage_fold(delta, dsn, copy_sql, (2,), driver_rows=10) == 50  # too many for the driver: the executors
+spark.stop()
+"""
+
+
+def test_a_fold_is_staged_the_same_from_the_driver_and_from_the_executors(dsn: str, tmp_path: Path) -> None:
+    query(dsn, "CREATE TABLE staged (way integer NOT NULL, k text NOT NULL, value bigint NOT NULL)")
+    job = tmp_path / "stage_both_ways.py"
+    job.write_text(STAGE_BOTH_WAYS)
+    argv = ["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
+            "spark.sql.shuffle.partitions=3", "--py-files", provider_zip(), str(job), dsn,
+            "COPY staged (way, k, value) FROM STDIN WITH (FORMAT csv)"]
+    res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    expected = {(f"k{k}", sum(i for i in range(1000) if i % 50 == k)) for k in range(50)}
+    for way in (1, 2):
+        assert set(query(dsn, f"SELECT k, value FROM staged WHERE way = {way}")) == expected

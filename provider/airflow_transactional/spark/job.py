@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,8 @@ from ..store.connection import redact
 from ..store.migrations import DEFAULT_SCHEMA
 from ..submit import DSN_FILE_ARG, driver_dsn, provider_zip
 from .read import raw_records, readable_batch
-from .stage import copy_dataframe, fold
-from .validate import validate
+from .stage import copy_dataframe, fold, stage_fold
+from .validate import Validated, validate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -29,6 +30,71 @@ log = logging.getLogger("airflow_transactional.spark_job")
 
 REMOTE_ENV = "SPARK_REMOTE"
 Transform = Callable[["DataFrame"], Mapping[str, "DataFrame"]]
+
+
+class Phases:
+    """Where one run of the job spends its time: wall seconds and CPU-seconds of the whole Spark
+    process tree (driver JVM, executors, Python workers, this driver), phase by phase.
+
+    The first phase, ``launch``, is what happened before this Python started (the driver JVM's
+    own start). CPU is read from the process tree when ``psutil`` is importable (it comes with
+    Airflow), else only wall time is kept. The result (``--result-file``) and the log carry it.
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
+        root = _spark_root()
+        self._wall, self._cpu = time.perf_counter(), _tree_cpu(root)
+        if root is not None and self._cpu is not None:
+            self.seconds["launch"] = round(max(0.0, time.time() - root.create_time()), 3)
+            self.cpu_seconds["launch"] = round(self._cpu, 3)
+        self._root = root
+
+    def lap(self, phase: str) -> None:
+        wall, cpu = time.perf_counter(), _tree_cpu(self._root)
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + wall - self._wall, 3)
+        if cpu is not None and self._cpu is not None and cpu >= self._cpu:  # less: workers ended, their time gone
+            self.cpu_seconds[phase] = round(self.cpu_seconds.get(phase, 0.0) + cpu - self._cpu, 3)
+        self._wall, self._cpu = wall, cpu
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        return {"seconds": dict(self.seconds), **({"cpu_seconds": dict(self.cpu_seconds)} if self.cpu_seconds else {})}
+
+
+def _spark_root() -> Any:
+    """The root of the Spark process tree this driver belongs to (None without ``psutil``).
+
+    Under ``spark-submit`` the Python driver is a child of the driver JVM, whose other children
+    are the Python workers; with Spark Connect the work is in the server, and the tree is this
+    client alone.
+    """
+    try:
+        import psutil
+    except ImportError:
+        return None
+    me = psutil.Process()
+    parent = me.parent()
+    return parent if parent is not None and "java" in parent.name() else me
+
+
+def _tree_cpu(root: Any) -> float | None:
+    if root is None:
+        return None
+    import psutil
+
+    total = 0.0
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:  # a worker that ended meanwhile: its time is in its parent's children_*
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -76,9 +142,18 @@ def _outputs(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[
     return {s.name: fold(s, out[s.name]) for s in spec.states}
 
 
+def _validated(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, batch: Mapping[str, Any],
+               schema: str | None, required: Sequence[str]) -> Validated:
+    """The planned ``batch`` of ``spec`` read, parsed, validated, cached and counted."""
+    records = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn, schema=coordinator.schema,
+                          topology_id=spec.topology_id, record_schema=schema)
+    return validate(records, schema, required)
+
+
 def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txid: int, transform: Transform,
-            *, schema: str | None, required: Sequence[str]) -> dict[str, Any]:
+            *, schema: str | None, required: Sequence[str], phases: Phases | None = None) -> dict[str, Any]:
     """Process ``txid`` once, as a new attempt (see the module docstring)."""
+    phases = phases or Phases()
     txn = coordinator.transaction(topology_id, txid)
     if txn.committed:
         return {"txid": txid, "skipped": f"txid {txid} already committed at {txn.committed_at}; nothing to do"}
@@ -93,10 +168,9 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             attempt = work.attempt
             faults.point("spark.begin", scope=scope)
             batch, unreadable = readable_batch(work.txn.batch)
-            raw, is_text = raw_records(spark, spec.source, batch, dsn=dsn, schema=coordinator.schema,
-                                       topology_id=topology_id)
-            checked = validate(raw, is_text, schema, required)
+            checked = _validated(spark, coordinator, spec, batch, schema, required)
             cached = checked.cached
+            phases.lap("read, parse, validate, cache")
             records_read = checked.records + len(unreadable)
             n_bad = checked.bad_records + len(unreadable)
             if n_bad and spec.on_bad_record == "fail":
@@ -105,15 +179,19 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
                 raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
                                 "(on_bad_record='fail'; use 'quarantine' to set them aside)")
             copies = coordinator.staging_copies(topology_id)
-            counts = {name: copy_dataframe(spark, delta, dsn, copies[name], (txid, attempt.attempt))
-                      for name, delta in _outputs(spec, transform, checked.good).items()}
+            counts = {}
+            for name, delta in _outputs(spec, transform, checked.good).items():
+                counts[name] = stage_fold(delta, dsn, copies[name], (txid, attempt.attempt))
+                phases.lap(f"fold and stage {name}")
             faults.point("spark.after_stage", scope=scope)
             # Streamed from the executors, never collected: a batch of garbage fits no driver.
             if checked.bad_records:
                 copy_dataframe(spark, checked.bad, dsn, coordinator.quarantine_copy(),
                                (topology_id, txid, attempt.attempt))
+                phases.lap("quarantine")
             work.finish(counts, records_read=records_read, quarantined=n_bad,
                         bad=[(path, None, why, None) for path, why in unreadable])
+            phases.lap("finish the attempt")
     finally:
         if cached is not None:
             try:
@@ -134,13 +212,11 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
         if why_not:
             return {"topology": topology_id, "auditable": False, "reason": why_not, "differences": None}
         batch, unreadable = readable_batch(batch)
-        raw, is_text = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn,
-                                   schema=coordinator.schema, topology_id=topology_id)
-        checked = validate(raw, is_text, schema, required)
+        checked = _validated(spark, coordinator, spec, batch, schema, required)
         n_bad = checked.bad_records + len(unreadable)
         num, copies = coordinator.audit_tables(topology_id)
         for name, delta in _outputs(spec, transform, checked.good).items():
-            copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
+            stage_fold(delta, coordinator.db.dsn, copies[name], ())
         checked.cached.unpersist()
         result = coordinator.diff_audit(topology_id, num, st.committed_txid)
         if result is None:  # a commit landed meanwhile: recompute against the new checkpoint
@@ -163,12 +239,10 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
         batch, why_not = coordinator.committed_batch(topology_id, through_txid=rebuild_.through_txid)
         if why_not:
             raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
-        raw, is_text = raw_records(spark, spec.source, readable_batch(batch)[0], dsn=coordinator.db.dsn,
-                                   schema=coordinator.schema, topology_id=topology_id)
-        checked = validate(raw, is_text, schema, required)
+        checked = _validated(spark, coordinator, spec, readable_batch(batch)[0], schema, required)
         copies = rb.load_copies(coordinator, topology_id)
         for name, delta in _outputs(spec, transform, checked.good).items():
-            copy_dataframe(spark, delta, coordinator.db.dsn, copies[name], ())
+            stage_fold(delta, coordinator.db.dsn, copies[name], ())
         checked.cached.unpersist()
         faults.point("rebuild.loaded", scope=(topology_id,))
         return rb.swap(coordinator, rebuild_)
@@ -180,11 +254,13 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
 def run(transform: Transform, *, schema: str | None = None, required: Sequence[str] = (),
         argv: Sequence[str] | None = None) -> int:
     """Entry point of a job file: parse argv, process one transaction (or audit), exit."""
+    phases = Phases()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(sys.argv[1:] if argv is None else argv)
     coordinator = Coordinator(driver_dsn(args.dsn_file), schema=args.schema)
     mode = "audit" if args.audit else "rebuild" if args.rebuild else None
     spark = _session(f"txn:{args.topology}:{mode or args.txid}")
+    phases.lap("session")
     try:
         if mode == "audit":
             result = audit(spark, coordinator, args.topology, transform, schema=schema, required=required)
@@ -192,7 +268,7 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
             result = rebuild(spark, coordinator, args.topology, transform, schema=schema, required=required)
         else:
             result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
-                             required=required)
+                             required=required, phases=phases)
     except StaleAttempt as exc:
         log.warning("%s", exc)
         result = {"txid": args.txid, "stale": str(exc)}
@@ -204,6 +280,8 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
     finally:
         coordinator.close()
         spark.stop()
+    phases.lap("stop")
+    result["profile"] = phases.summary()
     log.info("result: %s", json.dumps(result, default=str))
     _write_result(args.result_file, result)
     return 1 if args.audit and result.get("differences") else 0

@@ -4,16 +4,16 @@ reason, a capped prefix of the raw text and its length) to the quarantine."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
-from .read import EVENT_ID_COL, OFFSET_COL
+from .read import COLUMNS, CORRUPT_COL, EVENT_ID_COL, NEEDS_SCHEMA, OFFSET_COL, PARSED, TEXT, Records, spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-_CORRUPT = "_corrupt_record"
+__all__ = ["Validated", "spark_schema", "validate"]
 
 
 class Validated(NamedTuple):
@@ -24,33 +24,43 @@ class Validated(NamedTuple):
     cached: DataFrame  # the caller unpersists it when done (a Spark Connect server would keep it)
 
 
-def validate(df: DataFrame, is_text: bool, schema: str | None, required: Sequence[str]) -> Validated:
+def validate(records: Records, schema: str | None, required: Sequence[str]) -> Validated:
     """Split records into good and bad ones, and count both in the one pass that caches the batch.
 
     Records are parsed once: the parsed batch is cached (memory, then disk) for the passes that
     follow -- the quarantine and one fold per state -- and holds the raw record only for bad
-    ones. (Caching the raw text instead re-parsed every JSON payload in every pass.)
+    ones. (Caching the raw text instead re-parsed every JSON payload in every pass.) The raw
+    record is the text as read, except for a record Spark's JSON reader parsed but that lacks a
+    required field: that one is kept as its parsed fields, in JSON.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    if is_text:
+    df = records.df
+    if records.form == TEXT:
         if not schema:
-            raise ConfigError("text sources need a record schema: run(transform, schema='field type, ...')")
-        parsed_schema = StructType([*spark_schema(schema).fields, StructField(_CORRUPT, StringType())])
-        parsed = df.withColumn("_r", F.from_json("payload", parsed_schema,
-                                                 {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}))
-        fields = [f.name for f in parsed_schema.fields if f.name != _CORRUPT]
+            raise ConfigError(NEEDS_SCHEMA)
+        parsed_schema = StructType([*spark_schema(schema).fields, StructField(CORRUPT_COL, StringType())])
+        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COL}
+        parsed = df.withColumn("_r", F.from_json("payload", parsed_schema, options))
+        fields = [f.name for f in parsed_schema.fields if f.name != CORRUPT_COL]
         # A payload that is not a JSON object (or not JSON at all) parses to nothing at all.
-        malformed = F.col(f"_r.{_CORRUPT}").isNotNull() | F.col("_r").isNull()
+        malformed = F.col(f"_r.{CORRUPT_COL}").isNotNull() | F.col("_r").isNull()
         flat = parsed.select(OFFSET_COL, EVENT_ID_COL, "payload", *[F.col(f"_r.{f}").alias(f) for f in fields],
                              malformed.alias("_malformed"))
         record = F.col("payload")
-    else:
+    elif records.form == PARSED:
+        fields = [c for c in df.columns if c not in (OFFSET_COL, EVENT_ID_COL, CORRUPT_COL)]
+        flat = df.withColumn("_malformed", F.col(CORRUPT_COL).isNotNull())
+        record = F.coalesce(F.col(CORRUPT_COL), F.to_json(F.struct(*[F.col(c) for c in fields])))
+    elif records.form == COLUMNS:
         fields = [c for c in df.columns if c not in (OFFSET_COL,)]
         flat = df.withColumn(EVENT_ID_COL, F.lit(None).cast("string")).withColumn("_malformed", F.lit(False))
         record = F.to_json(F.struct(*[F.col(c) for c in fields]))
+    else:
+        raise ConfigError(f"a reader returned records of unknown form {records.form!r}: use {TEXT}, {PARSED} or "
+                          f"{COLUMNS}")
     unknown = [r for r in required if r not in fields]
     if unknown:
         raise ConfigError(f"required fields {unknown} are not in the record schema ({', '.join(fields)})")
@@ -74,11 +84,3 @@ def validate(df: DataFrame, is_text: bool, schema: str | None, required: Sequenc
         F.col("_record_length").alias("record_length"))
     return Validated(good, bad, int(totals["records"]), int(totals["bad"]), flat)
 
-
-def spark_schema(ddl: str) -> Any:
-    from pyspark.sql.types import StructType
-
-    schema = StructType.fromDDL(ddl)
-    if not isinstance(schema, StructType) or not schema.fields:
-        raise ConfigError(f"record schema {ddl!r} has no fields")
-    return schema

@@ -1,7 +1,8 @@
 """The job ``airflow-txn spark-cds`` runs to record which classes a driver loads (``spark_cds``):
-what the provider's jobs make a driver do, on a small file -- the helper's own ``validate`` and
-``fold`` over JSON lines (whole-stage codegen, the JSON parser, regex and case mapping as in the
-words example), partitions sent to Python as rows and as Arrow batches, and Parquet both ways.
+what the provider's jobs make a driver do, on a small file -- the helper's own reader, ``validate``
+and ``fold`` over JSON lines (Spark's JSON reader and ``from_json``, whole-stage codegen, regex
+and case mapping as in the words example), partitions sent to Python as rows and as Arrow
+batches, a result collected as Arrow, and Parquet both ways.
 
 Run by path as an application of ``spark-submit`` (``spark-submit warmup.py WORK_DIR``), never
 imported by the provider.
@@ -18,8 +19,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from airflow_transactional.sources import LandingDirectory
+from airflow_transactional.spark.read import TEXT, Records, read_landing
 from airflow_transactional.spark_job import EVENT_ID_COL, OFFSET_COL, fold, validate
 from airflow_transactional.spec import StateSpec
+
+SCHEMA = "url string, n long"
 
 
 def _batch_sizes(batches: Iterable[Any]) -> Iterator[Any]:
@@ -42,7 +47,12 @@ def main(work: str) -> None:
     text = spark.read.text(os.path.join(work, "events.json")).where(F.trim("value") != "")
     raw = text.select(F.input_file_name().alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
                       F.col("value").alias("payload"))
-    checked = validate(raw, True, "url string, n long", ["url"])
+    from_text = validate(Records(raw, TEXT), SCHEMA, ["url"])  # as an event log's payloads are parsed
+    landing = LandingDirectory(os.path.abspath(work))
+    events = {"files": [{"path": os.path.join(landing.path, "events.json")}]}
+    checked = validate(read_landing(spark, landing, events, record_schema=SCHEMA), SCHEMA, ["url"])
+    assert (from_text.records, from_text.bad_records) == (checked.records, checked.bad_records)
+    from_text.cached.unpersist()
     good = checked.good
     host = F.regexp_replace(F.lower(F.regexp_extract("url", r"^[a-zA-Z]+://([^/:?#]+)", 1)), r"^www\.", "")
     per_domain = fold(StateSpec("c", {"domain": "text"}, combiner="count"),
@@ -51,6 +61,7 @@ def main(work: str) -> None:
     good_records = checked.records - checked.bad_records
     assert per_domain.collect()[0]["value"] == good_records == checked.records - checked.bad.count()
     per_url.foreachPartition(_drain)
+    assert per_url.limit(100).toArrow().num_rows == 7
     assert per_url.mapInArrow(_batch_sizes, "n long").agg(F.sum("n")).collect()[0][0] == 7
     good.write.parquet(os.path.join(work, "good.parquet"))
     assert spark.read.parquet(os.path.join(work, "good.parquet")).count() == good_records

@@ -1,0 +1,252 @@
+"""The ``work`` section of ``bench.perf``: what processing one batch costs, outside Airflow.
+
+The same ``spark-submit`` a processing task runs (``spark_jobs/words.py``, the benchmark DAGs'
+Spark settings), timed on its own so that start-up and work can be told apart:
+
+- CPU-seconds of the whole process tree (driver JVM, executors, Python workers) on a batch of
+  N events minus the same job on an empty batch, vs the peer (``bench/sss_peer.py``) on the same
+  file minus the peer on an empty directory: the work per event, start-up left out on both sides.
+- The Postgres event-log source vs the landing directory: the same N events, the same job.
+- The same job as a client of a warm Spark Connect server: CPU-seconds of the server and the
+  client per batch (the server warmed by one batch first), vs the peer's work.
+- Where the time goes: the job's own per-phase profile (wall and CPU-seconds of the process
+  tree, see ``airflow_transactional.spark.job.Phases``), printed as a note.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+import psycopg2
+
+from airflow_transactional import spark_cds
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.sources import EventLog, LandingDirectory, PostgresLogSource
+from airflow_transactional.spark_job import REMOTE_ENV, provider_zip, with_quiet_driver_logs
+from airflow_transactional.spec import StateSpec, TopologySpec
+from airflow_transactional.submit import spark_connect_server_argv, spark_submit_argv
+from dev.embedded import free_port
+
+if TYPE_CHECKING:
+    from bench.perf import Report, Sizes
+
+log = logging.getLogger("bench.perf")
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS_JOB = REPO / "spark_jobs" / "words.py"
+PEER_JOB = REPO / "bench" / "sss_peer.py"
+LOG_PARTITIONS = 4
+
+
+def _run(argv: list[str], env: dict[str, str], what: str) -> tuple[float, float]:
+    """(CPU-seconds of the whole process tree, wall seconds) of one command."""
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=1800)
+    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode != 0:
+        raise RuntimeError(f"work: {what} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), wall
+
+
+def tree_cpu(proc: psutil.Process) -> float:
+    """CPU-seconds so far of a process and its live descendants."""
+    total = 0.0
+    for p in (proc, *proc.children(recursive=True)):
+        try:
+            t = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextmanager
+def connect_server(base: Path) -> Iterator[tuple[str, psutil.Process]]:
+    """A Spark Connect server as the benchmark stack runs it: (its URL, its process)."""
+    port = free_port()
+    with open(base / "spark-connect.log", "wb") as out:
+        proc = subprocess.Popen(spark_connect_server_argv(port), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
+    try:
+        deadline = time.monotonic() + 180
+        while not _listening(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"work: the Spark Connect server did not start; see {base / 'spark-connect.log'}")
+            time.sleep(0.5)
+        yield f"sc://127.0.0.1:{port}", psutil.Process(proc.pid)
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(60)
+
+
+def words_topology(name: str, source: Any, batch: int) -> TopologySpec:
+    return TopologySpec(name, source, [
+        StateSpec("url_counts", keys={"url": "text"}, combiner="count", table=f"{name}_url_counts"),
+        StateSpec("domain_counts", keys={"domain": "text"}, combiner="count", table=f"{name}_domain_counts")],
+        max_batch_size=batch)
+
+
+def fill_log_from_file(dsn: str, schema: str, name: str, path: Path) -> int:
+    """The file's events, one per line, into the event log ``name`` (setup, not measured)."""
+    events = EventLog(dsn, name)
+    events.create(LOG_PARTITIONS)
+    events.close()
+    buf, n = io.StringIO(), 0
+    out = csv.writer(buf)
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                out.writerow([name, n % LOG_PARTITIONS, n // LOG_PARTITIONS + 1, f"w{n}", line.rstrip("\n")])
+                n += 1
+    buf.seek(0)
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.copy_expert(f"COPY {schema}.log_events (log_name, partition, lsn, event_id, payload) "
+                        "FROM STDIN WITH (FORMAT csv)", buf)
+        cur.execute(f"UPDATE {schema}.log_partitions SET next_lsn = (SELECT coalesce(max(lsn), 0) + 1 "
+                    f"FROM {schema}.log_events e WHERE e.log_name = %s AND e.partition = log_partitions.partition) "
+                    "WHERE log_name = %s", (name, name))
+        cur.execute(f"ANALYZE {schema}.log_events")
+    conn.close()
+    return n
+
+
+class Work:
+    """One batch file of ``size`` events and the three topologies that process it."""
+
+    def __init__(self, dsn: str, schema: str, base: Path, events_file: Path, size: int, conf: dict[str, str]) -> None:
+        self.dsn, self.schema, self.base, self.size = dsn, schema, base, size
+        self.conf = spark_cds.with_archive(with_quiet_driver_logs(conf), spark_cds.current())
+        self.env = {**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
+                    "SPARK_LOCAL_IP": "127.0.0.1"}
+        (base / "landing").mkdir(parents=True, exist_ok=True)
+        (base / "empty").mkdir(parents=True, exist_ok=True)
+        landing_file = base / "landing" / events_file.name
+        if not landing_file.exists():
+            os.link(events_file, landing_file)
+        self.txids: dict[str, int] = {}
+        coord = Coordinator(dsn, schema=schema)
+        try:
+            for name, source in (
+                    ("bench_work_landing", LandingDirectory(str(base / "landing"), max_files=1, settle_seconds=0)),
+                    ("bench_work_empty", LandingDirectory(str(base / "empty"), max_files=1, settle_seconds=0)),
+                    ("bench_work_log", PostgresLogSource("bench_work_log"))):
+                if name == "bench_work_log":
+                    n = fill_log_from_file(dsn, schema, name, events_file)
+                    assert n == size, (n, size)
+                coord.register(words_topology(name, source, size if name == "bench_work_log" else 1))
+                txn = coord.plan(name, "bench-work")
+                assert txn.empty == (name == "bench_work_empty"), (name, txn)
+                self.txids[name] = txn.txid
+        finally:
+            coord.close()
+
+    def ours(self, topology: str) -> tuple[float, float, dict[str, Any]]:
+        """(CPU-s, wall s, the job's result) of processing the planned batch of ``topology``."""
+        result_file = self.base / f"{topology}.result.json"
+        argv = [*spark_submit_argv("local[2]", self.conf, "--name", f"work-{topology}"), "--py-files", provider_zip(),
+                str(WORDS_JOB), "--topology", topology, "--txid", str(self.txids[topology]), "--schema", self.schema,
+                "--result-file", str(result_file)]
+        cpu, wall = _run(argv, self.env, f"the words job on {topology}")
+        result: dict[str, Any] = json.loads(result_file.read_text())
+        if topology != "bench_work_empty" and result.get("records_read") != self.size:
+            raise RuntimeError(f"work: {topology} read {result.get('records_read')} events, not {self.size}")
+        return cpu, wall, result
+
+    def ours_connect(self, topology: str, url: str, server: psutil.Process) -> tuple[float, float, dict[str, Any]]:
+        """(CPU-s of the server and the client, wall s, the job's result): the job as a Connect client."""
+        result_file = self.base / f"{topology}.connect.result.json"
+        argv = [sys.executable, str(WORDS_JOB), "--topology", topology, "--txid", str(self.txids[topology]),
+                "--schema", self.schema, "--result-file", str(result_file)]
+        before = tree_cpu(server)
+        client_cpu, wall = _run(argv, {**self.env, REMOTE_ENV: url}, f"the words job on {topology} (Connect)")
+        result: dict[str, Any] = json.loads(result_file.read_text())
+        return tree_cpu(server) - before + client_cpu, wall, result
+
+    def peer(self, folder: str, trial: int) -> tuple[float, float, dict[str, Any]]:
+        """(CPU-s, wall s, its result) of the Structured Streaming peer over ``folder``'s files."""
+        tag = f"{folder}_{trial}"
+        result_file, checkpoint = self.base / f"peer-{tag}.json", self.base / f"peer-checkpoint-{tag}"
+        argv = [*spark_submit_argv("local[2]", self.conf, "--name", f"work-peer-{tag}"),
+                str(PEER_JOB), str(self.base / folder), str(checkpoint), f"bench_work_peer_{tag}", str(result_file)]
+        cpu, wall = _run(argv, self.env, f"the peer on {folder}")
+        return cpu, wall, json.loads(result_file.read_text())
+
+
+def profile_note(result: dict[str, Any]) -> str:
+    """``phase wall s / CPU-s, ...`` from a job's result."""
+    prof = result.get("profile", {})
+    cpu = prof.get("cpu_seconds", {})
+    return ", ".join(f"{phase} {secs:.1f} s / {cpu.get(phase, float('nan')):.1f} CPU-s"
+                     for phase, secs in prof.get("seconds", {}).items())
+
+
+def bench_work(dsn: str, schema: str, base: Path, events_file: Path, sizes: Sizes, report: Report,
+               conf: dict[str, str]) -> None:
+    from bench.perf import Row, median
+
+    size = sizes.work_batch
+    work = Work(dsn, schema, base, events_file, size, conf)
+    took: dict[str, list[tuple[float, float]]] = {}
+    last: dict[str, dict[str, Any]] = {}
+    for trial in range(sizes.work_trials):
+        for what in ("bench_work_empty", "bench_work_landing", "bench_work_log", "peer:empty", "peer:landing"):
+            if what.startswith("peer:"):
+                cpu, wall, last[what] = work.peer(what.split(":")[1], trial)
+            else:
+                cpu, wall, last[what] = work.ours(what)
+            took.setdefault(what, []).append((cpu, wall))
+            log.info("work: %s, trial %d: %.1f CPU-s, %.1f s wall", what, trial, cpu, wall)
+    cpu = {k: median([c for c, _ in v]) for k, v in took.items()}
+    wall = {k: median([w for _, w in v]) for k, v in took.items()}
+    ours_work = cpu["bench_work_landing"] - cpu["bench_work_empty"]
+    peer_work = cpu["peer:landing"] - cpu["peer:empty"]
+    ratio = ours_work / peer_work
+    report.add(Row("work", f"CPU-seconds of one {size:,}-event batch, spark-submit of words minus an empty batch, "
+                           "vs the peer minus an empty directory",
+                   f"{ours_work:.1f} CPU-s", f"{peer_work:.1f} CPU-s", ratio, "<= 1.0x", ratio <= 1.0,
+                   f"whole runs: ours {cpu['bench_work_landing']:.1f} CPU-s ({wall['bench_work_landing']:.0f} s), "
+                   f"empty {cpu['bench_work_empty']:.1f} CPU-s ({wall['bench_work_empty']:.0f} s); peer "
+                   f"{cpu['peer:landing']:.1f} CPU-s ({wall['peer:landing']:.0f} s), empty "
+                   f"{cpu['peer:empty']:.1f} CPU-s ({wall['peer:empty']:.0f} s); median of {sizes.work_trials}. "
+                   f"Our phases: {profile_note(last['bench_work_landing'])}"))
+    connect: list[tuple[float, float]] = []
+    with connect_server(base) as (url, server):
+        for trial in range(1 + sizes.work_trials):  # the first warms the server's JIT
+            c, w, last["connect"] = work.ours_connect("bench_work_landing", url, server)
+            log.info("work: Spark Connect, %s batch: %.1f CPU-s, %.1f s wall", "warm-up" if not trial else "a", c, w)
+            if trial:
+                connect.append((c, w))
+    c_cpu, c_wall = median([c for c, _ in connect]), median([w for _, w in connect])
+    report.add(Row("work", f"CPU-seconds of one {size:,}-event batch, words as a client of a warm Spark Connect "
+                           "server (server + client), vs the peer minus an empty directory",
+                   f"{c_cpu:.1f} CPU-s", f"{peer_work:.1f} CPU-s", c_cpu / peer_work, "", None,
+                   f"{c_wall:.1f} s wall per batch; phases (wall): "
+                   + ", ".join(f"{k} {v:.1f} s" for k, v in last["connect"].get("profile", {})
+                               .get("seconds", {}).items())))
+    rate = {k: size / wall[k] for k in ("bench_work_landing", "bench_work_log")}
+    log_ratio = rate["bench_work_log"] / rate["bench_work_landing"]
+    report.add(Row("work", f"events/s of one {size:,}-event batch, Postgres event-log source vs landing directory "
+                           "(spark-submit of words)",
+                   f"{rate['bench_work_log']:,.0f} ev/s", f"{rate['bench_work_landing']:,.0f} ev/s", log_ratio,
+                   ">= 0.8x", log_ratio >= 0.8,
+                   f"log: {cpu['bench_work_log']:.1f} CPU-s; phases: {profile_note(last['bench_work_log'])}"))
