@@ -80,7 +80,7 @@ BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+Use
 
 @dataclass
 class Sizes:
-    """What one run measures; ``quick`` keeps the whole run under ten minutes."""
+    """What one run measures; ``quick`` keeps the whole run near ten minutes (about 12 here)."""
 
     commit_delta: int = 100_000
     commit_small_state: int = 100_000
@@ -734,7 +734,7 @@ def plot(report: Report, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes; the whole run takes under 10 minutes")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes; the whole run takes about 12 minutes")
     parser.add_argument("--only", help=f"comma-separated sections (default all of {', '.join(SECTIONS)})")
     parser.add_argument("--backends", help=f"comma-separated backends the peer section runs ours on (default: "
                         f"{', '.join(Sizes().peer_backends)}; quick: {', '.join(Sizes.quick().peer_backends)})")
