@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -58,15 +57,12 @@ from airflow_transactional.spark_job import provider_zip, with_quiet_driver_logs
 from airflow_transactional.spec import DEFAULT_STATE_SCHEMA, StateSpec, TopologySpec
 from airflow_transactional.store.migrations import DEFAULT_SCHEMA
 from airflow_transactional.submit import SPARK_CONNECT_SERVER, spark_submit_argv
-from bench.work import bench_work
+from bench.work import PEER_JOB, REPO, WORDS_JOB, bench_work, run_measured, settle_log
 from dev.localstack import LocalStack, RestClient
 
 log = logging.getLogger("bench.perf")
 
-REPO = Path(__file__).resolve().parents[1]
-WORDS_JOB = REPO / "spark_jobs" / "words.py"
 DAG_FILES = sorted((REPO / "bench" / "dags").glob("bench_*.py"))
-PEER_JOB = REPO / "bench" / "sss_peer.py"
 SCHEMA = DEFAULT_SCHEMA
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
 SECTIONS = ("commit", "plan", "startup", "work", "peer", "overhead", "pipelining")
@@ -365,10 +361,9 @@ def fill_log(dsn: str, name: str, n: int, partitions: int = 4) -> None:
                      f"SELECT '{name}', i % {partitions}, i / {partitions} + 1, 'e' || i, "
                      "'{\"url\": \"https://example.com/p/' || (i % 1000) || '\"}' "
                      f"FROM generate_series({lo}, {hi - 1}) i")
-    execute(dsn, f"UPDATE {SCHEMA}.log_partitions SET next_lsn = (SELECT coalesce(max(lsn), 0) + 1 "
-                 f"FROM {SCHEMA}.log_events e WHERE e.log_name = '{name}' AND e.partition = log_partitions.partition) "
-                 f"WHERE log_name = '{name}'")
-    execute(dsn, f"ANALYZE {SCHEMA}.log_events")
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        settle_log(cur, SCHEMA, name)
+    conn.close()
 
 
 def bench_plan(dsn: str, sizes: Sizes, report: Report) -> None:
@@ -426,12 +421,7 @@ def bench_startup(dsn: str, sizes: Sizes, report: Report) -> None:
             conf = spark_cds.with_archive(with_quiet_driver_logs(LOCAL_SPARK_CONF), archive if with_archive else None)
             argv = [*spark_submit_argv("local[2]", conf), "--py-files", provider_zip(), str(WORDS_JOB),
                     "--topology", name, "--txid", str(txid), "--schema", SCHEMA]
-            before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-            res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=600)
-            wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-            if res.returncode != 0:
-                raise RuntimeError(f"startup: the words job failed ({res.returncode}):\n{res.stderr[-3000:]}")
-            cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+            cpu, wall = run_measured(argv, env, "startup: the words job")
             took[with_archive].append((cpu, wall))
             log.info("startup: %s the archive: %.1f CPU-s, %.1f s wall", "with" if with_archive else "without",
                      cpu, wall)

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time
@@ -36,10 +35,12 @@ import psycopg2
 from airflow_transactional import spark_cds
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.sources import EventLog, LandingDirectory, PostgresLogSource
+from airflow_transactional.spark.job import tree_cpu
 from airflow_transactional.spark_job import REMOTE_ENV, provider_zip, with_quiet_driver_logs
 from airflow_transactional.spec import StateSpec, TopologySpec
 from airflow_transactional.submit import spark_connect_server_argv, spark_submit_argv
 from dev.embedded import free_port
+from dev.localstack import listening
 
 if TYPE_CHECKING:
     from bench.perf import Report, Sizes
@@ -52,31 +53,14 @@ PEER_JOB = REPO / "bench" / "sss_peer.py"
 LOG_PARTITIONS = 4
 
 
-def _run(argv: list[str], env: dict[str, str], what: str) -> tuple[float, float]:
-    """(CPU-seconds of the whole process tree, wall seconds) of one command."""
+def run_measured(argv: list[str], env: dict[str, str], what: str) -> tuple[float, float]:
+    """(CPU-seconds of the whole process tree, wall seconds) of one command, which must succeed."""
     before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=1800)
     wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode != 0:
-        raise RuntimeError(f"work: {what} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+        raise RuntimeError(f"{what} failed ({res.returncode}):\n{res.stderr[-3000:]}")
     return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), wall
-
-
-def tree_cpu(proc: psutil.Process) -> float:
-    """CPU-seconds so far of a process and its live descendants."""
-    total = 0.0
-    for p in (proc, *proc.children(recursive=True)):
-        try:
-            t = p.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += t.user + t.system + t.children_user + t.children_system
-    return total
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @contextmanager
@@ -89,7 +73,7 @@ def connect_server(base: Path) -> Iterator[tuple[str, psutil.Process]]:
                                 env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
     try:
         deadline = time.monotonic() + 180
-        while not _listening(port):
+        while not listening(port):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"work: the Spark Connect server did not start; see {base / 'spark-connect.log'}")
             time.sleep(0.5)
@@ -104,6 +88,14 @@ def words_topology(name: str, source: Any, batch: int) -> TopologySpec:
         StateSpec("url_counts", keys={"url": "text"}, combiner="count", table=f"{name}_url_counts"),
         StateSpec("domain_counts", keys={"domain": "text"}, combiner="count", table=f"{name}_domain_counts")],
         max_batch_size=batch)
+
+
+def settle_log(cur: Any, schema: str, name: str) -> None:
+    """After events were put into log ``name`` directly: its counters past them, statistics fresh."""
+    cur.execute(f"UPDATE {schema}.log_partitions SET next_lsn = (SELECT coalesce(max(lsn), 0) + 1 "
+                f"FROM {schema}.log_events e WHERE e.log_name = %s AND e.partition = log_partitions.partition) "
+                "WHERE log_name = %s", (name, name))
+    cur.execute(f"ANALYZE {schema}.log_events")
 
 
 def fill_log_from_file(dsn: str, schema: str, name: str, path: Path) -> int:
@@ -122,10 +114,7 @@ def fill_log_from_file(dsn: str, schema: str, name: str, path: Path) -> int:
     with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
         cur.copy_expert(f"COPY {schema}.log_events (log_name, partition, lsn, event_id, payload) "
                         "FROM STDIN WITH (FORMAT csv)", buf)
-        cur.execute(f"UPDATE {schema}.log_partitions SET next_lsn = (SELECT coalesce(max(lsn), 0) + 1 "
-                    f"FROM {schema}.log_events e WHERE e.log_name = %s AND e.partition = log_partitions.partition) "
-                    "WHERE log_name = %s", (name, name))
-        cur.execute(f"ANALYZE {schema}.log_events")
+        settle_log(cur, schema, name)
     conn.close()
     return n
 
@@ -166,7 +155,7 @@ class Work:
         argv = [*spark_submit_argv("local[2]", self.conf, "--name", f"work-{topology}"), "--py-files", provider_zip(),
                 str(WORDS_JOB), "--topology", topology, "--txid", str(self.txids[topology]), "--schema", self.schema,
                 "--result-file", str(result_file)]
-        cpu, wall = _run(argv, self.env, f"the words job on {topology}")
+        cpu, wall = run_measured(argv, self.env, f"work: the words job on {topology}")
         result: dict[str, Any] = json.loads(result_file.read_text())
         if topology != "bench_work_empty" and result.get("records_read") != self.size:
             raise RuntimeError(f"work: {topology} read {result.get('records_read')} events, not {self.size}")
@@ -178,9 +167,12 @@ class Work:
         argv = [sys.executable, str(WORDS_JOB), "--topology", topology, "--txid", str(self.txids[topology]),
                 "--schema", self.schema, "--result-file", str(result_file)]
         before = tree_cpu(server)
-        client_cpu, wall = _run(argv, {**self.env, REMOTE_ENV: url}, f"the words job on {topology} (Connect)")
+        client_cpu, wall = run_measured(argv, {**self.env, REMOTE_ENV: url},
+                                        f"work: the words job on {topology} (Connect)")
+        after = tree_cpu(server)
+        assert before is not None and after is not None, "the Spark Connect server is gone"
         result: dict[str, Any] = json.loads(result_file.read_text())
-        return tree_cpu(server) - before + client_cpu, wall, result
+        return after - before + client_cpu, wall, result
 
     def peer(self, folder: str, trial: int) -> tuple[float, float, dict[str, Any]]:
         """(CPU-s, wall s, its result) of the Structured Streaming peer over ``folder``'s files."""
@@ -188,7 +180,7 @@ class Work:
         result_file, checkpoint = self.base / f"peer-{tag}.json", self.base / f"peer-checkpoint-{tag}"
         argv = [*spark_submit_argv("local[2]", self.conf, "--name", f"work-peer-{tag}"),
                 str(PEER_JOB), str(self.base / folder), str(checkpoint), f"bench_work_peer_{tag}", str(result_file)]
-        cpu, wall = _run(argv, self.env, f"the peer on {folder}")
+        cpu, wall = run_measured(argv, self.env, f"work: the peer on {folder}")
         return cpu, wall, json.loads(result_file.read_text())
 
 

@@ -45,14 +45,14 @@ class Phases:
         self.seconds: dict[str, float] = {}
         self.cpu_seconds: dict[str, float] = {}
         root = _spark_root()
-        self._wall, self._cpu = time.perf_counter(), _tree_cpu(root)
+        self._wall, self._cpu = time.perf_counter(), tree_cpu(root)
         if root is not None and self._cpu is not None:
             self.seconds["launch"] = round(max(0.0, time.time() - root.create_time()), 3)
             self.cpu_seconds["launch"] = round(self._cpu, 3)
         self._root = root
 
     def lap(self, phase: str) -> None:
-        wall, cpu = time.perf_counter(), _tree_cpu(self._root)
+        wall, cpu = time.perf_counter(), tree_cpu(self._root)
         self.seconds[phase] = round(self.seconds.get(phase, 0.0) + wall - self._wall, 3)
         if cpu is not None and self._cpu is not None and cpu >= self._cpu:  # less: workers ended, their time gone
             self.cpu_seconds[phase] = round(self.cpu_seconds.get(phase, 0.0) + cpu - self._cpu, 3)
@@ -78,7 +78,8 @@ def _spark_root() -> Any:
     return parent if parent is not None and "java" in parent.name() else me
 
 
-def _tree_cpu(root: Any) -> float | None:
+def tree_cpu(root: Any) -> float | None:
+    """CPU-seconds so far of a ``psutil.Process`` and its live descendants (None for no process)."""
     if root is None:
         return None
     import psutil
