@@ -18,5 +18,5 @@ def test_json_files_without_a_record_schema_name_the_fix() -> None:
 
 
 def test_a_reader_returning_an_unknown_form_is_refused() -> None:
-    with pytest.raises(ConfigError, match="unknown form 'xml'.*text, parsed or columns"):
+    with pytest.raises(ConfigError, match=r"unknown form 'xml'.*text, parsed or columns"):
         validate(Records(None, "xml"), "url string", ["url"])  # type: ignore[arg-type]
