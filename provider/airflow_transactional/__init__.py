@@ -56,6 +56,10 @@ def get_provider_info() -> dict[str, Any]:
             "integration-name": "Transactional",
             "python-modules": ["airflow_transactional.operators"],
         }],
+        "triggers": [{
+            "integration-name": "Transactional",
+            "python-modules": ["airflow_transactional.triggers"],
+        }],
         "hooks": [{
             "integration-name": "Transactional",
             "python-modules": ["airflow_transactional.hooks"],

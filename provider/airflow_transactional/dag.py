@@ -72,6 +72,7 @@ def transactional_dag(
     retry_delay: timedelta = timedelta(seconds=10),
     commit_timeout: timedelta = timedelta(hours=1),
     plan_timeout: timedelta = timedelta(minutes=30),
+    deferrable: bool = True,
     start_date: datetime = DEFAULT_START,
     dag_id: str | None = None,
     tags: Sequence[str] = (),
@@ -90,6 +91,9 @@ def transactional_dag(
     relative to the DAG file, or absolute). ``spark_connect_conn_id`` names a ``spark_connect``
     connection: batches then run on that long-lived Spark (Spark Connect) instead of one
     ``spark-submit`` each -- no JVM start-up per batch (``spark_conf`` is then the server's business).
+    ``deferrable`` (default True): a commit waiting for txid-1 and a plan waiting for a slot wait
+    in Airflow's triggerer, holding no worker slot, and wake when the topology commits; False
+    makes them poll in their worker (a deployment without a triggerer).
     Everything is validated here, at parse time, without touching a database.
     """
     if schedule is None or schedule == "@once":
@@ -108,6 +112,8 @@ def transactional_dag(
                         ("plan_timeout", plan_timeout)):
         if not isinstance(value, timedelta) or value <= timedelta(0):
             raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=5)), got {value!r}")
+    if not isinstance(deferrable, bool):
+        raise ConfigError(f"deferrable must be True or False, got {deferrable!r}")
     if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
         raise ConfigError(f"tags must be a list of strings (e.g. tags=['billing']), got {tags!r}")
     if isinstance(application_args, str) or not all(isinstance(a, str) for a in application_args):
@@ -125,7 +131,7 @@ def transactional_dag(
         **dag_kwargs,
     )
     common: dict[str, Any] = {"topology": config, "transactional_conn_id": transactional_conn_id, "dag": dag}
-    plan = PlanOperator(task_id="plan", wait_timeout=plan_timeout, **common)
+    plan = PlanOperator(task_id="plan", wait_timeout=plan_timeout, deferrable=deferrable, **common)
     process = TransactionalSparkSubmitOperator(
         task_id="process", application=config["extra"]["spark"]["application"],
         application_args=list(application_args), conn_id=spark_conn_id, conf=dict(spark_conf or {}),
@@ -134,6 +140,7 @@ def transactional_dag(
         **({"pool": spark_pool} if spark_pool else {}), **common)
     # The commit runs after a skipped (empty) process too; it must never run after a failed one.
     commit = CommitOperator(task_id="commit", wait_timeout=commit_timeout, trigger_rule="none_failed",
+                            deferrable=deferrable,
                             execution_timeout=commit_timeout + timedelta(minutes=5), **common)
     plan >> process >> commit
     try:

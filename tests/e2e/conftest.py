@@ -18,8 +18,10 @@ CHAOS_CI = ChaosConfig.quick(seed=7)
 REPO = Path(__file__).resolve().parents[2]
 
 
-# The operations tests' own topologies (ops_count, ops_opaque, ops_killed, ops_deleted).
+# The operations tests' own topologies (ops_count, ops_opaque, ops_killed, ops_deleted), and the
+# deferred-waits test's (slots_0 ... slots_5).
 OPS_DAGS = Path(__file__).resolve().parent / "dags" / "ops_dags.py"
+SLOTS_DAGS = OPS_DAGS.with_name("slots_dags.py")
 
 
 @pytest.fixture(scope="package")
@@ -31,7 +33,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     dags.mkdir()
     for dag_file in (REPO / "dags").glob("*.py"):  # the examples, as a user would deploy them
         (dags / dag_file.name).symlink_to(dag_file)
-    (dags / OPS_DAGS.name).symlink_to(OPS_DAGS)
+    for own in (OPS_DAGS, SLOTS_DAGS):
+        (dags / own.name).symlink_to(own)
     write_dag(dags, CHAOS_CI)
     env = {
         # Runs are triggered over REST with explicit logical dates; the daily schedule only adds
@@ -42,7 +45,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         # Tests arm faults in running tasks by writing this file (see dev/faults.py).
         "AIRFLOW_TXN_FAULTS_FILE": str(base / "faults.txt"),
     }
-    st = LocalStack(base, dags, env=env)
+    # Four worker slots: waiting plans and commits wait in the triggerer, holding none of them
+    # (test_deferred_waits.py would starve if they slept in workers).
+    st = LocalStack(base, dags, env=env, parallelism=4)
     try:
         st.start()
         yield st

@@ -3,14 +3,12 @@ record or by Airflow's view of that txid's run (a task killed on its last try re
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
-
 import pytest
 from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
 from airflow.sdk.execution_time.comms import ErrorResponse
 
-from airflow_transactional.operators import CommitOperator, PlanOperator
+from airflow_transactional.operators import PlanOperator
+from airflow_transactional.watch import Watch
 
 pytestmark = pytest.mark.unit
 
@@ -69,15 +67,17 @@ def plan() -> PlanOperator:
     return op
 
 
-def commit(grace: float = 0.0) -> CommitOperator:
-    op = CommitOperator(task_id="commit", topology={"topology_id": "words"}, blocked_grace=timedelta(seconds=grace))
-    op.airflow_check_interval = 0.0
-    return op
+def watch(ti: FakeTI, grace: float = 0.0, interval: float = 0.0) -> Watch:
+    """A waiting task's fail-fast rules (the commit's and the plan's, in a worker or the
+    triggerer), asking Airflow through ``ti`` as the operators do."""
+    return Watch(
+        "words", lambda run_id: plan().airflow_run_state({"ti": ti}, run_id), blocked_grace=grace,
+        check_interval=interval, log=plan().log)
 
 
 def test_a_predecessor_killed_on_its_last_try_blocks_and_is_recorded() -> None:
     coord, ti = FakeCoordinator(pending=(7, "run-7")), FakeTI("failed")
-    blocked = commit().still_blocked(coord, 9, [], {"ti": ti})  # type: ignore[arg-type]
+    blocked = watch(ti).still_blocked(coord, 9)
     assert blocked is not None and blocked.startswith("blocked by txid 7 (run run-7): its Airflow run failed")
     assert "Clear that run's tasks" in blocked
     assert ti.asked == [("words", "run-7")]
@@ -86,25 +86,25 @@ def test_a_predecessor_killed_on_its_last_try_blocks_and_is_recorded() -> None:
 
 def test_a_running_predecessor_is_waited_for() -> None:
     coord = FakeCoordinator(pending=(7, "run-7"))
-    assert commit().still_blocked(coord, 9, [], {"ti": FakeTI("running")}) is None  # type: ignore[arg-type]
+    assert watch(FakeTI("running")).still_blocked(coord, 9) is None
     assert coord.marked == []
 
 
 def test_a_queued_predecessor_gets_the_slot_after_the_grace() -> None:
     # Cleared, then queued behind the max_active_runs slots its waiters hold: they must let go.
-    op, coord, since = commit(grace=3600), FakeCoordinator(pending=(7, "run-7")), []
-    ti = FakeTI("queued", "running", "queued")
-    assert op.still_blocked(coord, 9, since, {"ti": ti}) is None and since  # within the grace
-    assert op.still_blocked(coord, 9, since, {"ti": ti}) is None and not since  # it started: waiting again
-    op.blocked_grace = timedelta(0)
-    blocked = op.still_blocked(coord, 9, since, {"ti": ti})
+    coord, ti = FakeCoordinator(pending=(7, "run-7")), FakeTI("queued", "running", "queued")
+    w = watch(ti, grace=3600)
+    assert w.still_blocked(coord, 9) is None and w.since is not None  # within the grace
+    assert w.still_blocked(coord, 9) is None and w.since is None  # it started: waiting again
+    w.blocked_grace = 0.0
+    blocked = w.still_blocked(coord, 9)
     assert blocked is not None and "queued and cannot start" in blocked
     assert coord.marked == []  # a queued run is about to be retried: not failed
 
 
 def test_a_predecessor_marked_success_without_committing_blocks() -> None:
     coord = FakeCoordinator(pending=(7, "run-7"))
-    blocked = commit().still_blocked(coord, 9, [], {"ti": FakeTI("success")})  # type: ignore[arg-type]
+    blocked = watch(FakeTI("success")).still_blocked(coord, 9)
     assert blocked is not None and "finished without committing txid 7" in blocked
     assert [t for t, _ in coord.marked] == [7]
 
@@ -112,22 +112,22 @@ def test_a_predecessor_marked_success_without_committing_blocks() -> None:
 def test_no_airflow_answer_and_no_record_means_waiting() -> None:
     # The API away for a moment, a server error, or no run pending at all: no verdict.
     coord = FakeCoordinator(pending=(7, "run-7"))
-    assert commit().still_blocked(coord, 9, [], {"ti": FakeTI(RuntimeError("timeout"))}) is None  # type: ignore[arg-type]
-    assert commit().still_blocked(coord, 9, [], {"ti": FakeTI(api_error(500))}) is None  # type: ignore[arg-type]
-    assert commit().still_blocked(FakeCoordinator(pending=None), 9, [], {"ti": FakeTI()}) is None  # type: ignore[arg-type]
+    assert watch(FakeTI(RuntimeError("timeout"))).still_blocked(coord, 9) is None
+    assert watch(FakeTI(api_error(500))).still_blocked(coord, 9) is None
+    assert watch(FakeTI()).still_blocked(FakeCoordinator(pending=None), 9) is None
     assert coord.marked == []
 
 
 def test_the_record_in_postgres_blocks_when_airflow_cannot_answer() -> None:
     coord = FakeCoordinator(pending=(7, "run-7"), recorded="blocked by failed txid 7 (run run-7): boom")
     ti = FakeTI(RuntimeError("timeout"))
-    assert commit().still_blocked(coord, 9, [], {"ti": ti}) == coord.recorded  # type: ignore[arg-type]
+    assert watch(ti).still_blocked(coord, 9) == coord.recorded
 
 
 def test_a_deleted_predecessor_run_blocks_with_the_fix_that_still_applies() -> None:
     # Deleted in the UI (a failed or queued run): "clear that run" cannot be done any more.
     coord = FakeCoordinator(pending=(7, "run-7"), recorded="blocked by failed txid 7 (run run-7): boom. Clear it")
-    blocked = commit().still_blocked(coord, 9, [], {"ti": FakeTI(api_error(404))})  # type: ignore[arg-type]
+    blocked = watch(FakeTI(api_error(404))).still_blocked(coord, 9)
     assert blocked is not None and blocked.startswith("blocked by txid 7 (run run-7): its Airflow run was deleted")
     assert "The next run of this DAG takes its batch over" in blocked and "Clear that run" not in blocked
     assert [t for t, _ in coord.marked] == [7]
@@ -136,7 +136,7 @@ def test_a_deleted_predecessor_run_blocks_with_the_fix_that_still_applies() -> N
 def test_the_next_new_run_takes_over_the_batch_of_a_deleted_run() -> None:
     coord = FakeCoordinator(pending=None, planned=[(7, "run-7"), (8, "run-8")])
     ti = FakeTI("running", api_error(404))  # txid 7's run is alive, txid 8's was deleted
-    assert plan().adopt_orphan(coord, {"ti": ti, "run_id": "run-new"}) == 8  # type: ignore[arg-type]
+    assert plan().adopt_orphan(coord, {"ti": ti, "run_id": "run-new"}) == 8
     assert coord.adopted == [(8, "run-8", "run-new")]
     assert ti.asked == [("words", "run-7"), ("words", "run-8")]
 
@@ -144,21 +144,19 @@ def test_the_next_new_run_takes_over_the_batch_of_a_deleted_run() -> None:
 def test_only_a_404_hands_a_batch_over() -> None:
     for answer in ("failed", "success", "queued", api_error(500), RuntimeError("timeout")):
         coord = FakeCoordinator(pending=None, planned=[(7, "run-7")])
-        assert plan().adopt_orphan(coord, {"ti": FakeTI(answer), "run_id": "run-new"}) is None  # type: ignore[arg-type]
+        assert plan().adopt_orphan(coord, {"ti": FakeTI(answer), "run_id": "run-new"}) is None
         assert coord.adopted == [], answer
 
 
 def test_a_run_with_a_txid_of_its_own_takes_nothing_over() -> None:
     coord, ti = FakeCoordinator(pending=None, planned=[(7, "run-7")], own=9), FakeTI(api_error(404))
-    assert plan().adopt_orphan(coord, {"ti": ti, "run_id": "run-9"}) is None  # type: ignore[arg-type]
+    assert plan().adopt_orphan(coord, {"ti": ti, "run_id": "run-9"}) is None
     assert coord.adopted == [] and ti.asked == []
 
 
 def test_airflow_is_asked_at_most_every_interval() -> None:
-    op, coord = commit(grace=3600), FakeCoordinator(pending=(7, "run-7"))
-    op.airflow_check_interval = 3600.0
-    ti = FakeTI("running", "failed")
-    context: dict[str, Any] = {"ti": ti}
+    coord, ti = FakeCoordinator(pending=(7, "run-7")), FakeTI("running", "failed")
+    w = watch(ti, grace=3600, interval=3600)
     for _ in range(5):
-        assert op.still_blocked(coord, 9, [], context) is None  # type: ignore[arg-type]
+        assert w.still_blocked(coord, 9) is None
     assert len(ti.asked) == 1

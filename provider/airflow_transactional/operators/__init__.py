@@ -5,9 +5,10 @@ touches a database at DAG-parse time. Order is enforced in PostgreSQL, not by
 ``depends_on_past`` (see :mod:`airflow_transactional.dag` for why).
 """
 
-from .base import DELETED, TopologyTask
+from .base import DELETED, TopologyTask, WaitingTask
 from .commit import CommitOperator
 from .plan import PlanOperator
 from .process import TransactionalSparkSubmitOperator
 
-__all__ = ["DELETED", "CommitOperator", "PlanOperator", "TopologyTask", "TransactionalSparkSubmitOperator"]
+__all__ = ["DELETED", "CommitOperator", "PlanOperator", "TopologyTask", "TransactionalSparkSubmitOperator",
+           "WaitingTask"]

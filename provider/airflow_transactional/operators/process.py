@@ -17,7 +17,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
-from .. import spark_cds
+from .. import faults, spark_cds
 from ..hooks import TransactionalHook
 from ..spark_job import REMOTE_ENV
 from ..submit import DSN_ENV, DsnDelivery, deliver_dsn, provider_zip, with_quiet_driver_logs
@@ -61,6 +61,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         delivery: DsnDelivery | None = None
         try:
             txn = self.run_transaction(coordinator, context)
+            faults.point("process.begin", scope=(self.topology_id, str(txn.txid)))
             if txn.committed:
                 self.skip(f"txid {txn.txid} already committed at {txn.committed_at}; nothing to do")
             coordinator.retrying(self.topology_id, txn.txid)

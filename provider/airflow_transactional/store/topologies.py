@@ -11,6 +11,7 @@ from psycopg2 import sql
 from psycopg2.extras import Json
 
 from ..sources.base import Offsets
+from . import notices
 from .rows import Cursor, one, only, scalar, table
 
 FOR_UPDATE = {True: sql.SQL(" FOR UPDATE"), False: sql.SQL("")}
@@ -82,6 +83,7 @@ def advance(cur: Cursor, schema: str, topology_id: str, txid: int, offsets: Offs
     cur.execute(sql.SQL("UPDATE {} SET committed_txid = %s, committed_offsets = %s, last_commit_at = %s, "
                         "lost_records = lost_records + %s WHERE topology_id = %s")
                 .format(table(schema, "topologies")), (txid, Json(offsets), at, lost_records, topology_id))
+    notices.send(cur, schema, topology_id, txid, "committed")
 
 
 def progress(cur: Cursor, schema: str, topology_id: str) -> Progress:

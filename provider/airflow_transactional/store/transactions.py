@@ -11,6 +11,7 @@ from psycopg2 import sql
 from psycopg2.extras import Json
 
 from ..sources.base import Offsets
+from . import notices
 from .rows import Cursor, column_list, every, one, table
 from .topologies import FOR_UPDATE
 
@@ -139,6 +140,7 @@ def mark_failed(cur: Cursor, schema: str, topology_id: str, txid: int, reason: s
     cur.execute(sql.SQL("UPDATE {} SET failed_at = clock_timestamp(), failure = %s "
                         "WHERE topology_id = %s AND txid = %s AND status = 'planned'")
                 .format(table(schema, "transactions")), (reason[:2000], topology_id, txid))
+    notices.send(cur, schema, topology_id, txid, "failed")
 
 
 def first_failed_before(cur: Cursor, schema: str, topology_id: str, txid: int) -> Failed | None:

@@ -1,0 +1,34 @@
+"""Wake-ups for waiting tasks: a ``NOTIFY`` sent inside the transaction that commits a txid or
+records that one failed for good. Postgres delivers it when (and only if) that transaction
+commits, so a listener hears of a change exactly when it can see it."""
+
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+from .rows import Cursor
+
+#: The one channel of every state store on a server; a notice names its schema and topology.
+CHANNEL = "airflow_transactional"
+
+
+class Notice(NamedTuple):
+    schema: str
+    topology_id: str
+    txid: int
+    event: str  # "committed" | "failed"
+
+
+def send(cur: Cursor, schema: str, topology_id: str, txid: int, event: str) -> None:
+    payload = json.dumps({"schema": schema, "topology": topology_id, "txid": txid, "event": event})
+    cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+
+
+def parse(payload: str) -> Notice | None:
+    """The notice a payload carries; None for anything else sent on the channel."""
+    try:
+        data = json.loads(payload)
+        return Notice(str(data["schema"]), str(data["topology"]), int(data["txid"]), str(data["event"]))
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,24 @@
+"""Six small topologies for the deferred-waits test (``test_deferred_waits.py``): each on its own
+(empty) log, three transactions in flight, one retry after a short delay. Their batches are empty,
+so no ``spark-submit`` runs: what is measured is where the plans and commits wait. Deployed into
+the test stack's DAGs folder as a symlink."""
+
+from datetime import timedelta
+from pathlib import Path
+
+from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
+
+REPO = Path(__file__).resolve().parents[3]  # the symlink's target: tests/e2e/dags/ of the repository
+SLOTS = [f"slots_{k}" for k in range(6)]
+
+for name in SLOTS:
+    globals()[name] = transactional_dag(
+        name,
+        source=PostgresLogSource(name.replace("_", "")),
+        states=[StateSpec("global_count", keys={"id": "text"}, combiner="count", table=name)],
+        application=str(REPO / "spark_jobs" / "global_count.py"),
+        schedule="@daily",
+        max_in_flight=3,
+        retries=1,
+        retry_delay=timedelta(seconds=15),
+    )

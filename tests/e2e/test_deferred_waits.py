@@ -1,0 +1,91 @@
+"""Waits that hold no worker slot: six topologies with three transactions in flight each, on a
+LocalExecutor with four worker slots. The first transaction of each fails its processing once and
+is retried after a delay; meanwhile the commits of the two after it wait for it. Sleeping in
+workers, twelve waiting commits would hold all four slots and the retries could never run (until
+the commit timeout, an hour). Deferred, they wait in the triggerer, and every topology commits
+in txid order."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional import EventLog
+from airflow_transactional.coordinator import Coordinator
+from dev.localstack import LocalStack, RestClient
+from tests.e2e.conftest import task_log, wait_for_runs
+from tests.e2e.dags.slots_dags import SLOTS
+
+pytestmark = pytest.mark.e2e
+
+
+def _busy(client: RestClient) -> tuple[int, int]:
+    """(task instances of the six DAGs running now, commits deferred now)."""
+    listed = client.post("/api/v2/dags/~/dagRuns/~/taskInstances/list",
+                         {"dag_ids": SLOTS, "state": ["running", "deferred"], "page_limit": 100})
+    tis = listed["task_instances"]
+    return (sum(ti["state"] == "running" for ti in tis),
+            sum(ti["state"] == "deferred" and ti["task_id"] == "commit" for ti in tis))
+
+
+def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalStack, client: RestClient) -> None:
+    logs = []
+    for dag in SLOTS:  # empty logs: Airflow's first, scheduled run is the empty txid 1
+        logs.append(EventLog(stack.state_dsn, dag.replace("_", "")))
+        logs[-1].create(1)
+        client.wait_for_dag(dag)
+        client.unpause(dag)
+    for dag in SLOTS:
+        deadline = time.monotonic() + 180
+        while not (scheduled := client.runs(dag)):
+            assert time.monotonic() < deadline, f"Airflow scheduled no run of {dag} after unpausing it"
+            time.sleep(2)
+        wait_for_runs(stack, dag, [str(r["dag_run_id"]) for r in scheduled])
+
+    # txid 2's processing fails once in every topology; its retry comes 15 s later.
+    once = stack.base_dir / "slots-once"
+    once.mkdir()
+    Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text(
+        "".join(f"process.begin:{dag}:2=raise@once:{once / dag}\n" for dag in SLOTS))
+    day0 = datetime(2025, 8, 1, tzinfo=UTC)
+    runs = {dag: [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(3)]
+            for dag in SLOTS}
+
+    most_deferred, most_running = 0, 0
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        running, deferred = _busy(client)
+        most_deferred, most_running = max(most_deferred, deferred), max(most_running, running)
+        states = [client.run(dag, r)["state"] for dag in SLOTS for r in runs[dag]]
+        if all(s in ("success", "failed") for s in states):
+            break
+        time.sleep(1)
+    Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text("")
+    for dag in SLOTS:
+        assert set(wait_for_runs(stack, dag, runs[dag], timeout=60).values()) == {"success"}
+
+    coord = Coordinator(stack.state_dsn)
+    waited = []
+    try:
+        for dag in SLOTS:
+            commits = coord.commits(dag)
+            assert [c["txid"] for c in commits] == [1, 2, 3, 4], dag
+            times = [c["committed_at"] for c in commits]
+            assert times == sorted(times), dag
+            assert (once / dag).exists()  # the fault fired
+            tis = {ti["task_id"]: ti for ti in client.task_instances(dag, coord.transaction(dag, 2).run_key)}
+            assert tis["process"]["try_number"] == 2, tis["process"]  # failed once, retried
+            if "waiting for txid 2" in task_log(stack, dag, coord.transaction(dag, 3).run_key, "commit"):
+                waited.append(dag)
+    finally:
+        coord.close()
+    # The waits happened in the triggerer: commits were seen deferred, several at once, while
+    # never more than the four worker slots ran.
+    assert most_deferred >= 4, (most_deferred, most_running)
+    assert most_running <= 4
+    assert waited, "no commit of txid 3 logged that it waited for txid 2"
+    for log in logs:
+        log.close()

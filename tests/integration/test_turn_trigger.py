@@ -1,0 +1,137 @@
+"""The trigger a deferred plan or commit waits on, run on a real PostgreSQL: it wakes on the
+commit's NOTIFY (not on its polling), says "blocked" for a failed predecessor, "timeout" at the
+deadline, survives a lost listener, and keeps no secret in what Airflow stores of it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_transactional import triggers
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.hooks import TransactionalHook
+from airflow_transactional.processing import process_batch
+from airflow_transactional.triggers import COMMIT, SLOT, TurnTrigger
+from tests.helpers import click, click_fn, counting_topology, make_log, query
+
+pytestmark = pytest.mark.integration
+
+#: Longer than any test waits: an event before it can only come from a NOTIFY.
+SLOW_POLL = 60.0
+
+
+@pytest.fixture
+def store(coordinator: Coordinator, dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Coordinator]:
+    """A topology with two planned txids; the hook of conn id ``store`` points at this database."""
+    monkeypatch.setattr(TransactionalHook, "get_dsn", lambda self: dsn if self.transactional_conn_id == "store"
+                        else pytest.fail(f"unexpected connection {self.transactional_conn_id}"))
+    monkeypatch.setattr(TransactionalHook, "state_schema", lambda self: coordinator.schema)
+    log = make_log(dsn)
+    coordinator.register(counting_topology())
+    log.append([click(i) for i in range(60)])
+    for run in ("run-1", "run-2"):
+        txn = coordinator.plan("clicks", run)
+        process_batch(coordinator, "clicks", txn.txid, click_fn)
+    yield coordinator
+    log.close()
+
+
+def trigger(**kwargs: Any) -> TurnTrigger:
+    args: dict[str, Any] = {"conn_id": "store", "topology_id": "clicks", "dag_id": "clicks", "waiting_for": COMMIT,
+                            "txid": 2, "deadline": time.time() + 600, "blocked_grace": 0.0,
+                            "check_interval": SLOW_POLL}
+    return TurnTrigger(**{**args, **kwargs})
+
+
+async def first_event(t: TurnTrigger, *, after: Any = None, within: float = 20.0) -> tuple[dict[str, Any], float]:
+    """The trigger's first event and how long after ``after()`` (run once it waits) it came."""
+    events = t.run()
+    task = asyncio.ensure_future(events.__anext__())
+    await asyncio.sleep(1.0)  # it has looked once and waits
+    assert not task.done(), f"fired before anything happened: {task.result().payload}"
+    started = time.monotonic()
+    if after is not None:
+        await asyncio.to_thread(after)
+    event = await asyncio.wait_for(task, timeout=within)
+    await events.aclose()
+    return event.payload, time.monotonic() - started
+
+
+def test_a_waiting_commit_wakes_on_its_predecessors_commit(store: Coordinator) -> None:
+    payload, waited = asyncio.run(first_event(trigger(), after=lambda: store.commit("clicks", 1)))
+    assert payload == {"status": "turn"}
+    assert waited < 5.0  # the NOTIFY, not the 60 s poll
+    assert triggers._LISTENERS == {}  # the listener went with its last trigger
+
+
+def test_a_commit_of_another_topology_does_not_wake_it(store: Coordinator, dsn: str) -> None:
+    log = make_log(dsn, "other")
+    store.register(counting_topology("other", log="other"))
+    txn = store.plan("other", "o-1")
+    process_batch(store, "other", txn.txid, click_fn)
+
+    async def scenario() -> None:
+        events = trigger().run()
+        task = asyncio.ensure_future(events.__anext__())
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(store.commit, "other", 1)
+        await asyncio.sleep(1.5)
+        assert not task.done()
+        await asyncio.to_thread(store.commit, "clicks", 1)
+        assert (await asyncio.wait_for(task, 10)).payload == {"status": "turn"}
+        await events.aclose()
+
+    asyncio.run(scenario())
+    log.close()
+
+
+def test_a_predecessor_that_failed_for_good_blocks_at_once(store: Coordinator) -> None:
+    payload, waited = asyncio.run(first_event(
+        trigger(), after=lambda: store.mark_failed("clicks", 1, "process: spark-submit failed: boom")))
+    assert payload["status"] == "blocked" and waited < 5.0
+    assert payload["reason"].startswith("blocked by failed txid 1 (run run-1): process: spark-submit failed: boom")
+
+
+def test_a_plan_waiting_for_a_slot_wakes_when_one_frees(store: Coordinator) -> None:
+    t = trigger(waiting_for=SLOT, txid=0, in_flight=[1, 2])
+    payload, waited = asyncio.run(first_event(t, after=lambda: store.commit("clicks", 1)))
+    assert payload == {"status": "turn"} and waited < 5.0
+
+
+def test_it_says_timeout_at_the_deadline(store: Coordinator) -> None:
+    async def scenario() -> dict[str, Any]:
+        events = trigger(deadline=time.time() + 1.5, check_interval=0.5).run()
+        event = await asyncio.wait_for(events.__anext__(), 10)
+        await events.aclose()
+        return event.payload
+
+    assert asyncio.run(scenario()) == {"status": "timeout"}
+
+
+def test_a_lost_listener_costs_latency_not_the_wake_up(store: Coordinator, dsn: str) -> None:
+    async def scenario() -> dict[str, Any]:
+        events = trigger(check_interval=1.0).run()
+        task = asyncio.ensure_future(events.__anext__())
+        await asyncio.sleep(1.0)
+        # An administrator (or a failover) ends the listening session; the commit's NOTIFY is lost.
+        killed = await asyncio.to_thread(query, dsn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                         "WHERE application_name = 'airflow_transactional listener'")
+        assert killed == [(1,)]
+        await asyncio.to_thread(store.commit, "clicks", 1)
+        event = await asyncio.wait_for(task, 10)
+        await events.aclose()
+        return event.payload
+
+    assert asyncio.run(scenario()) == {"status": "turn"}
+
+
+def test_what_airflow_stores_of_the_trigger_names_no_secret(store: Coordinator, dsn: str) -> None:
+    path, kwargs = trigger().serialize()
+    assert path == "airflow_transactional.triggers.TurnTrigger"
+    assert TurnTrigger(**kwargs).serialize() == (path, kwargs)
+    text = repr(kwargs)
+    assert "password" not in text and dsn not in text and "host=" not in text
