@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench venv lint clean startup-archive
+.PHONY: demo test bench venv lint clean startup-archive browser
 
 venv: $(STAMP)
 
@@ -26,8 +26,15 @@ startup-archive: $(STAMP)
 demo: startup-archive
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dev.demo
 
+# The browser test drives Debian's Chromium and ChromeDriver: installed here when missing (as root,
+# as on CI; otherwise this says what to install).
+browser:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	  else echo "the browser test needs Debian's Chromium: sudo apt-get install chromium chromium-driver"; exit 1; fi; }
+
 # The house rules first (ruff, mypy: seconds), then every tier of the suite.
-test: startup-archive lint
+test: startup-archive lint browser
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests
 
 # The benchmarks against the alternatives (README "Benchmarks"); `make bench QUICK=1` is the

@@ -17,6 +17,8 @@ and every result is a ratio against a baseline measured in the same run:
   profile (``bench/work.py``).
 - ``overhead``: an empty transaction (run start to committed) vs a no-op 3-task DAG run.
 - ``pipelining``: N transactions of ``words`` with ``max_in_flight=3`` vs a serial run.
+- ``waits``: commits waiting for txid-1 deferred to the triggerer vs sleeping in workers: worker
+  slots they hold, and commit latency after the predecessor commits (``bench/waits.py``).
 - peak memory (RSS of the spark-submit process tree) of processing tasks and of the peer.
 
 It prints the table and writes a PNG plot of the ratios against their targets.
@@ -57,6 +59,7 @@ from airflow_transactional.spark_job import provider_zip, with_quiet_driver_logs
 from airflow_transactional.spec import DEFAULT_STATE_SCHEMA, StateSpec, TopologySpec
 from airflow_transactional.store.migrations import DEFAULT_SCHEMA
 from airflow_transactional.submit import SPARK_CONNECT_SERVER, spark_submit_argv
+from bench import waits
 from bench.work import PEER_JOB, REPO, WORDS_JOB, bench_work, run_measured, settle_log
 from dev.localstack import LocalStack, RestClient
 
@@ -65,7 +68,7 @@ log = logging.getLogger("bench.perf")
 DAG_FILES = sorted((REPO / "bench" / "dags").glob("bench_*.py"))
 SCHEMA = DEFAULT_SCHEMA
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
-SECTIONS = ("commit", "plan", "startup", "work", "peer", "overhead", "pipelining")
+SECTIONS = ("commit", "plan", "startup", "work", "peer", "overhead", "pipelining", "waits")
 # How the provider runs its Spark jobs: one spark-submit per batch, or a long-lived Spark Connect
 # server (the DAG suffix of each).
 BACKENDS = {"spark-submit": "", "Spark Connect": "_sc"}
@@ -475,6 +478,7 @@ class Bench:
                 landing.mkdir(parents=True, exist_ok=True)
                 words.append({"name": name, "landing": str(landing), "max_in_flight": s.max_in_flight, "batch": 1,
                               "connect": bool(suffix)})
+        words += waits.dags()
         (self.dags / "bench_words.json").write_text(json.dumps(words, indent=1))
 
     def dag_ids(self) -> list[str]:
@@ -665,7 +669,7 @@ class Bench:
         self.stack.pg.start()
         dsn = self.stack.pg.create_database("airflow_txn")
         logs = ["bench_empty", *(f"bench_{kind}{suffix}" for suffix in BACKENDS.values()
-                                 for kind in ("serial", "pipelined"))]
+                                 for kind in ("serial", "pipelined")), *(w["name"] for w in waits.dags())]
         for name in logs:  # the DAGs' logs exist from the start
             el = EventLog(dsn, name)
             el.create(4)
@@ -681,7 +685,7 @@ class Bench:
                 bench_work(dsn, SCHEMA, self.base / "work", self.batch_files(self.sizes.work_batch)[0], self.sizes,
                            self.report, BIG_BATCH_CONF)
             peer = self.bench_peer_alone() if "peer" in self.sections else {}
-            if {"peer", "overhead", "pipelining"} & set(self.sections):
+            if {"peer", "overhead", "pipelining", "waits"} & set(self.sections):
                 self.stack.start()
                 self.settle(self.dag_ids())
                 if "overhead" in self.sections:
@@ -691,6 +695,8 @@ class Bench:
                         self.bench_pipelining(backend)
                     if "peer" in self.sections and backend in self.sizes.peer_backends:
                         self.bench_peer_ours(peer, backend)
+                if "waits" in self.sections:
+                    waits.bench_waits(self)
             self.memory_rows()
         finally:
             self.memory.stopped.set()

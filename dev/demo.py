@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         env_line = f"export AIRFLOW_TXN_DSN='{stack.state_dsn}'"
         print(f"""
 Airflow UI   {stack.url}    (user admin, password {stack.admin_password})
+Transactions {stack.url}/plugin/transactions    (Browse > Transactions: every topology, its txids
+             in flight, lag, blockers; a Transactions tab on each DAG, a Transaction tab on each run)
 DAGs         {', '.join(DAGS)} -- unpaused, one transaction a minute each (their schedule); clear
              tasks or create backfills in the UI and watch the numbers stay exactly right.
              A DAG you add to dags/ starts paused: unpause it in the UI (the toggle) or with

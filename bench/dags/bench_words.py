@@ -1,7 +1,7 @@
 """The benchmark's topologies: the words example (its Spark job, two count states) once per
 configuration ``bench.perf`` measures -- serial or pipelined, on the event log or on a landing
-directory, through spark-submit or Spark Connect. ``bench.perf`` deploys this file (a symlink)
-with ``bench_words.json`` beside it, one entry per DAG."""
+directory, through spark-submit or Spark Connect, waits deferred or sleeping. ``bench.perf``
+deploys this file (a symlink) with ``bench_words.json`` beside it, one entry per DAG."""
 
 import json
 from datetime import timedelta
@@ -17,7 +17,8 @@ REPO = HERE.resolve().parents[2]  # the symlink's target: bench/dags/ of the rep
 BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
 
 
-def words_dag(name: str, *, landing: str | None, max_in_flight: int, batch: int, connect: bool):
+def words_dag(name: str, *, landing: str | None, max_in_flight: int, batch: int, connect: bool,
+              deferrable: bool = True):
     return transactional_dag(
         name,
         source=(LandingDirectory(landing, max_files=1, settle_seconds=0) if landing
@@ -33,6 +34,7 @@ def words_dag(name: str, *, landing: str | None, max_in_flight: int, batch: int,
         spark_conf=BIG_BATCH_CONF if landing else LOCAL_SPARK_CONF,
         spark_pool="spark",
         spark_connect_conn_id="spark_connect_default" if connect else None,
+        deferrable=deferrable,
     )
 
 

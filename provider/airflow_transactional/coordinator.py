@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any
 
 import psycopg2.extensions
 from psycopg2 import sql
 
-from .core import attempts, commit, commit_external, liveness, planning, registration, status
+from .core import attempts, commit, commit_external, liveness, planning, registration, status, views
 from .core.context import StateStore
 from .core.model import (
     QUARANTINE_RECORD_CHARS,
@@ -215,3 +216,22 @@ class Coordinator:
     def commits(self, topology_id: str) -> list[dict[str, Any]]:
         """The audit log of a topology, in txid order."""
         return status.commits(self.store, topology_id)
+
+    # -- what the Transactions pages of the Airflow UI show (JSON-ready; core/views.py) ------
+
+    def summary(self, topology_id: str, *, dag_id: str, now: datetime) -> dict[str, Any]:
+        """Where a topology stands: txids in flight and their phase, lag, commit rate, blocker."""
+        return views.summary(self.store, topology_id, dag_id=dag_id, now=now)
+
+    def timeline(self, topology_id: str, limit: int = 30) -> list[dict[str, Any]]:
+        """The latest txids, latest first, each with its plan, attempts and commit."""
+        return views.timeline(self.store, topology_id, limit)
+
+    def run_view(self, topology_id: str, run_key: str) -> dict[str, Any] | None:
+        """One run's transaction with its attempts, commit and quarantine reasons (None: no txid)."""
+        return views.run(self.store, topology_id, run_key)
+
+    def quarantined(self, topology_id: str, txid: int, *, reason: str | None = None, limit: int = 100,
+                    offset: int = 0) -> list[dict[str, Any]]:
+        """The bad records the attempts of ``txid`` found, optionally of one reason."""
+        return views.quarantined(self.store, topology_id, txid, reason=reason, limit=limit, offset=offset)

@@ -27,6 +27,7 @@ from tests.helpers import query
 pytestmark = pytest.mark.e2e
 
 DOMAINS = ["apache.org", "www.postgresql.org", "Example.com", "spark.apache.org"]
+XSS = "<script>alert('txn')</script>"
 
 
 def _trigger(client: RestClient, dag_id: str, n: int, start: datetime) -> list[str]:
@@ -42,6 +43,7 @@ def test_words_commits_in_txid_order_exactly_once_and_pipelines(stack: LocalStac
     good = [(f"tw{i}", json.dumps({"url": f"https://{DOMAINS[i % 4]}/p/{i % 17}", "user": f"u{i % 9}"}))
             for i in range(3200)]
     bad = [(f"bad{i}", "{truncated" if i % 2 else json.dumps({"user": "no url"})) for i in range(8)]
+    bad.append(("bad-markup", XSS))  # shown escaped by the Transactions views (test below)
     log.append(good[:1600] + bad + good[1600:])
 
     client.wait_for_dag("words")
@@ -88,6 +90,73 @@ def test_words_commits_in_txid_order_exactly_once_and_pipelines(stack: LocalStac
     assert task_log(stack, "words", processed["run_key"], "commit").count(f"committed txid {processed['txid']} ") == 1
     coord.close()
     log.close()
+
+
+def _http(stack: LocalStack, path: str, token: str | None) -> tuple[int, str]:
+    """(status, body) of a GET as a browser or script would send it."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(stack.url + path)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def test_the_transactions_views_show_what_postgres_holds(stack: LocalStack, client: RestClient) -> None:
+    # Reads the words topology the test above committed (with its quarantined records).
+    plugins = {p["name"]: p for p in client.get("/api/v2/plugins")["plugins"]}
+    views = {v["destination"]: v["href"] for v in plugins["transactional"]["external_views"]}
+    assert views == {"nav": "/transactional/", "dag": "/transactional/dags/{DAG_ID}",
+                     "dag_run": "/transactional/dags/{DAG_ID}/runs/{RUN_ID}"}
+    # Airflow mounts a plugin's app without authentication: the plugin asks for the user itself.
+    for path in ("/transactional/", "/transactional/api/topologies", "/transactional/dags/words",
+                 "/transactional/api/dags/words/runs/x/quarantine.csv"):
+        assert _http(stack, path, None)[0] == 401, path
+        assert _http(stack, path, "not-a-token")[0] == 403, path
+
+    token = client.token()
+    coord = Coordinator(stack.state_dsn)
+    status = coord.status("words")
+    listed = {t["topology_id"]: t for t in json.loads(_http(stack, "/transactional/api/topologies", token)[1])}
+    words = listed["words"]
+    assert (words["committed_txid"], words["quarantined"], words["lag_records"]) == (
+        status.committed_txid, status.quarantined, status.lag)
+    assert words["blocked_by"] is None and words["dag_id"] == "words"
+    code, overview = _http(stack, "/transactional/", token)
+    assert code == 200 and ">words</a>" in overview and "Transactions" in overview
+
+    detail = json.loads(_http(stack, "/transactional/api/dags/words", token)[1])
+    commits = {c["txid"]: c for c in coord.commits("words")}
+    assert [t["txid"] for t in detail["timeline"]] == sorted(commits, reverse=True)[:30]
+    for t in detail["timeline"]:
+        assert t["commit"]["attempt"] == commits[t["txid"]]["attempt"], t
+        assert t["commit"]["records_read"] == commits[t["txid"]]["records_read"], t
+    assert "<svg" in _http(stack, "/transactional/dags/words", token)[1]
+
+    # The run whose batch held the markup record: its page shows it escaped, never as markup.
+    [(txid,)] = query(stack.state_dsn, "SELECT DISTINCT txid FROM airflow_txn.quarantine "
+                                       "WHERE topology_id = 'words' AND record LIKE '%<script>%'")
+    run_id = coord.transaction("words", txid).run_key
+    quarantined = query(stack.state_dsn, "SELECT count(*) FROM airflow_txn.quarantine "
+                                         "WHERE topology_id = 'words' AND txid = %s", (txid,))[0][0]
+    run = json.loads(_http(stack, f"/transactional/api/dags/words/runs/{run_id}", token)[1])
+    assert run["txid"] == txid and sum(r["records"] for r in run["quarantine_reasons"]) == quarantined
+    code, page = _http(stack, f"/transactional/dags/words/runs/{run_id}", token)
+    assert code == 200 and "&lt;script&gt;alert(&#x27;txn&#x27;)&lt;/script&gt;" in page and XSS not in page
+    assert f"txid {txid}" in page and "Download CSV" in page
+    code, csv_text = _http(stack, f"/transactional/api/dags/words/runs/{run_id}/quarantine.csv", token)
+    assert code == 200 and csv_text.count("\n") == quarantined + 1 and XSS in csv_text  # data, not markup
+    # A DAG that is no topology, and a run that does not exist: said in words, nothing leaks.
+    assert "not a transactional topology" in _http(stack, "/transactional/dags/no_such_dag", token)[1]
+    assert _http(stack, "/transactional/api/dags/words/runs/no-such-run", token)[0] == 404
+    for _path, body in (_http(stack, p, token) for p in ("/transactional/", "/transactional/dags/words")):
+        assert "password" not in body and stack.pg.password not in body
+    coord.close()
 
 
 def test_the_airflow_cli_works_with_just_the_stacks_home(stack: LocalStack) -> None:

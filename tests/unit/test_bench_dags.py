@@ -35,5 +35,8 @@ def test_the_bench_and_chaos_dags_load_with_the_settings_of_their_run(tmp_path: 
     assert serial.get_task("process").spark_connect_conn_id is None
     landing = bag.dags[f"bench_landing_{sizes.peer_batches[0]}"].get_task("plan").topology
     assert landing["source"]["kind"] == "landing" and landing["max_batch_size"] == 1
+    assert bag.dags["bench_waits_deferred_0"].get_task("commit").deferrable is True
+    assert bag.dags["bench_waits_sleeping_0"].get_task("commit").deferrable is False
+    assert bag.dags["bench_waits_sleeping_0"].get_task("plan").deferrable is False
     chaos = bag.dags["chaos_words"].get_task("plan").topology
     assert (chaos["max_in_flight"], chaos["max_batch_size"]) == (2, 123)

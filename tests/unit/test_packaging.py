@@ -34,6 +34,11 @@ def test_the_wheel_holds_the_provider_and_no_development_stack(tmp_path: Path) -
             "airflow_transactional/core/commit.py"} <= set(names)
     assert not [n for n in names if n.startswith("dev/") or n.split("/")[-1] in
                 ("embedded.py", "localstack.py", "demo.py")]
+    # Installing it is enough for the UI: Airflow finds the plugin through its entry point.
+    [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert ("[airflow.plugins]\ntransactional = airflow_transactional.ui.plugin:TransactionalPlugin"
+            in zipfile.ZipFile(wheel).read(entry_points).decode())
+    assert "airflow_transactional/ui/app.py" in names
     # Fault points, yes; the engine that kills processes at them, no.
     points = zipfile.ZipFile(wheel).read("airflow_transactional/faults.py").decode()
     assert "def point(" in points

@@ -1,0 +1,98 @@
+"""What the Transactions pages of the Airflow UI show, read from the store as JSON-ready dicts:
+a topology's summary (phase of each txid in flight, lag, commit rate, what blocks it), its
+timeline (recent txids with their plan, attempts and commit), one run's transaction, and the
+bad records one txid quarantined."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ..store import views
+from . import status as status_
+from .context import StateStore
+
+#: How far back "commits per minute" looks.
+RATE_MINUTES = 10
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def phase(in_flight_phase: str, txid: int, committed_txid: int) -> str:
+    """An in-flight txid's phase in words: planned, processing, failed, or -- processed -- next to
+    commit or waiting for the txid before it."""
+    if in_flight_phase != "processed":
+        return in_flight_phase
+    nxt = committed_txid + 1
+    return "staged, next to commit" if txid == nxt else f"staged, waiting for txid {nxt}"
+
+
+def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) -> dict[str, Any]:
+    st = status_.status(store, topology_id)
+    with store.db.transaction() as cur:
+        rate = views.commits_since(cur, store.schema, topology_id, RATE_MINUTES) / RATE_MINUTES
+    return {
+        "topology_id": topology_id,
+        "dag_id": dag_id,
+        "committed_txid": st.committed_txid,
+        "in_flight": [{"txid": f.txid, "run_id": f.run_key, "attempts": f.attempts, "error": f.error,
+                       "phase": phase(f.phase, f.txid, st.committed_txid)} for f in st.in_flight],
+        "lag_records": st.lag,
+        "last_commit_at": _iso(st.last_commit_at),
+        "last_commit_age_seconds": (now - st.last_commit_at).total_seconds() if st.last_commit_at else None,
+        "commits_per_minute": rate,
+        "quarantined": st.quarantined,
+        "quarantined_pending": st.quarantined_pending,
+        "lost_records": st.lost_records,
+        "blocked_by": st.blocked_by,
+    }
+
+
+def _attempt(a: views.AttemptRow) -> dict[str, Any]:
+    return {"attempt": a.attempt, "plan_version": a.plan_version, "status": a.status,
+            "started_at": _iso(a.started_at), "finished_at": _iso(a.finished_at), "records_read": a.records_read,
+            "row_counts": a.row_counts or {}, "quarantined": a.quarantined, "worker": a.worker, "error": a.error}
+
+
+def _transaction(t: views.TxnRow, attempts: list[views.AttemptRow]) -> dict[str, Any]:
+    return {"txid": t.txid, "run_id": t.run_key, "status": t.status, "planned_at": _iso(t.planned_at),
+            "planned_records": t.planned_records, "start_offsets": t.start_offsets, "end_offsets": t.end_offsets,
+            "files": [f.get("path") for f in (t.batch or {}).get("files", []) if isinstance(f, dict)],
+            "failure": t.failure,
+            "attempts": [_attempt(a) for a in attempts if a.txid == t.txid],
+            "commit": None if t.committed_at is None else {
+                "attempt": t.committed_attempt, "started_at": _iso(t.commit_started_at),
+                "committed_at": _iso(t.committed_at), "records_read": t.records_read,
+                "row_counts": t.row_counts or {}, "quarantined": t.quarantined}}
+
+
+def timeline(store: StateStore, topology_id: str, limit: int) -> list[dict[str, Any]]:
+    """The ``limit`` latest txids, latest first, each with its attempts and commit."""
+    with store.db.transaction() as cur:
+        store.load(cur, topology_id)  # an unknown topology says so
+        txns = views.recent(cur, store.schema, topology_id, limit)
+        attempts = views.attempts(cur, store.schema, topology_id, [t.txid for t in txns])
+    return [_transaction(t, attempts) for t in txns]
+
+
+def run(store: StateStore, topology_id: str, run_key: str) -> dict[str, Any] | None:
+    """The transaction of one run (None: the run has no txid), with the reasons its records were
+    quarantined for, and how many of each."""
+    with store.db.transaction() as cur:
+        t = views.of_run(cur, store.schema, topology_id, run_key)
+        if t is None:
+            return None
+        attempts = views.attempts(cur, store.schema, topology_id, [t.txid])
+        reasons = views.quarantine_reasons(cur, store.schema, topology_id, t.txid)
+    out = _transaction(t, attempts)
+    out["quarantine_reasons"] = [{"reason": r.reason, "records": r.records} for r in reasons]
+    return out
+
+
+def quarantined(store: StateStore, topology_id: str, txid: int, *, reason: str | None, limit: int,
+                offset: int) -> list[dict[str, Any]]:
+    with store.db.transaction() as cur:
+        rows = views.quarantined(cur, store.schema, topology_id, txid, reason=reason, limit=limit, offset=offset)
+    return [r._asdict() for r in rows]

@@ -1,0 +1,202 @@
+"""The HTML of the Transactions pages: server-rendered, no script, every untrusted string (record
+payloads, reasons, error text, run ids) escaped. Shown by the Airflow UI in its frame."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+#: How much of a quarantined record a page shows (the CSV download has all of it).
+RECORD_CHARS = 200
+
+STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:16px;color:#1a202c;background:#fff}
+h1{font-size:20px;margin:0 0 12px}h2{font-size:16px;margin:20px 0 8px}
+table{border-collapse:collapse;margin:4px 0 12px}th,td{border-bottom:1px solid #e2e8f0;padding:4px 10px;
+text-align:left;vertical-align:top}th{background:#f7fafc;font-weight:600}td.n{text-align:right;
+font-variant-numeric:tabular-nums}.blocked{color:#c53030;font-weight:600}.ok{color:#2f855a}
+.muted{color:#718096}code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap;word-break:break-all;
+margin:0;max-width:640px}.bar-plan{fill:#a0aec0}.bar-ok{fill:#48bb78}.bar-failed{fill:#e53e3e}
+.bar-run{fill:#ecc94b}.bar-commit{fill:#3182ce}.bar-old{fill:#cbd5e0}form{margin:8px 0}
+a{color:#2b6cb0}
+"""
+
+
+def e(value: Any) -> str:
+    """Escaped text of any value (None: a dash)."""
+    return "-" if value is None else html.escape(str(value), quote=True)
+
+
+def page(title: str, body: str) -> str:
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{e(title)}</title>"
+            f"<style>{STYLE}</style></head><body>{body}</body></html>")
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[str]], *, numeric: Sequence[int] = ()) -> str:
+    """A table of already escaped cells; ``numeric`` columns are right-aligned."""
+    th = "".join(f"<th>{e(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td{' class=n' if i in numeric else ''}>{c}</td>" for i, c in enumerate(r))
+                   + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def when(value: str | None) -> str:
+    """An ISO timestamp as a person reads it, to the second, escaped."""
+    if not value:
+        return "-"
+    stamp = datetime.fromisoformat(value)
+    return e(stamp.strftime("%Y-%m-%d %H:%M:%S ") + (stamp.tzname() or ""))
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def counts(row_counts: dict[str, int] | None) -> str:
+    return ", ".join(f"{e(k)}: {int(v):,}" for k, v in sorted((row_counts or {}).items())) or "-"
+
+
+def transactions(base: str, topologies: list[dict[str, Any]]) -> str:
+    """The Transactions page: every topology the user may see."""
+    rows = []
+    for t in topologies:
+        flight = "<br>".join(f"txid {f['txid']}: {e(f['phase'])}" for f in t["in_flight"]) or "none"
+        blocked = (f"<span class=blocked>{e(t['blocked_by'])}</span>" if t["blocked_by"]
+                   else "<span class=ok>nothing</span>")
+        rows.append([f"<a href='{e(base)}/dags/{quote(t['dag_id'], safe='')}'>{e(t['topology_id'])}</a>",
+                     str(t["committed_txid"]), flight, f"{t['lag_records']:,}", when(t["last_commit_at"]),
+                     age(t["last_commit_age_seconds"]), f"{t['commits_per_minute']:.1f}",
+                     f"{t['quarantined']:,}" + (f" (+{t['quarantined_pending']:,} pending)"
+                                                if t["quarantined_pending"] else ""), blocked])
+    body = ("<h1>Transactions</h1>"
+            "<p class=muted>Every transactional topology you may see: what has committed, what is in flight "
+            "and in which phase, how far behind the source it is, and what (if anything) blocks it.</p>")
+    if not rows:
+        return page("Transactions", body + "<p>No transactional topology you can see has run yet.</p>")
+    return page("Transactions", body + table(
+        ["topology", "committed txid", "in flight", "lag (records)", "last commit", "age", "commits/min",
+         "quarantined", "blocked by"], rows, numeric=(1, 3, 6, 7)))
+
+
+def _bars(txns: list[dict[str, Any]], now: datetime) -> str:
+    """One row per txid (oldest at the top): plan, each attempt and the commit on one time axis."""
+    def ts(value: str | None) -> float | None:
+        return datetime.fromisoformat(value).timestamp() if value else None
+
+    spans: list[tuple[int, float, float, str, str]] = []  # (row, start, end, css class, title)
+    ordered = sorted(txns, key=lambda t: t["txid"])
+    for row, t in enumerate(ordered):
+        planned = ts(t["planned_at"]) or now.timestamp()
+        starts = [ts(a["started_at"]) for a in t["attempts"]]
+        first = min([s for s in starts if s is not None], default=None)
+        commit = t["commit"]
+        plan_end = first or (ts(commit["started_at"]) if commit else None) or planned
+        spans.append((row, planned, max(plan_end, planned), "bar-plan", f"txid {t['txid']}: planned"))
+        for a in t["attempts"]:
+            start = ts(a["started_at"]) or planned
+            end = ts(a["finished_at"]) or now.timestamp()
+            css = {"complete": "bar-ok", "committed": "bar-ok", "failed": "bar-failed", "running": "bar-run"}.get(
+                a["status"], "bar-old")
+            spans.append((row, start, end, css, f"txid {t['txid']} attempt {a['attempt']}: {a['status']}"))
+        if commit:
+            spans.append((row, ts(commit["started_at"]) or planned, ts(commit["committed_at"]) or planned,
+                          "bar-commit", f"txid {t['txid']}: committed (attempt {commit['attempt']})"))
+    if not spans:
+        return ""
+    lo, hi = min(s[1] for s in spans), max(s[2] for s in spans)
+    width, label, height = 900, 70, 18
+    scale = (width - label - 10) / max(hi - lo, 1.0)
+    parts = [f"<svg width={width} height={len(ordered) * height + 24} role=img aria-label='timeline'>"]
+    for row, t in enumerate(ordered):
+        parts.append(f"<text x=0 y={row * height + 13} font-size=12>txid {t['txid']}</text>")
+    for row, start, end, css, title in spans:
+        x = label + (start - lo) * scale
+        parts.append(f"<rect class={css} x={x:.1f} y={row * height + 3} width={max((end - start) * scale, 2):.1f} "
+                     f"height={height - 6}><title>{e(title)}</title></rect>")
+    parts.append(f"<text x={label} y={len(ordered) * height + 18} font-size=11 class=muted>"
+                 f"{e(datetime.fromtimestamp(lo).astimezone().isoformat(timespec='seconds'))} &#8594; "
+                 f"{hi - lo:.0f} s</text></svg>")
+    return "".join(parts)
+
+
+def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now: datetime) -> str:
+    """A transactional DAG's page: where it stands, its timeline and its commit log."""
+    tid, dag = summary["topology_id"], summary["dag_id"]
+    blocked = (f"<p class=blocked>Blocked: {e(summary['blocked_by'])}</p>" if summary["blocked_by"] else "")
+    log_rows = [[f"<a href='{e(base)}/dags/{quote(dag, safe='')}/runs/{quote(t['run_id'], safe='')}'>"
+                 f"{t['txid']}</a>", e(t["run_id"]), e(t["status"]),
+                 f"{t['planned_records']:,}", str(len(t["attempts"])),
+                 when(t["commit"]["committed_at"]) if t["commit"] else "-",
+                 counts(t["commit"]["row_counts"]) if t["commit"] else "-",
+                 f"{t['commit']['quarantined']:,}" if t["commit"] else "-"] for t in txns]
+    body = (f"<h1>Topology {e(tid)}</h1>{blocked}"
+            f"<p>Committed txid <b>{summary['committed_txid']}</b>, last commit "
+            f"{age(summary['last_commit_age_seconds'])}, {summary['commits_per_minute']:.1f} commits/min, "
+            f"{summary['lag_records']:,} records behind the source, {summary['quarantined']:,} records "
+            "quarantined.</p>"
+            "<h2>Timeline</h2><p class=muted>Each row is a txid: <span style='color:#a0aec0'>plan</span>, "
+            "processing attempts (<span style='color:#48bb78'>complete</span>, "
+            "<span style='color:#e53e3e'>failed</span>, <span style='color:#d69e2e'>running</span>) and the "
+            "<span style='color:#3182ce'>commit</span>. Overlapping rows are transactions in flight at once; "
+            "commits follow txid order.</p>"
+            + _bars(txns, now)
+            + "<h2>Transactions</h2>"
+            + table(["txid", "run", "status", "records", "attempts", "committed at", "rows committed",
+                     "quarantined"], log_rows, numeric=(0, 3, 4, 7)))
+    return page(f"Topology {tid}", body)
+
+
+def not_transactional(dag_id: str) -> str:
+    return page("Not transactional", f"<p class=muted>DAG {e(dag_id)} is not a transactional topology (or has not "
+                                     "run yet): nothing to show here.</p>")
+
+
+def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records: list[dict[str, Any]],
+        reason: str | None) -> str:
+    """One DAG run's transaction: its batch, attempts, commit and quarantined records."""
+    if txn is None:
+        return page("No transaction", f"<p class=muted>Run {e(run_id)} has no transaction yet (its plan task "
+                                      "has not run).</p>")
+    here = f"{e(base)}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+    batch = (f"files: {', '.join(e(f) for f in txn['files'])}" if txn["files"] else
+             f"offsets {e(txn['start_offsets'])} &#8594; {e(txn['end_offsets'])}")
+    attempts = table(
+        ["attempt", "status", "started", "finished", "records read", "rows staged", "quarantined", "error"],
+        [[str(a["attempt"]), e(a["status"]), when(a["started_at"]), when(a["finished_at"]),
+          "-" if a["records_read"] is None else f"{a['records_read']:,}", counts(a["row_counts"]),
+          f"{a['quarantined']:,}", f"<pre>{e(a['error'])}</pre>" if a["error"] else "-"] for a in txn["attempts"]],
+        numeric=(0, 4, 6))
+    c = txn["commit"]
+    commit = (f"<p class=ok>Committed at {when(c['committed_at'])} (attempt {e(c['attempt'])}, "
+              f"{e(c['records_read'])} records read; {counts(c['row_counts'])}).</p>" if c
+              else "<p class=muted>Not committed.</p>")
+    failure = f"<p class=blocked>Failed for good: {e(txn['failure'])}</p>" if txn["failure"] else ""
+    reasons = "".join(f"<option value='{e(r['reason'])}'{' selected' if r['reason'] == reason else ''}>"
+                      f"{e(r['reason'])} ({r['records']:,})</option>" for r in txn["quarantine_reasons"])
+    if txn["quarantine_reasons"]:
+        csv_query = urlencode({"reason": reason}) if reason else ""
+        quarantine = (
+            f"<form method=get action='{here}'><label>Reason <select name=reason><option value=''>all</option>"
+            f"{reasons}</select></label> <button>Filter</button> "
+            f"<a href='{e(base)}/api/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}/quarantine.csv"
+            f"{'?' + e(csv_query) if csv_query else ''}' download>Download CSV</a></form>"
+            + table(["attempt", "offset", "event id", "reason", f"record (first {RECORD_CHARS} characters)",
+                     "committed"],
+                    [[str(r["attempt"]), e(r["source_offset"]), e(r["event_id"]), e(r["reason"]),
+                      f"<pre>{e((r['record'] or '')[:RECORD_CHARS])}"
+                      f"{'&#8230;' if len(r['record'] or '') > RECORD_CHARS else ''}</pre>",
+                      "yes" if r["committed"] else "no"] for r in records]))
+    else:
+        quarantine = "<p class=muted>No record of this batch was quarantined.</p>"
+    body = (f"<h1>Run {e(run_id)}: txid {txn['txid']}</h1>{failure}"
+            f"<p>Batch: {txn['planned_records']:,} records, {batch}; planned at {when(txn['planned_at'])}.</p>"
+            f"<h2>Attempts</h2>{attempts}<h2>Commit</h2>{commit}<h2>Quarantined records</h2>{quarantine}")
+    return page(f"txid {txn['txid']}", body)

@@ -1,0 +1,29 @@
+"""The Airflow plugin that puts the Transactions views in the UI: registered through the
+``airflow.plugins`` entry point, so installing the provider is enough.
+
+- in the navigation, **Transactions**: every topology the user may see;
+- on each DAG's page, a **Transactions** tab: the topology's timeline and commit log;
+- on each DAG run's page, a **Transaction** tab: that run's txid, batch, attempts, commit and
+  quarantined records.
+
+The pages are served by the plugin's own FastAPI app (:mod:`.app`), mounted at ``/transactional``.
+"""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from .app import PREFIX, create_app
+
+
+class TransactionalPlugin(AirflowPlugin):
+    name = "transactional"
+    fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "Transactional"}]
+    external_views = [
+        {"name": "Transactions", "href": f"{PREFIX}/", "destination": "nav", "url_route": "transactions",
+         "category": "browse"},
+        {"name": "Transactions", "href": f"{PREFIX}/dags/{{DAG_ID}}", "destination": "dag",
+         "url_route": "transactions-dag"},
+        {"name": "Transaction", "href": f"{PREFIX}/dags/{{DAG_ID}}/runs/{{RUN_ID}}", "destination": "dag_run",
+         "url_route": "transactions-run"},
+    ]

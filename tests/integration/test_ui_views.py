@@ -1,0 +1,77 @@
+"""What the Transactions pages show, read from a real PostgreSQL: the phase of each txid in
+flight, the timeline (plan, attempts, commit), one run's transaction and its quarantine -- and
+the pages themselves, with every untrusted string escaped."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.processing import process_batch
+from airflow_transactional.ui import pages
+from tests.helpers import click, click_fn, counting_topology, make_log, run_one
+
+pytestmark = pytest.mark.integration
+
+MARKUP = "<img src=x onerror=alert(1)>"
+
+
+def test_views_follow_a_topology_through_its_phases(coordinator: Coordinator, dsn: str) -> None:
+    log = make_log(dsn)
+    coordinator.register(counting_topology())
+    log.append([click(i) for i in range(40)], partition=0)
+    assert run_one(coordinator, "clicks", "run-1") == 1
+    log.append([("bad-markup", MARKUP), ("bad-field", json.dumps({"user": "x"}))]
+               + [click(i) for i in range(100, 160)], partition=1)  # txid 2: 50 records, txid 3: the rest
+    t2, t3 = coordinator.plan("clicks", "run-2"), coordinator.plan("clicks", "run-3")
+    process_batch(coordinator, "clicks", t3.txid, click_fn)  # txid 3 staged before txid 2 even started
+    now = datetime.now(UTC)
+
+    summary = coordinator.summary("clicks", dag_id="clicks_dag", now=now)
+    assert summary["committed_txid"] == 1 and summary["dag_id"] == "clicks_dag"
+    assert [(f["txid"], f["phase"]) for f in summary["in_flight"]] == [(2, "planned"),
+                                                                         (3, "staged, waiting for txid 2")]
+    assert summary["commits_per_minute"] == pytest.approx(0.1)
+    assert summary["last_commit_age_seconds"] is not None and summary["last_commit_age_seconds"] < 60
+
+    process_batch(coordinator, "clicks", t2.txid, click_fn)
+    phases = [f["phase"] for f in coordinator.summary("clicks", dag_id="clicks_dag", now=now)["in_flight"]]
+    assert phases == ["staged, next to commit", "staged, waiting for txid 2"]
+    coordinator.commit("clicks", 2)
+    coordinator.commit("clicks", 3)
+
+    timeline = coordinator.timeline("clicks", limit=2)
+    assert [t["txid"] for t in timeline] == [3, 2]
+    assert all(t["commit"] and t["commit"]["attempt"] == 1 and len(t["attempts"]) == 1 for t in timeline)
+    run = coordinator.run_view("clicks", t2.run_key)
+    assert run is not None and run["txid"] == 2 and run["commit"]["quarantined"] == 2
+    assert sorted(r["records"] for r in run["quarantine_reasons"]) == [1, 1]
+    assert coordinator.run_view("clicks", "no-such-run") is None
+    bad = coordinator.quarantined("clicks", 2)
+    assert {r["event_id"] for r in bad} == {"bad-markup", "bad-field"}
+    one_reason = run["quarantine_reasons"][0]["reason"]
+    assert [r["reason"] for r in coordinator.quarantined("clicks", 2, reason=one_reason)] == [one_reason]
+
+    # The pages: numbers as read, untrusted text escaped (a record, a reason, a run id).
+    html = pages.run("/transactional", "clicks_dag", t2.run_key, run, bad, None)
+    assert MARKUP not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "txid 2" in html and "Download CSV" in html
+    html = pages.topology("/transactional", coordinator.summary("clicks", dag_id="clicks_dag", now=now),
+                          coordinator.timeline("clicks"), now)
+    assert html.count("<rect") == 3 * 3 and "<script" not in html  # plan, attempt, commit per txid
+    overview = pages.transactions("/transactional", [coordinator.summary("clicks", dag_id="<b>dag", now=now)])
+    assert "<b>dag" not in overview and "%3Cb%3Edag" in overview
+    log.close()
+
+
+def test_a_long_record_is_shown_truncated() -> None:
+    record = {"id": 1, "txid": 4, "attempt": 1, "source_offset": "0:9", "event_id": "e", "reason": "r",
+              "record": "x" * 5000, "committed": False}
+    txn = {"txid": 4, "run_id": "r", "status": "planned", "planned_at": None, "planned_records": 1,
+           "start_offsets": {}, "end_offsets": {}, "files": [], "failure": None, "attempts": [], "commit": None,
+           "quarantine_reasons": [{"reason": "r", "records": 1}]}
+    html = pages.run("/transactional", "d", "r", txn, [record], None)
+    assert "x" * pages.RECORD_CHARS + "&#8230;" in html and "x" * (pages.RECORD_CHARS + 1) not in html
