@@ -18,7 +18,7 @@ BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+Use
 
 
 def words_dag(name: str, *, landing: str | None, max_in_flight: int, batch: int, connect: bool,
-              deferrable: bool = True):
+              deferrable: bool = True, pool: str | None = "spark"):
     return transactional_dag(
         name,
         source=(LandingDirectory(landing, max_files=1, settle_seconds=0) if landing
@@ -32,7 +32,7 @@ def words_dag(name: str, *, landing: str | None, max_in_flight: int, batch: int,
         retries=1,
         retry_delay=timedelta(seconds=5),
         spark_conf=BIG_BATCH_CONF if landing else LOCAL_SPARK_CONF,
-        spark_pool="spark",
+        spark_pool=pool,
         spark_connect_conn_id="spark_connect_default" if connect else None,
         deferrable=deferrable,
     )

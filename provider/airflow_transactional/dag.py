@@ -73,6 +73,7 @@ def transactional_dag(
     commit_timeout: timedelta = timedelta(hours=1),
     plan_timeout: timedelta = timedelta(minutes=30),
     deferrable: bool = True,
+    defer_after: timedelta = timedelta(seconds=10),
     start_date: datetime = DEFAULT_START,
     dag_id: str | None = None,
     tags: Sequence[str] = (),
@@ -91,9 +92,10 @@ def transactional_dag(
     relative to the DAG file, or absolute). ``spark_connect_conn_id`` names a ``spark_connect``
     connection: batches then run on that long-lived Spark (Spark Connect) instead of one
     ``spark-submit`` each -- no JVM start-up per batch (``spark_conf`` is then the server's business).
-    ``deferrable`` (default True): a commit waiting for txid-1 and a plan waiting for a slot wait
-    in Airflow's triggerer, holding no worker slot, and wake when the topology commits; False
-    makes them poll in their worker (a deployment without a triggerer).
+    ``deferrable`` (default True): a commit waiting for txid-1 and a plan waiting for a slot, once
+    they have waited ``defer_after`` in their worker, wait in Airflow's triggerer, holding no
+    worker slot, and wake when the topology commits; False makes them poll in their worker to the
+    end (a deployment without a triggerer).
     Everything is validated here, at parse time, without touching a database.
     """
     if schedule is None or schedule == "@once":
@@ -108,6 +110,9 @@ def transactional_dag(
                                "dag_id": dag_id or topology_id})
     if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 100:
         raise ConfigError(f"retries must be an integer from 0 to 100, got {retries!r}")
+    if not isinstance(defer_after, timedelta) or defer_after < timedelta(0):
+        raise ConfigError(f"defer_after must be a timedelta of 0 or more (e.g. timedelta(seconds=10)), "
+                          f"got {defer_after!r}")
     for name, value in (("retry_delay", retry_delay), ("commit_timeout", commit_timeout),
                         ("plan_timeout", plan_timeout)):
         if not isinstance(value, timedelta) or value <= timedelta(0):
@@ -131,7 +136,8 @@ def transactional_dag(
         **dag_kwargs,
     )
     common: dict[str, Any] = {"topology": config, "transactional_conn_id": transactional_conn_id, "dag": dag}
-    plan = PlanOperator(task_id="plan", wait_timeout=plan_timeout, deferrable=deferrable, **common)
+    waits: dict[str, Any] = {"deferrable": deferrable, "defer_after": defer_after}
+    plan = PlanOperator(task_id="plan", wait_timeout=plan_timeout, **waits, **common)
     process = TransactionalSparkSubmitOperator(
         task_id="process", application=config["extra"]["spark"]["application"],
         application_args=list(application_args), conn_id=spark_conn_id, conf=dict(spark_conf or {}),
@@ -140,7 +146,7 @@ def transactional_dag(
         **({"pool": spark_pool} if spark_pool else {}), **common)
     # The commit runs after a skipped (empty) process too; it must never run after a failed one.
     commit = CommitOperator(task_id="commit", wait_timeout=commit_timeout, trigger_rule="none_failed",
-                            deferrable=deferrable,
+                            **waits,
                             execution_timeout=commit_timeout + timedelta(minutes=5), **common)
     plan >> process >> commit
     try:

@@ -68,6 +68,10 @@ def test_generated_dag_plans_processes_and_commits_in_postgres_order() -> None:
     assert process.pool == "spark"
     assert plan.topology["extra"]["spark"]["application"] == WORDS_JOB
     assert plan.topology["max_in_flight"] == 4
+    # Waits: a few seconds in the worker, then in the triggerer (no worker slot held).
+    assert plan.deferrable and commit.deferrable and commit.defer_after == timedelta(seconds=10)
+    sleeping = _dag(deferrable=False, defer_after=timedelta(0))
+    assert not sleeping.get_task("commit").deferrable and not sleeping.get_task("plan").deferrable
 
 
 def test_relative_application_paths_resolve_against_the_dag_file() -> None:
@@ -92,6 +96,8 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     ({"plan_timeout": 30}, "plan_timeout must be a positive timedelta"),
     ({"retry_delay": timedelta(0)}, "retry_delay must be a positive timedelta"),
     ({"tags": "abc"}, "tags must be a list of strings"),
+    ({"deferrable": "yes"}, "deferrable must be True or False"),
+    ({"defer_after": timedelta(seconds=-1)}, "defer_after must be a timedelta of 0 or more"),
     ({"application_args": "--flag"}, "application_args must be a list of strings"),
     ({"states": [StateSpec("c", {"k": "text"})], "source": LandingDirectory("/in", pattern="*.json")}, None),
 ])

@@ -68,19 +68,27 @@ class TopologyTask(BaseOperator):
 class WaitingTask(TopologyTask):
     """A task that may have to wait for its turn (the plan for a slot, the commit for txid-1).
 
-    With ``deferrable=True`` (the default) the wait is handed to Airflow's triggerer
-    (:class:`~airflow_transactional.triggers.TurnTrigger`): it holds no worker slot, shows as
-    *deferred* in the grid, and wakes as soon as the topology commits. ``deferrable=False``
-    polls in the worker. The fail-fast rules (:class:`~airflow_transactional.watch.Watch`) are
-    the same either way.
+    A short wait stays in the worker, polling every ``poll_interval`` seconds: most waits of a
+    pipeline are a commit whose predecessor commits a moment later, and resuming a deferred task
+    costs Airflow a few seconds. Once the wait has lasted ``defer_after``, with
+    ``deferrable=True`` (the default) it is handed to Airflow's triggerer
+    (:class:`~airflow_transactional.triggers.TurnTrigger`): it holds no worker slot any more,
+    shows as *deferred* in the grid, and wakes as soon as the topology commits.
+    ``deferrable=False`` polls in the worker to the end. The fail-fast rules
+    (:class:`~airflow_transactional.watch.Watch`) are the same either way.
     """
 
-    def __init__(self, *, deferrable: bool = True, wait_timeout: timedelta, poll_interval: float,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, deferrable: bool = True, defer_after: timedelta = timedelta(seconds=10),
+                 wait_timeout: timedelta, poll_interval: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.deferrable = deferrable
+        self.defer_after = defer_after
         self.wait_timeout = wait_timeout
         self.poll_interval = poll_interval
+
+    def time_to_defer(self, waiting_since: float) -> bool:
+        """Whether a wait that began at ``waiting_since`` (monotonic) moves to the triggerer now."""
+        return self.deferrable and time.monotonic() - waiting_since >= self.defer_after.total_seconds()
 
     def deadline(self) -> float:
         """When a wait starting now gives up (seconds since the epoch: it may resume elsewhere)."""

@@ -18,9 +18,9 @@ from .base import WaitingTask
 class CommitOperator(WaitingTask):
     """Commit this run's txid once txid-1 has committed; a no-op when already committed.
 
-    Waits for its predecessor in PostgreSQL (not with ``depends_on_past``): in the triggerer
-    with ``deferrable=True`` (the default; it wakes when txid-1 commits), else polling in the
-    worker every ``poll_interval`` seconds. When an earlier txid failed for good (and stays so
+    Waits for its predecessor in PostgreSQL (not with ``depends_on_past``): polling in the worker
+    every ``poll_interval`` seconds, then, after ``defer_after``, in the triggerer with
+    ``deferrable=True`` (the default; it wakes when txid-1 commits). When an earlier txid failed for good (and stays so
     for ``blocked_grace``), fails with "blocked by failed txid N" so the run frees its
     ``max_active_runs`` slot, and marks its own txid failed so the cascade reaches later runs.
     """
@@ -63,6 +63,7 @@ class CommitOperator(WaitingTask):
                          may_wait: bool) -> CommitResult:
         watch = self.watch(context)
         announced = False
+        since = time.monotonic()
         while True:
             try:
                 with self.failing_for_good(coordinator, context, "commit"):
@@ -73,7 +74,7 @@ class CommitOperator(WaitingTask):
                 if not announced:
                     self.log.info("%s", exc)
                     announced = True
-                if self.deferrable:
+                if self.time_to_defer(since):
                     self.wait_in_triggerer(context, deadline=deadline, waiting_for=COMMIT, txid=txn.txid)
                 blocked = watch.still_blocked(coordinator, txn.txid)
                 if blocked:

@@ -22,9 +22,10 @@ class PlanOperator(WaitingTask):
     """Give this run its txid and fix its batch (idempotent: a replay gets the stored plan).
 
     Registers the topology first (creates/migrates tables; idempotent). When ``max_in_flight``
-    txids are uncommitted it waits up to ``wait_timeout`` for one to commit (in the triggerer
-    with ``deferrable=True``, the default) -- unless an earlier txid failed for good, which no
-    waiting can fix: then it fails (after ``blocked_grace``) and says which.
+    txids are uncommitted it waits up to ``wait_timeout`` for one to commit (after
+    ``defer_after``, in the triggerer with ``deferrable=True``, the default) -- unless an earlier
+    txid failed for good, which no waiting can fix: then it fails (after ``blocked_grace``) and
+    says which.
     """
 
     def __init__(self, *, wait_timeout: timedelta = timedelta(minutes=30), poll_interval: float = 2.0,
@@ -57,6 +58,7 @@ class PlanOperator(WaitingTask):
     def _wait_and_plan(self, coordinator: Coordinator, context: Any, deadline: float, may_wait: bool) -> Transaction:
         watch = self.watch(context)
         waiting_for: list[int] | None = None
+        since = time.monotonic()
         while True:
             try:
                 return self.adopt_orphan(coordinator, context, watch) or coordinator.plan(self.topology_id,
@@ -67,7 +69,7 @@ class PlanOperator(WaitingTask):
                 if exc.in_flight != waiting_for:  # say it once per change, not every poll
                     waiting_for = exc.in_flight
                     self.log.info("%s; waiting", exc)
-                if self.deferrable:
+                if self.time_to_defer(since):
                     self.wait_in_triggerer(context, deadline=deadline, waiting_for=SLOT, in_flight=exc.in_flight)
                 blocked = watch.still_blocked(coordinator, max(exc.in_flight) + 1)
                 if blocked:
