@@ -28,7 +28,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from .coordinator import Coordinator
 from .hooks import TransactionalHook
 from .store import notices
-from .store.connection import connect, redact
+from .store.connection import CONNECTION_ERRORS, connect, redact
 from .watch import Watch, run_state
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,11 @@ class TurnTrigger(BaseTrigger):
                 while True:
                     await woken.listen()  # again, if the listener lost its connection
                     woken.clear()  # a notice from here on wakes the wait below
-                    event = await asyncio.to_thread(self.look, coordinator, watch)
+                    try:
+                        event = await asyncio.to_thread(self.look, coordinator, watch)
+                    except CONNECTION_ERRORS as exc:  # the store restarting: look again, do not fail the task
+                        self.log.warning("cannot look at the state store (%s); trying again", redact(str(exc)))
+                        event = None
                     if event is None and time.time() >= self.deadline:
                         event = {"status": "timeout"}
                     if event is not None:

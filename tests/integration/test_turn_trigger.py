@@ -129,6 +129,27 @@ def test_a_lost_listener_costs_latency_not_the_wake_up(store: Coordinator, dsn: 
     assert asyncio.run(scenario()) == {"status": "turn"}
 
 
+def test_a_lost_state_store_connection_is_waited_out_not_fatal(store: Coordinator, dsn: str) -> None:
+    async def scenario() -> dict[str, Any]:
+        events = trigger(check_interval=0.5).run()
+        task = asyncio.ensure_future(events.__anext__())
+        await asyncio.sleep(1.0)
+        # The trigger's sessions end (a restart, a failover); the test's own committer is spared.
+        mine = store.db.connection().get_backend_pid()
+        killed = await asyncio.to_thread(query, dsn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                         "WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), %s)",
+                                         (mine,))
+        assert killed[0][0] >= 2  # the trigger's look and its listener
+        await asyncio.sleep(1.5)
+        assert not task.done(), f"the trigger gave up: {task.exception() or task.result().payload}"
+        await asyncio.to_thread(store.commit, "clicks", 1)
+        event = await asyncio.wait_for(task, 10)
+        await events.aclose()
+        return event.payload
+
+    assert asyncio.run(scenario()) == {"status": "turn"}
+
+
 def test_what_airflow_stores_of_the_trigger_names_no_secret(store: Coordinator, dsn: str) -> None:
     path, kwargs = trigger().serialize()
     assert path == "airflow_transactional.triggers.TurnTrigger"
