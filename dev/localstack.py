@@ -37,6 +37,8 @@ UMASK = 0o077
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 SPARK_CONNECT = "spark-connect"  # the optional long-lived Spark (a Spark Connect server)
 ADMIN = "admin"
+#: A second user with Airflow's read-only Viewer role: sees everything, may change nothing.
+VIEWER = "viewer"
 
 
 def _fernet_key() -> str:
@@ -59,7 +61,9 @@ class LocalStack:
 
     def __init__(self, base_dir: str | os.PathLike[str], dags_folder: str | os.PathLike[str], *,
                  port: int | None = None, parallelism: int = 6, spark_slots: int = 2,
-                 env: dict[str, str] | None = None, spark_connect: bool = False) -> None:
+                 env: dict[str, str] | None = None, spark_connect: bool = False,
+                 teams: dict[str, str | os.PathLike[str]] | None = None,
+                 users: dict[str, str] | None = None) -> None:
         self.base_dir = Path(base_dir).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.home = self.base_dir / "airflow"
@@ -73,6 +77,12 @@ class LocalStack:
         # connection ``spark_connect_default``, for topologies declared with spark_connect_conn_id.
         self.spark_connect_port = free_port() if spark_connect else None
         self._secrets_file = self.base_dir / "secrets.json"
+        # With teams ({team: dags folder}), Airflow runs in multi-team mode: each folder is a DAG
+        # bundle owned by its team, and a user given a team ("viewer:team_a") sees only the DAGs
+        # of that team (and of no team).
+        self.teams = {name: Path(path).resolve() for name, path in (teams or {}).items()}
+        #: user name -> role (and teams, "role:team|team"), for Airflow's simple auth manager
+        self.users = {ADMIN: "admin", VIEWER: "viewer", **(users or {})}
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -81,16 +91,22 @@ class LocalStack:
         return f"http://127.0.0.1:{self.port}"
 
     def _secrets(self) -> dict[str, str]:
-        if self._secrets_file.exists():
-            return dict(json.loads(self._secrets_file.read_text()))
-        values = {"jwt": secrets.token_urlsafe(32), "api": secrets.token_urlsafe(32),
-                  "admin_password": secrets.token_urlsafe(9), "fernet": _fernet_key()}
-        files.write_private(self._secrets_file, json.dumps(values))
+        values = dict(json.loads(self._secrets_file.read_text())) if self._secrets_file.exists() else {}
+        wanted = {"jwt": lambda: secrets.token_urlsafe(32), "api": lambda: secrets.token_urlsafe(32),
+                  "fernet": _fernet_key,
+                  **{f"{user}_password": lambda: secrets.token_urlsafe(9) for user in self.users}}
+        missing = {k: make() for k, make in wanted.items() if k not in values}
+        if missing:  # a new stack, or one made before a secret was added
+            values.update(missing)
+            files.write_private(self._secrets_file, json.dumps(values))
         return values
 
     @property
     def admin_password(self) -> str:
-        return self._secrets()["admin_password"]
+        return self.password(ADMIN)
+
+    def password(self, user: str) -> str:
+        return self._secrets()[f"{user}_password"]
 
     @property
     def state_dsn(self) -> str:
@@ -123,7 +139,7 @@ class LocalStack:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in self.users.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.base_dir / "passwords.json"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.pg.uri("airflow").replace(
@@ -159,6 +175,13 @@ class LocalStack:
         if self.spark_connect_port:
             env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(
                 {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": self.spark_connect_port})
+        if self.teams:
+            bundle = "airflow.dag_processing.bundles.local.LocalDagBundle"
+            env["AIRFLOW__CORE__MULTI_TEAM"] = "True"
+            env["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
+                [{"name": "dags-folder", "classpath": bundle, "kwargs": {"path": str(self.dags_folder)}}]
+                + [{"name": f"{team}-dags", "classpath": bundle, "kwargs": {"path": str(path)}, "team_name": team}
+                   for team, path in self.teams.items()])
         env.update(self.extra_env)
         return env
 
@@ -170,9 +193,12 @@ class LocalStack:
         self.pg.start()
         self.pg.create_database("airflow")
         self.pg.create_database("airflow_txn")
-        files.write_private(self.base_dir / "passwords.json", json.dumps({ADMIN: self.admin_password}))
+        files.write_private(self.base_dir / "passwords.json",
+                            json.dumps({user: self.password(user) for user in self.users}))
         self.write_config()
         self._run(["airflow", "db", "migrate"], "db-migrate", timeout=600)
+        if self.teams:  # the teams the DAG bundles name, before the dag-processor reads them
+            self._run(["airflow", "teams", "sync"], "teams", timeout=120)
         self._run(["airflow", "pools", "set", "spark", str(self.spark_slots), "concurrent spark-submit jobs"],
                   "pools", timeout=120)
         for name in self.components:
@@ -250,8 +276,10 @@ class LocalStack:
             time.sleep(2)
         raise AirflowStackError(f"Airflow did not become healthy in {timeout:.0f}s: {last}")
 
-    def client(self) -> RestClient:
-        return RestClient(self.url, ADMIN, self.admin_password)
+    def client(self, user: str = ADMIN) -> RestClient:
+        """A REST client signed in as ``user``: the admin, ``VIEWER`` (Airflow's read-only role)
+        or one of ``users``."""
+        return RestClient(self.url, user, self.password(user))
 
     def remove(self) -> None:
         """Delete everything under ``base_dir`` (stop first)."""

@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi import Body, Depends, FastAPI, Form, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..coordinator import Coordinator
 from ..exceptions import UnknownTopology
 from ..hooks import TransactionalHook
 from ..store.connection import CONNECTION_ERRORS, redact
-from . import pages
+from . import actions, pages
+from .actions import ActionRefused, AirflowApi
 
 PREFIX = "/transactional"
 #: How many txids a topology's timeline shows.
@@ -46,6 +48,30 @@ async def signed_in(request: Request,
 
 
 User = Annotated[Any, Depends(signed_in)]
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def credential(request: Request, bearer: HTTPAuthorizationCredentials | None) -> str:
+    """The credential the user signed in with (the one :func:`signed_in` accepted): the actions
+    call Airflow's REST API with it, so they are done as this user."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    if bearer and bearer.scheme.lower() == "bearer":
+        return bearer.credentials
+    return request.cookies.get(COOKIE_NAME_JWT_TOKEN, "")
+
+
+def confirmed(request: Request, bearer: HTTPAuthorizationCredentials | None, action: str, dag_id: str,
+              target: str, token: str | None) -> str:
+    """The user's credential, once the request is known to come from our own preview: a bearer
+    token is never sent by a browser on its own; a request riding on the session cookie must
+    carry the preview form's token (403 otherwise: a forged post from another page)."""
+    cred = credential(request, bearer)
+    if not (bearer and bearer.scheme.lower() == "bearer") and not actions.form_token_ok(
+            cred, action, dag_id, target, token):
+        raise HTTPException(403, "this action must be confirmed from its preview page (or what it would do has "
+                                 "changed since the preview: open the preview again)")
+    return cred
 
 
 def auth_manager() -> Any:
@@ -76,8 +102,11 @@ def store() -> Iterator[Coordinator]:
 def readable(user: Any, dag_id: str) -> None:
     """403 unless ``user`` may read DAG ``dag_id`` (asked before anything about it is looked up)."""
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+    from airflow.models.dag import DagModel
 
-    if not auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=dag_id), user=user):
+    # The DAG's team (multi-team mode) is part of the question, as in Airflow's own routes.
+    details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
+    if not auth_manager().is_authorized_dag(method="GET", details=details, user=user):
         raise HTTPException(403, "Forbidden")
 
 
@@ -92,7 +121,7 @@ def overview(user: Any) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
     with store() as coordinator:
         by_dag = {str(s.extra.get("dag_id") or s.topology_id): s.topology_id for s in coordinator.topologies()}
-        allowed = auth_manager().filter_authorized_dag_ids(dag_ids=set(by_dag), user=user, method="GET")
+        allowed = set(by_dag) & auth_manager().get_authorized_dag_ids(user=user, method="GET")
         return [coordinator.summary(by_dag[d], dag_id=d, now=now) for d in sorted(allowed)]
 
 
@@ -122,6 +151,47 @@ def quarantined(user: Any, dag_id: str, run_id: str, reason: str | None, limit: 
         raise HTTPException(404, f"run {run_id} has no transaction")
     with store() as coordinator:
         return coordinator.quarantined(tid, txn["txid"], reason=reason or None, limit=limit, offset=offset)
+
+
+@contextmanager
+def airflow_as(cred: str) -> Iterator[AirflowApi]:
+    """Airflow's REST API as the user; what Airflow refuses becomes this request's answer."""
+    try:
+        with AirflowApi(cred) as api:
+            yield api
+    except ActionRefused as exc:
+        raise HTTPException(exc.status if exc.status in (400, 403, 404, 409, 422) else 502, exc.detail) from None
+
+
+def clear_plan(user: Any, cred: str, dag_id: str, run_id: str) -> actions.ClearPlan:
+    tid = run(user, dag_id, run_id)[0]
+    with store() as coordinator, airflow_as(cred) as api:
+        return actions.plan_clear(api, coordinator, tid, dag_id, run_id)
+
+
+def reprocess_plan(user: Any, cred: str, dag_id: str) -> actions.ReprocessPlan:
+    readable(user, dag_id)
+    with store() as coordinator, airflow_as(cred) as api:
+        tid = _topology_of(coordinator, dag_id)
+        if tid is None:
+            raise HTTPException(404, f"DAG {dag_id} is not a transactional topology")
+        return actions.plan_reprocess(api, coordinator, tid, dag_id)
+
+
+def do_clear(cred: str, plan: actions.ClearPlan) -> int:
+    with airflow_as(cred) as api:
+        return actions.clear(api, plan.dag_id, plan.run_id, plan.txid)
+
+
+def do_reprocess(cred: str, plan: actions.ReprocessPlan) -> dict[str, Any]:
+    if plan.problem:
+        raise HTTPException(409, plan.problem)
+    with airflow_as(cred) as api:
+        return actions.reprocess(api, plan)
+
+
+def _range(plan: actions.ReprocessPlan) -> str:
+    return f"{plan.from_date}/{plan.to_date}/{plan.max_active_runs}"
 
 
 def create_app() -> FastAPI:
@@ -171,25 +241,94 @@ def create_app() -> FastAPI:
         return Response(out.getvalue(), media_type="text/csv",
                         headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
+    # -- actions: a preview (Airflow's dry run), then the action, both as the signed-in user --
+
+    @app.post("/api/dags/{dag_id}/runs/{run_id}/clear")
+    def api_clear(request: Request, user: User, bearer: Bearer, dag_id: str, run_id: str,
+                  dry_run: Annotated[bool, Body(embed=True)] = True,
+                  token: Annotated[str | None, Body(embed=True)] = None) -> dict[str, Any]:
+        plan = clear_plan(user, credential(request, bearer), dag_id, run_id)
+        if dry_run:
+            return {"dry_run": True, **asdict(plan)}
+        cred = confirmed(request, bearer, "clear", dag_id, run_id, token)
+        return {"dry_run": False, **asdict(plan), "cleared": do_clear(cred, plan)}
+
+    @app.post("/api/dags/{dag_id}/reprocess")
+    def api_reprocess(request: Request, user: User, bearer: Bearer, dag_id: str,
+                      dry_run: Annotated[bool, Body(embed=True)] = True,
+                      token: Annotated[str | None, Body(embed=True)] = None) -> dict[str, Any]:
+        plan = reprocess_plan(user, credential(request, bearer), dag_id)
+        if dry_run:
+            return {"dry_run": True, **asdict(plan)}
+        cred = confirmed(request, bearer, "reprocess", dag_id, _range(plan), token)
+        return {"dry_run": False, **asdict(plan), "backfill": do_reprocess(cred, plan)}
+
+    def shown(request: Request, make: Callable[[], Response | str]) -> Response:
+        """An action page, or what stopped it as a page (not JSON) with the same status."""
+        try:
+            out = make()
+        except HTTPException as exc:
+            return HTMLResponse(pages.refused(base(request), exc.status_code, str(exc.detail)), exc.status_code)
+        return HTMLResponse(out) if isinstance(out, str) else out
+
+    @app.get("/dags/{dag_id}/runs/{run_id}/clear", response_class=HTMLResponse)
+    def clear_page(request: Request, user: User, bearer: Bearer, dag_id: str, run_id: str) -> Response:
+        def make() -> str:
+            cred = credential(request, bearer)
+            plan = clear_plan(user, cred, dag_id, run_id)
+            return pages.clear_preview(base(request), plan, actions.form_token(cred, "clear", dag_id, run_id))
+        return shown(request, make)
+
+    @app.post("/dags/{dag_id}/runs/{run_id}/clear")
+    def clear_form(request: Request, user: User, bearer: Bearer, dag_id: str, run_id: str,
+                   token: Annotated[str, Form()] = "") -> Response:
+        def make() -> Response:
+            cred = confirmed(request, bearer, "clear", dag_id, run_id, token)
+            cleared = do_clear(cred, clear_plan(user, cred, dag_id, run_id))
+            return RedirectResponse(f"{base(request)}{pages.run_path(dag_id, run_id)}?cleared={cleared}", 303)
+        return shown(request, make)
+
+    @app.get("/dags/{dag_id}/reprocess", response_class=HTMLResponse)
+    def reprocess_page(request: Request, user: User, bearer: Bearer, dag_id: str) -> Response:
+        def make() -> str:
+            cred = credential(request, bearer)
+            plan = reprocess_plan(user, cred, dag_id)
+            return pages.reprocess_preview(base(request), plan,
+                                           actions.form_token(cred, "reprocess", dag_id, _range(plan)))
+        return shown(request, make)
+
+    @app.post("/dags/{dag_id}/reprocess")
+    def reprocess_form(request: Request, user: User, bearer: Bearer, dag_id: str,
+                       token: Annotated[str, Form()] = "") -> Response:
+        def make() -> Response:
+            cred = credential(request, bearer)
+            plan = reprocess_plan(user, cred, dag_id)
+            # The token was made for the range the preview showed: a range that moved since is refused.
+            confirmed(request, bearer, "reprocess", dag_id, _range(plan), token)
+            backfill = do_reprocess(cred, plan)
+            return RedirectResponse(f"{base(request)}{pages.dag_path(dag_id)}?backfill={int(backfill['id'])}", 303)
+        return shown(request, make)
+
     @app.get("/", response_class=HTMLResponse)
     def transactions_page(request: Request, user: User) -> str:
         return pages.transactions(base(request), overview(user))
 
     @app.get("/dags/{dag_id}", response_class=HTMLResponse)
-    def topology_page(request: Request, user: User, dag_id: str) -> str:
+    def topology_page(request: Request, user: User, dag_id: str, backfill: int | None = None) -> str:
         found = topology(user, dag_id)
         if found is None:
             return pages.not_transactional(dag_id)
-        return pages.topology(base(request), found[0], found[1], datetime.now(UTC))
+        return pages.topology(base(request), found[0], found[1], datetime.now(UTC), backfill=backfill)
 
     @app.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse)
-    def run_page(request: Request, user: User, dag_id: str, run_id: str, reason: str | None = None) -> str:
+    def run_page(request: Request, user: User, dag_id: str, run_id: str, reason: str | None = None,
+                 cleared: int | None = None) -> str:
         readable(user, dag_id)
         with store() as coordinator:
             if _topology_of(coordinator, dag_id) is None:
                 return pages.not_transactional(dag_id)
         txn = run(user, dag_id, run_id)[1]
         records = quarantined(user, dag_id, run_id, reason, 200, 0) if txn and txn["quarantine_reasons"] else []
-        return pages.run(base(request), dag_id, run_id, txn, records, reason or None)
+        return pages.run(base(request), dag_id, run_id, txn, records, reason or None, cleared=cleared)
 
     return app

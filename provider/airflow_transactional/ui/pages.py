@@ -21,7 +21,8 @@ font-variant-numeric:tabular-nums}.blocked{color:#c53030;font-weight:600}.ok{col
 .muted{color:#718096}code,pre{font:12px ui-monospace,monospace}pre{white-space:pre-wrap;word-break:break-all;
 margin:0;max-width:640px}.bar-plan{fill:#a0aec0}.bar-ok{fill:#48bb78}.bar-failed{fill:#e53e3e}
 .bar-run{fill:#ecc94b}.bar-commit{fill:#3182ce}.bar-old{fill:#cbd5e0}form{margin:8px 0}
-a{color:#2b6cb0}
+a{color:#2b6cb0}a.action{font-weight:600}button.confirm{font:inherit;padding:6px 14px;background:#2b6cb0;color:#fff;
+border:0;border-radius:4px;cursor:pointer}
 """
 
 
@@ -64,6 +65,14 @@ def counts(row_counts: dict[str, int] | None) -> str:
     return ", ".join(f"{e(k)}: {int(v):,}" for k, v in sorted((row_counts or {}).items())) or "-"
 
 
+def dag_path(dag_id: str) -> str:
+    return f"/dags/{quote(dag_id, safe='')}"
+
+
+def run_path(dag_id: str, run_id: str) -> str:
+    return f"{dag_path(dag_id)}/runs/{quote(run_id, safe='')}"
+
+
 def transactions(base: str, topologies: list[dict[str, Any]]) -> str:
     """The Transactions page: every topology the user may see."""
     rows = []
@@ -72,7 +81,7 @@ def transactions(base: str, topologies: list[dict[str, Any]]) -> str:
         blocked = (f"<span class=blocked>{e(t['blocked_by'])}</span>" if t["blocked_by"]
                    else "<span class=ok>nothing</span>")
         rows.append([f"<a href='{e(base)}/dags/{quote(t['dag_id'], safe='')}'>{e(t['topology_id'])}</a>",
-                     str(t["committed_txid"]), flight, f"{t['lag_records']:,}", when(t["last_commit_at"]),
+                     str(t["committed_txid"]), flight, f"{t['lag_records']:,}{_waited(t)}", when(t["last_commit_at"]),
                      age(t["last_commit_age_seconds"]), f"{t['commits_per_minute']:.1f}",
                      f"{t['quarantined']:,}" + (f" (+{t['quarantined_pending']:,} pending)"
                                                 if t["quarantined_pending"] else ""), blocked])
@@ -127,10 +136,22 @@ def _bars(txns: list[dict[str, Any]], now: datetime) -> str:
     return "".join(parts)
 
 
-def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now: datetime) -> str:
+def _waited(summary: dict[str, Any]) -> str:
+    """How long the oldest record behind has waited, where the source knows."""
+    waited = summary.get("lag_seconds")
+    return f" (the oldest waiting {age(waited).removesuffix(' ago')})" if summary["lag_records"] and waited else ""
+
+
+def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now: datetime, *,
+             backfill: int | None = None) -> str:
     """A transactional DAG's page: where it stands, its timeline and its commit log."""
     tid, dag = summary["topology_id"], summary["dag_id"]
-    blocked = (f"<p class=blocked>Blocked: {e(summary['blocked_by'])}</p>" if summary["blocked_by"] else "")
+    blocked = (f"<p class=blocked>Blocked: {e(summary['blocked_by'])}</p>"
+               f"<p><a class=action href='{e(base)}{dag_path(dag)}/reprocess'>Reprocess the failed runs&#8230;</a> "
+               "<span class=muted>(a preview first)</span></p>" if summary["blocked_by"] else "")
+    if backfill is not None:
+        blocked = (f"<p class=ok>Backfill {int(backfill)} created: Airflow reprocesses the failed runs; the "
+                   "timeline below fills in as they commit.</p>") + blocked
     log_rows = [[f"<a href='{e(base)}/dags/{quote(dag, safe='')}/runs/{quote(t['run_id'], safe='')}'>"
                  f"{t['txid']}</a>", e(t["run_id"]), e(t["status"]),
                  f"{t['planned_records']:,}", str(len(t["attempts"])),
@@ -140,8 +161,8 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
     body = (f"<h1>Topology {e(tid)}</h1>{blocked}"
             f"<p>Committed txid <b>{summary['committed_txid']}</b>, last commit "
             f"{age(summary['last_commit_age_seconds'])}, {summary['commits_per_minute']:.1f} commits/min, "
-            f"{summary['lag_records']:,} records behind the source, {summary['quarantined']:,} records "
-            "quarantined.</p>"
+            f"{summary['lag_records']:,} records behind the source{_waited(summary)}, "
+            f"{summary['quarantined']:,} records quarantined.</p>"
             "<h2>Timeline</h2><p class=muted>Each row is a txid: <span style='color:#a0aec0'>plan</span>, "
             "processing attempts (<span style='color:#48bb78'>complete</span>, "
             "<span style='color:#e53e3e'>failed</span>, <span style='color:#d69e2e'>running</span>) and the "
@@ -160,12 +181,18 @@ def not_transactional(dag_id: str) -> str:
 
 
 def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records: list[dict[str, Any]],
-        reason: str | None) -> str:
+        reason: str | None, *, cleared: int | None = None) -> str:
     """One DAG run's transaction: its batch, attempts, commit and quarantined records."""
+    here = f"{e(base)}{run_path(dag_id, run_id)}"
+    notice = "" if cleared is None else (
+        f"<p class=ok>Cleared {int(cleared)} task instance(s): Airflow runs them again.</p>")
+    action = (f"<p><a class=action href='{here}/clear'>Clear this run's failed tasks&#8230;</a> "
+              "<span class=muted>(a preview first)</span></p>")
     if txn is None:
-        return page("No transaction", f"<p class=muted>Run {e(run_id)} has no transaction yet (its plan task "
-                                      "has not run).</p>")
-    here = f"{e(base)}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+        return page("No transaction", notice + f"<p class=muted>Run {e(run_id)} has no transaction (its plan task "
+                                               "has not run, or failed before it took a batch).</p>" + action)
+    if txn["commit"] is not None:
+        action = ""
     batch = (f"files: {', '.join(e(f) for f in txn['files'])}" if txn["files"] else
              f"offsets {e(txn['start_offsets'])} &#8594; {e(txn['end_offsets'])}")
     attempts = table(
@@ -196,7 +223,59 @@ def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records
                       "yes" if r["committed"] else "no"] for r in records]))
     else:
         quarantine = "<p class=muted>No record of this batch was quarantined.</p>"
-    body = (f"<h1>Run {e(run_id)}: txid {txn['txid']}</h1>{failure}"
+    body = (f"<h1>Run {e(run_id)}: txid {txn['txid']}</h1>{notice}{failure}{action}"
             f"<p>Batch: {txn['planned_records']:,} records, {batch}; planned at {when(txn['planned_at'])}.</p>"
             f"<h2>Attempts</h2>{attempts}<h2>Commit</h2>{commit}<h2>Quarantined records</h2>{quarantine}")
     return page(f"txid {txn['txid']}", body)
+
+
+def _confirm(action: str, token: str, label: str) -> str:
+    return (f"<form method=post action='{action}'><input type=hidden name=token value='{e(token)}'>"
+            f"<button type=submit class=confirm>{e(label)}</button></form>")
+
+
+def clear_preview(base: str, plan: Any, token: str) -> str:
+    """What clearing a run's failed tasks will do (Airflow's dry run), and the button that does it."""
+    here = f"{e(base)}{run_path(plan.dag_id, plan.run_id)}"
+    tasks = table(["task", "state now"], [[e(t["task_id"]), e(t["state"])] for t in plan.tasks])
+    later = ""
+    if plan.blocked_after:
+        later = (f"<p>Failed runs after it stay failed: txids {', '.join(str(t) for t in plan.blocked_after)}. "
+                 f"Clear each of them too, or <a href='{e(base)}{dag_path(plan.dag_id)}/reprocess'>reprocess all "
+                 "the failed runs</a> in one backfill.</p>")
+    title = f"txid {plan.txid}" if plan.txid is not None else "no txid yet"
+    body = (f"<h1>Clear run {e(plan.run_id)} ({e(title)})</h1>"
+            f"<p>{e(plan.effect)}</p>"
+            + (f"<h2>Airflow will clear these task instances</h2>{tasks}{later}"
+               + _confirm(f"{here}/clear", token, f"Clear {len(plan.tasks)} task instance(s)") if plan.tasks else "")
+            + f"<p><a href='{here}'>Back to the run</a></p>")
+    return page(f"Clear {plan.run_id}", body)
+
+
+def reprocess_preview(base: str, plan: Any, token: str) -> str:
+    """The "reprocess failed" backfill Airflow would run over the blocked range, run by run."""
+    back = f"<p><a href='{e(base)}{dag_path(plan.dag_id)}'>Back to the topology</a></p>"
+    undated = ("<p>Failed runs a backfill cannot reach (no logical date, or one off the DAG's schedule): clear "
+               "them one by one: "
+               + ", ".join(f"<a href='{e(base)}{run_path(plan.dag_id, r)}'>{e(r)}</a>" for r in plan.unreachable)
+               + "</p>") if plan.unreachable else ""
+    if plan.problem:
+        return page("Nothing to reprocess", f"<h1>Reprocess failed runs of {e(plan.dag_id)}</h1>"
+                                            f"<p class=blocked>{e(plan.problem)}</p>{undated}{back}")
+    rows = [[when(r["logical_date"]), e(r["run_id"]) if r["run_id"] else "(new run)",
+             "-" if r["txid"] is None else str(r["txid"]), e(r["effect"])] for r in plan.runs]
+    body = (f"<h1>Reprocess failed runs of {e(plan.dag_id)}</h1>"
+            f"<p>A backfill with <b>reprocess failed</b> from {when(plan.from_date)} to {when(plan.to_date)}, at most "
+            f"{plan.max_active_runs} runs at once. Airflow will run:</p>"
+            + table(["logical date", "run", "txid", "what happens"], rows, numeric=(2,))
+            + "<p class=muted>Every txid still commits once, in txid order: a committed batch is never counted "
+              "again.</p>" + undated
+            + _confirm(f"{e(base)}{dag_path(plan.dag_id)}/reprocess", token, f"Start the backfill ({len(rows)} runs)")
+            + back)
+    return page(f"Reprocess {plan.dag_id}", body)
+
+
+def refused(base: str, status: int, detail: str) -> str:
+    """Why an action page cannot be shown or done, in words (escaped), and the way back."""
+    return page("Not done", f"<h1>Not done ({int(status)})</h1><p class=blocked>{e(detail)}</p>"
+                            f"<p><a href='{e(base)}/'>Back to Transactions</a></p>")
