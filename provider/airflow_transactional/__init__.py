@@ -10,7 +10,7 @@ from .spec import StateSpec, TopologySpec
 __version__ = "0.1.0"
 
 __all__ = ["EventLog", "LandingDirectory", "PostgresLogSource", "StateSpec", "TopologySpec",
-           "get_provider_info", "transactional_dag"]
+           "get_provider_info", "state_asset", "transactional_dag"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,6 +19,10 @@ def __getattr__(name: str) -> Any:
         from .dag import transactional_dag
 
         return transactional_dag
+    if name == "state_asset":
+        from .assets import state_asset
+
+        return state_asset
     raise AttributeError(name)
 
 

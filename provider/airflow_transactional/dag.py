@@ -22,6 +22,7 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from .assets import state_assets
 from .exceptions import ConfigError
 from .operators import CommitOperator, PlanOperator, TransactionalSparkSubmitOperator
 from .sources.base import Source
@@ -74,6 +75,7 @@ def transactional_dag(
     plan_timeout: timedelta = timedelta(minutes=30),
     deferrable: bool = True,
     defer_after: timedelta = timedelta(seconds=10),
+    emit_assets: bool = True,
     start_date: datetime = DEFAULT_START,
     dag_id: str | None = None,
     tags: Sequence[str] = (),
@@ -96,6 +98,8 @@ def transactional_dag(
     they have waited ``defer_after`` in their worker, wait in Airflow's triggerer, holding no
     worker slot, and wake when the topology commits; False makes them poll in their worker to the
     end (a deployment without a triggerer).
+    ``emit_assets`` (default True): each commit updates one Airflow asset per state table
+    (:func:`airflow_transactional.state_asset`), with the txid as the event's partition key.
     Everything is validated here, at parse time, without touching a database.
     """
     if schedule is None or schedule == "@once":
@@ -117,8 +121,9 @@ def transactional_dag(
                         ("plan_timeout", plan_timeout)):
         if not isinstance(value, timedelta) or value <= timedelta(0):
             raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=5)), got {value!r}")
-    if not isinstance(deferrable, bool):
-        raise ConfigError(f"deferrable must be True or False, got {deferrable!r}")
+    for flag, on in (("deferrable", deferrable), ("emit_assets", emit_assets)):
+        if not isinstance(on, bool):
+            raise ConfigError(f"{flag} must be True or False, got {on!r}")
     if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
         raise ConfigError(f"tags must be a list of strings (e.g. tags=['billing']), got {tags!r}")
     if isinstance(application_args, str) or not all(isinstance(a, str) for a in application_args):
@@ -146,7 +151,7 @@ def transactional_dag(
         **({"pool": spark_pool} if spark_pool else {}), **common)
     # The commit runs after a skipped (empty) process too; it must never run after a failed one.
     commit = CommitOperator(task_id="commit", wait_timeout=commit_timeout, trigger_rule="none_failed",
-                            **waits,
+                            outlets=state_assets(topology_id, spec.states) if emit_assets else [], **waits,
                             execution_timeout=commit_timeout + timedelta(minutes=5), **common)
     plan >> process >> commit
     try:

@@ -3,6 +3,8 @@ Postgres metadata DB) for the end-to-end tier, driven over the REST API the UI u
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +26,57 @@ OPS_DAGS = Path(__file__).resolve().parent / "dags" / "ops_dags.py"
 SLOTS_DAGS = OPS_DAGS.with_name("slots_dags.py")
 
 
+class StatsdListener:
+    """A StatsD server for the test stack's metrics: a UDP socket drained by a thread, keeping the
+    provider's lines (``airflow.transactional.<topology>.<metric>:<value>|<type>``) in order."""
+
+    PREFIX = "airflow.transactional."
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except TimeoutError:
+                continue
+            for line in data.decode(errors="replace").splitlines():
+                if line.startswith(self.PREFIX):
+                    self.lines.append(line)
+
+    def values(self, topology_id: str, metric: str) -> list[tuple[float, str]]:
+        """(value, type) of every datagram of one metric, in arrival order."""
+        head = f"{self.PREFIX}{topology_id}.{metric}:"
+        out = []
+        for line in list(self.lines):
+            if line.startswith(head):
+                value, kind = line[len(head):].split("|")[:2]
+                out.append((float(value), kind))
+        return out
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
 @pytest.fixture(scope="package")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+def statsd() -> Iterator[StatsdListener]:
+    listener = StatsdListener()
+    yield listener
+    listener.close()
+
+
+@pytest.fixture(scope="package")
+def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener) -> Iterator[LocalStack]:
     base = tmp_path_factory.mktemp("airflow")
     landing = base / "landing"
     landing.mkdir()
@@ -44,6 +95,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
         "AIRFLOW_TXN_LANDING_DIR": str(landing),
         # Tests arm faults in running tasks by writing this file (see dev/faults.py).
         "AIRFLOW_TXN_FAULTS_FILE": str(base / "faults.txt"),
+        # Airflow's metrics go to the test's StatsD listener: the provider's commits report there.
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
     }
     # Four worker slots: waiting plans and commits wait in the triggerer, holding none of them
     # (test_deferred_waits.py would starve if they slept in workers).

@@ -7,15 +7,21 @@ audit clean and every txid committed once, in order."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from unittest.mock import ANY
 
 import pytest
@@ -23,8 +29,8 @@ import pytest
 from airflow_transactional import EventLog
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
-from dev.localstack import LocalStack, RestClient
-from tests.e2e.conftest import task_log, wait_for_runs
+from dev.localstack import VIEWER, LocalStack, RestClient
+from tests.e2e.conftest import StatsdListener, task_log, wait_for_runs
 from tests.helpers import query
 
 pytestmark = pytest.mark.e2e
@@ -45,9 +51,79 @@ def _runs_by_txid(coord: Coordinator, runs: list[str], dag: str = DAG) -> dict[i
     return out
 
 
-def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: LocalStack,
-                                                                       client: RestClient) -> None:
+def _plugin(stack: LocalStack, path: str, token: str, body: Any) -> tuple[int, Any]:
+    """(status, JSON) of a POST to the plugin's API with a bearer token, as a script sends it."""
+    req = urllib.request.Request(stack.url + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _browser(stack: LocalStack, method: str, path: str, token: str,
+             form: dict[str, str] | None = None) -> tuple[int, str, str | None]:
+    """(status, body, Location) of a request as the UI's browser sends it: the session cookie,
+    a form post, redirects not followed."""
+    conn = http.client.HTTPConnection("127.0.0.1", stack.port, timeout=120)
+    headers = {"Cookie": f"_token={token}"}
+    data = None
+    if form is not None:
+        data = urllib.parse.urlencode(form)
+        headers["Content-Type"] = "application/x-www-form-urlencoded"
+    conn.request(method, path, body=data, headers=headers)
+    resp = conn.getresponse()
+    out = (resp.status, resp.read().decode(), resp.getheader("Location"))
+    conn.close()
+    return out
+
+
+REPORT = "ops_count_report"
+
+
+def _downstream_ran_once_per_txid(stack: LocalStack, client: RestClient, records: dict[int, int]) -> None:
+    deadline = time.monotonic() + 180
+    while len(runs := client.runs(REPORT)) < len(records) and time.monotonic() < deadline:
+        time.sleep(3)
+    wait_for_runs(stack, REPORT, [r["dag_run_id"] for r in runs])
+    time.sleep(10)  # a duplicate event would queue a run within a scheduler loop or two
+    runs = client.runs(REPORT)
+    assert sorted(int(r["partition_key"]) for r in runs) == sorted(records), [r["partition_key"] for r in runs]
+    for r in runs:
+        told = client.get(f"/api/v2/dags/{REPORT}/dagRuns/{urllib.parse.quote(r['dag_run_id'], safe='')}"
+                          "/taskInstances/report/xcomEntries/return_value")["value"]
+        told = json.loads(told) if isinstance(told, str) else told
+        assert told == {"partition_key": r["partition_key"], "txid": int(r["partition_key"]),
+                        "records_read": records[int(r["partition_key"])]}, told
+
+
+def _clear_from_the_page(stack: LocalStack, client: RestClient, run_id: str, txid: int, later: list[int]) -> None:
+    page_path = f"/transactional/dags/{DAG}/runs/{urllib.parse.quote(run_id, safe='')}"
+    code, page, _ = _browser(stack, "GET", page_path, client.token())
+    assert code == 200 and "Clear this run's failed tasks" in page and f"{page_path}/clear" in page
+    code, preview, _ = _browser(stack, "GET", f"{page_path}/clear", client.token())
+    assert code == 200 and f"txid {txid} processes the same batch again" in preview, preview
+    failed = {t["task_id"] for t in client.task_instances(DAG, run_id) if t["state"] in ("failed", "upstream_failed")}
+    assert failed and all(f"<td>{task}</td>" in preview for task in failed), preview
+    assert f"txids {', '.join(map(str, later))}" in preview  # the failed runs after it, and what to do
+    token = re.search(r"name=token value='([0-9a-f]{64})'", preview)
+    assert token, preview
+    # A post riding on the cookie without the preview's token (a forged form) changes nothing;
+    # a Viewer's preview is refused by Airflow itself.
+    assert _browser(stack, "POST", f"{page_path}/clear", client.token(), {"token": "0" * 64})[0] == 403
+    assert _browser(stack, "GET", f"{page_path}/clear", stack.client(VIEWER).token())[0] == 403
+    assert client.run(DAG, run_id)["state"] == "failed"
+    code, _, location = _browser(stack, "POST", f"{page_path}/clear", client.token(), {"token": token.group(1)})
+    assert code == 303 and location == f"{page_path}?cleared={len(failed)}", (code, location)
+    assert "Cleared" in _browser(stack, "GET", location, client.token())[1]
+
+
+def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: LocalStack, client: RestClient,
+                                                                       statsd: StatsdListener) -> None:
     dsn = stack.state_dsn
+    client.wait_for_dag(REPORT)
+    client.unpause(REPORT)  # runs once per txid ops_count commits, on its asset events
     log, coord = _start(stack, client, DAG, "ops", partitions=4)
 
     events = [(f"ops{i}", json.dumps({"url": f"https://example.com/{i}"})) for i in range(2000)]
@@ -83,11 +159,14 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     status = coord.status(DAG)
     assert status.committed_txid == 2
     assert status.blocked_by and "blocked by failed txid 3" in status.blocked_by
+    # The monitoring heard it: a commit that failed fast set the topology's blocked gauge.
+    assert (1.0, "g") in statsd.values(DAG, "blocked")
 
-    # Recovery (a): the fault is fixed; clear the failed run of txid 3. A scheduler killed
+    # Recovery (a): the fault is fixed; clear the failed run of txid 3 from its Transactions page,
+    # as a person does: the preview (Airflow's dry run), then the button. A scheduler killed
     # mid-flight and restarted does not change the outcome.
     _faults(stack)
-    client.clear(DAG, by_txid[3])
+    _clear_from_the_page(stack, client, by_txid[3], 3, later=blocked)
     stack.stop_component("scheduler", signal.SIGKILL)
     stack.start_component("scheduler")
     wait_for_runs(stack, DAG, [by_txid[3]])
@@ -95,8 +174,23 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
 
     # Recovery (b): a backfill over the range with "reprocess failed" clears the failed runs in
     # place (same run ids): the blocked txids reuse the output their processing staged, and the
-    # runs that were never planned get the next txids.
-    client.backfill(DAG, day0.isoformat(), (day0 + timedelta(days=4, hours=12)).isoformat(), reprocess="failed")
+    # runs that were never planned get the next txids. Started through the plugin's API: the
+    # range is the one of the failed runs, and the preview names each run and its txid.
+    topology_page = _browser(stack, "GET", f"/transactional/dags/{DAG}", client.token())[1]
+    assert "Reprocess the failed runs" in topology_page and f"/transactional/dags/{DAG}/reprocess" in topology_page
+    shown = _browser(stack, "GET", f"/transactional/dags/{DAG}/reprocess", client.token())[1]
+    assert f"Start the backfill ({len(blocked) + len(unplanned)} runs)" in shown, shown
+    preview = _plugin(stack, f"/transactional/api/dags/{DAG}/reprocess", client.token(), {"dry_run": True})[1]
+    assert sorted(r["run_id"] for r in preview["runs"]) == sorted([by_txid[t] for t in blocked] + unplanned)
+    assert sorted(r["txid"] for r in preview["runs"] if r["txid"] is not None) == blocked
+    assert preview["unreachable"] == [] and preview["problem"] is None
+    # A Viewer may look at it all but start nothing: Airflow's own permission check says no.
+    viewer = stack.client(VIEWER).token()
+    code, refused = _plugin(stack, f"/transactional/api/dags/{DAG}/reprocess", viewer, {"dry_run": False})
+    assert code == 403 and "may not" in refused["detail"], refused
+    assert client.get(f"/api/v2/backfills?dag_id={DAG}")["total_entries"] == 0
+    code, done = _plugin(stack, f"/transactional/api/dags/{DAG}/reprocess", client.token(), {"dry_run": False})
+    assert code == 200 and done["backfill"]["reprocess_behavior"] == "failed", done
     wait_for_runs(stack, DAG, [by_txid[t] for t in blocked] + unplanned)
     assert coord.status(DAG).committed_txid == 6
     assert sorted(coord.transaction_for_run(DAG, r).txid for r in unplanned) == list(  # type: ignore[union-attr]
@@ -138,6 +232,12 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     # Every txid committed once, in txid order; the audit recomputes the same state.
     commits = coord.commits(DAG)
     assert [c["txid"] for c in commits] == [1, 2, 3, 4, 5, 6, 7]
+    # ... and was reported once, whatever the clears and backfills; the topology is unblocked.
+    assert sorted(v for v, _ in statsd.values(DAG, "committed_txid")) == [1, 2, 3, 4, 5, 6, 7]
+    assert statsd.values(DAG, "blocked")[-1] == (0.0, "g")
+    # The downstream DAG ran once per committed txid -- not again for the clears of committed
+    # runs -- each run on one asset event whose partition key and extra name its txid.
+    _downstream_ran_once_per_txid(stack, client, {c["txid"]: c["records_read"] for c in commits})
     assert [c["committed_at"] for c in commits] == sorted(c["committed_at"] for c in commits)
     assert coord.status(DAG).lag == 0
     assert cli(["--dsn", dsn, "audit", DAG]) == 0

@@ -21,7 +21,7 @@ from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.sources.landing import write_json_lines
 from dev.localstack import LocalStack, RestClient
-from tests.e2e.conftest import task_log, wait_for_runs
+from tests.e2e.conftest import StatsdListener, task_log, wait_for_runs
 from tests.helpers import query
 
 pytestmark = pytest.mark.e2e
@@ -157,6 +157,30 @@ def test_the_transactions_views_show_what_postgres_holds(stack: LocalStack, clie
     for _path, body in (_http(stack, p, token) for p in ("/transactional/", "/transactional/dags/words")):
         assert "password" not in body and stack.pg.password not in body
     coord.close()
+
+
+def test_each_commit_reports_its_metrics_once_through_airflows_statsd(stack: LocalStack,
+                                                                      statsd: StatsdListener) -> None:
+    # The words commits of the test above, as a StatsD server heard them from Airflow's metrics.
+    coord = Coordinator(stack.state_dsn)
+    commits = coord.commits("words")
+    status = coord.status("words")
+    coord.close()
+    assert commits
+    txids = statsd.values("words", "committed_txid")
+    assert sorted(v for v, _ in txids) == [c["txid"] for c in commits]  # one per commit, none twice
+    assert {k for _, k in txids} == {"g"}
+    assert sum(v for v, _ in statsd.values("words", "records_committed")) == sum(c["records_read"] for c in commits)
+    assert sorted(v for v, _ in statsd.values("words", "batch_records")) == sorted(c["records_read"] for c in commits)
+    assert sum(v for v, _ in statsd.values("words", "quarantined")) == sum(c["quarantined"] for c in commits) > 0
+    durations = statsd.values("words", "commit_duration")
+    assert len(durations) == len(commits) and all(k == "ms" and 0 < v < 60_000 for v, k in durations)
+    # Each commit reports the lag it leaves; nothing was appended since the last one, so its
+    # report is the lag now. The log knows when each event arrived: lag_seconds is sent too.
+    lags = statsd.values("words", "lag_records")
+    assert len(lags) == len(commits) and status.lag in {v for v, _ in lags}
+    assert len(statsd.values("words", "lag_seconds")) == len(commits)
+    assert {v for v, _ in statsd.values("words", "blocked")} == {0.0}
 
 
 def test_the_airflow_cli_works_with_just_the_stacks_home(stack: LocalStack) -> None:

@@ -12,7 +12,7 @@ import pytest
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.ui import pages
-from tests.helpers import click, click_fn, counting_topology, make_log, run_one
+from tests.helpers import click, click_fn, counting_topology, make_log, query, run_one
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +35,13 @@ def test_views_follow_a_topology_through_its_phases(coordinator: Coordinator, ds
     assert [(f["txid"], f["phase"]) for f in summary["in_flight"]] == [(2, "planned"),
                                                                          (3, "staged, waiting for txid 2")]
     assert summary["commits_per_minute"] == pytest.approx(0.1)
+    # How long the oldest uncommitted event has waited: the first one past the committed offset
+    # of each partition, by the time the log stamped on it.
+    assert summary["lag_records"] == 62 and 0 <= summary["lag_seconds"] < 60
+    query(dsn, "UPDATE airflow_txn.log_events SET appended_at = now() - interval '1 hour' "
+               "WHERE log_name = 'clicks' AND partition = 1 AND lsn = 1")
+    waited = coordinator.status("clicks").lag_seconds
+    assert waited is not None and 3600 <= waited < 3660
     assert summary["last_commit_age_seconds"] is not None and summary["last_commit_age_seconds"] < 60
 
     process_batch(coordinator, "clicks", t2.txid, click_fn)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional import LandingDirectory, PostgresLogSource, StateSpec
+from airflow_transactional import LandingDirectory, PostgresLogSource, StateSpec, state_asset
 from airflow_transactional.dag import transactional_dag
 from airflow_transactional.exceptions import ConfigError
 
@@ -72,6 +72,11 @@ def test_generated_dag_plans_processes_and_commits_in_postgres_order() -> None:
     assert plan.deferrable and commit.deferrable and commit.defer_after == timedelta(seconds=10)
     sleeping = _dag(deferrable=False, defer_after=timedelta(0))
     assert not sleeping.get_task("commit").deferrable and not sleeping.get_task("plan").deferrable
+    # The commit updates one asset per state table (downstream DAGs schedule on it); only it.
+    assert [a.name for a in commit.outlets] == ["transactional.t_words.url_counts"]
+    assert commit.outlets == [state_asset("t_words", "url_counts")]
+    assert not plan.outlets and not process.outlets
+    assert _dag(emit_assets=False).get_task("commit").outlets == []
 
 
 def test_relative_application_paths_resolve_against_the_dag_file() -> None:
@@ -97,6 +102,7 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     ({"retry_delay": timedelta(0)}, "retry_delay must be a positive timedelta"),
     ({"tags": "abc"}, "tags must be a list of strings"),
     ({"deferrable": "yes"}, "deferrable must be True or False"),
+    ({"emit_assets": 1}, "emit_assets must be True or False"),
     ({"defer_after": timedelta(seconds=-1)}, "defer_after must be a timedelta of 0 or more"),
     ({"application_args": "--flag"}, "application_args must be a list of strings"),
     ({"states": [StateSpec("c", {"k": "text"})], "source": LandingDirectory("/in", pattern="*.json")}, None),

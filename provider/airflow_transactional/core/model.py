@@ -61,6 +61,7 @@ class TopologyStatus:
     quarantined: int
     quarantined_pending: int
     lost_records: int
+    lag_seconds: float | None = None  # the oldest waiting record's age; None: the source cannot tell
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +75,7 @@ class TopologyStatus:
             "quarantined": self.quarantined,
             "quarantined_pending": self.quarantined_pending,
             "lost_records": self.lost_records,
+            "lag_seconds": self.lag_seconds,
         }
 
 

@@ -39,13 +39,15 @@ def status(store: StateStore, topology_id: str) -> TopologyStatus:
                                       row.latest_error if phase == "failed" else None))
         quarantined = commit_log.quarantine_counts(cur, store.schema, topology_id)
         lag = spec.source.lag(cur, store.schema, topology_id, offsets)
+        lag_seconds = spec.source.lag_seconds(cur, store.schema, topology_id, offsets) if lag else 0.0
     blocked = liveness.blocker(store, topology_id, committed + 2)
     nxt = next((f for f in in_flight if f.txid == committed + 1), None)
     if blocked is None and nxt is not None and nxt.phase == "failed":
         blocked = (f"blocked by failed txid {nxt.txid} (run {nxt.run_key}): {nxt.error}; clear or "
                    "backfill that run to process it again (Airflow retries it first if retries are left)")
     return TopologyStatus(topology_id, committed, offsets, progress.last_commit_at, in_flight, int(lag),
-                          blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records))
+                          blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
+                          lag_seconds)
 
 
 def recover(store: StateStore, topology_id: str) -> RecoverResult:

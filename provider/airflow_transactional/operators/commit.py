@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from .. import assets, metrics
 from ..coordinator import CommitResult, Coordinator, Transaction
 from ..exceptions import WaitingForPredecessor
 from ..triggers import COMMIT
@@ -43,6 +44,7 @@ class CommitOperator(WaitingTask):
                 coordinator.mark_failed(self.topology_id, txn.txid, event["reason"])
             finally:
                 coordinator.close()
+            metrics.blocked(self.topology_id)
             raise AirflowFailException(event["reason"])
         return self._commit(context, deadline=deadline, fresh=False, may_wait=event.get("status") != "timeout")
 
@@ -52,22 +54,63 @@ class CommitOperator(WaitingTask):
             txn = self.run_transaction(coordinator, context)
             if fresh and not txn.committed:
                 coordinator.retrying(self.topology_id, txn.txid)  # a cleared commit: its txid is live again
-            result = self._wait_and_commit(coordinator, context, txn, deadline, may_wait)
+            result, took = self._wait_and_commit(coordinator, context, txn, deadline, may_wait)
+            self._tell(coordinator, context, txn, result, took)
         finally:
             coordinator.close()
         self.log.info("%s", result.message)
         return {"txid": result.txid, "committed": result.committed, "attempt": result.attempt,
                 "committed_at": result.committed_at.isoformat() if result.committed_at else None}
 
+    def _tell(self, coordinator: Coordinator, context: Any, txn: Transaction, result: CommitResult,
+              took: float) -> None:
+        """Tell the platform about a commit: the asset events of the state tables (partition key:
+        the txid) and the metrics.
+
+        Only the run that committed the txid tells: the try that committed, or a retry of it
+        when that try died before Airflow recorded its success (so its events were never sent) --
+        the txid committed after this run (re)started. A clear or backfill of a run committed
+        before that sends no asset event: its outlets are dropped for this try.
+        """
+        started = getattr(context.get("dag_run"), "start_date", None)
+        ours = result.committed or (result.committed_at is not None and started is not None
+                                    and result.committed_at >= started)
+        if not ours:
+            self.outlets = []  # Airflow sends an event per outlet of a successful task
+            return
+        view = coordinator.run_view(self.topology_id, txn.run_key)
+        if view is None or view.get("commit") is None:  # cannot be: the txid is committed
+            raise AirflowFailException(f"txid {result.txid} committed but its commit record is missing")
+        extra = assets.event_extra(self.topology_id, view)
+        for outlet in self.outlets:
+            event = context["outlet_events"][outlet]
+            event.extra = extra
+            event.add_partitions(str(result.txid))
+        if result.committed:  # metrics: once, from the try that committed
+            self._report(coordinator, result, view["commit"], took)
+
+    def _report(self, coordinator: Coordinator, result: CommitResult, commit: dict[str, Any], took: float) -> None:
+        try:
+            st = coordinator.status(self.topology_id)
+        except Exception:  # committed all the same: a metric never fails the task
+            self.log.warning("txid %d committed; its metrics were not sent", result.txid, exc_info=True)
+            return
+        metrics.committed(self.topology_id, txid=result.txid, duration_ms=took * 1000,
+                          records=int(commit.get("records_read") or 0), quarantined=int(commit.get("quarantined") or 0),
+                          lag_records=st.lag, lag_seconds=st.lag_seconds)
+
     def _wait_and_commit(self, coordinator: Coordinator, context: Any, txn: Transaction, deadline: float,
-                         may_wait: bool) -> CommitResult:
+                         may_wait: bool) -> tuple[CommitResult, float]:
+        """The commit's result, and how long its Postgres transaction took (seconds)."""
         watch = self.watch(context)
         announced = False
         since = time.monotonic()
         while True:
             try:
                 with self.failing_for_good(coordinator, context, "commit"):
-                    return coordinator.commit(self.topology_id, txn.txid)
+                    began = time.monotonic()
+                    result = coordinator.commit(self.topology_id, txn.txid)
+                    return result, time.monotonic() - began
             except WaitingForPredecessor as exc:
                 if not may_wait or time.time() > deadline:
                     raise
@@ -79,5 +122,6 @@ class CommitOperator(WaitingTask):
                 blocked = watch.still_blocked(coordinator, txn.txid)
                 if blocked:
                     coordinator.mark_failed(self.topology_id, txn.txid, blocked)
+                    metrics.blocked(self.topology_id)
                     raise AirflowFailException(blocked) from exc
                 time.sleep(self.poll_interval)

@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from .. import metrics
 from ..coordinator import Coordinator, Transaction
 from ..exceptions import TooManyInFlight
 from ..spec import TopologySpec
@@ -38,6 +39,7 @@ class PlanOperator(WaitingTask):
     def resume(self, context: Any, event: dict[str, Any], deadline: float) -> dict[str, Any]:
         """Back from the triggerer: plan if a slot (or an orphaned batch) is free, fail if never."""
         if event.get("status") == "blocked":
+            metrics.blocked(self.topology_id)
             raise AirflowFailException(event["reason"])
         return self._plan(context, deadline=deadline, fresh=False, may_wait=event.get("status") != "timeout")
 
@@ -73,6 +75,7 @@ class PlanOperator(WaitingTask):
                     self.wait_in_triggerer(context, deadline=deadline, waiting_for=SLOT, in_flight=exc.in_flight)
                 blocked = watch.still_blocked(coordinator, max(exc.in_flight) + 1)
                 if blocked:
+                    metrics.blocked(self.topology_id)
                     raise AirflowFailException(blocked) from exc
                 time.sleep(self.poll_interval)
 

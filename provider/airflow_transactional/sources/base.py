@@ -86,6 +86,12 @@ class Source(ABC):
             committed: Offsets) -> int:
         """How many records (files for a directory) the source holds beyond ``committed``."""
 
+    def lag_seconds(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+                    committed: Offsets) -> float | None:
+        """How long the oldest record beyond ``committed`` has waited (0.0 when none waits), or
+        None when the source does not know when its records arrived."""
+        return None
+
     @abstractmethod
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                         committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:

@@ -156,6 +156,23 @@ class PostgresLogSource(Source):
         return sum(max(0, head - max(int(committed.get(str(p), 0)), t))
                    for p, head, t in self._partitions(cur, schema))
 
+    def lag_seconds(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+                    committed: Offsets) -> float | None:
+        """The age of the oldest uncommitted event: the first one past the committed offset of each
+        partition (one index probe each), by the database's clock."""
+        oldest = 0.0
+        for p, head, truncated in self._partitions(cur, schema):
+            after = max(int(committed.get(str(p), 0)), truncated)
+            if head <= after:
+                continue
+            cur.execute(sql.SQL("SELECT extract(epoch FROM now() - appended_at) FROM {}.log_events "
+                                "WHERE log_name = %s AND partition = %s AND lsn > %s ORDER BY lsn LIMIT 1")
+                        .format(self._s(schema)), (self.log, p, after))
+            row = cur.fetchone()
+            if row is not None:
+                oldest = max(oldest, float(row[0]))
+        return oldest
+
 
 def _fair_shares(avail: Mapping[int, int], cap: int) -> dict[int, int]:
     """Split ``cap`` records over partitions: equal shares, leftovers to those with more."""

@@ -2,10 +2,13 @@
 first, scheduled run is empty), one retry, a short retry delay. ``global_count.py``'s state, kept
 in a table of each topology's own. Deployed into the test stack's DAGs folder as a symlink."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
+from airflow.sdk import DAG, PartitionedAssetTimetable, task
+
+from airflow_transactional import PostgresLogSource, StateSpec, state_asset, transactional_dag
 from airflow_transactional.dag import LOCAL_SPARK_CONF
 
 REPO = Path(__file__).resolve().parents[3]  # the symlink's target: tests/e2e/dags/ of the repository
@@ -30,3 +33,16 @@ for name, (log, opaque) in OPS.items():
         spark_conf=LOCAL_SPARK_CONF,
         spark_pool="spark",
     )
+
+# Downstream of ops_count: one run per txid ops_count commits (the asset event's partition key),
+# whatever the clears, retries and backfills of ops_count (test_operations.py checks it).
+with DAG("ops_count_report", schedule=PartitionedAssetTimetable(assets=state_asset("ops_count", "ops_count")),
+         start_date=datetime(2025, 1, 1), catchup=False, tags=["test"]):
+
+    @task
+    def report(**context: Any) -> dict[str, Any]:
+        [event] = [e for events in context["triggering_asset_events"].values() for e in events]
+        return {"partition_key": context["dag_run"].partition_key, "txid": event.extra["txid"],
+                "records_read": event.extra["records_read"]}
+
+    report()

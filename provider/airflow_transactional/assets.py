@@ -1,0 +1,50 @@
+"""The Airflow assets a topology's commits update: one per state table, one asset event per
+committed txid, its partition key the txid.
+
+A downstream DAG scheduled on them with ``PartitionedAssetTimetable`` runs once per committed txid
+(Airflow queues one run per partition key, where plain asset schedules merge events that arrive
+together), with the txid as its run's ``partition_key`` and the commit's numbers in the event's
+``extra``::
+
+    from airflow.sdk import DAG, PartitionedAssetTimetable
+    from airflow_transactional import state_asset
+
+    with DAG("word_report", schedule=PartitionedAssetTimetable(assets=state_asset("words", "word_counts"))):
+        ...
+
+The event is sent by the commit that commits the txid, and by a retry of that same run when the
+try that committed died before Airflow recorded its success (it sent nothing). A clear or backfill
+of a run whose txid committed earlier commits nothing and sends nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .spec import StateSpec
+
+#: The assets' group in the Airflow UI.
+GROUP = "transactional"
+
+
+def state_asset(topology_id: str, table: str) -> Any:
+    """The asset of one state table of a topology (``table`` as declared: the state's name,
+    ``table`` or ``"schema.table"``)."""
+    from airflow.sdk import Asset
+
+    return Asset(name=f"transactional.{topology_id}.{table}", uri=f"transactional://{topology_id}/{table}",
+                 group=GROUP)
+
+
+def state_assets(topology_id: str, states: Iterable[StateSpec]) -> list[Any]:
+    return [state_asset(topology_id, s.table or s.name) for s in states]
+
+
+def event_extra(topology_id: str, view: dict[str, Any]) -> dict[str, Any]:
+    """What an asset event of a committed txid carries: its txid, offsets and numbers."""
+    commit = view.get("commit") or {}
+    return {"topology_id": topology_id, "txid": view["txid"], "start_offsets": view.get("start_offsets") or {},
+            "end_offsets": view.get("end_offsets") or {}, "records_read": commit.get("records_read"),
+            "row_counts": commit.get("row_counts") or {}, "quarantined": commit.get("quarantined"),
+            "committed_at": commit.get("committed_at")}

@@ -1,0 +1,68 @@
+"""What a topology tells the platform's monitoring, through Airflow's own metrics: StatsD or
+OpenTelemetry, however Airflow is configured (``[metrics]``); nothing is sent when metrics are off.
+
+Every name is ``transactional.<topology_id>.<metric>`` (the topology in the name, as Airflow's own
+per-DAG metrics do, so plain StatsD tells topologies apart), with the tag ``topology_id`` for
+backends that keep tags:
+
+========================  ======  ==============================================================
+``committed_txid``        gauge   the txid just committed
+``commit_duration``       timer   the commit's one Postgres transaction (ms)
+``batch_records``         gauge   records the committed batch read
+``records_committed``     count   the same, summed by the backend
+``quarantined``           count   records the committed batch set aside
+``lag_records``           gauge   records the source holds beyond the committed offsets
+``lag_seconds``           gauge   how long the oldest of those has waited (0 when none does;
+                                  sent only for sources that know when a record arrived)
+``blocked``               gauge   1 while a failed txid blocks the topology, 0 after a commit
+========================  ======  ==============================================================
+
+Sent by the commit task after it commits (and ``blocked`` when it or a plan fails fast), so a
+backfill or a clear that commits nothing new sends nothing twice. A metric that cannot be sent
+never fails a commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+PREFIX = "transactional"
+
+
+def _stats() -> Any:
+    from airflow.sdk.observability import stats
+
+    return stats
+
+
+def name(topology_id: str, metric: str) -> str:
+    return f"{PREFIX}.{topology_id}.{metric}"
+
+
+def committed(topology_id: str, *, txid: int, duration_ms: float, records: int, quarantined: int,
+              lag_records: int, lag_seconds: float | None) -> None:
+    """The metrics of one commit that did commit."""
+    try:
+        stats, tags = _stats(), {"topology_id": topology_id}
+        stats.gauge(name(topology_id, "committed_txid"), txid, tags=tags)
+        stats.timing(name(topology_id, "commit_duration"), duration_ms, tags=tags)
+        stats.gauge(name(topology_id, "batch_records"), records, tags=tags)
+        stats.incr(name(topology_id, "records_committed"), records, tags=tags)
+        stats.incr(name(topology_id, "quarantined"), quarantined, tags=tags)
+        stats.gauge(name(topology_id, "lag_records"), lag_records, tags=tags)
+        if lag_seconds is not None:
+            stats.gauge(name(topology_id, "lag_seconds"), round(lag_seconds, 3), tags=tags)
+        stats.gauge(name(topology_id, "blocked"), 0, tags=tags)
+    except Exception:  # a metric never fails a commit
+        log.warning("topology %s: metrics of txid %d not sent", topology_id, txid, exc_info=True)
+
+
+def blocked(topology_id: str) -> None:
+    """The topology is blocked by a failed txid (a task failed fast because of it)."""
+    try:
+        _stats().gauge(name(topology_id, "blocked"), 1, tags={"topology_id": topology_id})
+    except Exception:
+        log.warning("topology %s: the blocked metric was not sent", topology_id, exc_info=True)
