@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from airflow.sdk import DAG
 
 from .assets import state_assets
+from .deadlines import late_commit
 from .exceptions import ConfigError
 from .operators import CommitOperator, PlanOperator, TransactionalSparkSubmitOperator
 from .sources.base import Source
@@ -76,6 +77,8 @@ def transactional_dag(
     deferrable: bool = True,
     defer_after: timedelta = timedelta(seconds=10),
     emit_assets: bool = True,
+    commit_deadline: timedelta | None = None,
+    on_late_commit: Callable[..., Any] | str | None = None,
     start_date: datetime = DEFAULT_START,
     dag_id: str | None = None,
     tags: Sequence[str] = (),
@@ -100,6 +103,10 @@ def transactional_dag(
     end (a deployment without a triggerer).
     ``emit_assets`` (default True): each commit updates one Airflow asset per state table
     (:func:`airflow_transactional.state_asset`), with the txid as the event's partition key.
+    ``commit_deadline``: an Airflow deadline alert on every run -- not committed within this long
+    of being queued, it calls ``on_late_commit`` in the triggerer (a coroutine or its dotted path;
+    default :func:`airflow_transactional.deadlines.late_commit`: a warning and the metric
+    ``late_commits``).
     Everything is validated here, at parse time, without touching a database.
     """
     if schedule is None or schedule == "@once":
@@ -121,6 +128,13 @@ def transactional_dag(
                         ("plan_timeout", plan_timeout)):
         if not isinstance(value, timedelta) or value <= timedelta(0):
             raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=5)), got {value!r}")
+    if commit_deadline is not None:
+        if not isinstance(commit_deadline, timedelta) or commit_deadline <= timedelta(0):
+            raise ConfigError(f"commit_deadline must be a positive timedelta (e.g. timedelta(minutes=10)), "
+                              f"got {commit_deadline!r}")
+        dag_kwargs["deadline"] = _deadlines(dag_kwargs.get("deadline"), topology_id, commit_deadline, on_late_commit)
+    elif on_late_commit is not None:
+        raise ConfigError("on_late_commit needs commit_deadline: say how long a run may take to commit")
     for flag, on in (("deferrable", deferrable), ("emit_assets", emit_assets)):
         if not isinstance(on, bool):
             raise ConfigError(f"{flag} must be True or False, got {on!r}")
@@ -160,6 +174,23 @@ def transactional_dag(
         raise ConfigError(f"topology {topology_id!r}: schedule {schedule!r} is not valid ({exc}): give a cron "
                           "string such as '*/5 * * * *', a timedelta, or a timetable") from None
     return dag
+
+
+def _deadlines(given: Any, topology_id: str, interval: timedelta,
+               callback: Callable[..., Any] | str | None) -> list[Any]:
+    """The DAG's deadline alerts: the user's own (``deadline=``), and the commit deadline."""
+    from airflow.sdk.definitions.callback import AsyncCallback
+    from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
+
+    try:
+        alert = DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=interval,
+                              callback=AsyncCallback(callback or late_commit, kwargs={"topology_id": topology_id}),
+                              name=f"{topology_id} commit deadline")
+    except (AttributeError, ImportError, ValueError, TypeError) as exc:
+        raise ConfigError(f"topology {topology_id!r}: on_late_commit must be a coroutine function (async def) "
+                          f"or its dotted path, importable where the triggerer runs ({exc})") from None
+    mine = [] if given is None else [given] if isinstance(given, DeadlineAlert) else list(given)
+    return [*mine, alert]
 
 
 def _doc(spec: TopologySpec) -> str:

@@ -15,6 +15,7 @@ backends that keep tags:
 ``lag_seconds``           gauge   how long the oldest of those has waited (0 when none does;
                                   sent only for sources that know when a record arrived)
 ``blocked``               gauge   1 while a failed txid blocks the topology, 0 after a commit
+``late_commits``          count   runs that missed the topology's ``commit_deadline``
 ========================  ======  ==============================================================
 
 Sent by the commit task after it commits (and ``blocked`` when it or a plan fails fast), so a
@@ -66,3 +67,11 @@ def blocked(topology_id: str) -> None:
         _stats().gauge(name(topology_id, "blocked"), 1, tags={"topology_id": topology_id})
     except Exception:
         log.warning("topology %s: the blocked metric was not sent", topology_id, exc_info=True)
+
+
+def late(topology_id: str) -> None:
+    """A run missed the topology's commit deadline (sent by the deadline's callback)."""
+    try:
+        _stats().incr(name(topology_id, "late_commits"), 1, tags={"topology_id": topology_id})
+    except Exception:
+        log.warning("topology %s: the late_commits metric was not sent", topology_id, exc_info=True)

@@ -16,7 +16,7 @@ import pytest
 from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
 from dev.localstack import LocalStack, RestClient
-from tests.e2e.conftest import task_log, wait_for_runs
+from tests.e2e.conftest import StatsdListener, task_log, wait_for_runs
 from tests.e2e.dags.slots_dags import SLOTS
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +31,8 @@ def _busy(client: RestClient) -> tuple[int, int]:
             sum(ti["state"] == "deferred" and ti["task_id"] == "commit" for ti in tis))
 
 
-def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalStack, client: RestClient) -> None:
+def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalStack, client: RestClient,
+                                                                  statsd: StatsdListener) -> None:
     logs = []
     for dag in SLOTS:  # empty logs: Airflow's first, scheduled run is the empty txid 1
         logs.append(EventLog(stack.state_dsn, dag.replace("_", "")))
@@ -87,5 +88,13 @@ def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalSta
     assert most_deferred >= 4, (most_deferred, most_running)
     assert most_running <= 4
     assert waited, "no commit of txid 3 logged that it waited for txid 2"
+    # slots_0's runs missed its 5 s commit deadline: Airflow ran the late-commit callback in the
+    # triggerer, which counted them; the topologies without a deadline sent nothing of the kind.
+    deadline = time.monotonic() + 60
+    while not statsd.values("slots_0", "late_commits") and time.monotonic() < deadline:
+        time.sleep(2)
+    late = statsd.values("slots_0", "late_commits")
+    assert late and all(v == 1 and k == "c" for v, k in late), late
+    assert not any(statsd.values(dag, "late_commits") for dag in SLOTS[1:])
     for log in logs:
         log.close()

@@ -79,6 +79,29 @@ def test_generated_dag_plans_processes_and_commits_in_postgres_order() -> None:
     assert _dag(emit_assets=False).get_task("commit").outlets == []
 
 
+
+async def _page_someone(*, topology_id: str, context: dict[str, object]) -> None:
+    """A user's own late-commit callback."""
+
+
+def test_a_commit_deadline_is_an_airflow_deadline_alert_on_every_run() -> None:
+    from airflow.sdk.definitions.callback import AsyncCallback
+    from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
+
+    assert not _dag().deadline
+    [alert] = _dag(commit_deadline=timedelta(minutes=10)).deadline
+    assert alert.interval == timedelta(minutes=10)
+    assert isinstance(alert.reference, type(DeadlineReference.DAGRUN_QUEUED_AT))
+    assert alert.callback.path == "airflow_transactional.deadlines.late_commit"
+    assert alert.callback.kwargs == {"topology_id": "t_words"}
+    # The user's own callback, and the user's own alerts kept beside it.
+    theirs = DeadlineAlert(reference=DeadlineReference.DAGRUN_LOGICAL_DATE, interval=timedelta(hours=1),
+                           callback=AsyncCallback(_page_someone))
+    alerts = _dag(commit_deadline=timedelta(seconds=30), on_late_commit=_page_someone, deadline=theirs).deadline
+    assert [a.interval for a in alerts] == [timedelta(hours=1), timedelta(seconds=30)]
+    assert alerts[1].callback.path == f"{__name__}._page_someone"
+
+
 def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     dag = _dag(application="../../spark_jobs/words.py")
     assert dag.get_task("process").application == WORDS_JOB
@@ -103,6 +126,9 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     ({"tags": "abc"}, "tags must be a list of strings"),
     ({"deferrable": "yes"}, "deferrable must be True or False"),
     ({"emit_assets": 1}, "emit_assets must be True or False"),
+    ({"commit_deadline": 600}, "commit_deadline must be a positive timedelta"),
+    ({"on_late_commit": "pkg.page"}, "on_late_commit needs commit_deadline"),
+    ({"commit_deadline": timedelta(minutes=1), "on_late_commit": print}, "must be a coroutine function"),
     ({"defer_after": timedelta(seconds=-1)}, "defer_after must be a timedelta of 0 or more"),
     ({"application_args": "--flag"}, "application_args must be a list of strings"),
     ({"states": [StateSpec("c", {"k": "text"})], "source": LandingDirectory("/in", pattern="*.json")}, None),
