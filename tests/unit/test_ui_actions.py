@@ -31,3 +31,11 @@ def test_the_api_url_is_the_api_server_itself_unless_configured(monkeypatch: pyt
     assert actions.api_url() == "http://127.0.0.1:9091/team/airflow"
     monkeypatch.setenv("AIRFLOW__TRANSACTIONAL__API_URL", "http://airflow-api.internal:8080/")
     assert actions.api_url() == "http://airflow-api.internal:8080"
+
+
+def test_the_credential_goes_unverified_only_to_the_loopback_api_server() -> None:
+    for base, verified in (("https://127.0.0.1:8080", False), ("http://localhost:8080/airflow", False),
+                           ("https://airflow-api.internal:8080", True)):
+        with actions.AirflowApi("jwt", base) as api:
+            context = api._client._transport._pool._ssl_context  # what httpx hands to the TLS layer
+            assert (context.verify_mode.name == "CERT_REQUIRED") == verified, base

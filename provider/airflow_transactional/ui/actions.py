@@ -67,7 +67,12 @@ class AirflowApi:
     """Airflow's REST API (``/api/v2``) as the user whose credential this holds."""
 
     def __init__(self, credential: str, base: str | None = None, timeout: float = 60) -> None:
-        self._client = httpx.Client(base_url=(base or api_url()) + "/api/v2", timeout=timeout, verify=False,
+        base = base or api_url()
+        # The api-server's own certificate names its public host, not the loopback address this
+        # reaches it on: only there is it not verified. Anywhere else the credential goes only
+        # to a verified server.
+        loopback = urlsplit(base).hostname in ("127.0.0.1", "localhost", "::1")
+        self._client = httpx.Client(base_url=base + "/api/v2", timeout=timeout, verify=not loopback,
                                     headers={"Authorization": f"Bearer {credential}"})
 
     def __enter__(self) -> AirflowApi:
