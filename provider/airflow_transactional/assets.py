@@ -41,10 +41,10 @@ def state_assets(topology_id: str, states: Iterable[StateSpec]) -> list[Any]:
     return [state_asset(topology_id, s.table or s.name) for s in states]
 
 
-def event_extra(topology_id: str, view: dict[str, Any]) -> dict[str, Any]:
-    """What an asset event of a committed txid carries: its txid, offsets and numbers."""
-    commit = view.get("commit") or {}
-    return {"topology_id": topology_id, "txid": view["txid"], "start_offsets": view.get("start_offsets") or {},
-            "end_offsets": view.get("end_offsets") or {}, "records_read": commit.get("records_read"),
-            "row_counts": commit.get("row_counts") or {}, "quarantined": commit.get("quarantined"),
-            "committed_at": commit.get("committed_at")}
+def event_extra(topology_id: str, commit: dict[str, Any]) -> dict[str, Any]:
+    """What an asset event of a committed txid carries: its entry of the commit log (txid,
+    offsets and numbers), as JSON."""
+    return {"topology_id": topology_id, "txid": commit["txid"], "start_offsets": commit["start_offsets"],
+            "end_offsets": commit["end_offsets"], "records_read": commit["records_read"],
+            "row_counts": commit["row_counts"] or {}, "quarantined": commit["quarantined"],
+            "committed_at": commit["committed_at"].isoformat()}

@@ -213,9 +213,9 @@ class Coordinator:
         """Diff the recomputed states against the state tables, holding commits off meanwhile."""
         return status.diff_audit(self.store, topology_id, num, committed_txid, samples=samples)
 
-    def commits(self, topology_id: str) -> list[dict[str, Any]]:
-        """The audit log of a topology, in txid order."""
-        return status.commits(self.store, topology_id)
+    def commits(self, topology_id: str, txid: int | None = None) -> list[dict[str, Any]]:
+        """The audit log of a topology, in txid order (only ``txid``'s entry, if given)."""
+        return status.commits(self.store, topology_id, txid)
 
     # -- what the Transactions pages of the Airflow UI show (JSON-ready; core/views.py) ------
 

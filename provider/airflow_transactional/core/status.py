@@ -73,11 +73,11 @@ def recover(store: StateStore, topology_id: str) -> RecoverResult:
     return result
 
 
-def commits(store: StateStore, topology_id: str) -> list[dict[str, Any]]:
-    """The audit log of a topology, in txid order."""
+def commits(store: StateStore, topology_id: str, txid: int | None = None) -> list[dict[str, Any]]:
+    """The audit log of a topology, in txid order (only ``txid``'s entry, if given)."""
     with store.db.transaction() as cur:
         store.load(cur, topology_id)  # UnknownTopology, not an empty log, for a wrong name
-        return [entry._asdict() for entry in commit_log.log(cur, store.schema, topology_id)]
+        return [entry._asdict() for entry in commit_log.log(cur, store.schema, topology_id, txid)]
 
 
 def topology_num(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str) -> int:

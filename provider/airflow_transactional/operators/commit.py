@@ -55,15 +55,14 @@ class CommitOperator(WaitingTask):
             if fresh and not txn.committed:
                 coordinator.retrying(self.topology_id, txn.txid)  # a cleared commit: its txid is live again
             result, took = self._wait_and_commit(coordinator, context, txn, deadline, may_wait)
-            self._tell(coordinator, context, txn, result, took)
+            self._tell(coordinator, context, result, took)
         finally:
             coordinator.close()
         self.log.info("%s", result.message)
         return {"txid": result.txid, "committed": result.committed, "attempt": result.attempt,
                 "committed_at": result.committed_at.isoformat() if result.committed_at else None}
 
-    def _tell(self, coordinator: Coordinator, context: Any, txn: Transaction, result: CommitResult,
-              took: float) -> None:
+    def _tell(self, coordinator: Coordinator, context: Any, result: CommitResult, took: float) -> None:
         """Tell the platform about a commit: the asset events of the state tables (partition key:
         the txid) and the metrics.
 
@@ -78,16 +77,14 @@ class CommitOperator(WaitingTask):
         if not ours:
             self.outlets = []  # Airflow sends an event per outlet of a successful task
             return
-        view = coordinator.run_view(self.topology_id, txn.run_key)
-        if view is None or view.get("commit") is None:  # cannot be: the txid is committed
-            raise AirflowFailException(f"txid {result.txid} committed but its commit record is missing")
-        extra = assets.event_extra(self.topology_id, view)
+        [commit] = coordinator.commits(self.topology_id, result.txid)  # the txid is committed: its entry
+        extra = assets.event_extra(self.topology_id, commit)
         for outlet in self.outlets:
             event = context["outlet_events"][outlet]
             event.extra = extra
             event.add_partitions(str(result.txid))
         if result.committed:  # metrics: once, from the try that committed
-            self._report(coordinator, result, view["commit"], took)
+            self._report(coordinator, result, commit, took)
 
     def _report(self, coordinator: Coordinator, result: CommitResult, commit: dict[str, Any], took: float) -> None:
         try:
@@ -96,7 +93,7 @@ class CommitOperator(WaitingTask):
             self.log.warning("txid %d committed; its metrics were not sent", result.txid, exc_info=True)
             return
         metrics.committed(self.topology_id, txid=result.txid, duration_ms=took * 1000,
-                          records=int(commit.get("records_read") or 0), quarantined=int(commit.get("quarantined") or 0),
+                          records=commit["records_read"], quarantined=commit["quarantined"],
                           lag_records=st.lag, lag_seconds=st.lag_seconds)
 
     def _wait_and_commit(self, coordinator: Coordinator, context: Any, txn: Transaction, deadline: float,

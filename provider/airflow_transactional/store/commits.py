@@ -61,10 +61,10 @@ def get(cur: Cursor, schema: str, topology_id: str, txid: int) -> Committed | No
     return one(cur, Committed)
 
 
-def log(cur: Cursor, schema: str, topology_id: str) -> list[CommitRecord]:
-    """The audit log of a topology, in txid order."""
-    cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s ORDER BY txid").format(
-        column_list(CommitRecord._fields), table(schema, "commits")), (topology_id,))
+def log(cur: Cursor, schema: str, topology_id: str, txid: int | None = None) -> list[CommitRecord]:
+    """The audit log of a topology, in txid order (only ``txid``'s entry, if given)."""
+    cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s AND txid = coalesce(%s, txid) ORDER BY txid")
+                .format(column_list(CommitRecord._fields), table(schema, "commits")), (topology_id, txid))
     return every(cur, CommitRecord)
 
 

@@ -138,26 +138,26 @@ def plan_clear(api: AirflowApi, coordinator: Coordinator, topology_id: str, dag_
     """Airflow's dry run of clearing the run's failed tasks, and what it means for its txid."""
     answer = api.call("POST", f"/dags/{quote(dag_id, safe='')}/clearTaskInstances", _clear_body(run_id, True))
     tasks = [{"task_id": t["task_id"], "state": t.get("state")} for t in answer["task_instances"]]
-    txn = coordinator.run_view(topology_id, run_id)
-    committed = coordinator.status(topology_id).committed_txid
+    txn = coordinator.transaction_for_run(topology_id, run_id)
     failed_later = []
-    if txn is not None and txn["commit"] is None:
+    if txn is not None and not txn.committed:
         for r in api.failed_runs(dag_id):
-            later = coordinator.run_view(topology_id, r["dag_run_id"]) if r["dag_run_id"] != run_id else None
-            if later is not None and later["commit"] is None and later["txid"] > txn["txid"]:
-                failed_later.append(later["txid"])
+            later = coordinator.transaction_for_run(topology_id, r["dag_run_id"])
+            if later is not None and not later.committed and later.txid > txn.txid:
+                failed_later.append(later.txid)
     if not tasks:
         effect = "Nothing to clear: no task of this run failed."
     elif txn is None:
         effect = ("This run has no txid yet: its plan task runs again and takes the next batch of the source "
                   "when fewer than max_in_flight transactions are uncommitted.")
-    elif txn["commit"] is not None:
-        effect = f"txid {txn['txid']} is already committed: clearing it changes nothing (a logged no-op)."
+    elif txn.committed:
+        effect = f"txid {txn.txid} is already committed: clearing it changes nothing (a logged no-op)."
     else:
-        effect = (f"txid {txn['txid']} processes the same batch again ({txn['planned_records']:,} records) -- "
+        committed = coordinator.status(topology_id).committed_txid
+        effect = (f"txid {txn.txid} processes the same batch again ({txn.planned_records:,} records) -- "
                   "or reuses its staged output if a complete attempt is kept -- and commits right after txid "
-                  f"{txn['txid'] - 1}" + (" (committed)." if txn["txid"] - 1 <= committed else "."))
-    return ClearPlan(dag_id, run_id, txn["txid"] if txn else None, txn["status"] if txn else None, tasks, effect,
+                  f"{txn.txid - 1}" + (" (committed)." if txn.txid - 1 <= committed else "."))
+    return ClearPlan(dag_id, run_id, txn.txid if txn else None, txn.status if txn else None, tasks, effect,
                      sorted(failed_later))
 
 
@@ -196,10 +196,10 @@ def plan_reprocess(api: AirflowApi, coordinator: Coordinator, topology_id: str, 
     txid_of: dict[str, tuple[int, str]] = {}
     pending = []
     for r in api.failed_runs(dag_id):
-        txn = coordinator.run_view(topology_id, r["dag_run_id"])
+        txn = coordinator.transaction_for_run(topology_id, r["dag_run_id"])
         if txn is not None:
-            txid_of[r["dag_run_id"]] = (txn["txid"], txn["status"])
-            if txn["commit"] is not None or txn["txid"] <= committed:
+            txid_of[r["dag_run_id"]] = (txn.txid, txn.status)
+            if txn.committed or txn.txid <= committed:
                 continue  # committed: nothing to reprocess
         pending.append(r)
     dated = [r for r in pending if r.get("logical_date")]
