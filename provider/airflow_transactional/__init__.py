@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from .processing import OutputEvent
 from .sources import EventLog, LandingDirectory, PostgresLogSource
-from .spec import StateSpec, TopologySpec
+from .spec import OutputSpec, StateSpec, TopologySpec
 
 __version__ = "0.1.0"
 
-__all__ = ["EventLog", "LandingDirectory", "PostgresLogSource", "StateSpec", "TopologySpec",
-           "get_provider_info", "state_asset", "transactional_dag"]
+__all__ = ["EventLog", "LandingDirectory", "OutputEvent", "OutputSpec", "PostgresLogSource", "StateSpec",
+           "TopologySpec",
+           "get_provider_info", "output_asset", "state_asset", "transactional_dag"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,10 +21,10 @@ def __getattr__(name: str) -> Any:
         from .dag import transactional_dag
 
         return transactional_dag
-    if name == "state_asset":
-        from .assets import state_asset
+    if name in ("state_asset", "output_asset"):
+        from . import assets
 
-        return state_asset
+        return getattr(assets, name)
     raise AttributeError(name)
 
 

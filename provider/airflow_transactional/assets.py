@@ -1,5 +1,5 @@
-"""The Airflow assets a topology's commits update: one per state table, one asset event per
-committed txid, its partition key the txid.
+"""The Airflow assets a topology's commits update: one per state table and one per output log,
+one asset event per committed txid, its partition key the txid.
 
 A downstream DAG scheduled on them with ``PartitionedAssetTimetable`` runs once per committed txid
 (Airflow queues one run per partition key, where plain asset schedules merge events that arrive
@@ -19,10 +19,9 @@ of a run whose txid committed earlier commits nothing and sends nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
-from .spec import StateSpec
+from .spec import TopologySpec
 
 #: The assets' group in the Airflow UI.
 GROUP = "transactional"
@@ -37,8 +36,18 @@ def state_asset(topology_id: str, table: str) -> Any:
                  group=GROUP)
 
 
-def state_assets(topology_id: str, states: Iterable[StateSpec]) -> list[Any]:
-    return [state_asset(topology_id, s.table or s.name) for s in states]
+def output_asset(topology_id: str, log: str) -> Any:
+    """The asset of an output log a topology's commits append to (``log``: the log's name)."""
+    from airflow.sdk import Asset
+
+    return Asset(name=f"transactional.{topology_id}.log.{log}", uri=f"transactional://{topology_id}/log/{log}",
+                 group=GROUP)
+
+
+def topology_assets(spec: TopologySpec) -> list[Any]:
+    """Every asset a topology's commit updates: its state tables, then its output logs."""
+    return ([state_asset(spec.topology_id, s.table or s.name) for s in spec.states]
+            + [output_asset(spec.topology_id, o.log_name) for o in spec.outputs])
 
 
 def event_extra(topology_id: str, commit: dict[str, Any]) -> dict[str, Any]:

@@ -135,6 +135,14 @@ class Coordinator:
         """COPY partial results ``(key..., value)`` of one state into staging; returns the count."""
         return attempts.stage(self.store, attempt, state_name, rows)
 
+    def stage_events(self, attempt: Attempt, events: Iterable[tuple[str, int, int | None, str, str]]) -> dict[str, int]:
+        """COPY output events ``(output, partition, seq, event_id, payload)``; the count by output."""
+        return attempts.stage_events(self.store, attempt, events)
+
+    def output_staging(self, topology_id: str) -> attempts.OutputStaging:
+        """The COPY statement (CSV) that stages output events, and each output's partitions now."""
+        return attempts.output_staging(self.store, topology_id)
+
     def quarantine(self, attempt: Attempt, records: Iterable[tuple[str, str | None, str, str | None]]) -> int:
         """See :func:`core.attempts.quarantine`."""
         return attempts.quarantine(self.store, attempt, records)

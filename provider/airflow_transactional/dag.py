@@ -22,12 +22,12 @@ from typing import Any
 
 from airflow.sdk import DAG
 
-from .assets import state_assets
+from .assets import topology_assets
 from .deadlines import late_commit
 from .exceptions import ConfigError
 from .operators import CommitOperator, PlanOperator, TransactionalSparkSubmitOperator
 from .sources.base import Source
-from .spec import StateSpec, TopologySpec
+from .spec import OutputSpec, StateSpec, TopologySpec
 from .submit import LOCAL_SPARK_CONF
 from .values import Combiner, ValueKind
 
@@ -57,6 +57,7 @@ def transactional_dag(
     source: Source,
     states: Sequence[StateSpec],
     application: str,
+    outputs: Sequence[OutputSpec] = (),
     schedule: Any,
     max_in_flight: int = 3,
     max_batch_size: int = 100_000,
@@ -101,8 +102,11 @@ def transactional_dag(
     they have waited ``defer_after`` in their worker, wait in Airflow's triggerer, holding no
     worker slot, and wake when the topology commits; False makes them poll in their worker to the
     end (a deployment without a triggerer).
+    ``outputs``: event logs the commit appends the job's output events to (:class:`OutputSpec`),
+    each the source another topology may read.
     ``emit_assets`` (default True): each commit updates one Airflow asset per state table
-    (:func:`airflow_transactional.state_asset`), with the txid as the event's partition key.
+    (:func:`airflow_transactional.state_asset`) and per output log
+    (:func:`airflow_transactional.output_asset`), with the txid as the event's partition key.
     ``commit_deadline``: an Airflow deadline alert on every run -- not committed within this long
     of being queued, it calls ``on_late_commit`` in the triggerer (a coroutine or its dotted path;
     default :func:`airflow_transactional.deadlines.late_commit`: a warning and the metric
@@ -114,7 +118,7 @@ def transactional_dag(
             f"topology {topology_id!r}: give a periodic schedule (e.g. timedelta(minutes=1) or '*/5 * * * *'): "
             "it is the batch-emit interval, and Airflow can only backfill DAGs with a schedule")
     spec = TopologySpec(topology_id, source, states, max_in_flight=max_in_flight,
-                        max_batch_size=max_batch_size, opaque=opaque, on_bad_record=on_bad_record,
+                        max_batch_size=max_batch_size, opaque=opaque, on_bad_record=on_bad_record, outputs=outputs,
                         extra={"spark": {"application": _resolve_application(application, _caller_dir()),
                                          "application_args": list(application_args)},
                                # One DAG runs a topology: a second one would claim its runs' txids.
@@ -165,7 +169,7 @@ def transactional_dag(
         **({"pool": spark_pool} if spark_pool else {}), **common)
     # The commit runs after a skipped (empty) process too; it must never run after a failed one.
     commit = CommitOperator(task_id="commit", wait_timeout=commit_timeout, trigger_rule="none_failed",
-                            outlets=state_assets(topology_id, spec.states) if emit_assets else [], **waits,
+                            outlets=topology_assets(spec) if emit_assets else [], **waits,
                             execution_timeout=commit_timeout + timedelta(minutes=5), **common)
     plan >> process >> commit
     try:
@@ -196,8 +200,10 @@ def _deadlines(given: Any, topology_id: str, interval: timedelta,
 def _doc(spec: TopologySpec) -> str:
     states = "\n".join(f"- `{s.name}`: keys {', '.join(s.key_columns)}, {Combiner.parse(s.combiner).value} "
                        f"({ValueKind.parse(s.kind).value} values)" for s in spec.states)
+    outputs = "".join(f"- `{o.name}`: appends to event log `{o.log_name}`\n" for o in spec.outputs)
     return (f"### Transactional topology `{spec.topology_id}`\n\n"
             f"Source: `{spec.source!r}`\n\nStates:\n{states}\n\n"
+            + (f"Outputs:\n{outputs}\n" if outputs else "") +
             f"Each run is one transaction: **plan** fixes the batch, **process** runs spark-submit, "
             f"**commit** applies it strictly in txid order (max {spec.max_in_flight} in flight). "
             "Check it with `airflow-txn status " + spec.topology_id + "`.")

@@ -100,6 +100,45 @@ class StateSpec:
         return cls(**config)
 
 
+#: The most partitions an output log may be declared with.
+MAX_OUTPUT_PARTITIONS = 1024
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """An event log the commit appends to: the topology's output, a next topology's source.
+
+    The transform emits events for it by ``name``; they are staged per (txid, attempt) like
+    state deltas and appended by the commit, in its one Postgres transaction, in txid order.
+    ``log`` is the :class:`~airflow_transactional.EventLog` (default: ``name``), kept in the state
+    store's schema; it is created with ``partitions`` when missing (an existing log keeps its
+    own). An event goes to the partition of its key (``partition_of``), or of its id.
+    """
+
+    name: str
+    log: str | None = None
+    partitions: int = 1
+
+    def __post_init__(self) -> None:
+        identifiers.name("output name", self.name)
+        object.__setattr__(self, "log", identifiers.name("log name", self.log or self.name))
+        if (not isinstance(self.partitions, int) or isinstance(self.partitions, bool)
+                or not 1 <= self.partitions <= MAX_OUTPUT_PARTITIONS):
+            raise ConfigError(f"output {self.name!r}: partitions must be an integer from 1 to "
+                              f"{MAX_OUTPUT_PARTITIONS}, got {self.partitions!r}")
+
+    @property
+    def log_name(self) -> str:
+        return self.log or self.name
+
+    def to_config(self) -> dict[str, Any]:
+        return {"name": self.name, "log": self.log_name, "partitions": self.partitions}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> OutputSpec:
+        return cls(**config)
+
+
 @dataclass(frozen=True)
 class TopologySpec:
     """A transactional topology: one source, one or more states, and its limits.
@@ -108,7 +147,8 @@ class TopologySpec:
     transactions may exist at once. ``max_batch_size`` caps one batch (events, or files for a
     landing directory). ``opaque`` lets a batch that can no longer be read be re-planned from the
     committed checkpoint (with every later uncommitted txid). ``on_bad_record`` is
-    ``"quarantine"`` (default) or ``"fail"``.
+    ``"quarantine"`` (default) or ``"fail"``. ``outputs`` are the event logs its commit appends
+    to (:class:`OutputSpec`).
     """
 
     topology_id: str
@@ -119,6 +159,7 @@ class TopologySpec:
     opaque: bool = False
     on_bad_record: str = "quarantine"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    outputs: Sequence[OutputSpec] = ()
 
     def __post_init__(self) -> None:
         identifiers.topology_id(self.topology_id)
@@ -146,6 +187,34 @@ class TopologySpec:
                 f"topology {self.topology_id!r}: on_bad_record must be 'quarantine' or 'fail', "
                 f"got {self.on_bad_record!r}"
             )
+        self._check_outputs()
+
+    def _check_outputs(self) -> None:
+        outputs = tuple(self.outputs)
+        if any(not isinstance(o, OutputSpec) for o in outputs):
+            raise ConfigError(f"topology {self.topology_id!r}: outputs must be OutputSpec('name', ...) "
+                              f"declarations, got {outputs!r}")
+        object.__setattr__(self, "outputs", outputs)
+        names = [o.name for o in outputs]
+        clash = sorted(set(names) & {s.name for s in self.states})
+        if len(set(names)) != len(names) or clash:
+            raise ConfigError(f"topology {self.topology_id!r}: output names must be unique and differ from "
+                              f"the state names, got outputs {names}")
+        logs = [o.log_name for o in outputs]
+        if len(set(logs)) != len(logs):
+            raise ConfigError(f"topology {self.topology_id!r}: two outputs append to the same log ({logs})")
+        config = self.source.to_config()
+        if config.get("kind") == "postgres_log" and config.get("schema") is None and config["log"] in logs:
+            raise ConfigError(f"topology {self.topology_id!r} reads log {config['log']!r} and appends to it: "
+                              "a topology's output must be another log (a cycle would feed each commit "
+                              "into the next batch for ever)")
+
+    def output(self, name: str) -> OutputSpec:
+        for o in self.outputs:
+            if o.name == name:
+                return o
+        raise ConfigError(f"topology {self.topology_id!r} has no output {name!r} "
+                          f"(outputs: {', '.join(o.name for o in self.outputs) or 'none'})")
 
     def state(self, name: str) -> StateSpec:
         for s in self.states:
@@ -166,6 +235,7 @@ class TopologySpec:
             "opaque": self.opaque,
             "on_bad_record": self.on_bad_record,
             "extra": dict(self.extra),
+            **({"outputs": [o.to_config() for o in self.outputs]} if self.outputs else {}),
         }
 
     @classmethod
@@ -179,6 +249,7 @@ class TopologySpec:
             opaque=config["opaque"],
             on_bad_record=config["on_bad_record"],
             extra=config.get("extra", {}),
+            outputs=[OutputSpec.from_config(o) for o in config.get("outputs", ())],
         )
 
 
@@ -193,7 +264,8 @@ _STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database"
 def _identity(config: Mapping[str, Any]) -> dict[str, Any]:
     source = {k: v for k, v in dict(config["source"]).items() if k not in MUTABLE_SOURCE_SETTINGS}
     states = {s["name"]: {k: s.get(k) for k in _STATE_IDENTITY} for s in config["states"]}
-    return {"source": source, "states": states}
+    outputs = {o["name"]: o["log"] for o in config.get("outputs", ())}
+    return {"source": source, "states": states, "outputs": outputs}
 
 
 def incompatible_changes(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> list[str]:
@@ -211,6 +283,12 @@ def incompatible_changes(stored: Mapping[str, Any], declared: Mapping[str, Any])
         else:
             changes += [f"state {name!r} {k} {before[k]!r} -> {after[k]!r}" for k in _STATE_IDENTITY
                         if before[k] != after[k]]
+    # An output may be added (later batches append to it) but not moved or dropped: staged and
+    # downstream readers count on it.
+    for name, log in sorted(old["outputs"].items()):
+        if new["outputs"].get(name) != log:
+            changes.append(f"output {name!r} (log {log!r}) " + ("removed" if name not in new["outputs"]
+                                                               else f"now appends to {new['outputs'][name]!r}"))
     return changes
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional import LandingDirectory, PostgresLogSource, StateSpec, state_asset
+from airflow_transactional import LandingDirectory, OutputSpec, PostgresLogSource, StateSpec, output_asset, state_asset
 from airflow_transactional.dag import transactional_dag
 from airflow_transactional.exceptions import ConfigError
 
@@ -77,6 +77,13 @@ def test_generated_dag_plans_processes_and_commits_in_postgres_order() -> None:
     assert commit.outlets == [state_asset("t_words", "url_counts")]
     assert not plan.outlets and not process.outlets
     assert _dag(emit_assets=False).get_task("commit").outlets == []
+    # Output logs are assets too: a next stage schedules on them.
+    chained = _dag(outputs=[OutputSpec("long_urls", partitions=2)])
+    assert [a.name for a in chained.get_task("commit").outlets] == [
+        "transactional.t_words.url_counts", "transactional.t_words.log.long_urls"]
+    assert chained.get_task("commit").outlets[1] == output_asset("t_words", "long_urls")
+    assert chained.get_task("plan").topology["outputs"] == [{"name": "long_urls", "log": "long_urls", "partitions": 2}]
+    assert "appends to event log `long_urls`" in chained.doc_md
 
 
 

@@ -7,7 +7,7 @@ import pytest
 from airflow_transactional import get_provider_info, identifiers
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.sources import LandingDirectory, PostgresLogSource, source_from_config
-from airflow_transactional.spec import StateSpec, TopologySpec
+from airflow_transactional.spec import OutputSpec, StateSpec, TopologySpec, incompatible_changes
 from airflow_transactional.store.connection import redact
 
 pytestmark = pytest.mark.unit
@@ -68,6 +68,34 @@ def test_spec_round_trips_through_its_stored_config() -> None:
     assert TopologySpec.from_config(spec.to_config()) == spec
     landing = LandingDirectory("/data/in", format="parquet", max_files=3)
     assert source_from_config(landing.to_config()).to_config() == landing.to_config()
+
+
+def test_outputs_are_checked_and_round_trip() -> None:
+    spec = _spec(outputs=[OutputSpec("granted", partitions=4), OutputSpec("declined", log="decisions")])
+    assert TopologySpec.from_config(spec.to_config()) == spec
+    assert [o.log_name for o in spec.outputs] == ["granted", "decisions"]
+    assert "outputs" not in _spec().to_config()  # declarations without outputs are stored as before
+    with pytest.raises(ConfigError, match="differ from the state names"):
+        _spec(outputs=[OutputSpec("counts")])
+    with pytest.raises(ConfigError, match="output names must be unique"):
+        _spec(outputs=[OutputSpec("a"), OutputSpec("a", log="b")])
+    with pytest.raises(ConfigError, match="two outputs append to the same log"):
+        _spec(outputs=[OutputSpec("a", log="x"), OutputSpec("b", log="x")])
+    with pytest.raises(ConfigError, match="reads log 'events' and appends to it"):
+        _spec(outputs=[OutputSpec("out", log="events")])
+    with pytest.raises(ConfigError, match="outputs must be OutputSpec"):
+        _spec(outputs=["granted"])
+    for bad in (0, 5000, "2", True):
+        with pytest.raises(ConfigError, match="partitions must be an integer from 1 to 1024"):
+            OutputSpec("o", partitions=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="invalid output name"):
+        OutputSpec("Bad-Name")
+    # Adding an output changes nothing committed; moving or dropping one does.
+    plain, one = _spec().to_config(), _spec(outputs=[OutputSpec("o")]).to_config()
+    assert incompatible_changes(plain, one) == []
+    assert incompatible_changes(one, plain) == ["output 'o' (log 'o') removed"]
+    assert incompatible_changes(one, _spec(outputs=[OutputSpec("o", log="p")]).to_config()) == [
+        "output 'o' (log 'o') now appends to 'p'"]
 
 
 def test_landing_directory_must_be_absolute() -> None:

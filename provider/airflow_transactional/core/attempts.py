@@ -8,7 +8,7 @@ import io
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..exceptions import (
     BatchUnavailable,
@@ -16,7 +16,7 @@ from ..exceptions import (
     StaleAttempt,
 )
 from ..sources.base import Record
-from ..store import attempts, commits, transactions
+from ..store import attempts, commits, outputs, transactions
 from ..store import sql as q
 from ..store.attempts import Finished
 from ..store.commits import QUARANTINE_COLUMNS
@@ -164,6 +164,43 @@ def staging_copies(store: StateStore, topology_id: str) -> dict[str, str]:
         num, spec, _c, _o = store.load(cur, topology_id)
         return {s.name: q.copy_into(store.staging(num, s), q.staging_columns(s), csv=True).as_string(cur)
                 for s in spec.states}
+
+
+class OutputStaging(NamedTuple):
+    """Where a processor stages output events: the COPY (CSV) of rows ``txid, attempt, output,
+    partition, seq, event_id, payload``, and each output's partitions now."""
+
+    copy: str
+    partitions: dict[str, int]
+
+
+def output_staging(store: StateStore, topology_id: str) -> OutputStaging:
+    with store.db.transaction() as cur:
+        num, spec, _c, _o = store.load(cur, topology_id)
+        if not spec.outputs:
+            return OutputStaging("", {})
+        logs = outputs.partitions(cur, store.schema, [o.log_name for o in spec.outputs])
+        return OutputStaging(q.copy_into(store.out_staging(num), list(outputs.COLUMNS), csv=True).as_string(cur),
+                             {o.name: logs[o.log_name] for o in spec.outputs})
+
+
+def stage_events(store: StateStore, attempt: Attempt,
+                 events: Iterable[tuple[str, int, int | None, str, str]]) -> dict[str, int]:
+    """COPY output events ``(output, partition, seq, event_id, payload)`` of an attempt into
+    staging; the count by output (every declared output, 0 when it got none)."""
+    with store.db.transaction() as cur:
+        num, spec, _c, _o = store.load(cur, attempt.topology_id)
+        counts = dict.fromkeys((o.name for o in spec.outputs), 0)
+        buf = io.StringIO()
+        for output, partition, seq, event_id, payload in events:
+            if output not in counts:
+                spec.output(output)  # names the declared outputs
+            buf.write(copy_line((attempt.txid, attempt.attempt, output, partition, seq, event_id, payload)))
+            counts[output] += 1
+        if any(counts.values()):
+            buf.seek(0)
+            cur.copy_expert(q.copy_into(store.out_staging(num), list(outputs.COLUMNS)).as_string(cur), buf)
+    return counts
 
 
 def finish_attempt(store: StateStore, attempt: Attempt, row_counts: Mapping[str, int], *,

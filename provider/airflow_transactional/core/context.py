@@ -16,8 +16,8 @@ from .. import identifiers
 from ..exceptions import ConfigError, UnknownTopology, UnknownTransaction
 from ..sources.base import Offsets
 from ..spec import StateSpec, TopologySpec
+from ..store import outputs, topologies, transactions
 from ..store import sql as q
-from ..store import topologies, transactions
 from ..store.connection import Database
 from .model import Transaction
 
@@ -53,6 +53,10 @@ class StateStore:
     def staging(self, num: int, state: StateSpec) -> sql.Composed:
         """The staging table of a state of topology number ``num``."""
         return q.staging_table(self.schema, num, state)
+
+    def out_staging(self, num: int) -> sql.Composed:
+        """The staging table of the output events of topology number ``num``."""
+        return outputs.staging_table(self.schema, num)
 
     def ext_db(self, name: str) -> Database:
         """The database of states declared with ``database=name``."""

@@ -15,7 +15,7 @@ from ..exceptions import (
     TopologyOfAnotherDag,
 )
 from ..spec import StateSpec, TopologySpec, incompatible_changes, other_owner
-from ..store import catalog, commits
+from ..store import catalog, commits, outputs
 from ..store import sql as q
 from ..store import topologies as topology_rows
 from ..store.migrations import migrate as migrate_schema
@@ -68,6 +68,13 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
                 ensure_state_table(store, cur, state)
             if not catalog.exists(cur, store.staging(num, state)):
                 cur.execute(q.create_staging_table(store.staging(num, state), state))
+        if spec.outputs:
+            known_logs = outputs.partitions(cur, store.schema, [o.log_name for o in spec.outputs])
+            for o in spec.outputs:
+                if known_logs.get(o.log_name, 0) < o.partitions:
+                    outputs.ensure_log(cur, store.schema, o.log_name, o.partitions)
+            if not catalog.exists(cur, store.out_staging(num)):
+                cur.execute(outputs.create_staging_table(store.out_staging(num)))
     store.specs[spec.topology_id] = (num, spec)
 
 
@@ -76,19 +83,21 @@ def reset(store: StateStore, topology_id: str) -> list[str]:
     and drop its state tables in this store, so its next run starts over from the beginning of
     its source under its current declaration. Returns the tables dropped.
 
-    States kept in another database are not reachable from here: drop those there.
+    States kept in another database are not reachable from here: drop those there. Its output
+    logs keep what it appended; their ids are kept too, so what it emits again is not appended twice.
     """
     dropped = []
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id, lock=True)
+        tables = [store.out_staging(num)]
         for state in spec.states:
-            tables = [store.staging(num, state), q.audit_table(store.schema, num, state, purpose="rebuild")]
+            tables += [store.staging(num, state), q.audit_table(store.schema, num, state, purpose="rebuild")]
             if state.database is None:
                 tables.append(q.state_table(state))
-            for table in tables:
-                if catalog.exists(cur, table):
-                    catalog.drop(cur, table)
-                    dropped.append(table.as_string(cur))
+        for table in tables:
+            if catalog.exists(cur, table):
+                catalog.drop(cur, table)
+                dropped.append(table.as_string(cur))
         commits.delete_quarantine(cur, store.schema, topology_id)
         topology_rows.delete(cur, store.schema, topology_id)
     store.specs.pop(topology_id, None)

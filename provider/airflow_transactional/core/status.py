@@ -61,10 +61,13 @@ def recover(store: StateStore, topology_id: str) -> RecoverResult:
     with store.db.transaction() as cur:
         num, spec, _committed, _o = store.load(cur, topology_id, lock=True)
         result.attempts_discarded = attempts.discard_superseded(cur, store.schema, topology_id)
-        for state in spec.states:
-            deleted = attempts.delete_unusable_staged(cur, store.schema, store.staging(num, state), topology_id)
+        staged = [(s.name, store.staging(num, s)) for s in spec.states]
+        if spec.outputs:
+            staged.append(("output events", store.out_staging(num)))
+        for name, staging in staged:
+            deleted = attempts.delete_unusable_staged(cur, store.schema, staging, topology_id)
             if deleted:
-                result.details.append(f"{state.name}: {deleted} staged rows")
+                result.details.append(f"{name}: {deleted} staged rows")
             result.staged_rows_deleted += deleted
         result.quarantine_rows_deleted = commit_log.delete_orphan_quarantine(cur, store.schema, topology_id)
     if result.staged_rows_deleted or result.attempts_discarded:

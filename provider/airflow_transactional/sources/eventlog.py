@@ -21,6 +21,7 @@ from ..exceptions import ConfigError
 from ..store.connection import CONNECTION_ERRORS, Database, redact
 from ..store.copy import copy_line
 from ..store.migrations import DEFAULT_SCHEMA, migrate
+from ..store.outputs import ensure_log
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class AppendResult:
     rejected: tuple[tuple[str, str], ...] = ()
 
 
-def _refusal(payload: str) -> str | None:
+def payload_refusal(payload: str) -> str | None:
     """Why Postgres cannot store ``payload`` as text (None: it can)."""
     if "\x00" in payload:
         return "payload holds a NUL byte (\\x00), which PostgreSQL text cannot store"
@@ -87,16 +88,8 @@ class EventLog:
         if not isinstance(partitions, int) or partitions < 1:
             raise ConfigError(f"log {self.name!r}: partitions must be a positive integer, got {partitions!r}")
         migrate(self.db, self.schema)
-        s = sql.Identifier(self.schema)
         with self.db.transaction() as cur:
-            cur.execute(sql.SQL(
-                "INSERT INTO {}.logs (log_name, partitions) VALUES (%s, %s) ON CONFLICT (log_name) "
-                "DO UPDATE SET partitions = greatest(logs.partitions, EXCLUDED.partitions)").format(s),
-                (self.name, partitions))
-            cur.execute(sql.SQL(
-                "INSERT INTO {}.log_partitions (log_name, partition) SELECT %s, p "
-                "FROM generate_series(0, %s - 1) p ON CONFLICT DO NOTHING").format(s),
-                (self.name, partitions))
+            ensure_log(cur, self.schema, self.name, partitions)
         self._partitions = None
 
     def partitions(self) -> int:
@@ -135,7 +128,7 @@ class EventLog:
             if not isinstance(payload, str):
                 raise ConfigError(f"event {event_id!r}: the payload must be a str (e.g. json.dumps(record)), got "
                                   f"{type(payload).__name__}; nothing was appended")
-            why = _refusal(payload)
+            why = payload_refusal(payload)
             if why is not None:  # refused alone: the rest of the append goes in
                 rejected.append((event_id, why))
                 continue

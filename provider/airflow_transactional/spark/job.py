@@ -20,7 +20,7 @@ from ..store.connection import redact
 from ..store.migrations import DEFAULT_SCHEMA
 from ..submit import DSN_FILE_ARG, driver_dsn, provider_zip
 from .read import raw_records, readable_batch
-from .stage import copy_dataframe, fold, stage_fold
+from .stage import copy_dataframe, fold, output_events, stage_fold
 from .validate import Validated, validate
 
 if TYPE_CHECKING:
@@ -130,17 +130,27 @@ def _session(app_name: str) -> SparkSession:
 
 
 def _outputs(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[str, DataFrame]:
+    """Each state's folded rows, by state; then each output's DataFrame of events, as returned."""
     out = transform(good)
     if not isinstance(out, Mapping):
-        raise ConfigError("the transform must return {state name: DataFrame}")
-    unknown = set(out) - {s.name for s in spec.states}
+        raise ConfigError("the transform must return {state name: DataFrame} (and {output name: DataFrame} "
+                          "for the topology's outputs)")
+    unknown = set(out) - {s.name for s in spec.states} - {o.name for o in spec.outputs}
     if unknown:
-        raise ConfigError(f"the transform returned unknown states {sorted(unknown)}; the topology has "
-                          f"{', '.join(s.name for s in spec.states)}")
+        raise ConfigError(f"the transform returned unknown states or outputs {sorted(unknown)}; the topology has "
+                          f"states {', '.join(s.name for s in spec.states)}"
+                          + (f" and outputs {', '.join(o.name for o in spec.outputs)}" if spec.outputs else ""))
     missing = [s.name for s in spec.states if s.name not in out]
     if missing:
         raise ConfigError(f"the transform returned no DataFrame for states {missing}")
-    return {s.name: fold(s, out[s.name]) for s in spec.states}
+    return {**{s.name: fold(s, out[s.name]) for s in spec.states},
+            **{o.name: out[o.name] for o in spec.outputs if o.name in out}}
+
+
+def _states(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[str, DataFrame]:
+    """Each state's folded rows (an audit or a rebuild recomputes states; outputs stay appended)."""
+    names = {s.name for s in spec.states}
+    return {name: df for name, df in _outputs(spec, transform, good).items() if name in names}
 
 
 def _validated(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, batch: Mapping[str, Any],
@@ -180,10 +190,17 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
                 raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
                                 "(on_bad_record='fail'; use 'quarantine' to set them aside)")
             copies = coordinator.staging_copies(topology_id)
-            counts = {}
-            for name, delta in _outputs(spec, transform, checked.good).items():
-                counts[name] = stage_fold(delta, dsn, copies[name], (txid, attempt.attempt))
-                phases.lap(f"fold and stage {name}")
+            out = coordinator.output_staging(topology_id) if spec.outputs else None
+            counts = {o.name: 0 for o in spec.outputs}
+            for name, df in _outputs(spec, transform, checked.good).items():
+                if name in copies:
+                    counts[name] = stage_fold(df, dsn, copies[name], (txid, attempt.attempt))
+                    phases.lap(f"fold and stage {name}")
+                else:
+                    assert out is not None
+                    events = output_events(topology_id, name, out.partitions[name], df)
+                    counts[name] = stage_fold(events, dsn, out.copy, (txid, attempt.attempt, name))
+                    phases.lap(f"stage output {name}")
             faults.point("spark.after_stage", scope=scope)
             # Streamed from the executors, never collected: a batch of garbage fits no driver.
             if checked.bad_records:
@@ -216,7 +233,7 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
         checked = _validated(spark, coordinator, spec, batch, schema, required)
         n_bad = checked.bad_records + len(unreadable)
         num, copies = coordinator.audit_tables(topology_id)
-        for name, delta in _outputs(spec, transform, checked.good).items():
+        for name, delta in _states(spec, transform, checked.good).items():
             stage_fold(delta, coordinator.db.dsn, copies[name], ())
         checked.cached.unpersist()
         result = coordinator.diff_audit(topology_id, num, st.committed_txid)
@@ -242,7 +259,7 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
             raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
         checked = _validated(spark, coordinator, spec, readable_batch(batch)[0], schema, required)
         copies = rb.load_copies(coordinator, topology_id)
-        for name, delta in _outputs(spec, transform, checked.good).items():
+        for name, delta in _states(spec, transform, checked.good).items():
             stage_fold(delta, coordinator.db.dsn, copies[name], ())
         checked.cached.unpersist()
         faults.point("rebuild.loaded", scope=(topology_id,))

@@ -36,6 +36,37 @@ def fold(state: StateSpec, df: DataFrame) -> DataFrame:
             .groupBy(*keys).agg(agg("value").cast(_spark_type(state.value_type)).alias("value")))
 
 
+def output_events(topology_id: str, output: str, partitions: int, df: DataFrame) -> DataFrame:
+    """The events a transform returned for ``output`` as staged rows: partition, seq, event_id, payload.
+
+    ``df`` has ``id`` (the event's origin, e.g. ``concat(_event_id, lit(':granted'))``; the log's
+    event id is ``"<topology>:<id>"``) and ``payload`` (text, or a struct/map written as JSON);
+    optionally ``key`` (the partition key, default the event id) and ``seq`` (the order in the
+    log within the txid, then the id). Of events sharing an id the first in that order is kept,
+    as the log itself keeps the first delivery of an id.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    missing = [c for c in ("id", "payload") if c not in df.columns]
+    if missing:
+        raise ConfigError(f"the transform's DataFrame for output {output!r} lacks columns {missing}: it must have "
+                          "id (the event's origin, e.g. concat(_event_id, lit(':granted'))) and payload (text or "
+                          f"a struct), and may have key and seq (has {', '.join(df.columns)})")
+    payload = F.col("payload")
+    if not isinstance(df.schema["payload"].dataType, StringType):
+        payload = F.to_json(payload)
+    event_id = F.concat(F.lit(f"{topology_id}:"), F.col("id").cast("string"))
+    key = F.coalesce(F.col("key").cast("string"), event_id) if "key" in df.columns else event_id
+    seq = F.col("seq").cast("long") if "seq" in df.columns else F.lit(None).cast("long")
+    # crc32 of the UTF-8 bytes, as sources.eventlog.partition_of computes it.
+    rows = df.select((F.crc32(key.cast("binary")) % F.lit(partitions)).cast("int").alias("partition"),
+                     seq.alias("seq"), event_id.alias("event_id"), payload.alias("payload"))
+    first = Window.partitionBy("event_id").orderBy(F.col("seq").asc_nulls_last(), F.col("payload"))
+    return rows.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
+
+
 def _spark_type(sql_type: str) -> str:
     return {"bigint": "bigint", "integer": "int", "numeric": "decimal(38,10)",
             "double precision": "double"}.get(sql_type, "string")
