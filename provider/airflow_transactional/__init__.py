@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .processing import OutputEvent
+from .processing import OutputEvent, Request
 from .sources import EventLog, LandingDirectory, PostgresLogSource
-from .spec import OutputSpec, StateSpec, TopologySpec
+from .spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
 
 __version__ = "0.1.0"
 
-__all__ = ["EventLog", "LandingDirectory", "OutputEvent", "OutputSpec", "PostgresLogSource", "StateSpec",
-           "TopologySpec",
-           "get_provider_info", "output_asset", "state_asset", "transactional_dag"]
+__all__ = ["DecisionSpec", "EventLog", "LandingDirectory", "OutputEvent", "OutputSpec", "PostgresLogSource",
+           "Request", "StateSpec", "TopologySpec", "get_provider_info", "output_asset", "state_asset",
+           "transactional_dag"]
 
 
 def __getattr__(name: str) -> Any:

@@ -135,13 +135,22 @@ class Coordinator:
         """COPY partial results ``(key..., value)`` of one state into staging; returns the count."""
         return attempts.stage(self.store, attempt, state_name, rows)
 
-    def stage_events(self, attempt: Attempt, events: Iterable[tuple[str, int, int | None, str, str]]) -> dict[str, int]:
-        """COPY output events ``(output, partition, seq, event_id, payload)``; the count by output."""
+    def stage_events(self, attempt: Attempt, events: Iterable[attempts.StagedEvent]) -> dict[str, int]:
+        """COPY output events of an attempt into staging; the count by output."""
         return attempts.stage_events(self.store, attempt, events)
 
+    def stage_requests(self, attempt: Attempt, decision: str,
+                       rows: Iterable[tuple[tuple[Any, ...], int, str, Any]]) -> int:
+        """COPY requests ``(key, seq, request id, amount)`` of one decision into staging; the count."""
+        return attempts.stage_requests(self.store, attempt, decision, rows)
+
     def output_staging(self, topology_id: str) -> attempts.OutputStaging:
-        """The COPY statement (CSV) that stages output events, and each output's partitions now."""
+        """The COPY statements (CSV) that stage output events and requests, and each output's partitions."""
         return attempts.output_staging(self.store, topology_id)
+
+    def verdicts(self, topology_id: str, decision: str, request_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The verdicts of ``decision`` on ``request_ids``, by request id (absent: not decided yet)."""
+        return status.verdicts(self.store, topology_id, decision, request_ids)
 
     def quarantine(self, attempt: Attempt, records: Iterable[tuple[str, str | None, str, str | None]]) -> int:
         """See :func:`core.attempts.quarantine`."""

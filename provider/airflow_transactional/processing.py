@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from .coordinator import Coordinator
+from .core.attempts import StagedEvent
+from .core.model import Attempt
 from .exceptions import BadRecord, ConfigError
 from .sources.base import Record
 from .sources.eventlog import partition_of, payload_refusal
@@ -26,6 +29,7 @@ from .store.outputs import event_id
 from .values import Combiner, combine
 
 log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class OutputEvent:
@@ -52,10 +56,27 @@ class OutputEvent:
         return text
 
 
-# A user function maps one parsed record to (state name, key tuple, value) triples, and
-# output events.
+@dataclass(frozen=True)
+class Request:
+    """A request for a decision of the topology (``DecisionSpec``), decided by the commit.
+
+    ``key`` is the key of the decision's state (a value or a tuple), ``amount`` what a grant adds
+    to its balance, ``id`` the request's id (decided once, ever). ``granted`` and ``declined``
+    are the output events appended when the request gets that verdict (and only then).
+    """
+
+    decision: str
+    key: Any
+    amount: Any
+    id: str
+    granted: Sequence[OutputEvent] = ()
+    declined: Sequence[OutputEvent] = ()
+
+
+# A user function maps one parsed record to (state name, key tuple, value) triples, output
+# events and requests.
 Emit = tuple[str, tuple[Any, ...], Any]
-RecordFn = Callable[[Any], Iterable[Emit | OutputEvent]]
+RecordFn = Callable[[Any], Iterable[Emit | OutputEvent | Request]]
 
 _BAD = (ValueError, KeyError, TypeError, BadRecord)
 
@@ -86,6 +107,8 @@ def _check_emit(spec: TopologySpec, emit: Any) -> tuple[str, tuple[Any, ...], An
 def _check_event(spec: TopologySpec, topology_id: str, rec: Record, n: int,
                  event: OutputEvent) -> tuple[str, str | None, str, str]:
     """(output, key, event id, payload) of an output event, or BadRecord."""
+    if not isinstance(event, OutputEvent):
+        raise ConfigError(f"a request's granted and declined events must be OutputEvent(...), got {event!r}")
     spec.output(event.output)  # an unknown output is a ConfigError: the code is wrong, not the record
     origin = event.id if event.id is not None else f"{rec.event_id or rec.offset}:{n}"
     if not isinstance(origin, str) or not origin or "\x00" in origin:
@@ -93,6 +116,76 @@ def _check_event(spec: TopologySpec, topology_id: str, rec: Record, n: int,
     if event.key is not None and not isinstance(event.key, str):
         raise BadRecord(f"output event for {event.output!r}: key must be text, got {event.key!r}")
     return event.output, event.key, event_id(topology_id, origin), event.text()
+
+
+def _check_request(spec: TopologySpec, req: Request) -> tuple[str, tuple[Any, ...], str, Any]:
+    """(decision, key, request id, amount) of a request, or BadRecord."""
+    state = spec.state(spec.decision(req.decision).state)
+    key = req.key if isinstance(req.key, tuple) else (req.key,)
+    if len(key) != len(state.keys):
+        raise ConfigError(f"decision {req.decision!r} keys requests by ({', '.join(state.key_columns)}), got {key!r}")
+    if any(k is None for k in key):
+        raise BadRecord(f"null key for decision {req.decision!r}")
+    if not isinstance(req.id, str) or not req.id or "\x00" in req.id:
+        raise BadRecord(f"request for {req.decision!r}: id must be non-empty text, got {req.id!r}")
+    if isinstance(req.amount, bool) or not isinstance(req.amount, (int, float, Decimal)):
+        raise BadRecord(f"request {req.id!r}: amount must be a number, got {req.amount!r}")
+    return req.decision, key, req.id, req.amount
+
+
+class _Batch:
+    """What one attempt stages, gathered record by record in source order."""
+
+    def __init__(self, coordinator: Coordinator, spec: TopologySpec) -> None:
+        self.spec = spec
+        self.partials: dict[str, dict[tuple[Any, ...], Any]] = {s.name: {} for s in spec.states}
+        self.combiners = {s.name: Combiner(s.combiner) for s in spec.states}
+        self.partitions = coordinator.output_staging(spec.topology_id).partitions if spec.outputs else {}
+        self.events: list[StagedEvent] = []
+        self.requests: dict[str, list[tuple[tuple[Any, ...], int, str, Any]]] = {d.name: [] for d in spec.decisions}
+        self._seen: set[tuple[str, str]] = set()  # (output or decision, id): the first one wins
+
+    def add(self, rec: Record, emitted: list[Any]) -> None:
+        """Check everything a record emitted, then keep it (BadRecord: keep none of it)."""
+        spec, topology_id = self.spec, self.spec.topology_id
+        emits: list[Emit] = []
+        events: list[tuple[tuple[str, str | None, str, str], str | None, str | None, bool | None]] = []
+        requests = []
+        n = 0
+        for e in emitted:
+            if isinstance(e, Request):
+                requests.append(_check_request(spec, e))
+                for granted, when in ((True, e.granted), (False, e.declined)):
+                    for ev in when:
+                        events.append((_check_event(spec, topology_id, rec, n, ev), e.decision, e.id, granted))
+                        n += 1
+            elif isinstance(e, OutputEvent):
+                events.append((_check_event(spec, topology_id, rec, n, e), None, None, None))
+                n += 1
+            else:
+                emits.append(_check_emit(spec, e))
+        for state_name, key, value in emits:
+            if state_name in spec.decided_states:
+                raise ConfigError(f"state {state_name!r} is updated by a decision only: emit a Request for it")
+            acc = self.partials[state_name]
+            acc[key] = combine(self.combiners[state_name], acc.get(key), value)
+        for name, key, req_id, amount in requests:
+            if (name, req_id) not in self._seen:
+                self._seen.add((name, req_id))
+                self.requests[name].append((key, sum(map(len, self.requests.values())), req_id, amount))
+        for (output, by, eid, payload), decision, request, verdict in events:
+            if (output, eid) not in self._seen:
+                self._seen.add((output, eid))
+                self.events.append((output, partition_of(by or eid, self.partitions[output]), len(self.events),
+                                    eid, payload, decision, request, verdict))
+
+    def stage(self, coordinator: Coordinator, attempt: Attempt) -> dict[str, int]:
+        counts = {name: coordinator.stage(attempt, name, ((*k, v) for k, v in rows.items()))
+                  for name, rows in self.partials.items() if name not in self.spec.decided_states}
+        counts.update({d: coordinator.stage_requests(attempt, d, rows) for d, rows in self.requests.items()})
+        if self.spec.outputs:
+            counts.update(coordinator.stage_events(attempt, self.events))
+        return counts
 
 
 def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: RecordFn, *,
@@ -103,20 +196,13 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
         return ProcessResult(txid, None, 0, {}, 0)
     spec = coordinator.spec(topology_id)
     with coordinator.processing(topology_id, txid) as run:
-        partials: dict[str, dict[tuple[Any, ...], Any]] = {s.name: {} for s in spec.states}
-        combiners = {s.name: Combiner(s.combiner) for s in spec.states}
-        out = coordinator.output_staging(topology_id) if spec.outputs else None
-        events: list[tuple[str, int, int | None, str, str]] = []
-        event_ids: set[tuple[str, str]] = set()
+        batch = _Batch(coordinator, spec)
         bad: list[tuple[str, str | None, str, str | None]] = []
         read = 0
         for rec in coordinator.read_batch(run.txn):
             read += 1
             try:
-                emitted = list(fn(parse(rec.payload)))
-                emits = [_check_emit(spec, e) for e in emitted if not isinstance(e, OutputEvent)]
-                mine = [_check_event(spec, topology_id, rec, n, e)
-                        for n, e in enumerate(e for e in emitted if isinstance(e, OutputEvent))]
+                batch.add(rec, list(fn(parse(rec.payload))))
             except ConfigError:  # the code is wrong, not the record: every record would fail alike
                 raise
             except _BAD as exc:
@@ -125,20 +211,7 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
                     raise BadRecord(f"txid {txid} record at offset {rec.offset}: {reason} "
                                     "(on_bad_record='fail'; use 'quarantine' to set it aside)") from exc
                 bad.append((rec.offset, rec.event_id, reason[:1000], rec.payload))
-                continue
-            for state_name, key, value in emits:
-                acc = partials[state_name]
-                acc[key] = combine(combiners[state_name], acc.get(key), value)
-            for output, by, eid, payload in mine:
-                if (output, eid) in event_ids:  # the first delivery wins, as in the log itself
-                    continue
-                event_ids.add((output, eid))
-                assert out is not None
-                events.append((output, partition_of(by or eid, out.partitions[output]), len(events), eid, payload))
-        counts = {name: coordinator.stage(run.attempt, name, ((*k, v) for k, v in rows.items()))
-                  for name, rows in partials.items()}
-        if spec.outputs:
-            counts.update(coordinator.stage_events(run.attempt, events))
+        counts = batch.stage(coordinator, run.attempt)
         run.finish(counts, records_read=read, bad=bad)
     if bad:
         log.warning("topology %s txid %d: %d bad records quarantined", topology_id, txid, len(bad))

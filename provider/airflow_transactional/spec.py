@@ -140,6 +140,47 @@ class OutputSpec:
 
 
 @dataclass(frozen=True)
+class DecisionSpec:
+    """A rule the commit applies to requests one by one -- per key, in source order, on the
+    committed state -- where parallel processing cannot: may this account pay?
+
+    ``state`` is a ``sum`` state of the topology that only this rule updates: each key's balance.
+    A request's ``amount`` is added to it when the request is granted: always when the amount is
+    not negative, else only if the balance stays at or above ``floor``. ``headroom`` may name a
+    table or view (``"schema.table"``) with the state's key columns and a ``value`` column that
+    is added to the balance -- e.g. an opening balance plus an overdraft limit plus the credits
+    another topology committed. Outside this commit it may only ever grow, or a grant could
+    break the floor. A request id is decided once: a request sent again is not decided again.
+    The verdicts are kept (``Coordinator.verdicts``); events the transform emits for a request
+    ``when`` it is granted (or declined) are appended with the commit's other output events.
+    """
+
+    name: str
+    state: str
+    floor: int | float = 0
+    headroom: str | None = None
+
+    def __post_init__(self) -> None:
+        identifiers.name("decision name", self.name)
+        identifiers.name("state name", self.state)
+        if not isinstance(self.floor, (int, float)) or isinstance(self.floor, bool):
+            raise ConfigError(f"decision {self.name!r}: floor must be a number, got {self.floor!r}")
+        if self.headroom is not None:
+            identifiers.qualified_table(self.headroom, DEFAULT_STATE_SCHEMA)
+
+    @property
+    def headroom_table(self) -> tuple[str, str] | None:
+        return None if self.headroom is None else identifiers.qualified_table(self.headroom, DEFAULT_STATE_SCHEMA)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"name": self.name, "state": self.state, "floor": self.floor, "headroom": self.headroom}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> DecisionSpec:
+        return cls(**config)
+
+
+@dataclass(frozen=True)
 class TopologySpec:
     """A transactional topology: one source, one or more states, and its limits.
 
@@ -148,7 +189,8 @@ class TopologySpec:
     landing directory). ``opaque`` lets a batch that can no longer be read be re-planned from the
     committed checkpoint (with every later uncommitted txid). ``on_bad_record`` is
     ``"quarantine"`` (default) or ``"fail"``. ``outputs`` are the event logs its commit appends
-    to (:class:`OutputSpec`).
+    to (:class:`OutputSpec`); ``decisions`` the rules its commit applies request by request
+    (:class:`DecisionSpec`).
     """
 
     topology_id: str
@@ -160,6 +202,7 @@ class TopologySpec:
     on_bad_record: str = "quarantine"
     extra: Mapping[str, Any] = field(default_factory=dict)
     outputs: Sequence[OutputSpec] = ()
+    decisions: Sequence[DecisionSpec] = ()
 
     def __post_init__(self) -> None:
         identifiers.topology_id(self.topology_id)
@@ -188,6 +231,41 @@ class TopologySpec:
                 f"got {self.on_bad_record!r}"
             )
         self._check_outputs()
+        self._check_decisions()
+
+    def _check_decisions(self) -> None:
+        decisions = tuple(self.decisions)
+        if any(not isinstance(d, DecisionSpec) for d in decisions):
+            raise ConfigError(f"topology {self.topology_id!r}: decisions must be DecisionSpec('name', state=...) "
+                              f"declarations, got {decisions!r}")
+        object.__setattr__(self, "decisions", decisions)
+        names = [d.name for d in decisions]
+        taken = {s.name for s in self.states} | {o.name for o in self.outputs}
+        if len(set(names)) != len(names) or taken & set(names):
+            raise ConfigError(f"topology {self.topology_id!r}: decision names must be unique and differ from "
+                              f"the state and output names, got decisions {names}")
+        owners = [d.state for d in decisions]
+        if len(set(owners)) != len(owners):
+            raise ConfigError(f"topology {self.topology_id!r}: two decisions update the same state ({owners})")
+        for d in decisions:
+            state = self.state(d.state)
+            if (Combiner.parse(state.combiner) is not Combiner.SUM or ValueKind.parse(state.kind)
+                    is not ValueKind.TRANSACTIONAL or state.database is not None):
+                raise ConfigError(f"decision {d.name!r}: its state {d.state!r} must be a transactional sum state "
+                                  "in the state store (combiner='sum', kind='transactional', no database): the "
+                                  "commit reads and updates the balance in its own transaction")
+
+    @property
+    def decided_states(self) -> frozenset[str]:
+        """The states only a decision updates (the transform returns no rows for them)."""
+        return frozenset(d.state for d in self.decisions)
+
+    def decision(self, name: str) -> DecisionSpec:
+        for d in self.decisions:
+            if d.name == name:
+                return d
+        raise ConfigError(f"topology {self.topology_id!r} has no decision {name!r} "
+                          f"(decisions: {', '.join(d.name for d in self.decisions) or 'none'})")
 
     def _check_outputs(self) -> None:
         outputs = tuple(self.outputs)
@@ -236,6 +314,7 @@ class TopologySpec:
             "on_bad_record": self.on_bad_record,
             "extra": dict(self.extra),
             **({"outputs": [o.to_config() for o in self.outputs]} if self.outputs else {}),
+            **({"decisions": [d.to_config() for d in self.decisions]} if self.decisions else {}),
         }
 
     @classmethod
@@ -250,6 +329,7 @@ class TopologySpec:
             on_bad_record=config["on_bad_record"],
             extra=config.get("extra", {}),
             outputs=[OutputSpec.from_config(o) for o in config.get("outputs", ())],
+            decisions=[DecisionSpec.from_config(d) for d in config.get("decisions", ())],
         )
 
 
@@ -265,7 +345,9 @@ def _identity(config: Mapping[str, Any]) -> dict[str, Any]:
     source = {k: v for k, v in dict(config["source"]).items() if k not in MUTABLE_SOURCE_SETTINGS}
     states = {s["name"]: {k: s.get(k) for k in _STATE_IDENTITY} for s in config["states"]}
     outputs = {o["name"]: o["log"] for o in config.get("outputs", ())}
-    return {"source": source, "states": states, "outputs": outputs}
+    # A decision's rule (floor, headroom) may change for later requests; the state it keeps may not.
+    decisions = {d["name"]: d["state"] for d in config.get("decisions", ())}
+    return {"source": source, "states": states, "outputs": outputs, "decisions": decisions}
 
 
 def incompatible_changes(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> list[str]:
@@ -289,6 +371,10 @@ def incompatible_changes(stored: Mapping[str, Any], declared: Mapping[str, Any])
         if new["outputs"].get(name) != log:
             changes.append(f"output {name!r} (log {log!r}) " + ("removed" if name not in new["outputs"]
                                                                else f"now appends to {new['outputs'][name]!r}"))
+    for name, state in sorted(old["decisions"].items()):
+        if new["decisions"].get(name) != state:
+            changes.append(f"decision {name!r} (state {state!r}) " + ("removed" if name not in new["decisions"]
+                                                                     else f"now keeps {new['decisions'][name]!r}"))
     return changes
 
 

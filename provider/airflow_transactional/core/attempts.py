@@ -16,7 +16,7 @@ from ..exceptions import (
     StaleAttempt,
 )
 from ..sources.base import Record
-from ..store import attempts, commits, outputs, transactions
+from ..store import attempts, commits, decisions, outputs, transactions
 from ..store import sql as q
 from ..store.attempts import Finished
 from ..store.commits import QUARANTINE_COLUMNS
@@ -167,40 +167,65 @@ def staging_copies(store: StateStore, topology_id: str) -> dict[str, str]:
 
 
 class OutputStaging(NamedTuple):
-    """Where a processor stages output events: the COPY (CSV) of rows ``txid, attempt, output,
-    partition, seq, event_id, payload``, and each output's partitions now."""
+    """Where a processor stages output events and requests: the COPY (CSV) of event rows
+    (:data:`store.outputs.COLUMNS`), each output's partitions now, and the COPY (CSV) of each
+    decision's request rows (:func:`store.decisions.columns`)."""
 
     copy: str
     partitions: dict[str, int]
+    requests: dict[str, str]
 
 
 def output_staging(store: StateStore, topology_id: str) -> OutputStaging:
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
+        requests = {d.name: q.copy_into(store.dec_staging(num, d), decisions.columns(spec.state(d.state)),
+                                        csv=True).as_string(cur) for d in spec.decisions}
         if not spec.outputs:
-            return OutputStaging("", {})
+            return OutputStaging("", {}, requests)
         logs = outputs.partitions(cur, store.schema, [o.log_name for o in spec.outputs])
         return OutputStaging(q.copy_into(store.out_staging(num), list(outputs.COLUMNS), csv=True).as_string(cur),
-                             {o.name: logs[o.log_name] for o in spec.outputs})
+                             {o.name: logs[o.log_name] for o in spec.outputs}, requests)
 
 
-def stage_events(store: StateStore, attempt: Attempt,
-                 events: Iterable[tuple[str, int, int | None, str, str]]) -> dict[str, int]:
-    """COPY output events ``(output, partition, seq, event_id, payload)`` of an attempt into
-    staging; the count by output (every declared output, 0 when it got none)."""
+#: An output event as a processor stages it: output, partition, seq, event id, payload, and the
+#: verdict it waits for -- (decision, request id, granted) -- or three Nones.
+StagedEvent = tuple[str, int, "int | None", str, str, "str | None", "str | None", "bool | None"]
+
+
+def stage_events(store: StateStore, attempt: Attempt, events: Iterable[StagedEvent]) -> dict[str, int]:
+    """COPY output events of an attempt into staging; the count by output (every declared
+    output, 0 when it got none)."""
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, attempt.topology_id)
         counts = dict.fromkeys((o.name for o in spec.outputs), 0)
         buf = io.StringIO()
-        for output, partition, seq, event_id, payload in events:
-            if output not in counts:
-                spec.output(output)  # names the declared outputs
-            buf.write(copy_line((attempt.txid, attempt.attempt, output, partition, seq, event_id, payload)))
-            counts[output] += 1
+        for event in events:
+            if event[0] not in counts:
+                spec.output(event[0])  # names the declared outputs
+            buf.write(copy_line((attempt.txid, attempt.attempt, *event)))
+            counts[event[0]] += 1
         if any(counts.values()):
             buf.seek(0)
             cur.copy_expert(q.copy_into(store.out_staging(num), list(outputs.COLUMNS)).as_string(cur), buf)
     return counts
+
+
+def stage_requests(store: StateStore, attempt: Attempt, decision: str,
+                   rows: Iterable[tuple[tuple[Any, ...], int, str, Any]]) -> int:
+    """COPY requests ``(key, seq, request id, amount)`` of one decision into staging; the count."""
+    with store.db.transaction() as cur:
+        num, spec, _c, _o = store.load(cur, attempt.topology_id)
+        d = spec.decision(decision)
+        buf = io.StringIO()
+        n = 0
+        for key, seq, request, amount in rows:
+            buf.write(copy_line((attempt.txid, attempt.attempt, *key, seq, request, amount)))
+            n += 1
+        buf.seek(0)
+        cur.copy_expert(q.copy_into(store.dec_staging(num, d), decisions.columns(spec.state(d.state))).as_string(cur),
+                        buf)
+    return n
 
 
 def finish_attempt(store: StateStore, attempt: Attempt, row_counts: Mapping[str, int], *,

@@ -5,7 +5,8 @@
 2. check the plan starts at the committed checkpoint;
 3. choose the latest complete attempt of the current plan and verify its staged row counts;
 4. apply its staged rows to every state table under the value rules (a replay behind a stored
-   txid is an error, never applied), and append its output events to their logs;
+   txid is an error, never applied), decide its requests (``store/decisions.py``), and append
+   its output events to their logs;
 5. advance the checkpoint (committed txid and offsets), mark the transaction and its attempts,
    settle the quarantine, write the audit row -- all with one commit time;
 6. drop the staged rows (unless a rebuild keeps them as its journal).
@@ -37,6 +38,7 @@ from ..spec import StateSpec, TopologySpec
 from ..store import attempts, catalog, commits, outputs, topologies, transactions
 from ..store import sql as q
 from ..store.rows import scalar
+from . import effects
 from .context import StateStore
 from .model import (
     CommitResult,
@@ -77,11 +79,12 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         verify_staged(store, cur, num, spec, txn, chosen, row_counts)
         faults.point("commit.after_verify", cur, scope=scope)
         for state in spec.states:
-            if state.database is None and chosen is not None:
+            if state.database is None and chosen is not None and state.name not in spec.decided_states:
                 _apply(store, cur, state, store.staging(num, state), txid, chosen,
                        int(row_counts.get(state.name, 0)))
                 faults.point("commit.after_apply", cur, scope=scope)
-        appended = _append_outputs(store, cur, num, spec, txid, chosen)
+        decided = effects.decide(store, cur, num, spec, txid, chosen)
+        appended = effects.append_outputs(store, cur, num, spec, txid, chosen)
         faults.point("commit.after_append", cur, scope=scope)
         lost = int((txn.batch.get("lost") or {}).get("records", 0))
         committed_at = catalog.now(cur)  # one time for the commit, wherever it is recorded
@@ -99,11 +102,14 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
             for state in spec.states:  # during a rebuild the staged rows are its journal
                 cur.execute(q.delete_staged_txid(store.staging(num, state)), (txid,))
         if spec.outputs:  # a rebuild recomputes states only: appended events stay appended
-            outputs.delete_txid(cur, store.out_staging(num), txid)
+            cur.execute(q.delete_staged_txid(store.out_staging(num)), (txid,))
+        for decision in spec.decisions:
+            cur.execute(q.delete_staged_txid(store.dec_staging(num, decision)), (txid,))
         faults.point("commit.before_commit", cur, scope=scope)
     faults.point("commit.after_commit", scope=scope)
     what = f"attempt {chosen}" if chosen is not None else "empty batch"
-    events = "".join(f"; appended {n} events to log {spec.output(o).log_name}" for o, n in appended.items())
+    events = "".join(f"; {d}: {g} granted, {n} declined" for d, (g, n) in decided.items())
+    events += "".join(f"; appended {n} events to log {spec.output(o).log_name}" for o, n in appended.items())
     msg = f"committed txid {txid} ({what}) of topology {topology_id}{events}"
     return CommitResult(topology_id, txid, True, chosen, committed_at, msg)
 
@@ -147,40 +153,27 @@ def choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Tran
 
 def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
                    txn: Transaction, attempt: int | None, row_counts: Mapping[str, int]) -> None:
+    """Refuse a commit whose staged rows are not what the attempt reported staging."""
     if attempt is None:
         return
+    found: dict[str, tuple[str, int]] = {}
     for state in spec.states:
         cur.execute(q.count_staged(store.staging(num, state)), (txn.txid, attempt))
-        found = int(scalar(cur))
-        expected = int(row_counts.get(state.name, 0))
-        if found != expected:
-            raise StagedOutputIncomplete(
-                f"topology {txn.topology_id!r} txid {txn.txid} attempt {attempt}: state "
-                f"{state.name!r} has {found} staged rows, the attempt reported {expected}; the "
-                "staged output is damaged: process the txid again (a new attempt), then commit")
+        found[state.name] = (f"state {state.name!r} has {{}} staged rows", int(scalar(cur)))
+    for d in spec.decisions:
+        cur.execute(q.count_staged(store.dec_staging(num, d)), (txn.txid, attempt))
+        found[d.name] = (f"decision {d.name!r} has {{}} staged requests", int(scalar(cur)))
     if spec.outputs:
-        staged = outputs.staged_counts(cur, store.out_staging(num), txn.txid, attempt)
-        for o in spec.outputs:
-            found, expected = staged.get(o.name, 0), int(row_counts.get(o.name, 0))
-            if found != expected:
-                raise StagedOutputIncomplete(
-                    f"topology {txn.topology_id!r} txid {txn.txid} attempt {attempt}: output {o.name!r} has "
-                    f"{found} staged events, the attempt reported {expected}; the staged output is damaged: "
-                    "process the txid again (a new attempt), then commit")
-
-
-def _append_outputs(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
-                    txid: int, attempt: int | None) -> dict[str, int]:
-    """Append the chosen attempt's output events to their logs; events appended, by output."""
-    if not spec.outputs or attempt is None:
-        return {}
-    targets = [outputs.Target(o.name, o.log_name) for o in spec.outputs]
-    try:
-        return outputs.append(cur, store.schema, store.out_staging(num), targets, txid, attempt)
-    except LookupError as exc:
-        raise StagedOutputIncomplete(
-            f"topology {spec.topology_id!r} txid {txid} attempt {attempt}: an output event is staged for a "
-            f"partition its log lacks ({exc}): process the txid again (a new attempt), then commit") from None
+        events = outputs.staged_counts(cur, store.out_staging(num), txn.txid, attempt)
+        found.update({o.name: (f"output {o.name!r} has {{}} staged events", events.get(o.name, 0))
+                      for o in spec.outputs})
+    for name, (what, n) in found.items():
+        expected = int(row_counts.get(name, 0))
+        if n != expected:
+            raise StagedOutputIncomplete(
+                f"topology {txn.topology_id!r} txid {txn.txid} attempt {attempt}: {what.format(n)}, the "
+                f"attempt reported {expected}; the staged output is damaged: process the txid again (a new "
+                "attempt), then commit")
 
 
 def _apply(store: StateStore, cur: psycopg2.extensions.cursor, state: StateSpec, staging: sql.Composed,

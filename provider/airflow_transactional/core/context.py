@@ -15,8 +15,8 @@ from psycopg2 import sql
 from .. import identifiers
 from ..exceptions import ConfigError, UnknownTopology, UnknownTransaction
 from ..sources.base import Offsets
-from ..spec import StateSpec, TopologySpec
-from ..store import outputs, topologies, transactions
+from ..spec import DecisionSpec, StateSpec, TopologySpec
+from ..store import decisions, outputs, topologies, transactions
 from ..store import sql as q
 from ..store.connection import Database
 from .model import Transaction
@@ -53,6 +53,10 @@ class StateStore:
     def staging(self, num: int, state: StateSpec) -> sql.Composed:
         """The staging table of a state of topology number ``num``."""
         return q.staging_table(self.schema, num, state)
+
+    def dec_staging(self, num: int, decision: DecisionSpec) -> sql.Composed:
+        """The staging table of the requests of a decision of topology number ``num``."""
+        return decisions.staging_table(self.schema, num, decision)
 
     def out_staging(self, num: int) -> sql.Composed:
         """The staging table of the output events of topology number ``num``."""

@@ -15,7 +15,7 @@ from ..exceptions import (
     TopologyOfAnotherDag,
 )
 from ..spec import StateSpec, TopologySpec, incompatible_changes, other_owner
-from ..store import catalog, commits, outputs
+from ..store import catalog, commits, decisions, outputs
 from ..store import sql as q
 from ..store import topologies as topology_rows
 from ..store.migrations import migrate as migrate_schema
@@ -75,6 +75,9 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
                     outputs.ensure_log(cur, store.schema, o.log_name, o.partitions)
             if not catalog.exists(cur, store.out_staging(num)):
                 cur.execute(outputs.create_staging_table(store.out_staging(num)))
+        for d in spec.decisions:
+            if not catalog.exists(cur, store.dec_staging(num, d)):
+                cur.execute(decisions.create_staging_table(store.dec_staging(num, d), spec.state(d.state)))
     store.specs[spec.topology_id] = (num, spec)
 
 
@@ -89,7 +92,7 @@ def reset(store: StateStore, topology_id: str) -> list[str]:
     dropped = []
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id, lock=True)
-        tables = [store.out_staging(num)]
+        tables = [store.out_staging(num), *(store.dec_staging(num, d) for d in spec.decisions)]
         for state in spec.states:
             tables += [store.staging(num, state), q.audit_table(store.schema, num, state, purpose="rebuild")]
             if state.database is None:

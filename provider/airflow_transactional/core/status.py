@@ -4,6 +4,7 @@ output that can never commit (KIP-844's recover), and the pieces of a recomputat
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg2.errors
@@ -11,7 +12,7 @@ import psycopg2.extensions
 from psycopg2 import sql
 
 from ..spec import StateSpec
-from ..store import attempts, catalog, topologies, transactions
+from ..store import attempts, catalog, decisions, topologies, transactions
 from ..store import commits as commit_log
 from ..store import sql as q
 from . import liveness
@@ -62,6 +63,7 @@ def recover(store: StateStore, topology_id: str) -> RecoverResult:
         num, spec, _committed, _o = store.load(cur, topology_id, lock=True)
         result.attempts_discarded = attempts.discard_superseded(cur, store.schema, topology_id)
         staged = [(s.name, store.staging(num, s)) for s in spec.states]
+        staged += [(f"requests of {d.name}", store.dec_staging(num, d)) for d in spec.decisions]
         if spec.outputs:
             staged.append(("output events", store.out_staging(num)))
         for name, staging in staged:
@@ -74,6 +76,13 @@ def recover(store: StateStore, topology_id: str) -> RecoverResult:
         log.info("topology %s: recover discarded %d attempts and %d staged rows", topology_id,
                  result.attempts_discarded, result.staged_rows_deleted)
     return result
+
+
+def verdicts(store: StateStore, topology_id: str, decision: str,
+             request_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    with store.db.transaction() as cur:
+        store.load(cur, topology_id)[1].decision(decision)  # names the decisions for a wrong name
+        return decisions.verdicts(cur, store.schema, topology_id, decision, list(request_ids))
 
 
 def commits(store: StateStore, topology_id: str, txid: int | None = None) -> list[dict[str, Any]]:

@@ -180,6 +180,49 @@ ALTER TABLE {s}.topologies ADD COLUMN rebuild_id text;
 ALTER TABLE {s}.quarantine ADD COLUMN record_length bigint;
 """,
     ),
+    (
+        5,
+        "decisions in commit order",
+        """
+-- The verdict on every request a decision rule took, in the commit of the txid that decided it:
+-- a requester's status, and why a request sent again is not decided again.
+CREATE TABLE {s}.verdicts (
+    topology_id   text NOT NULL REFERENCES {s}.topologies ON DELETE CASCADE,
+    decision      text NOT NULL,
+    request_id    text NOT NULL,
+    txid          bigint NOT NULL,
+    seq           bigint,
+    key           jsonb NOT NULL,
+    amount        numeric NOT NULL,
+    granted       boolean NOT NULL,
+    balance_after numeric NOT NULL,
+    PRIMARY KEY (topology_id, decision, request_id)
+);
+CREATE INDEX ON {s}.verdicts (topology_id, txid);
+-- One key's requests in order: granted when the amount is not negative or the balance stays at
+-- or above the floor (a declined one leaves it as it was); the balance after each request.
+CREATE FUNCTION {s}.guarded_run(start numeric, floor numeric, amounts numeric[],
+                                OUT grants boolean[], OUT balances numeric[])
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $body$
+DECLARE
+    balance numeric := start;
+    amount numeric;
+BEGIN
+    grants := ARRAY[]::boolean[];
+    balances := ARRAY[]::numeric[];
+    FOREACH amount IN ARRAY amounts LOOP
+        IF amount >= 0 OR balance + amount >= floor THEN
+            balance := balance + amount;
+            grants := grants || true;
+        ELSE
+            grants := grants || false;
+        END IF;
+        balances := balances || balance;
+    END LOOP;
+END
+$body$;
+""",
+    ),
 ]
 
 

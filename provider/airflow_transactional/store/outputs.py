@@ -17,8 +17,9 @@ from psycopg2 import sql
 
 from .rows import Cursor, table
 
-#: Columns of a topology's output staging table, in COPY order.
-COLUMNS = ("txid", "attempt", "output", "partition", "seq", "event_id", "payload")
+#: Columns of a topology's output staging table, in COPY order. An event with a ``request`` is
+#: appended only if that request of ``decision`` got the verdict ``granted`` (true or false).
+COLUMNS = ("txid", "attempt", "output", "partition", "seq", "event_id", "payload", "decision", "request", "granted")
 
 
 class Target(NamedTuple):
@@ -44,7 +45,8 @@ def create_staging_table(staging: sql.Composed) -> sql.Composed:
     # silent pick of one of them.
     return sql.SQL("CREATE TABLE IF NOT EXISTS {} (txid bigint NOT NULL, attempt integer NOT NULL, "
                    "output text NOT NULL, partition integer NOT NULL, seq bigint, event_id text NOT NULL, "
-                   "payload text NOT NULL, PRIMARY KEY (txid, attempt, output, event_id))").format(staging)
+                   "payload text NOT NULL, decision text, request text, granted boolean, "
+                   "PRIMARY KEY (txid, attempt, output, event_id))").format(staging)
 
 
 def ensure_log(cur: Cursor, schema: str, log: str, partitions: int) -> None:
@@ -72,12 +74,18 @@ def staged_counts(cur: Cursor, staging: sql.Composed, txid: int, attempt: int) -
 
 
 def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Target], txid: int,
-           attempt: int) -> dict[str, int]:
+           attempt: int, *, verdicts: sql.Composable | None = None) -> dict[str, int]:
     """Append the events staged by ``attempt`` of ``txid`` to their logs; events appended, by output.
 
     Per partition they go in ``seq`` order (then id order), after every event already there.
-    Raises LookupError for a staged partition its log does not have.
+    An event for a request goes only if ``verdicts`` (a table of decision, request, granted) says
+    the request got the verdict the event was emitted for. Raises LookupError for a staged
+    partition its log does not have.
     """
+    only_verdicts: sql.Composable = sql.SQL("o.request IS NULL")
+    if verdicts is not None:
+        only_verdicts = sql.SQL("(o.request IS NULL OR EXISTS (SELECT 1 FROM {} v WHERE v.decision = o.decision "
+                                "AND v.request = o.request AND v.granted = o.granted))").format(verdicts)
     s = sql.Identifier(schema)
     log_of = {t.output: t.log for t in targets}
     cur.execute(sql.SQL("SELECT DISTINCT output, partition FROM {} WHERE txid = %s AND attempt = %s")
@@ -95,7 +103,7 @@ def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Ta
         cur.execute(sql.SQL(
             "WITH numbered AS (SELECT %(base)s + row_number() OVER (ORDER BY o.seq, o.event_id) - 1 AS lsn, "
             "o.event_id, o.payload FROM {stg} o WHERE o.txid = %(txid)s AND o.attempt = %(attempt)s "
-            "AND o.output = %(output)s AND o.partition = %(p)s "
+            "AND o.output = %(output)s AND o.partition = %(p)s AND {only_verdicts} "
             "AND NOT EXISTS (SELECT 1 FROM {s}.log_events k WHERE k.log_name = %(log)s "
             "AND k.event_id = o.event_id OFFSET 0) "
             "AND NOT EXISTS (SELECT 1 FROM {s}.log_retired_ids k WHERE k.log_name = %(log)s "
@@ -103,7 +111,8 @@ def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Ta
             "ins AS (INSERT INTO {s}.log_events (log_name, partition, lsn, event_id, payload) "
             "SELECT %(log)s, %(p)s, lsn, event_id, payload FROM numbered "
             "ON CONFLICT (log_name, event_id) DO NOTHING RETURNING 1) "
-            "SELECT (SELECT count(*) FROM numbered), (SELECT count(*) FROM ins)").format(stg=staging, s=s),
+            "SELECT (SELECT count(*) FROM numbered), (SELECT count(*) FROM ins)").format(
+                stg=staging, s=s, only_verdicts=only_verdicts),
             {"base": int(row[0]), "txid": txid, "attempt": attempt, "output": output, "p": p, "log": log})
         handed_out, inserted = cur.fetchone()
         # A concurrent producer's id can still win the unique index: its LSN stays a harmless gap.
@@ -112,6 +121,3 @@ def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Ta
         appended[output] += int(inserted)
     return appended
 
-
-def delete_txid(cur: Cursor, staging: sql.Composed, txid: int) -> None:
-    cur.execute(sql.SQL("DELETE FROM {} WHERE txid = %s").format(staging), (txid,))

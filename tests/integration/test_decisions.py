@@ -1,0 +1,207 @@
+"""Decisions in commit order: the OLEP payment executor as a topology. Requests are validated
+in parallel processing; the commit grants or declines each, per source account in log order, on
+the committed balance, and appends the payment events of the granted ones for a second stage
+that credits the receiving accounts. The invariants hold, and the verdicts match a sequential
+oracle."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from airflow_transactional import DecisionSpec, OutputEvent, OutputSpec, Request
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.processing import process_batch
+from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.sources.eventlog import partition_of
+from airflow_transactional.spec import StateSpec, TopologySpec
+from dev import faults
+from tests.helpers import query
+
+pytestmark = pytest.mark.integration
+
+ACCOUNTS = {f"a{i}": (100 * (i % 4), 50 * (i % 3)) for i in range(8)}  # account: (opening, overdraft)
+FEE_OVER, FEE = 150, 2  # a payment over FEE_OVER costs the payer FEE, paid to the fees account
+
+
+def payments() -> TopologySpec:
+    return TopologySpec(
+        "payments", PostgresLogSource("requests"),
+        [StateSpec("debits", {"account": "text"}), StateSpec("requests_seen", {"account": "text"}, combiner="count")],
+        outputs=[OutputSpec("ledger", partitions=3)],
+        decisions=[DecisionSpec("pay", state="debits", headroom="public.headroom")], max_batch_size=25)
+
+
+def settlement() -> TopologySpec:
+    return TopologySpec("settlement", PostgresLogSource("ledger"),
+                        [StateSpec("credits", {"account": "text"}),
+                         StateSpec("statement_lines", {"account": "text"}, combiner="count")], max_batch_size=40)
+
+
+def pay_fn(req: dict[str, Any]) -> list[Any]:
+    """Parallel validation, then one request for the serial decision."""
+    rid, src, dst, amount = req["id"], req["from"], req["to"], req["amount"]
+    if src not in ACCOUNTS or dst not in ACCOUNTS or src == dst:
+        raise ValueError(f"unknown or same accounts {src!r} -> {dst!r}")
+    if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
+        raise ValueError(f"amount must be a positive integer, got {amount!r}")
+    fee = FEE if amount > FEE_OVER else 0
+    granted = [OutputEvent("ledger", {"type": "outgoing", "request": rid, "account": src, "amount": amount + fee},
+                           key=src, id=f"{rid}:outgoing"),
+               OutputEvent("ledger", {"type": "incoming", "request": rid, "account": dst, "amount": amount},
+                           key=dst, id=f"{rid}:incoming")]
+    if fee:
+        granted.append(OutputEvent("ledger", {"type": "incoming", "request": rid, "account": "fees", "amount": fee},
+                                   key="fees", id=f"{rid}:fee"))
+    declined = [OutputEvent("ledger", {"type": "declined", "request": rid, "account": src}, key=src,
+                            id=f"{rid}:declined")]
+    return [("requests_seen", (src,), 1), Request("pay", src, -(amount + fee), rid, granted, declined)]
+
+
+def settle_fn(ev: dict[str, Any]) -> list[Any]:
+    out: list[Any] = [("statement_lines", (ev["account"],), 1)]
+    if ev["type"] == "incoming":
+        out.append(("credits", (ev["account"],), ev["amount"]))
+    return out
+
+
+def setup(dsn: str) -> tuple[Coordinator, EventLog]:
+    query(dsn, "CREATE TABLE accounts (account text PRIMARY KEY, opening bigint NOT NULL, overdraft bigint NOT NULL)")
+    query(dsn, "INSERT INTO accounts VALUES " + ", ".join(f"('{a}', {o}, {d})" for a, (o, d) in ACCOUNTS.items())
+          + ", ('fees', 0, 0)")
+    coord = Coordinator(dsn)
+    requests = EventLog(dsn, "requests")
+    requests.create(4)
+    coord.register(payments())  # creates its output log, the source of ...
+    coord.register(settlement())  # ... the stage that keeps the credits the headroom adds
+    query(dsn, "CREATE VIEW headroom AS SELECT a.account, a.opening + a.overdraft + coalesce(c.value, 0) AS value "
+               "FROM accounts a LEFT JOIN credits c USING (account)")
+    return coord, requests
+
+
+def send(log: EventLog, reqs: list[dict[str, Any]]) -> None:
+    """Producers append each request to its source account's partition."""
+    for r in reqs:
+        log.append([(r["id"], json.dumps(r))], partition=partition_of(str(r["from"]), 4))
+
+
+def requests(n: int, seed: int, start: int = 0) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    names = list(ACCOUNTS)
+    out = []
+    for i in range(start, start + n):
+        src, dst = rng.sample(names, 2)
+        out.append({"id": f"r{i}", "from": src, "to": dst, "amount": rng.choice([5, 20, 60, 120, 160, 300])})
+    return out
+
+
+def drain(coord: Coordinator, topology_id: str, fn: Any, tag: str) -> None:
+    for n in range(1000):
+        txn = coord.plan(topology_id, f"{tag}{n}")
+        if not txn.empty:
+            process_batch(coord, topology_id, txn.txid, fn)
+        coord.commit(topology_id, txn.txid)
+        if txn.empty:
+            return
+
+
+def check_invariants(dsn: str, sent: list[dict[str, Any]]) -> dict[str, bool]:
+    """The payments invariants, from the producers' ledger (``sent``) and the committed state;
+    the verdict on every request."""
+    valid = [r for r in sent if r["from"] in ACCOUNTS and r["to"] in ACCOUNTS and r["from"] != r["to"]
+             and isinstance(r["amount"], int) and r["amount"] > 0]
+    verdicts = dict(query(dsn, "SELECT request_id, granted FROM airflow_txn.verdicts WHERE decision = 'pay'"))
+    assert sorted(verdicts) == sorted({r["id"] for r in valid})  # every request decided exactly once
+    # No account was ever below its limit at a commit: every balance after a grant is in bounds.
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.verdicts WHERE granted AND balance_after < 0") == [(0,)]
+    ledger = [json.loads(p) for (p,) in query(dsn, "SELECT payload FROM airflow_txn.log_events "
+                                                  "WHERE log_name = 'ledger'")]
+    by_type: dict[str, list[str]] = defaultdict(list)
+    for ev in ledger:
+        by_type[ev["type"] if ev["account"] != "fees" else "fee"].append(ev["request"])
+    granted = sorted(r for r, g in verdicts.items() if g)
+    assert sorted(by_type["outgoing"]) == granted and sorted(by_type["incoming"]) == granted  # exactly once each
+    assert sorted(by_type["declined"]) == sorted(r for r, g in verdicts.items() if not g)
+    assert sorted(by_type["fee"]) == sorted(r["id"] for r in valid if verdicts[r["id"]] and r["amount"] > FEE_OVER)
+    # Money is conserved (both stages drained): every balance is opening + credits + debits.
+    balances = dict(query(dsn, "SELECT a.account, a.opening + coalesce(c.value, 0) + coalesce(d.value, 0) "
+                               "FROM accounts a LEFT JOIN credits c USING (account) "
+                               "LEFT JOIN debits d USING (account)"))
+    assert sum(balances.values()) == sum(o for o, _d in ACCOUNTS.values())
+    assert all(balances[a] >= -d for a, (_o, d) in ACCOUNTS.items())  # and none below its limit now
+    return verdicts
+
+
+def test_payments_are_decided_in_log_order_on_committed_balances_and_conserve_money(dsn: str) -> None:
+    coord, log = setup(dsn)
+    first = requests(120, seed=1)
+    send(log, [*first, {"id": "bad", "from": "a1", "to": "a1", "amount": 5}])
+    drain(coord, "payments", pay_fn, "p")
+    # No credit was settled yet: the verdicts are those of a sequential executor on the openings.
+    balance = {a: o + d for a, (o, d) in ACCOUNTS.items()}
+    expected = {}
+    for r in first:  # per source account, log order is send order
+        cost = r["amount"] + (FEE if r["amount"] > FEE_OVER else 0)
+        expected[r["id"]] = balance[r["from"]] - cost >= 0
+        balance[r["from"]] -= cost if expected[r["id"]] else 0
+    assert dict(query(dsn, "SELECT request_id, granted FROM airflow_txn.verdicts")) == expected
+    assert 0 < sum(expected.values()) < len(expected)  # the data makes both verdicts happen
+    assert query(dsn, "SELECT reason FROM airflow_txn.quarantine")[0][0].startswith("ValueError: unknown or same")
+    # Settled credits raise the headroom of later payments; stages now interleave.
+    second = requests(150, seed=2, start=1000)
+    for k in range(0, 150, 30):
+        drain(coord, "settlement", settle_fn, f"s{k}-")
+        send(log, second[k:k + 30])
+        drain(coord, "payments", pay_fn, f"q{k}-")
+    drain(coord, "settlement", settle_fn, "s-end")
+    verdicts = check_invariants(dsn, first + second)
+    assert sum(verdicts[r["id"]] for r in second) > sum(expected[r["id"]] for r in first) / 120 * 150 * 0.5
+    assert coord.verdicts("payments", "pay", ["r0", "nope"]).keys() == {"r0"}
+
+
+def test_a_request_sent_again_is_not_decided_again_and_replays_decide_once(dsn: str) -> None:
+    coord, log = setup(dsn)
+    reqs = requests(40, seed=3)
+    send(log, reqs)
+    txn = coord.plan("payments", "a")
+    for _ in range(2):  # two attempts; only the committed one's requests are decided
+        process_batch(coord, "payments", txn.txid, pay_fn)
+    with faults.inject("commit.after_append", "raise"), pytest.raises(faults.InjectedFault):
+        coord.commit("payments", txn.txid)
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.verdicts") == [(0,)]  # rolled back with the commit
+    assert query(dsn, "SELECT count(*) FROM debits") == [(0,)]
+    coord.commit("payments", txn.txid)
+    decided = dict(query(dsn, "SELECT request_id, txid FROM airflow_txn.verdicts"))
+    # The same requests again under new event ids (a client retrying): nothing is decided twice.
+    log.append([(f"again-{r['id']}", json.dumps(r)) for r in reqs[:10]])
+    drain(coord, "payments", pay_fn, "b")
+    after = dict(query(dsn, "SELECT request_id, txid FROM airflow_txn.verdicts"))
+    assert len(decided) == 25 and sorted(after) == sorted(r["id"] for r in reqs)
+    assert {r: after[r] for r in decided} == decided and min(t for r, t in after.items() if r not in decided) > 1
+    drain(coord, "settlement", settle_fn, "s")
+    check_invariants(dsn, reqs)
+
+
+def test_decisions_are_declared_on_a_sum_state_they_alone_update(dsn: str) -> None:
+    source = PostgresLogSource("requests")
+    with pytest.raises(ConfigError, match="must be a transactional sum state"):
+        TopologySpec("t", source, [StateSpec("d", {"k": "text"}, combiner="max")],
+                     decisions=[DecisionSpec("pay", state="d")])
+    with pytest.raises(ConfigError, match="has no state 'nope'"):
+        TopologySpec("t", source, [StateSpec("d", {"k": "text"})], decisions=[DecisionSpec("pay", state="nope")])
+    with pytest.raises(ConfigError, match="decision names must be unique and differ"):
+        TopologySpec("t", source, [StateSpec("d", {"k": "text"})], decisions=[DecisionSpec("d", state="d")])
+    coord, log = setup(dsn)
+    send(log, requests(3, seed=4))
+    txn = coord.plan("payments", "a")
+    with pytest.raises(ConfigError, match="updated by a decision only"):
+        process_batch(coord, "payments", txn.txid, lambda r: [("debits", (r["from"],), 5)])
+    query(dsn, "DROP VIEW headroom")
+    process_batch(coord, "payments", txn.txid, pay_fn)
+    with pytest.raises(ConfigError, match=r"headroom 'public.headroom' does not exist: create it"):
+        coord.commit("payments", txn.txid)
