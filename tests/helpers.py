@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import psycopg2
 
+from airflow_transactional import spark_cds
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
+from airflow_transactional.submit import provider_zip
+
+
+def spark_submit(dsn: str, application: str, *args: str, env: dict[str, str] | None = None,
+                 java_options: str | None = None) -> subprocess.CompletedProcess[str]:
+    """A job under spark-submit (local[2]); its driver starts from the class-data-sharing archive
+    when one was built (``airflow-txn spark-cds``), as the process task's does."""
+    conf = spark_cds.with_archive({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
+                                   **({"spark.driver.extraJavaOptions": java_options} if java_options else {})},
+                                  spark_cds.current())
+    argv = ["spark-submit", "--master", "local[2]", *(x for k, v in conf.items() for x in ("--conf", f"{k}={v}")),
+            "--py-files", provider_zip(), application, *args]
+    return subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
+                                     **(env or {})}, capture_output=True, text=True, timeout=300)
 
 
 def query(dsn: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:

@@ -27,7 +27,7 @@ from .deadlines import late_commit
 from .exceptions import ConfigError
 from .operators import CommitOperator, PlanOperator, TransactionalSparkSubmitOperator
 from .sources.base import Source
-from .spec import OutputSpec, StateSpec, TopologySpec
+from .spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
 from .submit import LOCAL_SPARK_CONF
 from .values import Combiner, ValueKind
 
@@ -58,6 +58,7 @@ def transactional_dag(
     states: Sequence[StateSpec],
     application: str,
     outputs: Sequence[OutputSpec] = (),
+    decisions: Sequence[DecisionSpec] = (),
     schedule: Any,
     max_in_flight: int = 3,
     max_batch_size: int = 100_000,
@@ -103,7 +104,8 @@ def transactional_dag(
     worker slot, and wake when the topology commits; False makes them poll in their worker to the
     end (a deployment without a triggerer).
     ``outputs``: event logs the commit appends the job's output events to (:class:`OutputSpec`),
-    each the source another topology may read.
+    each the source another topology may read. ``decisions``: rules the commit applies to the
+    job's requests one by one, per key in source order, on the committed state (:class:`DecisionSpec`).
     ``emit_assets`` (default True): each commit updates one Airflow asset per state table
     (:func:`airflow_transactional.state_asset`) and per output log
     (:func:`airflow_transactional.output_asset`), with the txid as the event's partition key.
@@ -119,6 +121,7 @@ def transactional_dag(
             "it is the batch-emit interval, and Airflow can only backfill DAGs with a schedule")
     spec = TopologySpec(topology_id, source, states, max_in_flight=max_in_flight,
                         max_batch_size=max_batch_size, opaque=opaque, on_bad_record=on_bad_record, outputs=outputs,
+                        decisions=decisions,
                         extra={"spark": {"application": _resolve_application(application, _caller_dir()),
                                          "application_args": list(application_args)},
                                # One DAG runs a topology: a second one would claim its runs' txids.
@@ -201,6 +204,8 @@ def _doc(spec: TopologySpec) -> str:
     states = "\n".join(f"- `{s.name}`: keys {', '.join(s.key_columns)}, {Combiner.parse(s.combiner).value} "
                        f"({ValueKind.parse(s.kind).value} values)" for s in spec.states)
     outputs = "".join(f"- `{o.name}`: appends to event log `{o.log_name}`\n" for o in spec.outputs)
+    outputs += "".join(f"- decision `{d.name}`: grants requests while `{d.state}` (plus "
+                       f"{d.headroom or 'nothing'}) stays at or above {d.floor}\n" for d in spec.decisions)
     return (f"### Transactional topology `{spec.topology_id}`\n\n"
             f"Source: `{spec.source!r}`\n\nStates:\n{states}\n\n"
             + (f"Outputs:\n{outputs}\n" if outputs else "") +

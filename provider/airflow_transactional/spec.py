@@ -260,6 +260,12 @@ class TopologySpec:
         """The states only a decision updates (the transform returns no rows for them)."""
         return frozenset(d.state for d in self.decisions)
 
+    @property
+    def recomputable_states(self) -> tuple[StateSpec, ...]:
+        """The states an audit can recompute from the source in parallel: not those a decision
+        keeps (their verdicts depended on the order of the commits)."""
+        return tuple(s for s in self.states if s.name not in self.decided_states)
+
     def decision(self, name: str) -> DecisionSpec:
         for d in self.decisions:
             if d.name == name:

@@ -21,8 +21,7 @@ from airflow_transactional import EventLog, PostgresLogSource, StateSpec, Topolo
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import NotProcessed
-from airflow_transactional.spark_job import provider_zip
-from tests.helpers import query
+from tests.helpers import query, spark_submit
 
 pytestmark = pytest.mark.spark
 
@@ -40,15 +39,7 @@ def _spec(max_batch_size: int = 700) -> TopologySpec:
 
 def _submit(dsn: str, *args: str, env: dict[str, str] | None = None,
             java_options: str | None = None) -> subprocess.CompletedProcess[str]:
-    """The words job under spark-submit; its driver starts from the class-data-sharing archive
-    when one was built (``airflow-txn spark-cds``), as the process task's does."""
-    conf = spark_cds.with_archive({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
-                                   **({"spark.driver.extraJavaOptions": java_options} if java_options else {})},
-                                  spark_cds.current())
-    argv = ["spark-submit", "--master", "local[2]", *(x for k, v in conf.items() for x in ("--conf", f"{k}={v}")),
-            "--py-files", provider_zip(), WORDS, "--topology", "words", *args]
-    return subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
-                                     **(env or {})}, capture_output=True, text=True, timeout=300)
+    return spark_submit(dsn, WORDS, "--topology", "words", *args, env=env, java_options=java_options)
 
 
 def _tweets(n: int) -> list[tuple[str, str]]:

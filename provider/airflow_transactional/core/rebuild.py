@@ -81,6 +81,10 @@ def begin(store: StateStore, topology_id: str) -> Rebuild:
             if any(s.database is not None for s in spec.states):
                 raise ConfigError(f"topology {topology_id!r} keeps states in another database: rebuild them there "
                                   "by replaying the log into a fresh table")
+            if spec.decisions:
+                raise ConfigError(f"topology {topology_id!r} has decisions: their states hold verdicts taken in "
+                                  "commit order, which a parallel recomputation cannot take again; audit it "
+                                  "instead (its other states), or reset it to start over")
             running = topologies.rebuild_mark(cur, store.schema, topology_id)
             if running.rebuild_from_txid is not None:
                 raise RebuildInProgress(f"topology {topology_id!r} has an unfinished rebuild {running.rebuild_id} "

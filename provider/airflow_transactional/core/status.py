@@ -115,7 +115,7 @@ def audit_tables(store: StateStore, topology_id: str) -> tuple[int, dict[str, st
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
     copies = {}
-    for state in spec.states:
+    for state in spec.recomputable_states:
         table = create_audit_table(store, num, state)
         with store.db.transaction() as cur:
             copies[state.name] = q.copy_into(table, [*state.key_columns, "value"], csv=True).as_string(cur)
@@ -143,7 +143,7 @@ def diff_audit(store: StateStore, topology_id: str, num: int, committed_txid: in
         result: dict[str, Any] = {"topology": topology_id, "auditable": True,
                                   "committed_txid": committed_txid, "differences": 0,
                                   "states": {}, "samples": []}
-        for state in spec.states:
+        for state in spec.recomputable_states:
             table = q.audit_table(store.schema, num, state)
             cur.execute(q.audit_diff(state, table))
             rows = cur.fetchall()

@@ -20,7 +20,7 @@ from ..store.connection import redact
 from ..store.migrations import DEFAULT_SCHEMA
 from ..submit import DSN_FILE_ARG, driver_dsn, provider_zip
 from .read import raw_records, readable_batch
-from .stage import copy_dataframe, fold, output_events, stage_fold
+from .stage import copy_dataframe, decision_requests, fold, output_events, stage_fold
 from .validate import Validated, validate
 
 if TYPE_CHECKING:
@@ -130,39 +130,45 @@ def _session(app_name: str) -> SparkSession:
 
 
 def _outputs(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[str, DataFrame]:
-    """Each state's folded rows, by state; then each output's DataFrame of events, as returned."""
+    """Each state's folded rows, by state; then each output's events and each decision's
+    requests, as returned. (A state a decision updates gets no rows from the transform.)"""
     out = transform(good)
     if not isinstance(out, Mapping):
         raise ConfigError("the transform must return {state name: DataFrame} (and {output name: DataFrame} "
-                          "for the topology's outputs)")
-    unknown = set(out) - {s.name for s in spec.states} - {o.name for o in spec.outputs}
+                          "for the topology's outputs, {decision name: DataFrame} for its decisions)")
+    states = [s for s in spec.states if s.name not in spec.decided_states]
+    others = [o.name for o in spec.outputs] + [d.name for d in spec.decisions]
+    unknown = set(out) - {s.name for s in states} - set(others)
     if unknown:
         raise ConfigError(f"the transform returned unknown states or outputs {sorted(unknown)}; the topology has "
-                          f"states {', '.join(s.name for s in spec.states)}"
-                          + (f" and outputs {', '.join(o.name for o in spec.outputs)}" if spec.outputs else ""))
-    missing = [s.name for s in spec.states if s.name not in out]
+                          f"states {', '.join(s.name for s in states)}"
+                          + (f" and outputs or decisions {', '.join(others)}" if others else "")
+                          + (f" (states {', '.join(sorted(spec.decided_states))} are updated by decisions only)"
+                             if spec.decided_states else ""))
+    missing = [s.name for s in states if s.name not in out]
     if missing:
         raise ConfigError(f"the transform returned no DataFrame for states {missing}")
-    return {**{s.name: fold(s, out[s.name]) for s in spec.states},
-            **{o.name: out[o.name] for o in spec.outputs if o.name in out}}
+    return {**{s.name: fold(s, out[s.name]) for s in states}, **{name: out[name] for name in others if name in out}}
 
 
 def _states(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[str, DataFrame]:
-    """Each state's folded rows (an audit or a rebuild recomputes states; outputs stay appended)."""
-    names = {s.name for s in spec.states}
+    """Each state's folded rows (an audit or a rebuild recomputes states; outputs stay appended,
+    and states a decision keeps are left out: their verdicts cannot be recomputed in parallel)."""
+    names = {s.name for s in spec.recomputable_states}
     return {name: df for name, df in _outputs(spec, transform, good).items() if name in names}
 
 
 def _validated(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, batch: Mapping[str, Any],
-               schema: str | None, required: Sequence[str]) -> Validated:
+               schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None) -> Validated:
     """The planned ``batch`` of ``spec`` read, parsed, validated, cached and counted."""
     records = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn, schema=coordinator.schema,
                           topology_id=spec.topology_id, record_schema=schema)
-    return validate(records, schema, required)
+    return validate(records, schema, required, checks)
 
 
 def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txid: int, transform: Transform,
-            *, schema: str | None, required: Sequence[str], phases: Phases | None = None) -> dict[str, Any]:
+            *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None,
+            phases: Phases | None = None) -> dict[str, Any]:
     """Process ``txid`` once, as a new attempt (see the module docstring)."""
     phases = phases or Phases()
     txn = coordinator.transaction(topology_id, txid)
@@ -179,7 +185,7 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             attempt = work.attempt
             faults.point("spark.begin", scope=scope)
             batch, unreadable = readable_batch(work.txn.batch)
-            checked = _validated(spark, coordinator, spec, batch, schema, required)
+            checked = _validated(spark, coordinator, spec, batch, schema, required, checks)
             cached = checked.cached
             phases.lap("read, parse, validate, cache")
             records_read = checked.records + len(unreadable)
@@ -190,15 +196,19 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
                 raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
                                 "(on_bad_record='fail'; use 'quarantine' to set them aside)")
             copies = coordinator.staging_copies(topology_id)
-            out = coordinator.output_staging(topology_id) if spec.outputs else None
-            counts = {o.name: 0 for o in spec.outputs}
+            out = coordinator.output_staging(topology_id)
+            counts = {name: 0 for name in (*out.partitions, *out.requests)}
             for name, df in _outputs(spec, transform, checked.good).items():
                 if name in copies:
                     counts[name] = stage_fold(df, dsn, copies[name], (txid, attempt.attempt))
                     phases.lap(f"fold and stage {name}")
+                elif name in out.requests:
+                    requests = decision_requests(name, spec.state(spec.decision(name).state), df)
+                    counts[name] = stage_fold(requests, dsn, out.requests[name], (txid, attempt.attempt))
+                    phases.lap(f"stage requests {name}")
                 else:
-                    assert out is not None
-                    events = output_events(topology_id, name, out.partitions[name], df)
+                    events = output_events(topology_id, name, out.partitions[name], df,
+                                           [d.name for d in spec.decisions])
                     counts[name] = stage_fold(events, dsn, out.copy, (txid, attempt.attempt, name))
                     phases.lap(f"stage output {name}")
             faults.point("spark.after_stage", scope=scope)
@@ -221,7 +231,8 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
 
 
 def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
-          *, schema: str | None, required: Sequence[str]) -> dict[str, Any]:
+          *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
+          ) -> dict[str, Any]:
     """Recompute every state from the source over the committed offsets and diff the tables."""
     for _ in range(3):
         spec = coordinator.spec(topology_id)
@@ -230,7 +241,7 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
         if why_not:
             return {"topology": topology_id, "auditable": False, "reason": why_not, "differences": None}
         batch, unreadable = readable_batch(batch)
-        checked = _validated(spark, coordinator, spec, batch, schema, required)
+        checked = _validated(spark, coordinator, spec, batch, schema, required, checks)
         n_bad = checked.bad_records + len(unreadable)
         num, copies = coordinator.audit_tables(topology_id)
         for name, delta in _states(spec, transform, checked.good).items():
@@ -249,7 +260,8 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
 
 
 def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
-            *, schema: str | None, required: Sequence[str]) -> dict[str, Any]:
+            *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
+          ) -> dict[str, Any]:
     """Recompute every state from the source and swap it in while the topology keeps committing."""
     rebuild_ = rb.begin(coordinator, topology_id)
     try:
@@ -257,7 +269,7 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
         batch, why_not = coordinator.committed_batch(topology_id, through_txid=rebuild_.through_txid)
         if why_not:
             raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
-        checked = _validated(spark, coordinator, spec, readable_batch(batch)[0], schema, required)
+        checked = _validated(spark, coordinator, spec, readable_batch(batch)[0], schema, required, checks)
         copies = rb.load_copies(coordinator, topology_id)
         for name, delta in _states(spec, transform, checked.good).items():
             stage_fold(delta, coordinator.db.dsn, copies[name], ())
@@ -270,8 +282,13 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
 
 
 def run(transform: Transform, *, schema: str | None = None, required: Sequence[str] = (),
-        argv: Sequence[str] | None = None) -> int:
-    """Entry point of a job file: parse argv, process one transaction (or audit), exit."""
+        checks: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> int:
+    """Entry point of a job file: parse argv, process one transaction (or audit), exit.
+
+    A record is quarantined when it does not parse under ``schema``, lacks a ``required`` field,
+    or fails one of ``checks`` -- ``{reason: Spark SQL condition it must meet}``, e.g.
+    ``{"amount must be positive": "amount > 0"}`` (a condition that is null fails).
+    """
     phases = Phases()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -281,12 +298,14 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
     phases.lap("session")
     try:
         if mode == "audit":
-            result = audit(spark, coordinator, args.topology, transform, schema=schema, required=required)
+            result = audit(spark, coordinator, args.topology, transform, schema=schema, required=required,
+                           checks=checks)
         elif mode == "rebuild":
-            result = rebuild(spark, coordinator, args.topology, transform, schema=schema, required=required)
+            result = rebuild(spark, coordinator, args.topology, transform, schema=schema, required=required,
+                             checks=checks)
         else:
             result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
-                             required=required, phases=phases)
+                             required=required, checks=checks, phases=phases)
     except StaleAttempt as exc:
         log.warning("%s", exc)
         result = {"txid": args.txid, "stale": str(exc)}

@@ -36,18 +36,37 @@ def fold(state: StateSpec, df: DataFrame) -> DataFrame:
             .groupBy(*keys).agg(agg("value").cast(_spark_type(state.value_type)).alias("value")))
 
 
-def output_events(topology_id: str, output: str, partitions: int, df: DataFrame) -> DataFrame:
-    """The events a transform returned for ``output`` as staged rows: partition, seq, event_id, payload.
+def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
+                  decisions: Sequence[str] = ()) -> DataFrame:
+    """The events a transform returned for ``output`` as staged rows: partition, seq, event_id,
+    payload, decision, request, granted.
 
     ``df`` has ``id`` (the event's origin, e.g. ``concat(_event_id, lit(':granted'))``; the log's
     event id is ``"<topology>:<id>"``) and ``payload`` (text, or a struct/map written as JSON);
     optionally ``key`` (the partition key, default the event id) and ``seq`` (the order in the
     log within the txid, then the id). Of events sharing an id the first in that order is kept,
-    as the log itself keeps the first delivery of an id.
+    as the log itself keeps the first delivery of an id. An event with a ``request`` (a request
+    id of one of ``decisions``, named by a ``decision`` column when there are several) is
+    appended only if the request gets the verdict its ``when`` says: ``granted`` or ``declined``.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
+
+    verdict = [F.lit(None).cast("string").alias("decision"), F.lit(None).cast("string").alias("request"),
+               F.lit(None).cast("boolean").alias("granted")]
+    if "request" in df.columns:
+        if "when" not in df.columns or not decisions or (len(decisions) > 1 and "decision" not in df.columns):
+            raise ConfigError(f"output {output!r}: events with a request column also need when ('granted' or "
+                              "'declined')" + (", and decision (the topology has several)" if len(decisions) > 1
+                                               else "") + f"; the topology's decisions: {list(decisions) or 'none'}")
+        decision = F.col("decision").cast("string") if "decision" in df.columns else F.lit(decisions[0])
+        when = F.lower(F.col("when").cast("string"))
+        verdict = [decision.alias("decision"), F.col("request").cast("string").alias("request"),
+                   F.when(when == "granted", True).when(when == "declined", False)
+                   .otherwise(F.raise_error(F.concat(F.lit(f"output {output!r}: when must be 'granted' or "
+                                                           "'declined', got "), F.coalesce(when, F.lit("null")))))
+                   .alias("granted")]
 
     missing = [c for c in ("id", "payload") if c not in df.columns]
     if missing:
@@ -62,8 +81,30 @@ def output_events(topology_id: str, output: str, partitions: int, df: DataFrame)
     seq = F.col("seq").cast("long") if "seq" in df.columns else F.lit(None).cast("long")
     # crc32 of the UTF-8 bytes, as sources.eventlog.partition_of computes it.
     rows = df.select((F.crc32(key.cast("binary")) % F.lit(partitions)).cast("int").alias("partition"),
-                     seq.alias("seq"), event_id.alias("event_id"), payload.alias("payload"))
+                     seq.alias("seq"), event_id.alias("event_id"), payload.alias("payload"), *verdict)
     first = Window.partitionBy("event_id").orderBy(F.col("seq").asc_nulls_last(), F.col("payload"))
+    return rows.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
+
+
+def decision_requests(decision: str, state: StateSpec, df: DataFrame) -> DataFrame:
+    """The requests a transform returned for ``decision`` as staged rows: keys, seq, request, amount.
+
+    ``df`` has the decision state's key columns, ``amount`` and ``id`` (the request id), and may
+    have ``seq`` (the order of a key's requests within the txid, then the id). Of requests sharing
+    an id the first in that order is kept (one request is decided once).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = state.key_columns
+    missing = [c for c in (*keys, "amount", "id") if c not in df.columns]
+    if missing:
+        raise ConfigError(f"the transform's DataFrame for decision {decision!r} lacks columns {missing}: it must have "
+                          f"{', '.join(keys)}, amount and id, and may have seq (has {', '.join(df.columns)})")
+    seq = F.col("seq").cast("long") if "seq" in df.columns else F.lit(None).cast("long")
+    rows = df.select(*keys, seq.alias("seq"), F.col("id").cast("string").alias("request"),
+                     F.col("amount").cast(_spark_type(state.value_type)).alias("amount"))
+    first = Window.partitionBy("request").orderBy(F.col("seq").asc_nulls_last(), F.col("amount"))
     return rows.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
 
 

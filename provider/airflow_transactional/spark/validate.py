@@ -3,7 +3,7 @@ reason, a capped prefix of the raw text and its length) to the quarantine."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..core.model import QUARANTINE_RECORD_CHARS
@@ -24,7 +24,8 @@ class Validated(NamedTuple):
     cached: DataFrame  # the caller unpersists it when done (a Spark Connect server would keep it)
 
 
-def validate(records: Records, schema: str | None, required: Sequence[str]) -> Validated:
+def validate(records: Records, schema: str | None, required: Sequence[str],
+             checks: Mapping[str, str] | None = None) -> Validated:
     """Split records into good and bad ones, and count both in the one pass that caches the batch.
 
     Records are parsed once: the parsed batch is cached (memory, then disk) for the passes that
@@ -67,6 +68,11 @@ def validate(records: Records, schema: str | None, required: Sequence[str]) -> V
     reason = F.when(F.col("_malformed"), F.lit("malformed record: not a JSON object of the schema"))
     for r in required:
         reason = reason.when(F.col(r).isNull(), F.lit(f"missing required field {r!r}"))
+    for why, condition in (checks or {}).items():
+        if not isinstance(why, str) or not isinstance(condition, str):
+            raise ConfigError(f"checks map a reason to a Spark SQL condition, e.g. {{'amount must be positive': "
+                              f"'amount > 0'}}; got {why!r}: {condition!r}")
+        reason = reason.when(~F.coalesce(F.expr(condition), F.lit(False)), F.lit(why))
     flat = flat.withColumn("_reason", reason)
     # Only a prefix of a bad record is kept (and its length): a poison record of any size costs
     # the quarantine QUARANTINE_RECORD_CHARS characters.
