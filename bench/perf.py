@@ -8,6 +8,8 @@ and every result is a ratio against a baseline measured in the same run:
 
 - ``commit``: committing D staged deltas vs a hand-written bulk ``INSERT ... ON CONFLICT`` of
   rows of the same shape into the same table; and commit time on a large vs a small state.
+- ``decisions``: a commit that decides N requests per key in source order vs a plain commit of
+  their per-key deltas (``bench/decide.py``).
 - ``plan``: planning a batch on a large vs a small event log.
 - ``peer``: events/s of the provider (Airflow runs of a landing topology) vs Spark Structured
   Streaming with an exactly-once ``foreachBatch`` sink (``bench/sss_peer.py``), the same files,
@@ -60,6 +62,7 @@ from airflow_transactional.spec import DEFAULT_STATE_SCHEMA, StateSpec, Topology
 from airflow_transactional.store.migrations import DEFAULT_SCHEMA
 from airflow_transactional.submit import SPARK_CONNECT_SERVER, spark_submit_argv
 from bench import waits
+from bench.decide import bench_decisions
 from bench.work import PEER_JOB, REPO, WORDS_JOB, bench_work, run_measured, settle_log
 from dev.localstack import LocalStack, RestClient
 
@@ -68,7 +71,7 @@ log = logging.getLogger("bench.perf")
 DAG_FILES = sorted((REPO / "bench" / "dags").glob("bench_*.py"))
 SCHEMA = DEFAULT_SCHEMA
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
-SECTIONS = ("commit", "plan", "startup", "work", "peer", "overhead", "pipelining", "waits")
+SECTIONS = ("commit", "decisions", "plan", "startup", "work", "peer", "overhead", "pipelining", "waits")
 # How the provider runs its Spark jobs: one spark-submit per batch, or a long-lived Spark Connect
 # server (the DAG suffix of each).
 BACKENDS = {"spark-submit": "", "Spark Connect": "_sc"}
@@ -100,13 +103,16 @@ class Sizes:
     startup_trials: int = 4
     work_batch: int = 1_000_000
     work_trials: int = 3
+    decision_requests: int = 100_000
+    decision_accounts: int = 20_000
+    decision_trials: int = 5
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(commit_large_state=1_000_000, commit_trials=2, plan_large_log=2_000_000, plan_trials=9,
                    peer_batches=(1_000_000,), peer_batch_count=2, peer_backends=("Spark Connect",),
                    overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2,
-                   work_trials=2)
+                   work_trials=2, decision_trials=2)
 
 
 @dataclass
@@ -677,6 +683,8 @@ class Bench:
         try:
             if "commit" in self.sections:
                 bench_commit(dsn, self.sizes, self.report)
+            if "decisions" in self.sections:
+                bench_decisions(dsn, self.sizes, self.report)
             if "plan" in self.sections:
                 bench_plan(dsn, self.sizes, self.report)
             if "startup" in self.sections:

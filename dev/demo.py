@@ -2,7 +2,8 @@
 
 Starts the embedded PostgreSQL and Airflow 3 (api-server, scheduler, dag-processor, triggerer),
 a producer appending tweets to the ``tweets`` event log (with a few malformed records and
-duplicate deliveries, so the quarantine and the dedupe have work) and landing order files, then
+duplicate deliveries, so the quarantine and the dedupe have work), landing order files and
+appending payment requests (after one deposit per account) for the payments pipeline, then
 unpauses the example DAGs and prints where to look. Ctrl-C stops everything it started.
 """
 
@@ -24,9 +25,11 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import TransactionalError
 from airflow_transactional.sources import EventLog
 from airflow_transactional.sources.landing import write_json_lines
+from dev import payments
 from dev.localstack import LocalStack
 
-DAGS = ("words", "global_count", "landing_orders")
+# settlement first: it keeps the credits table the payments decision reads (its headroom).
+DAGS = ("words", "global_count", "landing_orders", "settlement", "payments")
 DOMAINS = ["example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com", "news.ycombinator.com"]
 
 
@@ -90,6 +93,32 @@ class Producer(threading.Thread):
                 write_json_lines(str(self.landing), f"orders-{int(time.time() * 1000)}.json", orders)
 
 
+class PaymentRequests(threading.Thread):
+    """Appends payment requests (a few invalid) for the payments example, after one deposit per account."""
+
+    def __init__(self, dsn: str, per_second: float, interval: float = 3.0) -> None:
+        super().__init__(name="payments", daemon=True)
+        self.requests, ledger = payments.create_logs(dsn)
+        payments.deposit(ledger, {a: 500 for a in payments.ACCOUNTS})  # once ever: the deposit ids are fixed
+        ledger.close()
+        self.per_tick = max(1, int(per_second * interval))
+        self.interval = interval
+        self.run_id = uuid.uuid4().hex[:8]  # a restarted demo sends new request ids
+        self.stop_event = threading.Event()
+        self.sent = 0
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.interval):
+            batch = payments.requests(self.per_tick, seed=self.sent, start=self.sent, invalid_every=40)
+            for r in batch:
+                r["id"] = f"{self.run_id}-{r['id']}"
+            try:
+                payments.send(self.requests, batch)
+                self.sent += len(batch)
+            except Exception as exc:  # the demo goes on; each append is all-or-nothing
+                logging.warning("payments: append failed: %s", exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default="var/demo", help="where the demo keeps Postgres, Airflow and logs")
@@ -108,12 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     producer: Producer | None = None
+    requests: PaymentRequests | None = None
     try:
         print("starting PostgreSQL and Airflow (api-server, scheduler, dag-processor, triggerer)...", flush=True)
         stack.start()
         EventLog(stack.state_dsn, "tweets").create(4)
         producer = Producer(stack.state_dsn, landing, args.rate)
         producer.start()
+        requests = PaymentRequests(stack.state_dsn, per_second=max(1.0, args.rate / 10))
+        requests.start()
         client = stack.client()
         for dag_id in DAGS:
             client.wait_for_dag(dag_id)
@@ -132,6 +164,9 @@ State        {env_line}
              .venv/bin/airflow-txn status words        # committed txid, in flight, lag, quarantine
              .venv/bin/airflow-txn audit words         # recompute from the log with Spark and diff
              psql "$AIRFLOW_TXN_DSN" -c 'SELECT * FROM domain_counts ORDER BY value DESC'
+Payments     payments decides each request in its commit; settlement credits the payees:
+             psql "$AIRFLOW_TXN_DSN" -c 'SELECT granted, count(*) FROM airflow_txn.verdicts GROUP BY 1'
+             psql "$AIRFLOW_TXN_DSN" -c 'SELECT * FROM credits ORDER BY account'
 Logs         {base}/*.log    Ctrl-C stops everything.
 """, flush=True)
         coordinator = Coordinator(stack.state_dsn)
@@ -153,8 +188,9 @@ Logs         {base}/*.log    Ctrl-C stops everything.
         pass
     finally:
         print("stopping...", flush=True)
-        if producer is not None:
-            producer.stop_event.set()
+        for thread in (producer, requests):
+            if thread is not None:
+                thread.stop_event.set()
         stack.stop()
     return 0
 

@@ -35,3 +35,23 @@ def test_commit_and_plan_sections_measure_real_commits_and_plans(dsn: str) -> No
     assert planned == [(6, 10_000, 10_000)]
     table = report.table()
     assert "commit time, state 3,000 vs 300 rows" in table and "| met" in table
+
+
+def test_the_decisions_section_decides_every_request_and_commits_the_same_events_plainly(dsn: str) -> None:
+    from bench.decide import bench_decisions
+
+    sizes = Sizes(decision_requests=500, decision_accounts=20, decision_trials=2)
+    report = Report(started="2026-11-22T00:00:00+00:00", machine="test", quick=True)
+    bench_decisions(dsn, sizes, report)
+
+    [row] = report.rows
+    assert row.section == "decisions" and row.ratio is not None and row.ratio > 0 and row.target == "<= 2.0x"
+    # Warm-up + 2 trials on each side: every request got a verdict, both sides committed 3 txids.
+    assert query(dsn, "SELECT count(*), count(DISTINCT txid) FROM airflow_txn.verdicts") == [(1500, 3)]
+    assert query(dsn, "SELECT topology_id, max(txid) FROM airflow_txn.commits GROUP BY 1 ORDER BY 1") == [
+        ("bench_decided", 3), ("bench_plain", 3)]
+    # The plain side applied every event; the decided side only the grants, never under the floor.
+    granted = query(dsn, "SELECT sum(amount) FROM airflow_txn.verdicts WHERE granted")[0][0]
+    assert query(dsn, "SELECT sum(value) FROM bench_decided_balances")[0][0] == granted
+    assert query(dsn, "SELECT min(balance_after) >= -500 FROM airflow_txn.verdicts WHERE granted") == [(True,)]
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.verdicts WHERE NOT granted")[0][0] > 0

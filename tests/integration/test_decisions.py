@@ -77,10 +77,11 @@ def setup(dsn: str) -> tuple[Coordinator, EventLog]:
     coord = Coordinator(dsn)
     requests = EventLog(dsn, "requests")
     requests.create(4)
-    coord.register(payments())  # creates its output log, the source of ...
-    coord.register(settlement())  # ... the stage that keeps the credits the headroom adds
+    EventLog(dsn, "ledger").create(3)
+    coord.register(settlement())  # keeps the credits the headroom adds: a view over its table ...
     query(dsn, "CREATE VIEW headroom AS SELECT a.account, a.opening + a.overdraft + coalesce(c.value, 0) AS value "
                "FROM accounts a LEFT JOIN credits c USING (account)")
+    coord.register(payments())  # ... must exist before the decision is registered
     return coord, requests
 
 
@@ -205,3 +206,5 @@ def test_decisions_are_declared_on_a_sum_state_they_alone_update(dsn: str) -> No
     process_batch(coord, "payments", txn.txid, pay_fn)
     with pytest.raises(ConfigError, match=r"headroom 'public.headroom' does not exist: create it"):
         coord.commit("payments", txn.txid)
+    with pytest.raises(ConfigError, match=r"or register the topology whose state table it is first"):
+        Coordinator(dsn).register(payments())

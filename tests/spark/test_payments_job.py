@@ -48,8 +48,8 @@ def test_the_payments_example_keeps_every_invariant_under_spark(dsn: str) -> Non
     specs = example_specs()
     requests, ledger = payments.create_logs(dsn)
     coord = Coordinator(dsn)
+    coord.register(specs["settlement"])  # keeps the credits, the payments decision's headroom
     coord.register(specs["payments"])
-    coord.register(specs["settlement"])
     deposits = {a: 200 + 100 * (i % 5) for i, a in enumerate(payments.ACCOUNTS)}
     payments.deposit(ledger, deposits)
     sent = payments.requests(160, seed=7, invalid_every=23)

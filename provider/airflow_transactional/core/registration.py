@@ -76,6 +76,7 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
             if not catalog.exists(cur, store.out_staging(num)):
                 cur.execute(outputs.create_staging_table(store.out_staging(num)))
         for d in spec.decisions:
+            decisions.check_headroom(cur, d, spec.state(d.state))
             if not catalog.exists(cur, store.dec_staging(num, d)):
                 cur.execute(decisions.create_staging_table(store.dec_staging(num, d), spec.state(d.state)))
     store.specs[spec.topology_id] = (num, spec)

@@ -59,6 +59,15 @@ def _same_keys(state: StateSpec, a: str, b: str) -> sql.Composed:
                                  for c in state.key_columns)
 
 
+def check_headroom(cur: Cursor, decision: DecisionSpec, state: StateSpec) -> None:
+    """Refuse a decision whose headroom relation does not exist (checked at registration and commit)."""
+    if decision.headroom_table is not None and not catalog.exists(cur, sql.SQL("{}.{}").format(
+            *map(sql.Identifier, decision.headroom_table))):
+        raise ConfigError(f"decision {decision.name!r}: its headroom {'.'.join(decision.headroom_table)!r} does not "
+                          f"exist: create it (a table or view with columns {', '.join(state.key_columns)} and value), "
+                          "or register the topology whose state table it is first")
+
+
 def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, state: StateSpec,
            staging: sql.Composed, txid: int, attempt: int) -> tuple[int, int]:
     """Decide the requests ``attempt`` of ``txid`` staged for ``decision`` (see the module
@@ -75,10 +84,7 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
             *map(sql.Identifier, decision.headroom_table), _same_keys(state, "h", "r"))
     params: dict[str, Any] = {"t": topology_id, "d": decision.name, "txid": txid, "attempt": attempt,
                               "floor": decision.floor}
-    if decision.headroom_table is not None and not catalog.exists(cur, sql.SQL("{}.{}").format(
-            *map(sql.Identifier, decision.headroom_table))):
-        raise ConfigError(f"decision {decision.name!r}: its headroom {'.'.join(decision.headroom_table)!r} does not "
-                          f"exist: create it (a table or view with columns {', '.join(state.key_columns)} and value)")
+    check_headroom(cur, decision, state)
     cur.execute(sql.SQL(
         "INSERT INTO {decided} "
         "WITH fresh AS (SELECT * FROM {stg} r WHERE r.txid = %(txid)s AND r.attempt = %(attempt)s "
