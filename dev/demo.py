@@ -28,6 +28,7 @@ from airflow_transactional.sources.landing import write_json_lines
 from dev import payments
 from dev.localstack import LocalStack
 
+DAGS_DIR = Path(__file__).resolve().parents[1] / "dags"  # the repository's examples
 # settlement first: it keeps the credits table the payments decision reads (its headroom).
 DAGS = ("words", "global_count", "landing_orders", "settlement", "payments")
 DOMAINS = ["example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com", "news.ycombinator.com"]
@@ -131,8 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(args.dir).resolve()
     landing = base / "landing"
     landing.mkdir(parents=True, exist_ok=True)
-    dags = Path(__file__).resolve().parents[2] / "dags"
-    stack = LocalStack(base, dags, port=_port(args.port),
+    stack = LocalStack(base, DAGS_DIR, port=_port(args.port),
                        env={"AIRFLOW_TXN_LANDING_DIR": str(landing)})
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())

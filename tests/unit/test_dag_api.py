@@ -55,6 +55,18 @@ def test_every_example_dag_loads_without_import_errors(tmp_path: Path, monkeypat
         assert [t.task_id for t in dag.tasks] == ["plan", "process", "commit"]
 
 
+def test_the_demo_runs_the_example_dags_of_this_repository(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Regression: the demo once looked for its DAGs one directory too high, found none, and gave up."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from dev import demo
+
+    monkeypatch.setenv("AIRFLOW_TXN_LANDING_DIR", str(tmp_path))
+    assert demo.DAGS_DIR == REPO / "dags"
+    bag = DagBag(dag_folder=str(demo.DAGS_DIR))
+    assert bag.import_errors == {} and set(demo.DAGS) <= set(bag.dag_ids)
+
+
 def test_generated_dag_plans_processes_and_commits_in_postgres_order() -> None:
     dag = _dag(max_in_flight=4, spark_pool="spark")
     plan, process, commit = (dag.get_task(t) for t in ("plan", "process", "commit"))
