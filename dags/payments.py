@@ -16,8 +16,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from airflow.sdk import AssetOrTimeSchedule
-from airflow.timetables.trigger import DeltaTriggerTimetable
+from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, DeltaTriggerTimetable
 
 from airflow_transactional import (
           DecisionSpec,
@@ -54,7 +53,8 @@ settlement = transactional_dag(
             StateSpec("statements", keys={"account": "text", "request": "text", "type": "text"})],
     application="../spark_jobs/settlement.py",
     schedule=AssetOrTimeSchedule(
-        timetable=DeltaTriggerTimetable(SCHEDULE if isinstance(SCHEDULE, timedelta) else timedelta(days=1)),
+        timetable=DeltaTriggerTimetable(SCHEDULE) if isinstance(SCHEDULE, timedelta)
+        else CronTriggerTimetable(SCHEDULE, timezone="UTC"),
         assets=output_asset("payments", "ledger")),
     **common,
 )

@@ -178,6 +178,11 @@ def _main(argv: list[str] | None) -> int:
     p_commits = sub.add_parser("commits", help="the audit log of commits, in txid order")
     p_commits.add_argument("topology")
     p_commits.add_argument("--json", action="store_true", help="one JSON object per line")
+    p_verdict = sub.add_parser("verdict", help="a decision's verdict on requests (granted, declined, or not yet "
+                               "decided): what a requester asks")
+    p_verdict.add_argument("topology")
+    p_verdict.add_argument("decision")
+    p_verdict.add_argument("request_ids", nargs="+", metavar="REQUEST_ID")
     p_register = sub.add_parser("register", help="register the topologies that DAG files declare (as the schema's "
                                 "owner: creates their tables; the run-time role then needs no DDL rights)")
     p_register.add_argument("dag_files", nargs="+", metavar="DAG_FILE")
@@ -232,6 +237,14 @@ def _main(argv: list[str] | None) -> int:
             else:
                 _print_commits(rows)
             return 0
+        if args.command == "verdict":
+            found = coord.verdicts(args.topology, args.decision, args.request_ids)
+            for rid in args.request_ids:
+                v = found.get(rid)
+                print(f"{rid}: " + ("not decided yet" if v is None else
+                                    f"{'granted' if v['granted'] else 'declined'} in txid {v['txid']} "
+                                    f"(amount {v['amount']}, balance after {v['balance_after']})"))
+            return 0 if len(found) == len(set(args.request_ids)) else 4
         if args.command == "register":
             for spec in declared_topologies(args.dag_files):
                 coord.register(spec)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from airflow_transactional import DecisionSpec, OutputEvent, OutputSpec, Request
+from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.processing import process_batch
@@ -138,7 +139,8 @@ def check_invariants(dsn: str, sent: list[dict[str, Any]]) -> dict[str, bool]:
     return verdicts
 
 
-def test_payments_are_decided_in_log_order_on_committed_balances_and_conserve_money(dsn: str) -> None:
+def test_payments_are_decided_in_log_order_on_committed_balances_and_conserve_money(
+        dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     coord, log = setup(dsn)
     first = requests(120, seed=1)
     send(log, [*first, {"id": "bad", "from": "a1", "to": "a1", "amount": 5}])
@@ -163,6 +165,12 @@ def test_payments_are_decided_in_log_order_on_committed_balances_and_conserve_mo
     verdicts = check_invariants(dsn, first + second)
     assert sum(verdicts[r["id"]] for r in second) > sum(expected[r["id"]] for r in first) / 120 * 150 * 0.5
     assert coord.verdicts("payments", "pay", ["r0", "nope"]).keys() == {"r0"}
+    # What a requester asks: the CLI names each verdict, and exits 4 while one is still undecided.
+    assert cli(["--dsn", dsn, "verdict", "payments", "pay", "r0", "r1", "nope"]) == 4
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"r0: {'granted' if verdicts['r0'] else 'declined'} in txid 1 (amount ")
+    assert out[2] == "nope: not decided yet"
+    assert cli(["--dsn", dsn, "verdict", "payments", "pay", "r0"]) == 0
 
 
 def test_a_request_sent_again_is_not_decided_again_and_replays_decide_once(dsn: str) -> None:
