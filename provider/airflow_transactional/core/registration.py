@@ -103,6 +103,7 @@ def reset(store: StateStore, topology_id: str) -> list[str]:
                 catalog.drop(cur, table)
                 dropped.append(table.as_string(cur))
         commits.delete_quarantine(cur, store.schema, topology_id)
+        decisions.delete_verdicts(cur, store.schema, topology_id)
         topology_rows.delete(cur, store.schema, topology_id)
     store.specs.pop(topology_id, None)
     log.warning("topology %s reset: progress forgotten, dropped %s", topology_id, ", ".join(dropped) or "nothing")

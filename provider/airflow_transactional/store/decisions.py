@@ -104,7 +104,7 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
     cur.execute(sql.SQL(
         "INSERT INTO {verdicts} (topology_id, decision, request_id, txid, seq, key, amount, granted, balance_after) "
         "SELECT %(t)s, %(d)s, request, %(txid)s, seq, jsonb_build_array({keys}), amount, granted, balance "
-        "FROM {decided}").format(verdicts=table(schema, "verdicts"), keys=_keys(state), decided=decided), params)
+        "FROM {decided} ORDER BY request").format(verdicts=table(schema, "verdicts"), keys=_keys(state), decided=decided), params)
     cur.execute(sql.SQL("INSERT INTO {} SELECT %(d)s, request, granted FROM {}").format(VERDICTS, decided), params)
     delta = sql.SQL("SELECT {keys}, sum(amount) AS value FROM {decided} WHERE granted GROUP BY {keys}").format(
         keys=_keys(state), decided=decided)
@@ -113,6 +113,10 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
                 .format(decided))
     granted, declined = cur.fetchone()
     return int(granted), int(declined)
+
+
+def delete_verdicts(cur: Cursor, schema: str, topology_id: str) -> None:
+    cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %s").format(table(schema, "verdicts")), (topology_id,))
 
 
 def verdicts(cur: Cursor, schema: str, topology_id: str, decision: str,
