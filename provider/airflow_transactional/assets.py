@@ -1,5 +1,6 @@
 """The Airflow assets a topology's commits update: one per state table and one per output log,
-one asset event per committed txid, its partition key the txid.
+one asset event per committed txid; a state table's has the txid as its partition key (an
+output log's has none: see :func:`by_txid`).
 
 A downstream DAG scheduled on them with ``PartitionedAssetTimetable`` runs once per committed txid
 (Airflow queues one run per partition key, where plain asset schedules merge events that arrive
@@ -42,6 +43,16 @@ def output_asset(topology_id: str, log: str) -> Any:
 
     return Asset(name=f"transactional.{topology_id}.log.{log}", uri=f"transactional://{topology_id}/log/{log}",
                  group=GROUP)
+
+
+def by_txid(asset: Any) -> bool:
+    """Whether a commit's event of ``asset`` is partitioned by txid: a state table's is (a
+    downstream report runs once per txid); an output log's is not. Its reader is a next topology,
+    which plans whatever the log holds, so events that arrive together may start one run -- and
+    Airflow 3.3 queues a partitioned event only for partition-aware schedules, none of which has a
+    time part: a next stage scheduled ``AssetOrTimeSchedule(timetable=..., assets=output_asset(...))``
+    runs on the event and stays periodic, so Airflow can backfill it."""
+    return "/log/" not in str(asset.uri)
 
 
 def topology_assets(spec: TopologySpec) -> list[Any]:

@@ -94,6 +94,9 @@ def test_generated_dag_plans_processes_and_commits_in_postgres_order() -> None:
     assert [a.name for a in chained.get_task("commit").outlets] == [
         "transactional.t_words.url_counts", "transactional.t_words.log.long_urls"]
     assert chained.get_task("commit").outlets[1] == output_asset("t_words", "long_urls")
+    from airflow_transactional.assets import by_txid
+
+    assert [by_txid(a) for a in chained.get_task("commit").outlets] == [True, False]
     assert chained.get_task("plan").topology["outputs"] == [{"name": "long_urls", "log": "long_urls", "partitions": 2}]
     assert "appends to event log `long_urls`" in chained.doc_md
 

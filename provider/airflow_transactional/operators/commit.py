@@ -64,7 +64,7 @@ class CommitOperator(WaitingTask):
 
     def _tell(self, coordinator: Coordinator, context: Any, result: CommitResult, took: float) -> None:
         """Tell the platform about a commit: the asset events of the state tables (partition key:
-        the txid) and the metrics.
+        the txid) and of the output logs, and the metrics.
 
         Only the run that committed the txid tells: the try that committed, or a retry of it
         when that try died before Airflow recorded its success (so its events were never sent) --
@@ -82,7 +82,8 @@ class CommitOperator(WaitingTask):
         for outlet in self.outlets:
             event = context["outlet_events"][outlet]
             event.extra = extra
-            event.add_partitions(str(result.txid))
+            if assets.by_txid(outlet):
+                event.add_partitions(str(result.txid))
         if result.committed:  # metrics: once, from the try that committed
             self._report(coordinator, result, commit, took)
 
