@@ -101,10 +101,12 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
         decided=decided, stg=staging, verdicts=table(schema, "verdicts"), keys=_keys(state),
         r_keys=_keys(state, "r"), state=q.state_table(state), s_is_r=_same_keys(state, "s", "r"),
         schema=sql.Identifier(schema), headroom=headroom), params)
+    # In the index's order: each request appends to the pages it needs, instead of random inserts.
     cur.execute(sql.SQL(
         "INSERT INTO {verdicts} (topology_id, decision, request_id, txid, seq, key, amount, granted, balance_after) "
         "SELECT %(t)s, %(d)s, request, %(txid)s, seq, jsonb_build_array({keys}), amount, granted, balance "
-        "FROM {decided} ORDER BY request").format(verdicts=table(schema, "verdicts"), keys=_keys(state), decided=decided), params)
+        "FROM {decided} ORDER BY request").format(verdicts=table(schema, "verdicts"), keys=_keys(state),
+                                                  decided=decided), params)
     cur.execute(sql.SQL("INSERT INTO {} SELECT %(d)s, request, granted FROM {}").format(VERDICTS, decided), params)
     delta = sql.SQL("SELECT {keys}, sum(amount) AS value FROM {decided} WHERE granted GROUP BY {keys}").format(
         keys=_keys(state), decided=decided)
