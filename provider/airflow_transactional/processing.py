@@ -2,7 +2,8 @@
 
 This is the processing phase without Spark -- used by the core demo, the tests, and small
 topologies. The Spark helper in ``spark_jobs/`` does the same with DataFrames. The function
-may also yield :class:`OutputEvent` s for the topology's output logs. A record whose
+may also yield :class:`OutputEvent` s for the topology's output logs and :class:`Request` s for
+its decisions. A record whose
 payload does not parse, or for which the user function raises ``ValueError``, ``KeyError``,
 ``TypeError`` or :class:`BadRecord`, is quarantined with its offset and the reason (or fails the
 attempt when the topology says ``on_bad_record="fail"``). Any other exception fails the attempt;
@@ -86,7 +87,7 @@ class ProcessResult:
     txid: int
     attempt: int | None  # None: the batch was empty, nothing to process
     records_read: int
-    row_counts: dict[str, int]  # by state, and output events by output
+    row_counts: dict[str, int]  # rows by state, events by output, requests by decision
     quarantined: int
 
 
