@@ -173,7 +173,7 @@ class _Batch:
         for name, key, req_id, amount in requests:
             if (name, req_id) not in self._seen:
                 self._seen.add((name, req_id))
-                self.requests[name].append((key, sum(map(len, self.requests.values())), req_id, amount))
+                self.requests[name].append((key, len(self._seen), req_id, amount))  # _seen only grows: order
         for (output, by, eid, payload), decision, request, verdict in events:
             if (output, eid) not in self._seen:
                 self._seen.add((output, eid))

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import identifiers
 from .exceptions import ConfigError
-from .sources import Source, source_from_config
+from .sources import PostgresLogSource, Source, source_from_config
 from .values import Combiner, ValueKind
 
 DEFAULT_STATE_SCHEMA = "public"
@@ -233,17 +233,23 @@ class TopologySpec:
         self._check_outputs()
         self._check_decisions()
 
-    def _check_decisions(self) -> None:
-        decisions = tuple(self.decisions)
-        if any(not isinstance(d, DecisionSpec) for d in decisions):
-            raise ConfigError(f"topology {self.topology_id!r}: decisions must be DecisionSpec('name', state=...) "
-                              f"declarations, got {decisions!r}")
-        object.__setattr__(self, "decisions", decisions)
-        names = [d.name for d in decisions]
-        taken = {s.name for s in self.states} | {o.name for o in self.outputs}
+    def _declared(self, kind: str, cls: type, example: str, others: str, taken: set[str]) -> tuple[Any, ...]:
+        """Check the topology's ``kind`` s (outputs, decisions): ``cls`` instances, with names unique
+        and none in ``taken`` (the names of ``others``); stored as a tuple, and returned."""
+        declared = tuple(getattr(self, f"{kind}s"))
+        if any(not isinstance(d, cls) for d in declared):
+            raise ConfigError(f"topology {self.topology_id!r}: {kind}s must be {example} declarations, "
+                              f"got {declared!r}")
+        object.__setattr__(self, f"{kind}s", declared)
+        names = [d.name for d in declared]
         if len(set(names)) != len(names) or taken & set(names):
-            raise ConfigError(f"topology {self.topology_id!r}: decision names must be unique and differ from "
-                              f"the state and output names, got decisions {names}")
+            raise ConfigError(f"topology {self.topology_id!r}: {kind} names must be unique and differ from "
+                              f"the {others} names, got {kind}s {names}")
+        return declared
+
+    def _check_decisions(self) -> None:
+        decisions = self._declared("decision", DecisionSpec, "DecisionSpec('name', state=...)", "state and output",
+                                   {s.name for s in self.states} | {o.name for o in self.outputs})
         owners = [d.state for d in decisions]
         if len(set(owners)) != len(owners):
             raise ConfigError(f"topology {self.topology_id!r}: two decisions update the same state ({owners})")
@@ -267,47 +273,25 @@ class TopologySpec:
         return tuple(s for s in self.states if s.name not in self.decided_states)
 
     def decision(self, name: str) -> DecisionSpec:
-        for d in self.decisions:
-            if d.name == name:
-                return d
-        raise ConfigError(f"topology {self.topology_id!r} has no decision {name!r} "
-                          f"(decisions: {', '.join(d.name for d in self.decisions) or 'none'})")
+        return _named(self.topology_id, "decision", self.decisions, name)
 
     def _check_outputs(self) -> None:
-        outputs = tuple(self.outputs)
-        if any(not isinstance(o, OutputSpec) for o in outputs):
-            raise ConfigError(f"topology {self.topology_id!r}: outputs must be OutputSpec('name', ...) "
-                              f"declarations, got {outputs!r}")
-        object.__setattr__(self, "outputs", outputs)
-        names = [o.name for o in outputs]
-        clash = sorted(set(names) & {s.name for s in self.states})
-        if len(set(names)) != len(names) or clash:
-            raise ConfigError(f"topology {self.topology_id!r}: output names must be unique and differ from "
-                              f"the state names, got outputs {names}")
+        outputs = self._declared("output", OutputSpec, "OutputSpec('name', ...)", "state",
+                                 {s.name for s in self.states})
         logs = [o.log_name for o in outputs]
         if len(set(logs)) != len(logs):
             raise ConfigError(f"topology {self.topology_id!r}: two outputs append to the same log ({logs})")
-        config = self.source.to_config()
-        if config.get("kind") == "postgres_log" and config.get("schema") is None and config["log"] in logs:
-            raise ConfigError(f"topology {self.topology_id!r} reads log {config['log']!r} and appends to it: "
+        source = self.source
+        if isinstance(source, PostgresLogSource) and source.schema is None and source.log in logs:
+            raise ConfigError(f"topology {self.topology_id!r} reads log {source.log!r} and appends to it: "
                               "a topology's output must be another log (a cycle would feed each commit "
                               "into the next batch for ever)")
 
     def output(self, name: str) -> OutputSpec:
-        for o in self.outputs:
-            if o.name == name:
-                return o
-        raise ConfigError(f"topology {self.topology_id!r} has no output {name!r} "
-                          f"(outputs: {', '.join(o.name for o in self.outputs) or 'none'})")
+        return _named(self.topology_id, "output", self.outputs, name)
 
     def state(self, name: str) -> StateSpec:
-        for s in self.states:
-            if s.name == name:
-                return s
-        raise ConfigError(
-            f"topology {self.topology_id!r} has no state {name!r} "
-            f"(states: {', '.join(s.name for s in self.states)})"
-        )
+        return _named(self.topology_id, "state", self.states, name)
 
     def to_config(self) -> dict[str, Any]:
         return {
@@ -337,6 +321,15 @@ class TopologySpec:
             outputs=[OutputSpec.from_config(o) for o in config.get("outputs", ())],
             decisions=[DecisionSpec.from_config(d) for d in config.get("decisions", ())],
         )
+
+
+def _named(topology_id: str, kind: str, declared: Sequence[Any], name: str) -> Any:
+    """The one of ``declared`` (states, outputs or decisions) called ``name``, or a ConfigError naming them."""
+    for d in declared:
+        if d.name == name:
+            return d
+    raise ConfigError(f"topology {topology_id!r} has no {kind} {name!r} "
+                      f"({kind}s: {', '.join(d.name for d in declared) or 'none'})")
 
 
 # Settings a topology may change between deployments: they shape future batches only. Anything

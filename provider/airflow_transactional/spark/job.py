@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .. import faults
 from .. import rebuild as rb
 from ..coordinator import Coordinator
+from ..core.attempts import OutputStaging
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
 from ..spec import TopologySpec
 from ..store.connection import redact
@@ -196,7 +197,9 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
                 raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
                                 "(on_bad_record='fail'; use 'quarantine' to set them aside)")
             copies = coordinator.staging_copies(topology_id)
-            out = coordinator.output_staging(topology_id)
+            # Outputs and decisions only: a plain topology's batch makes no extra round trip.
+            out = (coordinator.output_staging(topology_id) if spec.outputs or spec.decisions
+                   else OutputStaging("", {}, {}))
             counts = {name: 0 for name in (*out.partitions, *out.requests)}
             for name, df in _outputs(spec, transform, checked.good).items():
                 if name in copies:

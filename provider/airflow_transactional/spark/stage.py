@@ -49,7 +49,6 @@ def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
     id of one of ``decisions``, named by a ``decision`` column when there are several) is
     appended only if the request gets the verdict its ``when`` says: ``granted`` or ``declined``.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
@@ -82,8 +81,7 @@ def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
     # crc32 of the UTF-8 bytes, as sources.eventlog.partition_of computes it.
     rows = df.select((F.crc32(key.cast("binary")) % F.lit(partitions)).cast("int").alias("partition"),
                      seq.alias("seq"), event_id.alias("event_id"), payload.alias("payload"), *verdict)
-    first = Window.partitionBy("event_id").orderBy(F.col("seq").asc_nulls_last(), F.col("payload"))
-    return rows.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
+    return _first_by_seq(rows, "event_id", "payload")
 
 
 def decision_requests(decision: str, state: StateSpec, df: DataFrame) -> DataFrame:
@@ -93,7 +91,6 @@ def decision_requests(decision: str, state: StateSpec, df: DataFrame) -> DataFra
     have ``seq`` (the order of a key's requests within the txid, then the id). Of requests sharing
     an id the first in that order is kept (one request is decided once).
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     keys = state.key_columns
@@ -104,7 +101,15 @@ def decision_requests(decision: str, state: StateSpec, df: DataFrame) -> DataFra
     seq = F.col("seq").cast("long") if "seq" in df.columns else F.lit(None).cast("long")
     rows = df.select(*keys, seq.alias("seq"), F.col("id").cast("string").alias("request"),
                      F.col("amount").cast(_spark_type(state.value_type)).alias("amount"))
-    first = Window.partitionBy("request").orderBy(F.col("seq").asc_nulls_last(), F.col("amount"))
+    return _first_by_seq(rows, "request", "amount")
+
+
+def _first_by_seq(rows: DataFrame, id_column: str, then: str) -> DataFrame:
+    """Of the rows sharing ``id_column``, the first by ``seq`` (nulls last), then ``then``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    first = Window.partitionBy(id_column).orderBy(F.col("seq").asc_nulls_last(), F.col(then))
     return rows.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
 
 

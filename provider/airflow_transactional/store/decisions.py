@@ -42,21 +42,7 @@ def create_staging_table(staging: sql.Composed, state: StateSpec) -> sql.Compose
     return sql.SQL("CREATE TABLE IF NOT EXISTS {} (txid bigint NOT NULL, attempt integer NOT NULL, {keys}, "
                    "seq bigint, request text NOT NULL, amount {vt} NOT NULL, "
                    "PRIMARY KEY (txid, attempt, request))").format(
-        staging, keys=_key_defs(state), vt=sql.SQL(state.value_type))
-
-
-def _key_defs(state: StateSpec) -> sql.Composed:
-    return sql.SQL(", ").join(sql.SQL("{} {} NOT NULL").format(sql.Identifier(c), sql.SQL(t))
-                              for c, t in state.keys.items())
-
-
-def _keys(state: StateSpec, prefix: str | None = None) -> sql.Composed:
-    return sql.SQL(", ").join(sql.Identifier(prefix, c) if prefix else sql.Identifier(c) for c in state.key_columns)
-
-
-def _same_keys(state: StateSpec, a: str, b: str) -> sql.Composed:
-    return sql.SQL(" AND ").join(sql.SQL("{} = {}").format(sql.Identifier(a, c), sql.Identifier(b, c))
-                                 for c in state.key_columns)
+        staging, keys=q.key_defs(state), vt=sql.SQL(state.value_type))
 
 
 def check_headroom(cur: Cursor, decision: DecisionSpec, state: StateSpec) -> None:
@@ -77,11 +63,11 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
     decided = sql.Identifier(f"txn_decided_{decision.name}")
     cur.execute(sql.SQL("CREATE TEMP TABLE {} ({keys}, request text, seq bigint, amount {vt}, granted boolean, "
                         "balance numeric) ON COMMIT DROP").format(
-        decided, keys=_key_defs(state), vt=sql.SQL(state.value_type)))
+        decided, keys=q.key_defs(state), vt=sql.SQL(state.value_type)))
     headroom: sql.Composable = sql.SQL("0")
     if decision.headroom_table is not None:
         headroom = sql.SQL("coalesce((SELECT sum(h.value) FROM {}.{} h WHERE {}), 0)").format(
-            *map(sql.Identifier, decision.headroom_table), _same_keys(state, "h", "r"))
+            *map(sql.Identifier, decision.headroom_table), q.same_keys(state, "h", "r"))
     params: dict[str, Any] = {"t": topology_id, "d": decision.name, "txid": txid, "attempt": attempt,
                               "floor": decision.floor}
     check_headroom(cur, decision, state)
@@ -98,18 +84,18 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
         "LATERAL {schema}.guarded_run(coalesce(s.value, 0) + {headroom}, %(floor)s, r.amounts::numeric[]) g, "
         "LATERAL unnest(r.requests, r.seqs, r.amounts, g.grants, g.balances) "
         "  AS u(request, seq, amount, granted, balance)").format(
-        decided=decided, stg=staging, verdicts=table(schema, "verdicts"), keys=_keys(state),
-        r_keys=_keys(state, "r"), state=q.state_table(state), s_is_r=_same_keys(state, "s", "r"),
+        decided=decided, stg=staging, verdicts=table(schema, "verdicts"), keys=q.key_list(state),
+        r_keys=q.key_list(state, "r"), state=q.state_table(state), s_is_r=q.same_keys(state, "s", "r"),
         schema=sql.Identifier(schema), headroom=headroom), params)
     # In the index's order: each request appends to the pages it needs, instead of random inserts.
     cur.execute(sql.SQL(
         "INSERT INTO {verdicts} (topology_id, decision, request_id, txid, seq, key, amount, granted, balance_after) "
         "SELECT %(t)s, %(d)s, request, %(txid)s, seq, jsonb_build_array({keys}), amount, granted, balance "
-        "FROM {decided} ORDER BY request").format(verdicts=table(schema, "verdicts"), keys=_keys(state),
+        "FROM {decided} ORDER BY request").format(verdicts=table(schema, "verdicts"), keys=q.key_list(state),
                                                   decided=decided), params)
     cur.execute(sql.SQL("INSERT INTO {} SELECT %(d)s, request, granted FROM {}").format(VERDICTS, decided), params)
     delta = sql.SQL("SELECT {keys}, sum(amount) AS value FROM {decided} WHERE granted GROUP BY {keys}").format(
-        keys=_keys(state), decided=decided)
+        keys=q.key_list(state), decided=decided)
     cur.execute(q.upsert(state, q.state_table(state), delta), params)
     cur.execute(sql.SQL("SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WHERE NOT granted) FROM {}")
                 .format(decided))

@@ -24,13 +24,15 @@ def state_table(state: StateSpec) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
 
 
-def _key_defs(state: StateSpec, *, null: bool = False) -> sql.Composed:
+def key_defs(state: StateSpec, *, null: bool = False) -> sql.Composed:
+    """The state's key columns with their types (NOT NULL unless ``null``), for a CREATE TABLE."""
     constraint = sql.SQL("" if null else " NOT NULL")
     return sql.SQL(", ").join(
         sql.SQL("{} {}{}").format(sql.Identifier(c), sql.SQL(t), constraint) for c, t in state.keys.items())
 
 
-def _keys(state: StateSpec, prefix: str | None = None) -> sql.Composed:
+def key_list(state: StateSpec, prefix: str | None = None) -> sql.Composed:
+    """The state's key columns, quoted, comma-separated (each qualified by ``prefix``, if given)."""
     if prefix:
         return sql.SQL(", ").join(sql.Identifier(prefix, c) for c in state.key_columns)
     return sql.SQL(", ").join(map(sql.Identifier, state.key_columns))
@@ -40,9 +42,9 @@ def create_state_table(state: StateSpec) -> list[sql.Composed]:
     schema, _ = state.schema_and_table
     opaque = ValueKind(state.kind) is ValueKind.OPAQUE
     cols = sql.SQL("{keys}, value {vt}, {prev}txid bigint NOT NULL, PRIMARY KEY ({pk})").format(
-        keys=_key_defs(state), vt=sql.SQL(state.value_type),
+        keys=key_defs(state), vt=sql.SQL(state.value_type),
         prev=sql.SQL("prev_value {}, ").format(sql.SQL(state.value_type)) if opaque else sql.SQL(""),
-        pk=_keys(state))
+        pk=key_list(state))
     return [
         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)),
         sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(state_table(state), cols),
@@ -62,13 +64,13 @@ def expected_columns(state: StateSpec) -> dict[str, str]:
 def create_staging_table(table: sql.Composed, state: StateSpec) -> sql.Composed:
     return sql.SQL("CREATE TABLE IF NOT EXISTS {} (txid bigint NOT NULL, attempt integer NOT NULL, "
                    "{keys}, value {vt}, PRIMARY KEY (txid, attempt, {pk}))").format(
-        table, keys=_key_defs(state), vt=sql.SQL(state.value_type), pk=_keys(state))
+        table, keys=key_defs(state), vt=sql.SQL(state.value_type), pk=key_list(state))
 
 
 def create_delta_table(table: sql.Identifier, state: StateSpec) -> sql.Composed:
     """A temporary table for one attempt's delta (keys, value), dropped at commit."""
     return sql.SQL("CREATE TEMP TABLE {} ({keys}, value {vt}) ON COMMIT DROP").format(
-        table, keys=_key_defs(state, null=True), vt=sql.SQL(state.value_type))
+        table, keys=key_defs(state, null=True), vt=sql.SQL(state.value_type))
 
 
 def staging_columns(state: StateSpec) -> list[str]:
@@ -86,7 +88,7 @@ def delete_staged_txid(table: sql.Composed) -> sql.Composed:
 def staged_delta(table: sql.Composed, state: StateSpec) -> sql.Composed:
     """The delta of one attempt: ``SELECT keys, value`` (parameters ``txid``, ``attempt``)."""
     return sql.SQL("SELECT {keys}, value FROM {t} WHERE txid = %(txid)s AND attempt = %(attempt)s").format(
-        keys=_keys(state), t=table)
+        keys=key_list(state), t=table)
 
 
 def upsert(state: StateSpec, target: sql.Composed, delta: sql.Composable) -> sql.Composed:
@@ -100,7 +102,7 @@ def upsert(state: StateSpec, target: sql.Composed, delta: sql.Composable) -> sql
     combiner = Combiner(state.combiner)
     t_val = sql.SQL("t.value")
     new = sql.SQL("EXCLUDED.value")
-    keys = _keys(state)
+    keys = key_list(state)
     if ValueKind(state.kind) is ValueKind.TRANSACTIONAL:
         return sql.SQL(
             "INSERT INTO {target} AS t ({keys}, value, txid) "
@@ -121,10 +123,15 @@ def upsert(state: StateSpec, target: sql.Composed, delta: sql.Composable) -> sql
         from_value=combine_sql(combiner, t_val, new))
 
 
+def same_keys(state: StateSpec, a: str, b: str) -> sql.Composed:
+    """``a.k1 = b.k1 AND ...`` over the state's key columns."""
+    return sql.SQL(" AND ").join(sql.SQL("{} = {}").format(sql.Identifier(a, c), sql.Identifier(b, c))
+                                 for c in state.key_columns)
+
+
 def rows_ahead(state: StateSpec, target: sql.Composed, delta: sql.Composable) -> sql.Composed:
     """Count delta keys whose stored value already carries a txid later than ``%(txid)s``."""
-    on = sql.SQL(" AND ").join(
-        sql.SQL("t.{c} = d.{c}").format(c=sql.Identifier(c)) for c in state.key_columns)
+    on = same_keys(state, "t", "d")
     return sql.SQL("SELECT count(*) FROM ({delta}) d JOIN {target} t ON {on} WHERE t.txid > %(txid)s"
                    ).format(delta=delta, target=target, on=on)
 
@@ -144,7 +151,7 @@ def audit_table(schema: str, topology_num: int, state: StateSpec, purpose: str =
 def create_audit_table(table: sql.Composed, state: StateSpec) -> list[sql.Composed]:
     return [sql.SQL("DROP TABLE IF EXISTS {}").format(table),
             sql.SQL("CREATE UNLOGGED TABLE {} ({keys}, value {vt}, PRIMARY KEY ({pk}))").format(
-                table, keys=_key_defs(state), vt=sql.SQL(state.value_type), pk=_keys(state))]
+                table, keys=key_defs(state), vt=sql.SQL(state.value_type), pk=key_list(state))]
 
 
 def audit_diff(state: StateSpec, recomputed: sql.Composed) -> sql.Composed:
@@ -163,7 +170,7 @@ def rebuild_shadow(state: StateSpec, shadow: sql.Identifier, recomputed: sql.Com
     return [
         sql.SQL("CREATE TEMP TABLE {} (LIKE {} INCLUDING ALL) ON COMMIT DROP").format(shadow, state_table(state)),
         sql.SQL("INSERT INTO {} ({keys}, value, {prev}txid) SELECT {keys}, value, {null}%(txid)s FROM {}").format(
-            shadow, recomputed, keys=_keys(state), prev=sql.SQL("prev_value, " if opaque else ""),
+            shadow, recomputed, keys=key_list(state), prev=sql.SQL("prev_value, " if opaque else ""),
             null=sql.SQL("NULL, " if opaque else "")),
     ]
 
