@@ -210,6 +210,10 @@ def test_decisions_are_declared_on_a_sum_state_they_alone_update(dsn: str) -> No
     txn = coord.plan("payments", "a")
     with pytest.raises(ConfigError, match="updated by a decision only"):
         process_batch(coord, "payments", txn.txid, lambda r: [("debits", (r["from"],), 5)])
+    # A request whose amount is not a number is a bad record: quarantined, the rest decided.
+    bad = process_batch(coord, "payments", txn.txid, lambda r: [Request("pay", r["from"], "lots", r["id"])])
+    assert bad.quarantined == 3 and bad.row_counts["pay"] == 0
+    assert "amount must be a number, got 'lots'" in query(dsn, "SELECT reason FROM airflow_txn.quarantine")[0][0]
     query(dsn, "DROP VIEW headroom")
     process_batch(coord, "payments", txn.txid, pay_fn)
     with pytest.raises(ConfigError, match=r"headroom 'public.headroom' does not exist: create it"):

@@ -7,7 +7,7 @@ import pytest
 from airflow_transactional import get_provider_info, identifiers
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.sources import LandingDirectory, PostgresLogSource, source_from_config
-from airflow_transactional.spec import OutputSpec, StateSpec, TopologySpec, incompatible_changes
+from airflow_transactional.spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec, incompatible_changes
 from airflow_transactional.store.connection import redact
 
 pytestmark = pytest.mark.unit
@@ -90,6 +90,13 @@ def test_outputs_are_checked_and_round_trip() -> None:
             OutputSpec("o", partitions=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="invalid output name"):
         OutputSpec("Bad-Name")
+    for bad in ("0", None, True):
+        with pytest.raises(ConfigError, match="floor must be a number"):
+            DecisionSpec("pay", state="debits", floor=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="invalid table name"):
+        DecisionSpec("pay", state="debits", headroom="a.b.c")
+    with pytest.raises(ConfigError, match="two decisions update the same state"):
+        _spec(decisions=[DecisionSpec("a", state="counts"), DecisionSpec("b", state="counts")])
     # Adding an output changes nothing committed; moving or dropping one does.
     plain, one = _spec().to_config(), _spec(outputs=[OutputSpec("o")]).to_config()
     assert incompatible_changes(plain, one) == []

@@ -52,13 +52,20 @@ def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
 
+    missing = [c for c in ("id", "payload") if c not in df.columns]
+    if missing:
+        raise ConfigError(f"the transform's DataFrame for output {output!r} lacks columns {missing}: it must have "
+                          "id (the event's origin, e.g. concat(_event_id, lit(':granted'))) and payload (text or "
+                          f"a struct), and may have key and seq (has {', '.join(df.columns)})")
+    conditional = "request" in df.columns
+    if conditional and ("when" not in df.columns or not decisions
+                        or (len(decisions) > 1 and "decision" not in df.columns)):
+        raise ConfigError(f"output {output!r}: events with a request column also need when ('granted' or "
+                          "'declined')" + (", and decision (the topology has several)" if len(decisions) > 1
+                                           else "") + f"; the topology's decisions: {list(decisions) or 'none'}")
     verdict = [F.lit(None).cast("string").alias("decision"), F.lit(None).cast("string").alias("request"),
                F.lit(None).cast("boolean").alias("granted")]
-    if "request" in df.columns:
-        if "when" not in df.columns or not decisions or (len(decisions) > 1 and "decision" not in df.columns):
-            raise ConfigError(f"output {output!r}: events with a request column also need when ('granted' or "
-                              "'declined')" + (", and decision (the topology has several)" if len(decisions) > 1
-                                               else "") + f"; the topology's decisions: {list(decisions) or 'none'}")
+    if conditional:
         decision = F.col("decision").cast("string") if "decision" in df.columns else F.lit(decisions[0])
         when = F.lower(F.col("when").cast("string"))
         verdict = [decision.alias("decision"), F.col("request").cast("string").alias("request"),
@@ -66,12 +73,6 @@ def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
                    .otherwise(F.raise_error(F.concat(F.lit(f"output {output!r}: when must be 'granted' or "
                                                            "'declined', got "), F.coalesce(when, F.lit("null")))))
                    .alias("granted")]
-
-    missing = [c for c in ("id", "payload") if c not in df.columns]
-    if missing:
-        raise ConfigError(f"the transform's DataFrame for output {output!r} lacks columns {missing}: it must have "
-                          "id (the event's origin, e.g. concat(_event_id, lit(':granted'))) and payload (text or "
-                          f"a struct), and may have key and seq (has {', '.join(df.columns)})")
     payload = F.col("payload")
     if not isinstance(df.schema["payload"].dataType, StringType):
         payload = F.to_json(payload)
