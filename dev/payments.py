@@ -44,17 +44,20 @@ def deposit(ledger: EventLog, amounts: dict[str, int]) -> None:
                       partition=partition_of(account, LEDGER_PARTITIONS))
 
 
+def request(rng: random.Random, request_id: str, *, invalid: bool = False) -> dict[str, Any]:
+    """One payment request between two of the accounts; ``invalid``: one a validation refuses."""
+    src, dst = rng.sample(ACCOUNTS, 2)
+    req = {"id": request_id, "from": src, "to": dst, "amount": rng.choice([10, 40, 90, 250, 600, 1200])}
+    if invalid:
+        req.update(rng.choice([{"amount": 0}, {"to": src}, {"amount": -5}]))
+    return req
+
+
 def requests(n: int, seed: int, start: int = 0, invalid_every: int = 0) -> list[dict[str, Any]]:
     """``n`` payment requests between the accounts; every ``invalid_every``-th one is invalid."""
     rng = random.Random(seed)
-    out: list[dict[str, Any]] = []
-    for i in range(start, start + n):
-        src, dst = rng.sample(ACCOUNTS, 2)
-        req = {"id": f"pay-{i}", "from": src, "to": dst, "amount": rng.choice([10, 40, 90, 250, 600, 1200])}
-        if invalid_every and i % invalid_every == 0:
-            req.update(rng.choice([{"amount": 0}, {"to": src}, {"amount": -5}]))
-        out.append(req)
-    return out
+    return [request(rng, f"pay-{i}", invalid=bool(invalid_every) and i % invalid_every == 0)
+            for i in range(start, start + n)]
 
 
 def send(log: EventLog, reqs: list[dict[str, Any]]) -> None:
@@ -67,7 +70,11 @@ def send(log: EventLog, reqs: list[dict[str, Any]]) -> None:
 
 
 def valid(r: dict[str, Any]) -> bool:
-    return isinstance(r["amount"], int) and r["amount"] > 0 and r["from"] != r["to"]
+    """Whether stage 1's validation lets ``r`` through (a record that is not even a request --
+    ``{"id": ...}`` alone stands for unparsable bytes -- is invalid too)."""
+    amount = r.get("amount")
+    return (isinstance(amount, int) and not isinstance(amount, bool) and amount > 0
+            and isinstance(r.get("from"), str) and isinstance(r.get("to"), str) and r["from"] != r["to"])
 
 
 def _rows(dsn: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:

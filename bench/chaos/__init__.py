@@ -22,16 +22,22 @@ it drains the log and checks, independently of the provider's code paths:
 * the quarantine holds exactly the malformed records injected, each once;
 * no run is left unfinished.
 
+``--mode payments`` runs the payments example's two stages instead (``payments.py``): the
+faults strike either stage, and the checks are the example's invariants -- every request decided
+exactly once, no account below its limit at any commit, each grant once outgoing and once
+incoming, money conserved, statements equal to balances -- plus both topologies' commit order.
+
 ``python -m bench.chaos --quick`` is the size CI runs; ``python -m bench.chaos`` the soak.
 
 Its parts: ``config.py`` (what a run is asked, what it found), ``workload.py`` (the producers and
 the ledger, the oracle's input), ``faults.py`` (the fault lanes), ``supervisor.py`` (restarting
-what died), ``checker.py`` (the checks), ``harness.py`` (one run), ``__main__.py`` (the command).
+what died), ``checker.py`` (the checks), ``payments.py`` (the payments mode's producers, set-up and checks),
+``harness.py`` (one run), ``__main__.py`` (the command).
 """
 
-from .config import KINDS, LEDGER, LOG, TOPOLOGY, ChaosConfig, ChaosReport, write_dag
+from .config import KINDS, LEDGER, LOG, MODES, TOPOLOGY, ChaosConfig, ChaosReport, dag_env, write_dag
 from .harness import Chaos, chaos_stack, recheck
 from .workload import Ledger, Producer, domain_of
 
-__all__ = ["KINDS", "LEDGER", "LOG", "TOPOLOGY", "Chaos", "ChaosConfig", "ChaosReport", "Ledger", "Producer",
-           "chaos_stack", "domain_of", "recheck", "write_dag"]
+__all__ = ["KINDS", "LEDGER", "LOG", "MODES", "TOPOLOGY", "Chaos", "ChaosConfig", "ChaosReport", "Ledger",
+           "Producer", "chaos_stack", "dag_env", "domain_of", "recheck", "write_dag"]

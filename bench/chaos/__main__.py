@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from .config import KINDS, LEDGER, ChaosConfig
+from .config import KINDS, LEDGER, MODES, ChaosConfig
 from .harness import Chaos, chaos_stack, recheck
 
 
@@ -18,7 +18,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos",
                                      description="Exactly-once under faults: the chaos harness.")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--quick", action="store_true", help="the size CI runs: 20 transactions, 10 faults")
+    parser.add_argument("--mode", choices=sorted(MODES), default="words",
+                        help="words: the words topology against an oracle of its events; payments: both "
+                        "stages of the payments example against its invariants (dev/payments.py)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the size CI runs: 20 transactions, 10 faults (payments: 8 and 8)")
     parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200; quick 20)")
     parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400; quick 10)")
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}; "
@@ -32,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    cfg = ChaosConfig.quick(args.seed) if args.quick else ChaosConfig(seed=args.seed)
+    cfg = ChaosConfig.quick(args.seed, args.mode) if args.quick else ChaosConfig(seed=args.seed, mode=args.mode)
     if args.audit is not None:
         cfg.audit = args.audit
     if args.kinds:
@@ -63,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         report = Chaos(stack, cfg).run()
     finally:
         stack.stop()
-    print(f"\nchaos: seed {cfg.seed}, {cfg.transactions} transactions, {cfg.faults} faults "
+    print(f"\nchaos ({cfg.mode}): seed {cfg.seed}, {cfg.transactions} transactions, {cfg.faults} faults "
           f"({', '.join(cfg.kinds)}); logs and ledger in {base}\n")
     print(report.table())
     if args.json:

@@ -1,7 +1,8 @@
 """The checks, independent of the provider's code paths: the state tables against the oracle the
 ledger gives (by event id), the audit log's order, the quarantine against the malformed records
-injected, and ``airflow-txn audit``. They need only the run's Postgres and its ledger, so a run
-whose harness died can be judged after the fact (``--check DIR``)."""
+injected, and ``airflow-txn audit`` -- or in payments mode the invariants of ``dev/payments.py``
+(``payments.py``). They need only the run's Postgres and its ledger, so a run whose harness
+died can be judged after the fact (``--check DIR``)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,47 @@ from pathlib import Path
 import psycopg2
 from psycopg2 import sql
 
+from . import payments
 from .config import LOG, TOPOLOGY, ChaosConfig, ChaosReport
 from .workload import Ledger
 
 
 def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger) -> None:
     """Fill ``report``'s outcome from the state in ``dsn`` and the ``ledger``."""
+    report.mode = cfg.mode
+    driven, *downstream = cfg.topologies
+    orders = {t: commit_order(dsn, t) for t in cfg.topologies}
+    report.transactions_committed = len(orders[driven])
+    report.commits_downstream = {t: len(orders[t]) for t in downstream}
+    for order in orders.values():  # the audit log holds txids 1..N, each once, committed in order
+        report.order_violations += sum(1 for a, b in itertools.pairwise(order) if b != a + 1)
+        report.order_violations += bool(order) and order[0] != 1
+    if cfg.mode == "payments":
+        payments.check(dsn, report, ledger)
+    else:
+        check_words(dsn, report, ledger)
+    if cfg.audit:
+        for topology in cfg.topologies:
+            env = {**os.environ, "AIRFLOW_TXN_DSN": dsn}
+            res = subprocess.run([str(Path(sys.executable).with_name("airflow-txn")), "audit", topology],
+                                 env=env, capture_output=True, text=True, check=False, timeout=900)
+            report.audit_clean = report.audit_clean is not False and res.returncode == 0
+            if res.returncode:
+                report.problems.append(f"audit of {topology}: " + (res.stdout + res.stderr)[-2000:])
+
+
+def commit_order(dsn: str, topology: str) -> list[int]:
+    """The topology's committed txids in the order they committed."""
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT txid FROM airflow_txn.commits WHERE topology_id = %s ORDER BY committed_at, txid",
+                    (topology,))
+        order = [int(t) for (t,) in cur.fetchall()]
+    conn.close()
+    return order
+
+
+def check_words(dsn: str, report: ChaosReport, ledger: Ledger) -> None:
+    """The words state against the oracle of the ledger's events, by event id."""
     r = report
     r.events_appended = len(ledger.valid) + len(ledger.malformed)
     r.duplicate_deliveries, r.malformed_injected = ledger.duplicates, len(ledger.malformed)
@@ -35,9 +71,6 @@ def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger) -> No
         urls = {u: int(v) for u, v in cur.fetchall()}
         cur.execute(sql.SQL("SELECT domain, value FROM {}").format(sql.Identifier(f"{TOPOLOGY}_domain_counts")))
         domains = {d: int(v) for d, v in cur.fetchall()}
-        cur.execute("SELECT txid FROM airflow_txn.commits WHERE topology_id = %s "
-                    "ORDER BY committed_at, txid", (TOPOLOGY,))
-        commit_order = [int(t) for (t,) in cur.fetchall()]
         cur.execute("SELECT event_id FROM airflow_txn.quarantine WHERE topology_id = %s AND committed",
                     (TOPOLOGY,))
         quarantined = Counter(e for (e,) in cur.fetchall())
@@ -50,19 +83,8 @@ def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger) -> No
     want_domains = ledger.domain_counts()
     r.domain_mismatches = sum(1 for d in set(want_domains) | set(domains)
                               if domains.get(d, 0) != want_domains.get(d, 0))
-    r.transactions_committed = len(commit_order)
-    r.order_violations = sum(1 for a, b in itertools.pairwise(commit_order) if b != a + 1)
-    if commit_order and commit_order[0] != 1:
-        r.order_violations += 1
     r.quarantine_mismatches = (sum(abs(quarantined[e] - 1) for e in ledger.malformed)
                                + sum(n for e, n in quarantined.items() if e not in ledger.malformed))
-    if cfg.audit:
-        env = {**os.environ, "AIRFLOW_TXN_DSN": dsn}
-        res = subprocess.run([str(Path(sys.executable).with_name("airflow-txn")), "audit", TOPOLOGY],
-                             env=env, capture_output=True, text=True, check=False, timeout=900)
-        r.audit_clean = res.returncode == 0
-        if not r.audit_clean:
-            r.problems.append("audit: " + (res.stdout + res.stderr)[-2000:])
 
 
 def committed_event_ids(dsn: str) -> set[str]:

@@ -1,5 +1,6 @@
 """What a chaos run is asked to do (:class:`ChaosConfig`), what it found (:class:`ChaosReport`),
-and how its topology is deployed (``bench/dags/chaos_words.py``)."""
+and how its topologies are deployed: ``bench/dags/chaos_words.py`` (mode ``words``), or the
+payments example itself, both stages (``dags/payments.py``, mode ``payments``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ REPO = Path(__file__).resolve().parents[2]
 DAG_FILE = REPO / "bench" / "dags" / "chaos_words.py"
 TOPOLOGY = DAG_FILE.stem
 LOG = "chaos_tweets"
+PAYMENTS_DAG_FILE = REPO / "dags" / "payments.py"
+# The topologies of each mode; the harness triggers the first, the others follow its commits.
+MODES = {"words": (TOPOLOGY,), "payments": ("payments", "settlement")}
 KINDS = ("spark_kill", "commit_kill_before", "commit_kill_after", "pg_restart_processing",
          "pg_restart_commit", "scheduler_restart", "api_restart", "clear")
 # Faults of one lane strike one at a time; the lanes run side by side.
@@ -20,11 +24,13 @@ LANES = {"spark": ("spark_kill", "pg_restart_processing"),
          "control": ("scheduler_restart", "api_restart", "clear")}
 TASKS = ("plan", "process", "commit")
 LEDGER = "ledger.jsonl"  # under the run's directory: what the producers appended
+DEPOSITS = "deposits.json"  # payments: what the bank deposited before the requests
 
 
 @dataclass
 class ChaosConfig:
     seed: int = 1
+    mode: str = "words"            # which pipeline runs under the faults: a key of MODES
     transactions: int = 200
     faults: int = 400              # balanced: 50 of each of the eight kinds
     kinds: tuple[str, ...] = KINDS
@@ -38,20 +44,34 @@ class ChaosConfig:
     drain_timeout: float = 900
 
     @classmethod
-    def quick(cls, seed: int = 1) -> ChaosConfig:
-        """The size CI runs inside ``make test``: 20 transactions, 10 faults, in five minutes.
+    def quick(cls, seed: int = 1, mode: str = "words") -> ChaosConfig:
+        """The size CI runs inside ``make test``: for ``words`` 20 transactions and 10 faults in
+        five minutes; for ``payments`` 6 transactions of stage 1 (each followed by stage 2: twice
+        the Spark work per transaction) and 5 faults, one of each kind, striking either stage.
 
         Without the final ``airflow-txn audit`` (a Spark pass over every event, a minute here):
         the oracle is the independent check, and the audit has tests of its own."""
-        return cls(seed=seed, transactions=20, faults=10, producers=2, rate=6, drain_timeout=420, audit=False,
-                   kinds=("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear"))
+        kinds = ("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear")
+        if mode == "payments":
+            return cls(seed=seed, mode=mode, transactions=6, faults=5, producers=2, rate=6, drain_timeout=420,
+                       audit=False, kinds=kinds)
+        return cls(seed=seed, mode=mode, transactions=20, faults=10, producers=2, rate=6, drain_timeout=420,
+                   audit=False, kinds=kinds)
+
+    @property
+    def topologies(self) -> tuple[str, ...]:
+        """The topologies under test; the first is the one the harness triggers."""
+        return MODES[self.mode]
 
 
 @dataclass
 class ChaosReport:
     seed: int
+    mode: str = "words"
     transactions_triggered: int = 0
-    transactions_committed: int = 0
+    transactions_committed: int = 0  # of the topology the harness triggers
+    commits_downstream: dict[str, int] = field(default_factory=dict)  # payments: settlement's commits
+    decided: dict[str, int] = field(default_factory=dict)  # payments: granted, declined, quarantined, money
     faults: dict[str, int] = field(default_factory=dict)
     faults_missed: dict[str, int] = field(default_factory=dict)
     spark_kill_targets: dict[str, int] = field(default_factory=dict)
@@ -71,11 +91,13 @@ class ChaosReport:
     problems: list[str] = field(default_factory=list)
     post_mortem: bool = False  # from --check: the state against the ledger, nothing about the run itself
     events_pending: int = 0     # --check: appended, but beyond the committed checkpoint (not yet due)
+    invariant_failures: list[str] = field(default_factory=list)  # payments: what dev.payments.check refused
 
     @property
     def violations(self) -> int:
         return (self.events_lost + self.events_duplicated + self.domain_mismatches + self.order_violations
-                + self.quarantine_mismatches + self.stuck_runs + (self.audit_clean is False) + len(self.problems))
+                + self.quarantine_mismatches + self.stuck_runs + (self.audit_clean is False) + len(self.problems)
+                + len(self.invariant_failures))
 
     def table(self) -> str:
         audit = ("airflow-txn audit", {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean])
@@ -105,6 +127,14 @@ class ChaosReport:
 
     def _outcome(self) -> list[tuple[str, object]]:
         """What the checks against the ledger found (known after the fact too)."""
+        if self.mode == "payments":
+            d = self.decided
+            return [("requests appended (unique)", self.events_appended),
+                    ("granted / declined / quarantined",
+                     f"{d.get('granted', '?')} / {d.get('declined', '?')} / {d.get('quarantined', '?')}"),
+                    *[(f"transactions committed by {t}", n) for t, n in sorted(self.commits_downstream.items())],
+                    ("invariants of dev/payments.py", "VIOLATED" if self.invariant_failures else "all held"),
+                    ("order violations", self.order_violations)]
         return [("events appended (unique)", self.events_appended),
                 ("events lost", self.events_lost),
                 ("events duplicated", self.events_duplicated),
@@ -116,13 +146,27 @@ class ChaosReport:
         width = max(len(k) for k, _ in rows)
         lines = [f"| {'check':<{width}} | result |", f"|{'-' * (width + 2)}|--------|"]
         lines += [f"| {k:<{width}} | {v} |" for k, v in rows]
-        lines += [f"- {p}" for p in self.problems]
+        lines += [f"- {p}" for p in self.invariant_failures + self.problems]
         return "\n".join(lines)
 
 
 def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
-    """Deploy the chaos topology into ``dags_dir``: its DAG file, and the run's parameters beside it."""
+    """Deploy the run's topologies into ``dags_dir``: a symlink to their DAG file (and for
+    ``words`` the run's parameters beside it; the payments example reads :func:`dag_env`)."""
+    if cfg.mode == "payments":
+        link = dags_dir / PAYMENTS_DAG_FILE.name
+        if not link.is_symlink():
+            os.symlink(PAYMENTS_DAG_FILE, link)
+        return
     link = dags_dir / DAG_FILE.name
     if not link.is_symlink():
         os.symlink(DAG_FILE, link)
     link.with_suffix(".json").write_text(json.dumps({"max_in_flight": cfg.max_in_flight, "batch": cfg.batch}))
+
+
+def dag_env(cfg: ChaosConfig) -> dict[str, str]:
+    """What the deployed DAG files read from the environment: the payments example's schedule
+    (daily: the harness triggers the runs) and batch size."""
+    if cfg.mode != "payments":
+        return {}
+    return {"AIRFLOW_TXN_EXAMPLE_SCHEDULE": "@daily", "AIRFLOW_TXN_EXAMPLE_BATCH": str(cfg.batch)}

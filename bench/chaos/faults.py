@@ -21,16 +21,17 @@ import psutil
 from dev import faults as engine
 from dev.localstack import LocalStack, RestClient
 
-from .config import KINDS, LANES, TASKS, TOPOLOGY, ChaosConfig, ChaosReport
+from .config import KINDS, LANES, TASKS, ChaosConfig, ChaosReport
 from .supervisor import Supervisor, rest
 
 
 class Faults:
     """The fault lanes of one run. ``runs`` is the list of runs triggered so far (it grows);
-    ``states`` answers the runs' states."""
+    ``states`` answers the states of every topology's runs. A fault strikes any of the run's
+    topologies (in payments mode either stage)."""
 
     def __init__(self, stack: LocalStack, cfg: ChaosConfig, report: ChaosReport, supervisor: Supervisor,
-                 runs: list[str], states: Callable[[], dict[str, str]]) -> None:
+                 runs: list[str], states: Callable[[], dict[tuple[str, str], str]]) -> None:
         self.stack, self.cfg, self.report, self.supervisor = stack, cfg, report, supervisor
         self.runs, self.states = runs, states
         self.rng = random.Random(cfg.seed)
@@ -50,6 +51,8 @@ class Faults:
         lane strike one after another.
         """
         cfg, kinds = self.cfg, list(self.cfg.kinds)
+        if not kinds or not cfg.faults:  # a run without faults (the latency benchmark)
+            return {}
         plan = kinds * (cfg.faults // len(kinds)) + self.rng.sample(kinds, cfg.faults % len(kinds))
         self.rng.shuffle(plan)
         return {lane: [k for k in plan if k in members] for lane, members in LANES.items()}
@@ -102,7 +105,7 @@ class Faults:
     def _spark(self, kind: str) -> bool:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:  # until a batch is caught in the middle
-            driver = wait_for(spark_driver, deadline - time.monotonic())
+            driver = wait_for(lambda: spark_driver(self.cfg.topologies), deadline - time.monotonic())
             if driver is None:
                 return False
             time.sleep(self.rng.uniform(1, 5))
@@ -137,7 +140,8 @@ class Faults:
         point, action = {"commit_kill_before": ("commit.before_commit", "exit"),
                          "commit_kill_after": ("commit.after_commit", "exit"),
                          "pg_restart_commit": ("commit.after_apply", "pause:6")}[kind]
-        self.arm(f"{point}:{TOPOLOGY}={action}@once:{marker}")
+        topology = self.rng.choice(self.cfg.topologies)
+        self.arm(f"{point}:{topology}={action}@once:{marker}")
         try:
             if not wait_for(marker.exists, 180):
                 return False
@@ -153,11 +157,11 @@ class Faults:
         states = self.states()
         if not states:
             return False
-        run_id = self.rng.choice(sorted(states))
+        dag_id, run_id = self.rng.choice(sorted(states))
         tasks = self.rng.sample(TASKS, self.rng.randint(1, 3))
         flags = {"include_downstream": self.rng.random() < 0.5, "include_upstream": self.rng.random() < 0.3}
-        logging.info("fault: clear %s of %s (was %s) %s", tasks, run_id, states[run_id], flags)
-        rest(self.client.clear, TOPOLOGY, run_id, tasks, **flags)
+        logging.info("fault: clear %s of %s of %s (was %s) %s", tasks, run_id, dag_id, states[dag_id, run_id], flags)
+        rest(self.client.clear, dag_id, run_id, tasks, **flags)
         return True
 
 
@@ -172,11 +176,12 @@ def wait_for(predicate: Callable[[], Any], timeout: float) -> Any:
     return None
 
 
-def spark_driver() -> psutil.Process | None:
-    """The spark-submit JVM of a batch of the chaos topology, if one runs."""
+def spark_driver(topologies: tuple[str, ...]) -> psutil.Process | None:
+    """The spark-submit JVM of a batch of one of the ``topologies``, if one runs."""
+    names = {f"txn-{t}" for t in topologies}
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "org.apache.spark.deploy.SparkSubmit" in cmd and f"txn-{TOPOLOGY}" in cmd:
+        if "org.apache.spark.deploy.SparkSubmit" in cmd and names & set(cmd):
             return proc
     return None
 

@@ -1,6 +1,8 @@
 """One chaos run on a real stack: the producers append, a driver keeps runs triggered over REST
 (the UI's API) and plays the operator (a failed run is cleared), the fault lanes strike, the
-supervisor restarts what died; then the log is drained and the checks run."""
+supervisor restarts what died; then the log is drained and the checks run. In payments mode the
+driver triggers stage 1 (``payments``); stage 2 (``settlement``) follows its commits' asset
+events, and both are operated, struck and drained alike."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from airflow_transactional.store.connection import CONNECTION_ERRORS
 from dev import faults as engine
 from dev.localstack import AirflowStackError, LocalStack, RestClient
 
-from . import checker
-from .config import LEDGER, LOG, TOPOLOGY, ChaosConfig, ChaosReport, write_dag
+from . import checker, payments
+from .config import LEDGER, LOG, ChaosConfig, ChaosReport, dag_env, write_dag
 from .faults import Faults
 from .supervisor import Supervisor, rest, riding_out
 from .workload import Ledger, Producer
@@ -27,59 +29,73 @@ class Chaos:
     def __init__(self, stack: LocalStack, cfg: ChaosConfig) -> None:
         self.stack, self.cfg = stack, cfg
         self.client: RestClient = stack.client()
-        self.report = ChaosReport(cfg.seed)
+        self.report = ChaosReport(cfg.seed, mode=cfg.mode)
         self.ledger = Ledger(stack.base_dir / LEDGER)
-        self.runs: list[str] = []
+        self.driven = cfg.topologies[0]
+        self.runs: list[str] = []  # the runs of the driven topology triggered so far
+        self.extra_runs = 0        # runs of the others triggered while draining
         self.day0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
         self.supervisor = Supervisor(stack, self.report)
         self.faults = Faults(stack, cfg, self.report, self.supervisor, self.runs, self.states)
 
     # -- the operator --------------------------------------------------------------------------
 
-    def lag(self) -> int:
-        """Events in the log not yet committed; rides out a Postgres restart."""
+    def lag(self, topology: str) -> int:
+        """Events in the topology's source not yet committed; rides out a Postgres restart."""
         def once() -> int:
             coord = Coordinator(self.stack.state_dsn)
             try:
-                return coord.status(TOPOLOGY).lag
+                return coord.status(topology).lag
             finally:
                 coord.close()
         return int(riding_out(once, CONNECTION_ERRORS))
 
-    def states(self) -> dict[str, str]:
-        return {r["dag_run_id"]: r["state"] for r in rest(self.client.runs, TOPOLOGY)}
+    def states(self) -> dict[tuple[str, str], str]:
+        """(topology, run id) -> state, of every run of every topology under test."""
+        return {(t, r["dag_run_id"]): r["state"] for t in self.cfg.topologies for r in rest(self.client.runs, t)}
 
-    def operate(self) -> dict[str, str]:
+    def operate(self) -> dict[tuple[str, str], str]:
         """One round of the operator's duties (clear failed runs); returns the runs' states."""
         states = self.states()
-        for run_id, state in states.items():
+        for (dag_id, run_id), state in states.items():
             if state == "failed":
-                logging.info("operator: run %s failed; clearing its failed tasks", run_id)
-                rest(self.client.clear, TOPOLOGY, run_id, only_failed=True)
+                logging.info("operator: run %s of %s failed; clearing its failed tasks", run_id, dag_id)
+                rest(self.client.clear, dag_id, run_id, only_failed=True)
                 self.report.operator_clears += 1
         return states
 
-    def trigger(self) -> None:
-        k = len(self.runs)
-        run_id = f"chaos-{self.cfg.seed}-{k:04d}"
+    def trigger(self, dag_id: str | None = None) -> None:
+        """A run of the driven topology (a run of ``dag_id``, without a logical date, if given)."""
+        if dag_id is None or dag_id == self.driven:
+            dag_id, k = self.driven, len(self.runs)
+            run_id, logical_date = f"chaos-{self.cfg.seed}-{k:04d}", (self.day0 + timedelta(minutes=k)).isoformat()
+        else:
+            self.extra_runs += 1
+            run_id, logical_date = f"chaos-{self.cfg.seed}-{dag_id}-{self.extra_runs:04d}", None
         try:
-            rest(self.client.trigger, TOPOLOGY, (self.day0 + timedelta(minutes=k)).isoformat(), run_id)
+            rest(self.client.trigger, dag_id, logical_date, run_id)
         except AirflowStackError as exc:
             # An api-server killed after it created the run but before it answered: the retried
             # POST finds the run already there. Anything else is a real error.
-            if " -> 409" not in str(exc) or not rest(self.client.run, TOPOLOGY, run_id):
+            if " -> 409" not in str(exc) or not rest(self.client.run, dag_id, run_id):
                 raise
-        self.runs.append(run_id)
+        if dag_id == self.driven:
+            self.runs.append(run_id)
 
     # -- the run -------------------------------------------------------------------------------
 
     def run(self) -> ChaosReport:
         cfg, started = self.cfg, time.monotonic()
-        EventLog(self.stack.state_dsn, LOG).create(4)
-        rest(self.client.wait_for_dag, TOPOLOGY)
-        rest(self.client.unpause, TOPOLOGY)
+        if cfg.mode == "payments":
+            payments.setup(self.stack, self.client, self.ledger)
+            kind: type[Producer] = payments.PaymentsProducer
+        else:
+            EventLog(self.stack.state_dsn, LOG).create(4)
+            rest(self.client.wait_for_dag, self.driven)
+            rest(self.client.unpause, self.driven)
+            kind = Producer
         stop = threading.Event()
-        producers = [Producer(self.stack.state_dsn, i, cfg, self.ledger, stop) for i in range(cfg.producers)]
+        producers = [kind(self.stack.state_dsn, i, cfg, self.ledger, stop) for i in range(cfg.producers)]
         for p in producers:
             p.start()
         lanes = [threading.Thread(target=self.faults.lane, args=(kinds,), name=f"faults-{name}", daemon=True)
@@ -132,7 +148,7 @@ class Chaos:
                 if len(self.runs) >= self.cfg.transactions and not faults_pending:
                     return
                 states = self.operate()
-                active = sum(1 for s in states.values() if s in ("queued", "running"))
+                active = sum(1 for (t, _), s in states.items() if t == self.driven and s in ("queued", "running"))
                 if active <= self.cfg.max_in_flight:
                     self.trigger()
                 time.sleep(2)  # every look lists all runs: the api-server's CPU is the system's too
@@ -142,28 +158,31 @@ class Chaos:
             self.faults.aborted.set()
 
     def drain(self) -> None:
-        """Trigger runs until every appended event is committed and every run finished.
+        """Trigger runs until every appended event is committed by every topology and every run
+        finished.
 
         The producers have stopped: one more run, triggered now, plans the whole rest of the log
         as soon as an in-flight slot frees up, so the tail is not a series of one-at-a-time runs.
+        A downstream topology gets a run of its own only when it has none going and lags.
         """
         self.trigger()
         deadline = time.monotonic() + self.cfg.drain_timeout
         while time.monotonic() < deadline:
             states = self.operate()
-            unfinished = [r for r, s in states.items() if s not in ("success", "failed")]
-            failed = [r for r, s in states.items() if s == "failed"]
-            if not unfinished and not failed:
-                if self.lag() == 0:
+            busy = {t for (t, _), s in states.items() if s != "success"}  # failed ones were just cleared
+            if not busy:
+                lagging = [t for t in self.cfg.topologies if self.lag(t)]
+                if not lagging:
                     break
-                self.trigger()
+                self.trigger(lagging[0])
             time.sleep(2)
         states = self.states()
         self.report.stuck_runs = sum(1 for s in states.values() if s != "success")
-        lag = self.lag()
-        if lag:
-            self.report.problems.append(f"{lag} events never committed")
-        self.report.transactions_triggered = len(states)
+        for topology in self.cfg.topologies:
+            lag = self.lag(topology)
+            if lag:
+                self.report.problems.append(f"{lag} events never committed by {topology}")
+        self.report.transactions_triggered = sum(1 for t, _ in states if t == self.driven)
 
     def check(self) -> None:
         checker.check(self.stack.state_dsn, self.cfg, self.report, self.ledger)
@@ -174,7 +193,7 @@ def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
     dags = base / "dags"
     dags.mkdir(parents=True, exist_ok=True)
     write_dag(dags, cfg)
-    return LocalStack(base, dags, env=engine.child_env({}, faults_file=str(base / "faults.txt")))
+    return LocalStack(base, dags, env=engine.child_env(dag_env(cfg), faults_file=str(base / "faults.txt")))
 
 
 def recheck(base: Path, cfg: ChaosConfig) -> ChaosReport:

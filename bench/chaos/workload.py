@@ -1,5 +1,6 @@
 """The workload and its oracle: producers appending tweets (with duplicate deliveries and malformed
-records) to the event log, and the ledger of what they appended, by event id."""
+records) to the event log, and the ledger of what they appended, by event id. The payments
+mode's producers (``payments.py``) keep the same ledger of requests."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_transactional import EventLog
@@ -33,27 +35,40 @@ class Ledger:
 
     def __init__(self, path: Path | None = None) -> None:
         self.lock = threading.Lock()
-        self.valid: dict[str, str] = {}      # event id -> url
+        self.valid: dict[str, Any] = {}      # event id -> url (words) or the request (payments)
         self.malformed: set[str] = set()
         self.sent: list[tuple[str, str]] = []
         self.duplicates = 0
+        self.deposits: dict[str, int] = {}   # payments: account -> what the bank deposited first
+        self.appended_at: dict[str, float] = {}  # event id -> when its append was acknowledged (epoch s)
         self._file = open(path, "a", encoding="utf-8") if path else None  # closed by close()
 
-    def record(self, fresh: list[tuple[str, str, str | None]], duplicates: int) -> None:
-        """An append was acknowledged: ``fresh`` (id, payload, url or None if malformed), and
-        ``duplicates`` earlier events sent again. Call with ``lock`` held."""
-        for eid, payload, url in fresh:
+    def record(self, fresh: list[tuple[str, str, Any]], duplicates: int) -> None:
+        """An append was acknowledged: ``fresh`` (id, payload, what it means -- None if
+        malformed), and ``duplicates`` earlier events sent again. Call with ``lock`` held."""
+        now = time.time()
+        for eid, payload, value in fresh:
             self.sent.append((eid, payload))
-            if url is None:
+            self.appended_at[eid] = now
+            if value is None:
                 self.malformed.add(eid)
             else:
-                self.valid[eid] = url
+                self.valid[eid] = value
         self.duplicates += duplicates
         if self._file is not None:
-            lines = [json.dumps({"id": eid, "url": url}) for eid, _, url in fresh]
+            lines = [json.dumps({"id": eid, "value": value}) for eid, _, value in fresh]
             lines += [json.dumps({"duplicate": True})] * duplicates
             self._file.write("".join(f"{line}\n" for line in lines))
             self._file.flush()
+
+    def record_deposits(self, deposits: dict[str, int]) -> None:
+        """The bank's deposits were acknowledged (payments mode)."""
+        with self.lock:
+            for account, amount in deposits.items():
+                self.deposits[account] = self.deposits.get(account, 0) + amount
+            if self._file is not None:
+                self._file.write(json.dumps({"deposits": deposits}) + "\n")
+                self._file.flush()
 
     @classmethod
     def load(cls, path: Path) -> Ledger:
@@ -63,10 +78,13 @@ class Ledger:
                 entry = json.loads(line)
                 if entry.get("duplicate"):
                     ledger.duplicates += 1
-                elif entry["url"] is None:
+                elif "deposits" in entry:
+                    for account, amount in entry["deposits"].items():
+                        ledger.deposits[account] = ledger.deposits.get(account, 0) + amount
+                elif entry["value"] is None:
                     ledger.malformed.add(entry["id"])
                 else:
-                    ledger.valid[entry["id"]] = entry["url"]
+                    ledger.valid[entry["id"]] = entry["value"]
         return ledger
 
     def close(self) -> None:
@@ -84,22 +102,24 @@ class Ledger:
         part = Ledger()
         part.valid = {e: u for e, u in self.valid.items() if e in ids}
         part.malformed = self.malformed & ids
-        part.duplicates = self.duplicates
+        part.duplicates, part.deposits = self.duplicates, self.deposits
         return part
 
 
 class Producer(threading.Thread):
     """Appends tweets until stopped; an append interrupted by a fault is retried with the same ids."""
 
+    LOG = LOG
+
     def __init__(self, dsn: str, index: int, cfg: ChaosConfig, ledger: Ledger, stop: threading.Event) -> None:
         super().__init__(name=f"producer-{index}", daemon=True)
-        self.log = EventLog(dsn, LOG, retry_for=120)
+        self.log = EventLog(dsn, self.LOG, retry_for=120)
         self.index, self.cfg, self.ledger, self.stop_event = index, cfg, ledger, stop
         self.rng = random.Random(cfg.seed * 1000 + index)
         self.n = 0
         self.error: BaseException | None = None
 
-    def _event(self) -> tuple[str, str, str | None]:
+    def _event(self) -> tuple[str, str, Any]:
         self.n += 1
         eid = f"p{self.index}-{self.n}"
         if self.rng.random() < self.cfg.malformed_rate:
@@ -121,7 +141,7 @@ class Producer(threading.Thread):
                         dup = 1
                 while True:
                     try:
-                        self.log.append(batch)
+                        self._append(batch)
                         break
                     except Exception as exc:  # the producer API already retried for two minutes
                         logging.warning("%s: append failed (%s); retrying the same event ids", self.name, exc)
@@ -132,3 +152,6 @@ class Producer(threading.Thread):
             self.error = exc
         finally:
             self.log.close()
+
+    def _append(self, batch: list[tuple[str, str]]) -> None:
+        self.log.append(batch)

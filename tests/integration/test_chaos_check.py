@@ -5,6 +5,8 @@ damaged state is caught."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.sources.eventlog import partition_of
 from airflow_transactional.spec import StateSpec, TopologySpec
 from bench.chaos import LEDGER, LOG, TOPOLOGY, ChaosConfig, ChaosReport, Ledger, domain_of
 from bench.chaos.checker import check as check_run
@@ -66,3 +69,43 @@ def test_check_judges_what_was_committed_and_catches_a_damaged_state(dsn: str, t
     assert (damaged.events_lost, damaged.events_duplicated, damaged.quarantine_mismatches) == (1, 0, 1)
     coord.close()
     log.close()
+
+
+def test_payments_producers_route_by_payer_and_a_broken_invariant_is_reported(dsn: str, tmp_path: Path) -> None:
+    from bench.chaos import payments as mode
+    from dev import payments
+
+    requests, ledger_log = payments.create_logs(dsn)
+    ledger = Ledger(tmp_path / LEDGER)
+    ledger.record_deposits({a: 300 for a in payments.ACCOUNTS})
+    cfg = ChaosConfig(mode="payments", rate=40, malformed_rate=0.2, duplicate_rate=0.2, audit=False)
+    stop = threading.Event()
+    producer = mode.PaymentsProducer(dsn, 0, cfg, ledger, stop)
+    producer.start()
+    time.sleep(2)
+    stop.set()
+    producer.join(30)
+    ledger.close()
+    assert producer.error is None
+    stored = query(dsn, "SELECT partition, event_id, payload FROM airflow_txn.log_events "
+                        "WHERE log_name = 'payment_requests'")
+    assert len(stored) == len(ledger.valid) + len(ledger.malformed) > 20  # duplicates dropped by the log
+    for partition, event_id, payload in stored:
+        key = ledger.valid[event_id]["from"] if event_id in ledger.valid else event_id
+        assert partition == partition_of(key, payments.REQUEST_PARTITIONS), (event_id, payload)
+    assert ledger.malformed and ledger.duplicates
+
+    def check() -> ChaosReport:
+        report = ChaosReport(seed=1, post_mortem=True)
+        check_run(dsn, cfg, report, Ledger.load(tmp_path / LEDGER))
+        return report
+
+    report = check()  # nothing decided yet: nothing is wrong
+    assert report.violations == 0 and report.events_appended == report.events_pending == len(stored), report.table()
+    assert report.malformed_injected >= len(ledger.malformed) > 0
+    query(dsn, "INSERT INTO airflow_txn.verdicts (topology_id, decision, request_id, txid, key, amount, granted, "
+               "balance_after) VALUES ('payments', 'pay', 'pay-nobody-sent', 1, '[\"acct00\"]', -10, true, 0)")
+    damaged = check()
+    assert damaged.violations == 1 and "decided that nobody sent" in damaged.table(), damaged.table()
+    requests.close()
+    ledger_log.close()

@@ -6,6 +6,7 @@ harness runs in ``tests/e2e/test_chaos.py``.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -70,7 +71,7 @@ def test_a_rest_call_waiting_for_a_dead_api_server_gets_it_restarted(tmp_path: P
     caller.join(30)
     c.supervisor.finished.set()
     supervisor.join(10)
-    assert got == [{"r1": "running"}]
+    assert got == [{("chaos_words", "r1"): "running"}]
     assert stack.started == ["api-server"] and c.report.component_restarts == 1
 
 
@@ -132,6 +133,40 @@ def test_the_ledger_on_disk_gives_the_same_oracle_as_the_one_in_memory(tmp_path:
     assert loaded.duplicates == ledger.duplicates == 2
     assert loaded.url_counts() == ledger.url_counts()
     assert loaded.domain_counts() == {"a.org": 1, "b.org": 1}
+
+
+def test_the_payments_ledger_on_disk_keeps_the_requests_and_the_deposits(tmp_path: Path) -> None:
+    path = tmp_path / LEDGER
+    ledger = Ledger(path)
+    ledger.record_deposits({"acct00": 300, "acct01": 300})
+    request = {"id": "pay-p0-1", "from": "acct00", "to": "acct01", "amount": 40}
+    with ledger.lock:
+        ledger.record([("pay-p0-1", json.dumps(request), request), ("pay-p0-2", "not json at all", None)], 1)
+    ledger.record_deposits({"acct00": 50})
+    loaded = Ledger.load(path)
+    ledger.close()
+    assert loaded.valid == ledger.valid == {"pay-p0-1": request}
+    assert loaded.malformed == {"pay-p0-2"} and loaded.duplicates == 1
+    assert loaded.deposits == ledger.deposits == {"acct00": 350, "acct01": 300}
+
+
+def test_payments_mode_triggers_stage_one_and_operates_both_stages(tmp_path: Path) -> None:
+    # Stage 2 runs on stage 1's asset events: the driver triggers only stage 1, but a failed run
+    # of either is cleared, and only stage 1's runs count as the run's transactions.
+    runs = {"payments": [{"dag_run_id": "p1", "state": "failed"}],
+            "settlement": [{"dag_run_id": "s1", "state": "failed"}, {"dag_run_id": "s2", "state": "success"}]}
+    cleared, triggered = [], []
+    client = SimpleNamespace(runs=lambda dag_id: runs[dag_id],
+                             clear=lambda dag_id, run_id, only_failed: cleared.append((dag_id, run_id)),
+                             trigger=lambda dag_id, logical_date, run_id: triggered.append((dag_id, logical_date)))
+    c = Chaos(FakeStack(tmp_path, client), ChaosConfig(seed=5, mode="payments"))  # type: ignore[arg-type]
+    states = c.operate()
+    assert cleared == [("payments", "p1"), ("settlement", "s1")] and c.report.operator_clears == 2
+    assert set(states) == {("payments", "p1"), ("settlement", "s1"), ("settlement", "s2")}
+    c.trigger()
+    c.trigger("settlement")
+    assert [d for d, _ in triggered] == ["payments", "settlement"] and triggered[1][1] is None
+    assert c.runs == ["chaos-5-0000"]
 
 
 def test_a_supervisor_restart_that_fails_is_tried_again(tmp_path: Path) -> None:
