@@ -3,19 +3,23 @@ Postgres metadata DB) for the end-to-end tier, driven over the REST API the UI u
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench.chaos import ChaosConfig, write_dag
 from dev.localstack import LocalStack, RestClient
 
-# The chaos harness's CI size; its topology is deployed with the others.
+# The chaos harness's CI sizes; the words topology is deployed with the others (payments is an
+# example: deployed already).
 CHAOS_CI = ChaosConfig.quick(seed=7)
+CHAOS_PAYMENTS_CI = ChaosConfig.quick(seed=7, mode="payments")
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,6 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 # deferred-waits test's (slots_0 ... slots_5).
 OPS_DAGS = Path(__file__).resolve().parent / "dags" / "ops_dags.py"
 SLOTS_DAGS = OPS_DAGS.with_name("slots_dags.py")
+# Where the stack's OpenLineage file transport writes, in its base directory.
+LINEAGE_FILE = "openlineage.jsonl"
 
 
 class StatsdListener:
@@ -99,6 +105,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener) -> I
         "AIRFLOW__METRICS__STATSD_ON": "True",
         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
         "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+        # OpenLineage events go to a file the tests read (lineage_events).
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(base / LINEAGE_FILE),
+                                                       "append": True}),
     }
     # Four worker slots: waiting plans and commits wait in the triggerer, holding none of them
     # (test_deferred_waits.py would starve if they slept in workers).
@@ -113,6 +122,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener) -> I
 @pytest.fixture(scope="package")
 def client(stack: LocalStack) -> RestClient:
     return stack.client()
+
+
+def lineage_events(stack: LocalStack, job: str | None = None, event_type: str = "COMPLETE") -> list[dict[str, Any]]:
+    """The OpenLineage events Airflow sent so far (of ``job``, ``<dag_id>.<task_id>``, if given)."""
+    path = stack.base_dir / LINEAGE_FILE
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [e for e in events if e.get("eventType") == event_type and (job is None or e["job"]["name"] == job)]
 
 
 def task_log(stack: LocalStack, dag_id: str, run_id: str, task_id: str) -> str:

@@ -21,7 +21,7 @@ from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.sources.landing import write_json_lines
 from dev.localstack import LocalStack, RestClient
-from tests.e2e.conftest import StatsdListener, task_log, wait_for_runs
+from tests.e2e.conftest import StatsdListener, lineage_events, task_log, wait_for_runs
 from tests.helpers import query
 
 pytestmark = pytest.mark.e2e
@@ -181,6 +181,39 @@ def test_each_commit_reports_its_metrics_once_through_airflows_statsd(stack: Loc
     assert len(lags) == len(commits) and status.lag in {v for v, _ in lags}
     assert len(statsd.values("words", "lag_seconds")) == len(commits)
     assert {v for v, _ in statsd.values("words", "blocked")} == {0.0}
+
+
+def test_each_task_tells_openlineage_what_it_read_wrote_and_which_txid(stack: LocalStack) -> None:
+    # The words runs of the first test, as Airflow's OpenLineage listener reported them (a file
+    # transport): the commit names the log it read and the state tables it wrote, with the rows
+    # and the transaction; the process task's spark-submit carried its run id to Spark.
+    from airflow_transactional.lineage import RUN_FACET, store_namespace
+
+    coord = Coordinator(stack.state_dsn)
+    commits = {c["txid"]: c for c in coord.commits("words")}
+    coord.close()
+    namespace, db = store_namespace(stack.state_dsn)
+    reported = {}
+    for event in lineage_events(stack, "words.commit"):
+        facet = event["run"]["facets"][RUN_FACET]
+        assert facet["topology"] == "words" and facet["committed"] is True
+        assert [(d["namespace"], d["name"]) for d in event["inputs"]] == [(namespace, f"{db}.airflow_txn.log.tweets")]
+        reported[facet["txid"]] = (facet, {d["name"]: d for d in event["outputs"]})
+    assert set(reported) == set(commits), "one COMPLETE commit event per committed txid"
+    for txid, (facet, outputs) in reported.items():
+        c = commits[txid]
+        assert (facet["attempt"], facet["records"]) == (c["attempt"], c["records_read"])
+        assert facet["endOffsets"] == {str(k): v for k, v in c["end_offsets"].items()}
+        assert set(outputs) == {f"{db}.public.url_counts", f"{db}.public.domain_counts"}
+        for table, rows in c["row_counts"].items():
+            assert outputs[f"{db}.public.{table}"]["outputFacets"]["outputStatistics"]["rowCount"] == rows
+    processed = [c for c in commits.values() if c["records_read"] and c["attempt"]]
+    for c in processed:
+        [event] = [e for e in lineage_events(stack, "words.process")
+                   if e["run"]["facets"][RUN_FACET]["txid"] == c["txid"]]
+        assert not event["outputs"] and event["inputs"]
+        said = task_log(stack, "words", c["run_key"], "process")
+        assert f"spark.openlineage.parentRunId={event['run']['runId']}" in said
 
 
 def test_the_airflow_cli_works_with_just_the_stacks_home(stack: LocalStack) -> None:

@@ -26,6 +26,8 @@ class TopologyTask(BaseOperator):
     """Shared parts: the topology's stored declaration and the run's transaction."""
 
     ui_color = "#e8f4ea"
+    #: Whether the task writes the topology's outputs: OpenLineage names them as its outputs.
+    writes_outputs = False
     #: How often a waiting task asks Airflow about the run of the txid it waits for (seconds).
     airflow_check_interval = 5.0
 
@@ -49,6 +51,26 @@ class TopologyTask(BaseOperator):
             raise AirflowFailException(f"run {context['run_id']} has no transaction of topology "
                                        f"{self.topology_id!r}: clear its plan task first")
         return txn
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """What OpenLineage hears when the task ends (:mod:`airflow_transactional.lineage`):
+        the source it read, the outputs when it writes them, the run's transaction."""
+        from .. import lineage
+
+        hook = TransactionalHook(self.transactional_conn_id)
+        coordinator = hook.get_coordinator()
+        try:
+            txn = coordinator.transaction_for_run(self.topology_id, task_instance.run_id)
+            commit = None
+            if txn is not None and txn.committed:
+                commit = next(iter(coordinator.commits(self.topology_id, txn.txid)), None)
+            return lineage.operator_lineage(self.topology, hook.get_dsn(), coordinator.schema, txn, commit,
+                                            writes=self.writes_outputs)
+        finally:
+            coordinator.close()
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        return self.get_openlineage_facets_on_complete(task_instance)
 
     @contextmanager
     def failing_for_good(self, coordinator: Coordinator, context: Mapping[str, Any], what: str) -> Iterator[None]:

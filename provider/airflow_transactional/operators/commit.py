@@ -27,6 +27,7 @@ class CommitOperator(WaitingTask):
     """
 
     ui_color = "#e0ecfd"
+    writes_outputs = True
 
     def __init__(self, *, wait_timeout: timedelta = timedelta(hours=1), poll_interval: float = 1.0,
                  **kwargs: Any) -> None:

@@ -17,7 +17,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
-from .. import faults, spark_cds
+from .. import faults, lineage, spark_cds
 from ..hooks import TransactionalHook
 from ..spark_job import REMOTE_ENV
 from ..submit import DSN_ENV, DsnDelivery, deliver_dsn, provider_zip, with_quiet_driver_logs
@@ -48,6 +48,9 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
 
     def __init__(self, *, reuse_staged_output: bool = True, spark_connect_conn_id: str | None = None,
                  kubernetes_dsn_secret: str | None = None, **kwargs: Any) -> None:
+        # Spark's own lineage events (the OpenLineage Spark listener, where the cluster has it)
+        # name this task as their parent -- when OpenLineage is here to say who that is.
+        kwargs.setdefault("openlineage_inject_parent_job_info", lineage.installed())
         super().__init__(**kwargs)
         self.reuse_staged_output = reuse_staged_output
         self.spark_connect_conn_id = spark_connect_conn_id
