@@ -116,7 +116,7 @@ def operator_lineage(topology: Mapping[str, Any], dsn: str, store_schema: str, t
     out: list[Any] = []
     if writes:
         rows = dict((commit or {}).get("row_counts") or {})
-        for kind, name, dataset in outputs:
+        for _kind, name, dataset in outputs:
             facets: dict[str, Any] = {}
             if name in rows:  # rows a state's table took, events an output log took
                 facets["outputStatistics"] = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
