@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from .. import lineage
 from ..coordinator import Coordinator, Transaction
 from ..exceptions import WaitingForPredecessor
 from ..hooks import TransactionalHook
@@ -55,8 +56,6 @@ class TopologyTask(BaseOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """What OpenLineage hears when the task ends (:mod:`airflow_transactional.lineage`):
         the source it read, the outputs when it writes them, the run's transaction."""
-        from .. import lineage
-
         hook = TransactionalHook(self.transactional_conn_id)
         coordinator = hook.get_coordinator()
         try:
