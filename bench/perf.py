@@ -21,6 +21,8 @@ and every result is a ratio against a baseline measured in the same run:
 - ``pipelining``: N transactions of ``words`` with ``max_in_flight=3`` vs a serial run.
 - ``waits``: commits waiting for txid-1 deferred to the triggerer vs sleeping in workers: worker
   slots they hold, and commit latency after the predecessor commits (``bench/waits.py``).
+- ``latency``: the payments pipeline end to end -- a request's append to its outcome in stage
+  2's state, p50 / p99 at a steady rate, on an Airflow of its own (``bench/latency.py``).
 - peak memory (RSS of the spark-submit process tree) of processing tasks and of the peer.
 
 It prints the table and writes a PNG plot of the ratios against their targets.
@@ -63,6 +65,7 @@ from airflow_transactional.store.migrations import DEFAULT_SCHEMA
 from airflow_transactional.submit import SPARK_CONNECT_SERVER, spark_submit_argv
 from bench import waits
 from bench.decide import bench_decisions
+from bench.latency import bench_latency
 from bench.work import PEER_JOB, REPO, WORDS_JOB, bench_work, run_measured, settle_log
 from dev.localstack import LocalStack, RestClient
 
@@ -71,7 +74,7 @@ log = logging.getLogger("bench.perf")
 DAG_FILES = sorted((REPO / "bench" / "dags").glob("bench_*.py"))
 SCHEMA = DEFAULT_SCHEMA
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
-SECTIONS = ("commit", "decisions", "plan", "startup", "work", "peer", "overhead", "pipelining", "waits")
+SECTIONS = ("commit", "decisions", "plan", "startup", "work", "peer", "overhead", "pipelining", "waits", "latency")
 # How the provider runs its Spark jobs: one spark-submit per batch, or a long-lived Spark Connect
 # server (the DAG suffix of each).
 BACKENDS = {"spark-submit": "", "Spark Connect": "_sc"}
@@ -106,13 +109,14 @@ class Sizes:
     decision_requests: int = 100_000
     decision_accounts: int = 20_000
     decision_trials: int = 5
+    latency_transactions: int = 30
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(commit_large_state=1_000_000, commit_trials=2, plan_large_log=2_000_000, plan_trials=9,
                    peer_batches=(1_000_000,), peer_batch_count=2, peer_backends=("Spark Connect",),
                    overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2,
-                   work_trials=2, decision_trials=2)
+                   work_trials=2, decision_trials=2, latency_transactions=8)
 
 
 @dataclass
@@ -709,6 +713,8 @@ class Bench:
         finally:
             self.memory.stopped.set()
             self.stack.stop()
+        if "latency" in self.sections:  # a stack of its own (the payments example), after the other's end
+            bench_latency(self.base / "latency", self.sizes, self.report)
         self.report.wall_seconds = time.monotonic() - started
         return self.report
 
