@@ -32,13 +32,10 @@ class PaymentsProducer(Producer):
     """Appends payment requests until stopped, each to its payer's partition."""
 
     LOG = "payment_requests"
+    ID_PREFIX = "pay-p"
+    MALFORMED = ('{"id": "x", "amount": 12', '{"to": "acct01", "amount": 5}', "not json at all")
 
-    def _event(self) -> tuple[str, str, Any]:
-        self.n += 1
-        eid = f"pay-p{self.index}-{self.n}"
-        if self.rng.random() < self.cfg.malformed_rate:
-            bad = self.rng.choice(['{"id": "x", "amount": 12', '{"to": "acct01", "amount": 5}', "not json at all"])
-            return eid, bad, None
+    def _record(self, eid: str) -> tuple[str, str, Any]:
         req = payments.request(self.rng, eid, invalid=self.rng.random() < INVALID_RATE)
         return eid, json.dumps(req), req
 

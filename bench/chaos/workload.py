@@ -110,6 +110,9 @@ class Producer(threading.Thread):
     """Appends tweets until stopped; an append interrupted by a fault is retried with the same ids."""
 
     LOG = LOG
+    ID_PREFIX = "p"
+    #: What a malformed record looks like: broken JSON, a required field missing, not JSON.
+    MALFORMED = ('{"url": truncated', '{"user": "u1"}', "not json at all")
 
     def __init__(self, dsn: str, index: int, cfg: ChaosConfig, ledger: Ledger, stop: threading.Event) -> None:
         super().__init__(name=f"producer-{index}", daemon=True)
@@ -120,11 +123,15 @@ class Producer(threading.Thread):
         self.error: BaseException | None = None
 
     def _event(self) -> tuple[str, str, Any]:
+        """(event id, payload, what the ledger keeps -- None for a malformed record)."""
         self.n += 1
-        eid = f"p{self.index}-{self.n}"
+        eid = f"{self.ID_PREFIX}{self.index}-{self.n}"
         if self.rng.random() < self.cfg.malformed_rate:
-            bad = self.rng.choice(['{"url": truncated', '{"user": "u1"}', "not json at all"])
-            return eid, bad, None
+            return eid, self.rng.choice(self.MALFORMED), None
+        return self._record(eid)
+
+    def _record(self, eid: str) -> tuple[str, str, Any]:
+        """A well-formed event: a tweet."""
         prefix, host = self.rng.choice(["", "www.", "WWW."]), self.rng.choice(DOMAINS)
         url = f"https://{prefix}{host}/post/{self.rng.randint(1, 60)}"
         return eid, json.dumps({"url": url, "user": f"u{self.rng.randint(1, 99)}"}), url

@@ -38,8 +38,10 @@ PRODUCER = "https://pypi.org/project/airflow-provider-transactional/"
 SCHEMA_URL = "https://pypi.org/project/airflow-provider-transactional/#TransactionalRunFacet"
 
 
+@functools.cache
 def installed() -> bool:
-    """Whether the OpenLineage provider can be imported here."""
+    """Whether the OpenLineage provider can be imported here (asked once per process: every
+    process operator of a DAG file asks at parse time)."""
     try:
         import airflow.providers.openlineage  # noqa: F401
     except ImportError:
