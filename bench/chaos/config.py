@@ -45,8 +45,8 @@ class ChaosConfig:
 
     @classmethod
     def quick(cls, seed: int = 1, mode: str = "words") -> ChaosConfig:
-        """The size CI runs inside ``make test``: for ``words`` 20 transactions and 10 faults in
-        five minutes; for ``payments`` 6 transactions of stage 1 (each followed by stage 2: twice
+        """The size CI runs inside ``make test``: for ``words`` 12 transactions and 10 faults in
+        four minutes; for ``payments`` 6 transactions of stage 1 (each followed by stage 2: twice
         the Spark work per transaction) and 5 faults, one of each kind, striking either stage.
 
         Without the final ``airflow-txn audit`` (a Spark pass over every event, a minute here):
@@ -55,7 +55,7 @@ class ChaosConfig:
         if mode == "payments":
             return cls(seed=seed, mode=mode, transactions=6, faults=5, producers=2, rate=6, drain_timeout=420,
                        audit=False, kinds=kinds)
-        return cls(seed=seed, mode=mode, transactions=20, faults=10, producers=2, rate=6, drain_timeout=420,
+        return cls(seed=seed, mode=mode, transactions=12, faults=10, producers=2, rate=6, drain_timeout=420,
                    audit=False, kinds=kinds)
 
     @property

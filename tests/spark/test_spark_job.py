@@ -178,68 +178,6 @@ def test_a_job_dying_mid_write_leaves_nothing_committable(dsn: str, tmp_path: Pa
 
 
 
-CHAINED_JOB = """
-import sys
-from pyspark.sql import functions as F
-from airflow_transactional.spark_job import run
-
-def transform(df):
-    deep = df.where(F.col("url").contains("/p1"))
-    events = deep.select(F.concat("_event_id", F.lit(":deep")).alias("id"), F.col("user").alias("key"),
-                         F.struct("url", "user").alias("payload"),
-                         F.split("_offset", ":")[1].cast("long").alias("seq"))
-    # Emitted twice (a second copy with another payload): the first in seq order is kept.
-    again = events.withColumn("payload", F.struct(F.lit("dup").alias("url"), F.col("key").alias("user")))
-    return {"url_counts": df.select("url", F.lit(1).alias("value")),
-            "domain_counts": df.select(F.lit("all").alias("domain"), F.lit(1).alias("value")),
-            "deep": events.union(again.withColumn("seq", F.col("seq") + 1))}
-
-raise SystemExit(run(transform, schema="url string, user string"))
-"""
-
-
-def test_a_spark_job_emits_output_events_that_the_commit_appends_once_for_the_next_topology(
-        dsn: str, tmp_path: Path) -> None:
-    from airflow_transactional import OutputSpec
-    from airflow_transactional.processing import process_batch
-    from airflow_transactional.sources.eventlog import partition_of
-
-    log = EventLog(dsn, "tweets")
-    log.create(2)
-    tweets = _tweets(600)
-    log.append(tweets)
-    coord = Coordinator(dsn)
-    spec = _spec(max_batch_size=400)
-    coord.register(TopologySpec("words", spec.source, spec.states, max_batch_size=400,
-                                outputs=[OutputSpec("deep", partitions=3)]))
-    coord.register(TopologySpec("per_user", PostgresLogSource("deep"),
-                                [StateSpec("deep_per_user", {"user_id": "text"})]))
-    job = tmp_path / "chained.py"
-    job.write_text(CHAINED_JOB)
-    for k in range(2):  # 600 events, 400 a batch
-        t = coord.plan("words", f"r{k}").txid
-        for _ in range(1 if k else 2):  # the first txid is processed twice: one attempt is committed
-            res = spark_submit(dsn, str(job), "--topology", "words", "--txid", str(t))
-            assert res.returncode == 0, res.stderr[-3000:]
-        if t == 1:
-            assert query(dsn, "SELECT count(*) FROM airflow_txn.log_events WHERE log_name = 'deep'") == [(0,)]
-        coord.commit("words", t)
-    assert coord.status("words").lag == 0
-    t = coord.plan("per_user", "s").txid
-    process_batch(coord, "per_user", t, lambda rec: [("deep_per_user", (rec["user"],), 1)])
-    coord.commit("per_user", t)
-
-    deep = {eid: json.loads(p) for eid, p in tweets if "/p1" in json.loads(p)["url"]}
-    events = query(dsn, "SELECT partition, event_id, payload FROM airflow_txn.log_events "
-                        "WHERE log_name = 'deep' ORDER BY partition, lsn")
-    assert sorted(e for _p, e, _x in events) == sorted(f"words:{eid}:deep" for eid in deep)
-    assert all(json.loads(x) == deep[e.split(":")[1]] for _p, e, x in events)  # the first copy won
-    assert all(p == partition_of(json.loads(x)["user"], 3) for p, _e, x in events)  # Spark's crc32 = the log's
-    assert dict(query(dsn, "SELECT user_id, value FROM deep_per_user")) == Counter(r["user"] for r in deep.values())
-    coord.close()
-    log.close()
-
-
 def test_the_words_job_starts_from_the_class_data_sharing_archive(dsn: str, tmp_path: Path) -> None:
     # Under -Xshare:on a JVM refuses to start with an archive it cannot use: the job running at
     # all proves the archive fits this JVM and Spark; the class-load log shows it was used.
