@@ -79,7 +79,8 @@ SECTIONS = ("commit", "decisions", "plan", "startup", "work", "peer", "overhead"
 # server (the DAG suffix of each).
 BACKENDS = {"spark-submit": "", "Spark Connect": "_sc"}
 # Batches that keep Spark busy for tens of seconds want the full JIT (LOCAL_SPARK_CONF's C1-only
-# driver is for small batches): the peer, the Spark Connect server and our big-batch DAGs get it.
+# driver is for small batches): the peer and the Spark Connect server get it; our big-batch jobs
+# get no JIT setting, so the process task picks one by the batch's size (submit.with_jit_for_batch).
 BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
 
 

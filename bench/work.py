@@ -38,7 +38,7 @@ from airflow_transactional.sources import EventLog, LandingDirectory, PostgresLo
 from airflow_transactional.spark.job import tree_cpu
 from airflow_transactional.spark_job import REMOTE_ENV, provider_zip, with_quiet_driver_logs
 from airflow_transactional.spec import StateSpec, TopologySpec
-from airflow_transactional.submit import spark_connect_server_argv, spark_submit_argv
+from airflow_transactional.submit import spark_connect_server_argv, spark_submit_argv, with_jit_for_batch
 from dev.embedded import free_port
 from dev.localstack import listening
 
@@ -133,6 +133,7 @@ class Work:
         if not landing_file.exists():
             os.link(events_file, landing_file)
         self.txids: dict[str, int] = {}
+        self.batches: dict[str, tuple[dict[str, Any], int]] = {}
         coord = Coordinator(dsn, schema=schema)
         try:
             for name, source in (
@@ -146,13 +147,15 @@ class Work:
                 txn = coord.plan(name, "bench-work")
                 assert txn.empty == (name == "bench_work_empty"), (name, txn)
                 self.txids[name] = txn.txid
+                self.batches[name] = (txn.batch, txn.planned_records)
         finally:
             coord.close()
 
     def ours(self, topology: str) -> tuple[float, float, dict[str, Any]]:
         """(CPU-s, wall s, the job's result) of processing the planned batch of ``topology``."""
         result_file = self.base / f"{topology}.result.json"
-        argv = [*spark_submit_argv("local[2]", self.conf, "--name", f"work-{topology}"), "--py-files", provider_zip(),
+        conf = with_jit_for_batch(self.conf, *self.batches[topology])  # as the process task chooses it
+        argv = [*spark_submit_argv("local[2]", conf, "--name", f"work-{topology}"), "--py-files", provider_zip(),
                 str(WORDS_JOB), "--topology", topology, "--txid", str(self.txids[topology]), "--schema", self.schema,
                 "--result-file", str(result_file)]
         cpu, wall = run_measured(argv, self.env, f"work: the words job on {topology}")

@@ -12,8 +12,9 @@ from airflow_transactional.dag import LOCAL_SPARK_CONF
 
 HERE = Path(__file__)
 REPO = HERE.resolve().parents[2]  # the symlink's target: bench/dags/ of the repository
-# A whole landing file per batch keeps Spark busy for tens of seconds: it wants the full JIT
-# (LOCAL_SPARK_CONF's C1-only driver is for small batches), as bench.perf gives the peer.
+# A whole landing file per batch: no JIT setting of our own (LOCAL_SPARK_CONF's C1-only driver is
+# for small batches), so the process task picks it by the file's size -- C1 only up to
+# submit.SHORT_JIT_MAX_BYTES, the full JIT above, which bench.perf gives the long-lived peer.
 BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
 
 

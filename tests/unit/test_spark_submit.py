@@ -196,3 +196,32 @@ def test_cli_finds_spark_submit_beside_its_python_when_path_lacks_it(monkeypatch
     monkeypatch.setattr(sys, "executable", "/nonexistent/python")
     with pytest.raises(TransactionalError, match="put Spark's bin directory on PATH or set SPARK_SUBMIT"):
         spark_submit()
+
+
+def test_a_local_driver_gets_the_c1_jit_for_a_small_batch_and_the_full_one_for_a_big_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_transactional.submit import SHORT_JIT, with_jit_for_batch
+
+    def opts(conf: dict[str, str]) -> str:
+        return conf.get("spark.driver.extraJavaOptions", "")
+
+    gc = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
+    log_batch = {"log": "tweets", "ranges": [[0, 0, 10]]}
+    assert opts(with_jit_for_batch(gc, log_batch, 250_000)) == f"{SHORT_JIT} -XX:+UseSerialGC"
+    assert opts(with_jit_for_batch(gc, log_batch, 250_001)) == "-XX:+UseSerialGC"
+    small, big = ({"format": "json", "files": [{"path": "/d/a", "size": n}]} for n in (9 << 20, 90 << 20))
+    assert opts(with_jit_for_batch({}, small, 1)) == SHORT_JIT and with_jit_for_batch({}, big, 1) == {}
+    assert with_jit_for_batch({}, {**small, "format": "parquet"}, 1) == {}  # bytes say little about records
+    chosen = {"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"}  # the user's own JIT choice wins
+    assert with_jit_for_batch(chosen, small, 1) == chosen
+    # Through the operator: only a local master's driver gets it, and the task log says so.
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    op = TransactionalSparkSubmitOperator(task_id="process", topology={"topology_id": "t"}, application="/jobs/w.py",
+                                          conn_id="spark_test", name="txn-t", conf=dict(gc))
+    op.prepare_submit(7, "airflow_txn", DSN, batch=log_batch, planned_records=2_000).remove()
+    assert opts(op.conf).startswith(f"{SHORT_JIT} -XX:+UseSerialGC -Dlog4j2.configurationFile=")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": "spark://h", "port": 7077}))
+    op = TransactionalSparkSubmitOperator(task_id="process", topology={"topology_id": "t"}, application="/jobs/w.py",
+                                          conn_id="spark_test", name="txn-t", conf=dict(gc), deploy_mode="client")
+    op.prepare_submit(7, "airflow_txn", DSN, batch=log_batch, planned_records=2_000).remove()
+    assert SHORT_JIT not in opts(op.conf)

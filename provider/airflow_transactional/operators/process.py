@@ -9,7 +9,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -20,7 +20,15 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from .. import faults, lineage, spark_cds
 from ..hooks import TransactionalHook
 from ..spark_job import REMOTE_ENV
-from ..submit import DSN_ENV, DsnDelivery, deliver_dsn, provider_zip, with_quiet_driver_logs
+from ..submit import (
+    DSN_ENV,
+    SHORT_JIT,
+    DsnDelivery,
+    deliver_dsn,
+    provider_zip,
+    with_jit_for_batch,
+    with_quiet_driver_logs,
+)
 from .base import TopologyTask
 
 # What Spark, Hadoop and PySpark print on every run that says nothing about this job (the
@@ -82,7 +90,8 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
                 with self.failing_for_good(coordinator, context, "the Spark Connect job"):
                     self.run_connect_client(self.spark_connect_conn_id, hook.get_dsn())
                 return
-            delivery = self.prepare_submit(txn.txid, coordinator.schema, hook.get_dsn())
+            delivery = self.prepare_submit(txn.txid, coordinator.schema, hook.get_dsn(), batch=txn.batch,
+                                           planned_records=txn.planned_records)
             with self.failing_for_good(coordinator, context, "spark-submit"):
                 super().execute(context)
         finally:
@@ -117,9 +126,12 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
     def job_args(self, txid: int, schema: str) -> list[str]:
         return [*self.base_application_args, "--topology", self.topology_id, "--txid", str(txid), "--schema", schema]
 
-    def prepare_submit(self, txid: int, schema: str, dsn: str) -> DsnDelivery:
+    def prepare_submit(self, txid: int, schema: str, dsn: str, *, batch: Mapping[str, Any] | None = None,
+                       planned_records: int = 0) -> DsnDelivery:
         """Set this operator's ``spark-submit`` arguments for ``txid``; returns how the DSN travels
-        (:mod:`submit`: never in argv or ``env_vars``), whose local file the caller removes after."""
+        (:mod:`submit`: never in argv or ``env_vars``), whose local file the caller removes after.
+        Given the planned ``batch``, a ``local[N]`` driver's JIT is chosen by its size
+        (:func:`submit.with_jit_for_batch`)."""
         probe = self._get_hook()  # resolves the Spark connection: its master and deploy mode
         master, deploy_mode = str(probe._connection["master"]), probe._connection["deploy_mode"]
         delivery = deliver_dsn(dsn, master, deploy_mode, kubernetes_dsn_secret=self.kubernetes_dsn_secret)
@@ -131,6 +143,11 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         self.files = ",".join(filter(None, [self.files, *delivery.files])) or None
         self.py_files = ",".join(filter(None, [self.py_files, provider_zip()]))
         conf = {**(self.conf or {}), **delivery.conf}
+        if batch is not None and master.startswith("local"):
+            conf = with_jit_for_batch(conf, batch, planned_records)
+            if SHORT_JIT in str(conf.get("spark.driver.extraJavaOptions")) and SHORT_JIT not in str(
+                    (self.conf or {}).get("spark.driver.extraJavaOptions")):
+                self.log.info("a small batch: the driver JVM runs with the C1 JIT only (%s)", SHORT_JIT)
         if deploy_mode != "cluster":  # files of this machine, for a driver on this machine
             conf = spark_cds.with_archive(with_quiet_driver_logs(conf), self.startup_archive())
         self.conf = conf
