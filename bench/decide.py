@@ -4,7 +4,9 @@ section ``decisions``).
 
 Both take the same events -- N payment requests over K accounts -- staged as a processing
 attempt would stage them: the requests as they are for the decision, the per-account sums for
-the plain commit. Only the commit is timed; trials alternate and the first warms the caches.
+the plain commit. The commit is what is compared; trials alternate and the first warms the
+caches. The decided attempt records its requests and runs when it completes, in the processing
+task: that time is reported beside the row (it runs in parallel with other txids).
 """
 
 from __future__ import annotations
@@ -47,10 +49,12 @@ def bench_decisions(dsn: str, sizes: Any, report: Any) -> None:
         attempt, txn = coord.begin_attempt("bench_decided", txn.txid)
         staged = coord.stage_requests(attempt, "pay", (((acct,), seq, f"r{trial}-{seq}", amount)
                                                        for seq, (acct, amount) in enumerate(events)))
-        coord.finish_attempt(attempt, {"pay": staged}, records_read=len(events))
         t0 = time.perf_counter()
+        coord.finish_attempt(attempt, {"pay": staged}, records_read=len(events))
+        t1 = time.perf_counter()
         coord.commit("bench_decided", txn.txid)
-        return time.perf_counter() - t0
+        recording.append(t1 - t0)
+        return time.perf_counter() - t1
 
     def plain(trial: int, events: list[tuple[str, int]]) -> float:
         sums: dict[str, int] = {}
@@ -66,6 +70,7 @@ def bench_decisions(dsn: str, sizes: Any, report: Any) -> None:
 
     ours: list[float] = []
     base: list[float] = []
+    recording: list[float] = []
     try:
         for trial in range(sizes.decision_trials + 1):
             events = requests(n, k, rng)
@@ -78,4 +83,6 @@ def bench_decisions(dsn: str, sizes: Any, report: Any) -> None:
         coord.close()
     o, b = statistics.median(ours), statistics.median(base)
     report.add(Row("decisions", f"commit deciding {n:,} requests over {k:,} keys in order vs a plain commit of "
-                                "their per-key deltas", f"{o:.3f} s", f"{b:.3f} s", o / b, "<= 2.0x", o / b <= 2.0))
+                                "their per-key deltas", f"{o:.3f} s", f"{b:.3f} s", o / b, "<= 2.0x", o / b <= 2.0,
+                   f"the attempt's completion records the requests first: {statistics.median(recording[1:]):.2f} s "
+                   "in the processing task"))

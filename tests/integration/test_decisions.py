@@ -21,6 +21,7 @@ from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.sources.eventlog import partition_of
 from airflow_transactional.spec import StateSpec, TopologySpec
+from airflow_transactional.store import decisions
 from dev import faults
 from tests.helpers import query
 
@@ -192,6 +193,59 @@ def test_a_request_sent_again_is_not_decided_again_and_replays_decide_once(dsn: 
     after = dict(query(dsn, "SELECT request_id, txid FROM airflow_txn.verdicts"))
     assert len(decided) == 25 and sorted(after) == sorted(r["id"] for r in reqs)
     assert {r: after[r] for r in decided} == decided and min(t for r, t in after.items() if r not in decided) > 1
+    drain(coord, "settlement", settle_fn, "s")
+    check_invariants(dsn, reqs)
+
+
+def sequential(sent: list[dict[str, Any]]) -> dict[str, tuple[bool, int]]:
+    """The oracle without settlement: one executor deciding in log order from each account's
+    opening plus overdraft -- (granted, balance after) by request id, a request sent again skipped."""
+    balance = {a: o + d for a, (o, d) in ACCOUNTS.items()}
+    out: dict[str, tuple[bool, int]] = {}
+    for r in sent:
+        if r["id"] not in out:
+            cost = r["amount"] + (FEE if r["amount"] > FEE_OVER else 0)
+            granted = balance[r["from"]] - cost >= 0
+            balance[r["from"]] -= cost if granted else 0
+            out[r["id"]] = (granted, balance[r["from"]])
+    return out
+
+
+def test_pipelined_txids_and_an_attempt_recorded_only_at_its_commit_decide_as_one_executor(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    coord, log = setup(dsn)
+    reqs = requests(75, seed=6)
+    send(log, reqs[:25])
+    first = coord.plan("payments", "a")
+    again = reqs[3]  # sent again, and its account has other requests in the next txid
+    assert any(r["from"] == again["from"] for r in reqs[25:49])
+    log.append([(f"again-{again['id']}", json.dumps(again))], partition=partition_of(again["from"], 4))
+    send(log, reqs[25:49])
+    second = coord.plan("payments", "b")
+    # The second txid completes first: it records its requests before the first one is decided,
+    # so its commit takes the request sent again out of its account's run then.
+    process_batch(coord, "payments", second.txid, pay_fn)
+    process_batch(coord, "payments", first.txid, pay_fn)
+    coord.commit("payments", first.txid)
+    coord.commit("payments", second.txid)
+    assert query(dsn, "SELECT requests IS NOT NULL AND NOT %s = ANY(requests) FROM airflow_txn.decision_runs "
+                      "WHERE txid = %s AND key = jsonb_build_array(%s::text)",
+                 (again["id"], second.txid, again["from"])) == [(True,)]
+    # An attempt that completed without recording its requests (an older version of the
+    # provider did not) has them recorded by its commit.
+    send(log, reqs[49:])
+    with monkeypatch.context() as m:
+        m.setattr(decisions, "prepare", lambda *args, **kwargs: None)
+        third = coord.plan("payments", "c")
+        process_batch(coord, "payments", third.txid, pay_fn)
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.decision_requests WHERE txid = %s", (third.txid,)) == [(0,)]
+    coord.commit("payments", third.txid)
+    drain(coord, "payments", pay_fn, "d")
+    got = {r: (g, int(b)) for r, g, b in query(dsn, "SELECT request_id, granted, balance_after "
+                                                    "FROM airflow_txn.verdicts")}
+    assert got == sequential([*reqs[:25], again, *reqs[25:]])
+    assert 0 < sum(g for g, _b in got.values()) < len(got)  # both verdicts, so both ways of deciding ran
+    assert query(dsn, "SELECT txid FROM airflow_txn.verdicts WHERE request_id = %s", (again["id"],)) == [(1,)]
     drain(coord, "settlement", settle_fn, "s")
     check_invariants(dsn, reqs)
 

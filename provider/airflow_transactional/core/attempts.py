@@ -238,6 +238,11 @@ def finish_attempt(store: StateStore, attempt: Attempt, row_counts: Mapping[str,
                 f"attempt {attempt.attempt} of txid {attempt.txid} ({attempt.topology_id}) can no "
                 "longer complete: the txid was re-planned, committed, or the attempt was discarded; "
                 "its output will not be committed (process the txid again if it is uncommitted)")
+        num, spec, committed, _o = store.load(cur, attempt.topology_id)
+        for d in spec.decisions:  # recorded now, in parallel with other txids, so the commit is per key
+            decisions.prepare(cur, store.schema, attempt.topology_id, d, spec.state(d.state),
+                              store.dec_staging(num, d), store.dec_runs(num, d), attempt.txid, attempt.attempt,
+                              int(committed))
 
 
 def fail_attempt(store: StateStore, attempt: Attempt, error: str) -> None:

@@ -35,7 +35,7 @@ from ..exceptions import (
     WaitingForPredecessor,
 )
 from ..spec import StateSpec, TopologySpec
-from ..store import attempts, catalog, commits, outputs, topologies, transactions
+from ..store import attempts, catalog, commits, decisions, outputs, topologies, transactions
 from ..store import sql as q
 from ..store.rows import scalar
 from . import effects
@@ -91,6 +91,8 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         topologies.advance(cur, store.schema, topology_id, txid, txn.end_offsets, committed_at, lost)
         transactions.mark_committed(cur, store.schema, topology_id, txid, committed_at)
         attempts.settle(cur, store.schema, topology_id, txid, chosen)
+        for decision in spec.decisions:
+            decisions.forget_other_attempts(cur, store.schema, topology_id, decision, txid, chosen)
         commits.settle_quarantine(cur, store.schema, topology_id, txid, chosen)
         commits.record(cur, store.schema, topology_id, commits.CommitRecord(
             txid=txid, attempt=chosen or 0, plan_version=txn.plan_version, run_key=txn.run_key,
@@ -161,8 +163,8 @@ def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, 
         cur.execute(q.count_staged(store.staging(num, state)), (txn.txid, attempt))
         found[state.name] = (f"state {state.name!r} has {{}} staged rows", int(scalar(cur)))
     for d in spec.decisions:
-        cur.execute(q.count_staged(store.dec_staging(num, d)), (txn.txid, attempt))
-        found[d.name] = (f"decision {d.name!r} has {{}} staged requests", int(scalar(cur)))
+        n = decisions.staged_count(cur, store.schema, txn.topology_id, d, store.dec_staging(num, d), txn.txid, attempt)
+        found[d.name] = (f"decision {d.name!r} has {{}} staged requests", n)
     if spec.outputs:
         events = outputs.staged_counts(cur, store.out_staging(num), txn.txid, attempt)
         found.update({o.name: (f"output {o.name!r} has {{}} staged events", events.get(o.name, 0))

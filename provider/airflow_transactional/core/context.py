@@ -58,6 +58,10 @@ class StateStore:
         """The staging table of the requests of a decision of topology number ``num``."""
         return decisions.staging_table(self.schema, num, decision)
 
+    def dec_runs(self, num: int, decision: DecisionSpec) -> sql.Composed:
+        """The runs of requests per key of a decision's completed attempts (topology number ``num``)."""
+        return decisions.runs_table(self.schema, num, decision)
+
     def out_staging(self, num: int) -> sql.Composed:
         """The staging table of the output events of topology number ``num``."""
         return outputs.staging_table(self.schema, num)

@@ -18,7 +18,8 @@ def decide(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: T
     if attempt is None:
         return {}
     return {d.name: decisions.decide(cur, store.schema, spec.topology_id, d, spec.state(d.state),
-                                     store.dec_staging(num, d), txid, attempt) for d in spec.decisions}
+                                     store.dec_staging(num, d), store.dec_runs(num, d), txid, attempt)
+            for d in spec.decisions}
 
 
 def append_outputs(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
@@ -29,7 +30,7 @@ def append_outputs(store: StateStore, cur: psycopg2.extensions.cursor, num: int,
     targets = [outputs.Target(o.name, o.log_name) for o in spec.outputs]
     try:
         return outputs.append(cur, store.schema, store.out_staging(num), targets, txid, attempt,
-                              verdicts=decisions.VERDICTS if spec.decisions else None)
+                              only=decisions.output_filter(store.schema, spec.topology_id) if spec.decisions else None)
     except LookupError as exc:
         raise StagedOutputIncomplete(
             f"topology {spec.topology_id!r} txid {txid} attempt {attempt}: an output event is staged for a "

@@ -79,6 +79,8 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
             decisions.check_headroom(cur, d, spec.state(d.state))
             if not catalog.exists(cur, store.dec_staging(num, d)):
                 cur.execute(decisions.create_staging_table(store.dec_staging(num, d), spec.state(d.state)))
+            if not catalog.exists(cur, store.dec_runs(num, d)):
+                cur.execute(decisions.create_runs_table(store.dec_runs(num, d), spec.state(d.state)))
     store.specs[spec.topology_id] = (num, spec)
 
 
@@ -93,7 +95,8 @@ def reset(store: StateStore, topology_id: str) -> list[str]:
     dropped = []
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id, lock=True)
-        tables = [store.out_staging(num), *(store.dec_staging(num, d) for d in spec.decisions)]
+        tables = [store.out_staging(num), *(store.dec_staging(num, d) for d in spec.decisions),
+                  *(store.dec_runs(num, d) for d in spec.decisions)]
         for state in spec.states:
             tables += [store.staging(num, state), q.audit_table(store.schema, num, state, purpose="rebuild")]
             if state.database is None:

@@ -64,6 +64,7 @@ def recover(store: StateStore, topology_id: str) -> RecoverResult:
         result.attempts_discarded = attempts.discard_superseded(cur, store.schema, topology_id)
         staged = [(s.name, store.staging(num, s)) for s in spec.states]
         staged += [(f"requests of {d.name}", store.dec_staging(num, d)) for d in spec.decisions]
+        staged += [(f"request runs of {d.name}", store.dec_runs(num, d)) for d in spec.decisions]
         if spec.outputs:
             staged.append(("output events", store.out_staging(num)))
         for name, staging in staged:

@@ -224,6 +224,69 @@ END
 $body$;
 """,
     ),
+    (
+        6,
+        "decisions recorded where they are cheap to write",
+        """
+-- A commit used to write one verdicts row per request. Now the processing attempt records its
+-- requests when it completes (in parallel with other txids), and the commit writes one row per
+-- key: the committed balance the key's run started from, and its verdicts only when one of them
+-- is a decline. ``verdicts`` becomes a view over both with the columns it had.
+ALTER TABLE {s}.verdicts RENAME TO verdicts_v5;
+-- The requests an attempt will decide: not decided by a txid committed when it completed, in
+-- the order of their key's run (``prefix``: the run's sum up to this request, all granted).
+CREATE TABLE {s}.decision_requests (
+    topology_id   text COLLATE "C" NOT NULL,
+    decision      text COLLATE "C" NOT NULL,
+    request_id    text COLLATE "C" NOT NULL,
+    txid          bigint NOT NULL,
+    attempt       integer NOT NULL,
+    seq           bigint,
+    key           jsonb NOT NULL,
+    amount        numeric NOT NULL,
+    prefix        numeric NOT NULL,
+    PRIMARY KEY (topology_id, decision, request_id, txid, attempt)
+);
+-- Requests are probed by id; a block-range index finds a txid's rows (recorded in txid order
+-- mostly) and is never a candidate for those probes, whatever the statistics say.
+CREATE INDEX decision_requests_by_txid ON {s}.decision_requests USING brin (txid) WITH (pages_per_range = 16);
+-- Per attempt: the txid committed when its requests were recorded (those committed after it
+-- are checked again by its commit), and how many it staged (the commit verifies the count).
+CREATE TABLE {s}.decision_checks (
+    topology_id     text COLLATE "C" NOT NULL,
+    decision        text COLLATE "C" NOT NULL,
+    txid            bigint NOT NULL,
+    attempt         integer NOT NULL,
+    checked_through bigint NOT NULL,
+    staged          bigint NOT NULL,
+    PRIMARY KEY (topology_id, decision, txid, attempt)
+);
+-- Per committed txid and key: the balance its run started from; ``requests``, ``grants`` and
+-- ``balances`` only for a run that had to be decided request by request (NULL: all granted).
+-- A block-range index: appended in txid order, it costs the commit nearly nothing.
+CREATE TABLE {s}.decision_runs (
+    topology_id   text COLLATE "C" NOT NULL,
+    decision      text COLLATE "C" NOT NULL,
+    txid          bigint NOT NULL,
+    attempt       integer NOT NULL,
+    key           jsonb NOT NULL,
+    start         numeric NOT NULL,
+    requests      text[],
+    grants        boolean[],
+    balances      numeric[]
+);
+CREATE INDEX decision_runs_by_txid ON {s}.decision_runs USING brin (txid) WITH (pages_per_range = 16);
+CREATE VIEW {s}.verdicts AS
+SELECT r.topology_id, r.decision, r.request_id, r.txid, r.seq, r.key, r.amount,
+       coalesce(u.grants[array_position(u.requests, r.request_id::text)], true) AS granted,
+       coalesce(u.balances[array_position(u.requests, r.request_id::text)], u.start + r.prefix) AS balance_after
+FROM {s}.decision_requests r
+JOIN {s}.decision_runs u ON u.txid = r.txid AND u.topology_id = r.topology_id AND u.decision = r.decision
+ AND u.attempt = r.attempt AND u.key = r.key
+UNION ALL
+SELECT topology_id, decision, request_id, txid, seq, key, amount, granted, balance_after FROM {s}.verdicts_v5;
+""",
+    ),
 ]
 
 

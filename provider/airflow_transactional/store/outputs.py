@@ -74,18 +74,16 @@ def staged_counts(cur: Cursor, staging: sql.Composed, txid: int, attempt: int) -
 
 
 def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Target], txid: int,
-           attempt: int, *, verdicts: sql.Composable | None = None) -> dict[str, int]:
+           attempt: int, *, only: sql.Composable | None = None) -> dict[str, int]:
     """Append the events staged by ``attempt`` of ``txid`` to their logs; events appended, by output.
 
     Per partition they go in ``seq`` order (then id order), after every event already there.
-    An event for a request goes only if ``verdicts`` (a table of decision, request, granted) says
-    the request got the verdict the event was emitted for. Raises LookupError for a staged
-    partition its log does not have.
+    An event for a request goes only if ``only`` (a condition on the staged event ``o``, see
+    ``decisions.output_filter``) says the request got the verdict the event was emitted for;
+    without it, no event for a request goes. Raises LookupError for a staged partition its log
+    does not have.
     """
-    only_verdicts: sql.Composable = sql.SQL("o.request IS NULL")
-    if verdicts is not None:
-        only_verdicts = sql.SQL("(o.request IS NULL OR EXISTS (SELECT 1 FROM {} v WHERE v.decision = o.decision "
-                                "AND v.request = o.request AND v.granted = o.granted))").format(verdicts)
+    only_verdicts: sql.Composable = only if only is not None else sql.SQL("o.request IS NULL")
     s = sql.Identifier(schema)
     log_of = {t.output: t.log for t in targets}
     cur.execute(sql.SQL("SELECT DISTINCT output, partition FROM {} WHERE txid = %s AND attempt = %s")
