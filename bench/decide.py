@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airflow_transactional import DecisionSpec, EventLog, PostgresLogSource, StateSpec, TopologySpec
@@ -46,17 +47,23 @@ def bench_decisions(dsn: str, sizes: Any, report: Any) -> None:
                                 max_in_flight=1000, max_batch_size=1))
     rng = random.Random(11)
 
-    def decided(trial: int, events: list[tuple[str, int]]) -> float:
-        txn = coord.plan("bench_decided", f"t{trial}")
+    def complete(run_key: str, events: list[tuple[str, int]], rid: Callable[[int], str]) -> tuple[int, float]:
+        """Plan, stage and complete one decided txid of ``events``, the one at ``seq`` with request
+        id ``rid(seq)``; (its txid, the seconds its completion took)."""
+        txn = coord.plan("bench_decided", run_key)
         attempt, txn = coord.begin_attempt("bench_decided", txn.txid)
-        staged = coord.stage_requests(attempt, "pay", (((acct,), seq, f"r{trial}-{seq}", amount)
+        staged = coord.stage_requests(attempt, "pay", (((acct,), seq, rid(seq), amount)
                                                        for seq, (acct, amount) in enumerate(events)))
         t0 = time.perf_counter()
         coord.finish_attempt(attempt, {"pay": staged}, records_read=len(events))
-        t1 = time.perf_counter()
-        coord.commit("bench_decided", txn.txid)
-        recording.append(t1 - t0)
-        return time.perf_counter() - t1
+        return txn.txid, time.perf_counter() - t0
+
+    def decided(trial: int, events: list[tuple[str, int]]) -> float:
+        txid, took = complete(f"t{trial}", events, lambda seq: f"r{trial}-{seq}")
+        recording.append(took)
+        t0 = time.perf_counter()
+        coord.commit("bench_decided", txid)
+        return time.perf_counter() - t0
 
     def plain(trial: int, events: list[tuple[str, int]]) -> float:
         sums: dict[str, int] = {}
@@ -73,20 +80,11 @@ def bench_decisions(dsn: str, sizes: Any, report: Any) -> None:
     def pipelined(pair: int, events: list[tuple[str, int]]) -> float:
         """Commit time of the second of two txids that both completed before the first committed."""
         again = len(events) // 100
-        batches = [[(acct, f"p{pair}a-{seq}", amount) for seq, (acct, amount) in enumerate(events)],
-                   [(acct, f"p{pair}a-{seq}" if seq < again else f"p{pair}b-{seq}", amount)
-                    for seq, (acct, amount) in enumerate(events)]]
-        txids = []
-        for half, batch in enumerate(batches):
-            txn = coord.plan("bench_decided", f"p{pair}-{half}")
-            attempt, txn = coord.begin_attempt("bench_decided", txn.txid)
-            staged = coord.stage_requests(attempt, "pay", (((acct,), seq, rid, amount)
-                                                           for seq, (acct, rid, amount) in enumerate(batch)))
-            coord.finish_attempt(attempt, {"pay": staged}, records_read=len(batch))
-            txids.append(txn.txid)
-        coord.commit("bench_decided", txids[0])
+        first, _ = complete(f"p{pair}-0", events, lambda seq: f"p{pair}a-{seq}")
+        second, _ = complete(f"p{pair}-1", events, lambda seq: f"p{pair}{'a' if seq < again else 'b'}-{seq}")
+        coord.commit("bench_decided", first)
         t0 = time.perf_counter()
-        coord.commit("bench_decided", txids[1])
+        coord.commit("bench_decided", second)
         return time.perf_counter() - t0
 
     ours: list[float] = []

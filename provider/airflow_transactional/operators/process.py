@@ -144,10 +144,10 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         self.py_files = ",".join(filter(None, [self.py_files, provider_zip()]))
         conf = {**(self.conf or {}), **delivery.conf}
         if batch is not None and master.startswith("local"):
-            conf = with_jit_for_batch(conf, batch, planned_records)
-            if SHORT_JIT in str(conf.get("spark.driver.extraJavaOptions")) and SHORT_JIT not in str(
-                    (self.conf or {}).get("spark.driver.extraJavaOptions")):
+            chosen = with_jit_for_batch(conf, batch, planned_records)
+            if chosen != conf:
                 self.log.info("a small batch: the driver JVM runs with the C1 JIT only (%s)", SHORT_JIT)
+            conf = chosen
         if deploy_mode != "cluster":  # files of this machine, for a driver on this machine
             conf = spark_cds.with_archive(with_quiet_driver_logs(conf), self.startup_archive())
         self.conf = conf
