@@ -250,6 +250,53 @@ def test_pipelined_txids_and_an_attempt_recorded_only_at_its_commit_decide_as_on
     check_invariants(dsn, reqs)
 
 
+def test_a_request_left_out_for_an_earlier_txid_is_put_back_when_that_txid_commits_without_it(dsn: str) -> None:
+    coord, log = setup(dsn)
+    reqs = requests(75, seed=7)
+    held, kept = reqs[3], reqs[5]  # both sent again; the first txid's committed attempt holds one back
+
+    def again(req: dict[str, Any], tag: str) -> None:
+        log.append([(f"{tag}-{req['id']}", json.dumps(req))], partition=partition_of(req["from"], 4))
+
+    def holding_back(req: dict[str, Any]) -> list[Any]:
+        if req["id"] == held["id"]:
+            raise ValueError("held back")
+        return pay_fn(req)
+
+    send(log, reqs[:25])
+    first = coord.plan("payments", "a")
+    again(held, "again")
+    again(kept, "again")
+    send(log, reqs[25:48])
+    second = coord.plan("payments", "b")
+    again(held, "again2")
+    send(log, reqs[48:72])
+    third = coord.plan("payments", "c")
+    # Completions in txid order, all before the first commit: the second leaves both requests
+    # out for now, as the first claims them.
+    process_batch(coord, "payments", first.txid, pay_fn)
+    process_batch(coord, "payments", second.txid, pay_fn)
+    assert sorted(r for (r,) in query(dsn, "SELECT request_id FROM airflow_txn.decision_conflicts "
+                                           "WHERE txid = %s", (second.txid,))) == sorted([held["id"], kept["id"]])
+    # The first txid's committed attempt holds one back (quarantined), after the second completed.
+    process_batch(coord, "payments", first.txid, holding_back)
+    coord.commit("payments", first.txid)
+    # The third completes now: the request the second left out is still claimed by it, so the
+    # third leaves it out too, until the second's commit has settled it.
+    process_batch(coord, "payments", third.txid, pay_fn)
+    coord.commit("payments", second.txid)
+    coord.commit("payments", third.txid)
+    send(log, reqs[72:])
+    drain(coord, "payments", pay_fn, "d")
+    got = {r: (g, int(b)) for r, g, b in query(dsn, "SELECT request_id, granted, balance_after "
+                                                    "FROM airflow_txn.verdicts")}
+    assert got == sequential([*(r for r in reqs[:25] if r is not held), held, kept, *reqs[25:]])
+    assert dict(query(dsn, "SELECT request_id, txid FROM airflow_txn.verdicts WHERE request_id = ANY(%s)",
+                      ([held["id"], kept["id"]],))) == {held["id"]: second.txid, kept["id"]: first.txid}
+    drain(coord, "settlement", settle_fn, "s")
+    check_invariants(dsn, reqs)
+
+
 def test_decisions_are_declared_on_a_sum_state_they_alone_update(dsn: str) -> None:
     source = PostgresLogSource("requests")
     with pytest.raises(ConfigError, match="must be a transactional sum state"):

@@ -85,3 +85,29 @@ def test_a_bad_schema_name_is_refused_before_any_sql(dsn: str) -> None:
             migrate(db, "Bad; DROP")
     finally:
         db.close()
+
+
+def test_attempts_recorded_before_decision_conflicts_have_their_window_made_conflicts(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Version 6 checked a pipelined attempt's requests again at its commit, against the txids
+    # committed after it completed; version 7 finds those when attempts complete. An attempt
+    # recorded by version 6 and not yet committed keeps its check through the migration.
+    db = Database(dsn)
+    try:
+        monkeypatch.setattr("airflow_transactional.store.migrations.MIGRATIONS", MIGRATIONS[:6])
+        assert migrate(db, "older")[-1] == 6
+        query(dsn, "INSERT INTO older.topologies (topology_id, spec, committed_txid) VALUES ('t', '{}', 2)")
+        # Committed txid 2 decided r1; txid 3 was recorded with txid 2 committed; txid 4 with
+        # txid 1 committed, so its commit must still leave out r1 and settle r3 against txid 3.
+        for txid, checked, ids in ((2, 1, ["r1", "r2"]), (3, 2, ["r3"]), (4, 1, ["r1", "r3", "r4"])):
+            query(dsn, "INSERT INTO older.decision_checks VALUES ('t', 'pay', %s, 1, %s, %s)",
+                  (txid, checked, len(ids)))
+            for r in ids:
+                query(dsn, "INSERT INTO older.decision_requests VALUES ('t', 'pay', %s, %s, 1, 0, '[\"a\"]', -1, -1)",
+                      (r, txid))
+        monkeypatch.undo()
+        assert migrate(db, "older") == [7]
+        assert query(dsn, "SELECT txid, request_id FROM older.decision_conflicts ORDER BY 1, 2") == \
+            [(4, "r1"), (4, "r3")]
+    finally:
+        db.close()

@@ -2,21 +2,24 @@
 decided inside the commit, per key in source order, on the committed balance.
 
 The work is split where it is cheapest. When the attempt completes (:func:`prepare`, in the
-processing task, in parallel with other txids) its requests are recorded once each -- those a
-txid committed by then already decided are left out -- and summed per key: the run's total, its
-lowest running balance relative to the start, its requests and amounts in order. The commit
+processing task, in parallel with other txids) its requests are recorded once each and summed
+per key: the run's total, its lowest running balance relative to the start, its requests and
+amounts in order. Completions of one decision take turns, so each finds every other txid that
+claims one of its requests: a committed txid decided it (left out), an earlier uncommitted one
+claims it (left out for now), a later one claims it (a conflict of that one). The commit
 (:func:`decide`, serial) then works per key, not per request:
 
-1. requests a txid committed since the attempt completed decided already are taken out (only
-   when txids were committed in between: pipelined processing);
+1. the conflicts of its attempt (usually none), settled now that every earlier txid is
+   committed: a request one of them decided is taken out, one none of them decided is put back,
+   and the key's run is rebuilt to be decided request by request;
 2. a key whose run never goes below the floor from its committed balance (plus the headroom)
    has every request granted, in one comparison; only the other keys run the loop
    (``guarded_run``), request by request;
 3. one row per key records the balance the run started from, with its verdicts only when one
    is a decline (``decision_runs``); the view ``verdicts`` has every request's verdict and the
    balance after it; the granted sums go to the decision's state under the transactional value
-   rule, and ``txn_declined`` holds the declines for the output append, which keeps only the
-   events emitted for the verdict each request got.
+   rule, and ``txn_declined`` holds the declines for the output append (when there are
+   outputs), which keeps only the events emitted for the verdict each request got.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from ..spec import DecisionSpec, StateSpec
 from . import catalog
 from . import sql as q
 from .rows import Cursor, table
+
+#: The class of the advisory locks completions of one decision take turns with (its other key: the decision).
+LOCK_CLASS = 0x7478_6E64
 
 #: The temporary table of this commit's declined requests (decision, request), read by the output append.
 DECLINED = sql.Identifier("txn_declined")
@@ -79,36 +85,57 @@ def check_headroom(cur: Cursor, decision: DecisionSpec, state: StateSpec) -> Non
 def prepare(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, state: StateSpec,
             staging: sql.Composed, runs: sql.Composed, txid: int, attempt: int, committed: int) -> None:
     """Record the requests ``attempt`` of ``txid`` staged, when it completes (``committed``: the
-    topology's committed txid now): each request not decided by then, with its place in its
-    key's run, and each key's run; the staged rows are then removed."""
+    topology's committed txid now): each request no earlier txid claims, with its place in its
+    key's run, and each key's run; the conflicts with other uncommitted txids; the staged rows
+    are then removed."""
     s = sql.Identifier(schema)
     params: dict[str, Any] = {"t": topology_id, "d": decision.name, "txid": txid, "attempt": attempt,
                               "c": committed}
     if not catalog.exists(cur, runs):  # a topology registered before there were runs tables
         cur.execute(create_runs_table(runs, state))
+    # Completions of one decision take turns, so each one sees every request recorded before it.
+    cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                (LOCK_CLASS, f"{schema}.{topology_id}.{decision.name}"))
     fresh = sql.Identifier(f"txn_fresh_{decision.name}")
-    cur.execute(sql.SQL("CREATE TEMP TABLE {} ({keys}, request text, seq bigint, amount numeric, prefix numeric) "
-                        "ON COMMIT DROP").format(fresh, keys=q.key_defs(state)))
-    # OFFSET 0 keeps each NOT EXISTS one index probe per request.
+    cur.execute(sql.SQL("CREATE TEMP TABLE {} ({keys}, request text, seq bigint, amount numeric, prefix numeric, "
+                        "keep boolean, earlier boolean, later boolean) ON COMMIT DROP")
+                .format(fresh, keys=q.key_defs(state)))
+    # Per request, one probe of each table finds every other txid that claims it: recorded by a
+    # committed txid (decided: left out), claimed by an earlier uncommitted one (left out for now,
+    # a conflict the commit settles), or by a later one (a conflict of that txid).
     cur.execute(sql.SQL(
         "INSERT INTO {fresh} SELECT {keys}, request, seq, amount, "
-        "sum(amount) OVER (PARTITION BY {keys} ORDER BY seq, request) FROM {stg} r "
-        "WHERE r.txid = %(txid)s AND r.attempt = %(attempt)s "
-        "AND NOT EXISTS (SELECT 1 FROM {s}.decision_requests o WHERE o.topology_id = %(t)s AND o.decision = %(d)s "
-        "  AND o.request_id = r.request AND o.txid <= %(c)s OFFSET 0) "
-        "AND NOT EXISTS (SELECT 1 FROM {s}.verdicts_v5 v WHERE v.topology_id = %(t)s AND v.decision = %(d)s "
-        "  AND v.request_id = r.request OFFSET 0)").format(
-        fresh=fresh, keys=q.key_list(state), stg=staging, s=s), params)
+        "sum(amount) FILTER (WHERE keep) OVER (PARTITION BY {keys} ORDER BY seq, request), keep, "
+        "earlier AND NOT decided, later AND NOT decided "
+        "FROM (SELECT y.*, NOT decided AND NOT earlier AS keep FROM (SELECT r.*, coalesce(c.decided, false) "
+        "  OR EXISTS (SELECT 1 FROM {s}.verdicts_v5 v WHERE v.topology_id = %(t)s AND v.decision = %(d)s "
+        "  AND v.request_id = r.request OFFSET 0) AS decided, coalesce(c.earlier, false) AS earlier, "
+        "  coalesce(c.later, false) AS later "
+        "  FROM {stg} r, LATERAL (SELECT bool_or(o.recorded AND o.txid <= %(c)s) AS decided, "
+        "  bool_or(o.txid > %(c)s AND o.txid < %(txid)s) AS earlier, bool_or(o.txid > %(txid)s) AS later "
+        "  FROM ({claims}) o) c WHERE r.txid = %(txid)s AND r.attempt = %(attempt)s) y) x").format(
+        fresh=fresh, keys=q.key_list(state), stg=staging, s=s,
+        claims=_claims(s, sql.SQL("r.request"), sql.SQL("<> %(txid)s"))), params)
     cur.execute(sql.SQL(
         "INSERT INTO {s}.decision_requests "
         "(topology_id, decision, request_id, txid, attempt, seq, key, amount, prefix) "
         "SELECT %(t)s, %(d)s, request, %(txid)s, %(attempt)s, seq, jsonb_build_array({keys}), amount, prefix "
-        "FROM {fresh} ORDER BY request").format(s=s, keys=q.key_list(state), fresh=fresh), params)
+        "FROM {fresh} WHERE keep ORDER BY request").format(s=s, keys=q.key_list(state), fresh=fresh), params)
     cur.execute(sql.SQL(
         "INSERT INTO {runs} (txid, attempt, {keys}, requests, amounts, total, low) "
         "SELECT %(txid)s, %(attempt)s, {keys}, array_agg(request ORDER BY seq, request), "
         "array_agg(amount ORDER BY seq, request), sum(amount), min(prefix) FILTER (WHERE amount < 0) "
-        "FROM {fresh} GROUP BY {keys}").format(runs=runs, keys=q.key_list(state), fresh=fresh), params)
+        "FROM {fresh} WHERE keep GROUP BY {keys}").format(runs=runs, keys=q.key_list(state), fresh=fresh), params)
+    # Conflicts (usually none): this attempt's requests an earlier txid claims, and the claims of
+    # later txids on requests this one claims.
+    cur.execute(sql.SQL(
+        "INSERT INTO {s}.decision_conflicts (topology_id, decision, request_id, txid, attempt, seq, key, amount) "
+        "SELECT %(t)s, %(d)s, request, %(txid)s, %(attempt)s, seq, jsonb_build_array({keys}), amount "
+        "FROM {fresh} WHERE earlier UNION ALL "
+        "SELECT %(t)s, %(d)s, o.request_id, o.txid, o.attempt, o.seq, o.key, o.amount FROM {fresh} f, "
+        "LATERAL ({claims}) o WHERE f.later ON CONFLICT DO NOTHING").format(
+        s=s, keys=q.key_list(state), fresh=fresh,
+        claims=_claims(s, sql.SQL("f.request"), sql.SQL("> %(txid)s"))), params)
     cur.execute(sql.SQL("WITH gone AS (DELETE FROM {} WHERE txid = %(txid)s AND attempt = %(attempt)s RETURNING 1) "
                         "INSERT INTO {}.decision_checks "
                         "(topology_id, decision, txid, attempt, checked_through, staged) "
@@ -116,9 +143,23 @@ def prepare(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, 
                 params)
     # What committed txids left behind is no longer read: the next attempt to complete clears it.
     cur.execute(sql.SQL("DELETE FROM {} WHERE txid <= %(c)s").format(runs), params)
-    cur.execute(sql.SQL("DELETE FROM {}.decision_checks WHERE topology_id = %(t)s AND decision = %(d)s "
-                        "AND txid <= %(c)s").format(s), params)
+    for name in ("decision_checks", "decision_conflicts"):
+        cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %(t)s AND decision = %(d)s AND txid <= %(c)s")
+                    .format(table(schema, name)), params)
     cur.execute(sql.SQL("DROP TABLE {}").format(fresh))
+
+
+def _claims(s: sql.Identifier, request: sql.Composable, txids: sql.Composable) -> sql.Composed:
+    """Every attempt that claims ``request`` with a txid matching ``txids``: it recorded the
+    request, or left it out only for a conflict its commit settles (parameters ``t``, ``d``)."""
+    return sql.SQL(
+        "SELECT o.request_id, o.txid, o.attempt, o.seq, o.key, o.amount, true AS recorded "
+        "FROM {s}.decision_requests o WHERE o.topology_id = %(t)s AND o.decision = %(d)s "
+        "AND o.request_id = {request} AND o.txid {txids} UNION ALL "
+        "SELECT o.request_id, o.txid, o.attempt, o.seq, o.key, o.amount, false "
+        "FROM {s}.decision_conflicts o WHERE o.topology_id = %(t)s AND o.decision = %(d)s "
+        "AND o.request_id = {request} AND o.txid {txids} AND o.txid > %(c)s").format(
+        s=s, request=request, txids=txids)
 
 
 def staged_count(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, staging: sql.Composed,
@@ -135,45 +176,58 @@ def staged_count(cur: Cursor, schema: str, topology_id: str, decision: DecisionS
 
 
 def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, state: StateSpec,
-           staging: sql.Composed, runs: sql.Composed, txid: int, attempt: int) -> tuple[int, int]:
+           staging: sql.Composed, runs: sql.Composed, txid: int, attempt: int, *,
+           declines: bool = True) -> tuple[int, int]:
     """Decide the requests ``attempt`` of ``txid`` staged for ``decision`` (see the module
-    docstring); returns (granted, declined)."""
+    docstring); returns (granted, declined). ``declines``: list the declined requests for the
+    output append (a topology without outputs has no use for them)."""
     s = sql.Identifier(schema)
     params: dict[str, Any] = {"t": topology_id, "d": decision.name, "txid": txid, "attempt": attempt,
                               "floor": decision.floor}
     check_headroom(cur, decision, state)
-    cur.execute(sql.SQL("SELECT checked_through FROM {}.decision_checks WHERE topology_id = %(t)s "
+    cur.execute(sql.SQL("SELECT 1 FROM {}.decision_checks WHERE topology_id = %(t)s "
                         "AND decision = %(d)s AND txid = %(txid)s AND attempt = %(attempt)s").format(s), params)
-    row = cur.fetchone()
-    if row is None:  # completed before completion recorded the requests: record them now
+    if cur.fetchone() is None:  # completed before completion recorded the requests: record them now
         prepare(cur, schema, topology_id, decision, state, staging, runs, txid, attempt, txid - 1)
-        params["c"] = txid - 1
-    else:
-        params["c"] = int(row[0])
     mine = sql.SQL("k.txid = %(txid)s AND k.attempt = %(attempt)s")
     source = sql.SQL("SELECT {k_keys}, k.requests, k.amounts, k.total, k.low, false AS must_loop FROM {runs} k "
                      "WHERE {mine}").format(k_keys=q.key_list(state, "k"), runs=runs, mine=mine)
-    taken = sql.Identifier(f"txn_taken_{decision.name}")
-    if params["c"] < txid - 1:
-        # Requests txids committed since the attempt completed decided already are not decided
-        # again; their keys' runs are rebuilt without them and decided one by one.
-        cur.execute(sql.SQL(
-            "CREATE TEMP TABLE {taken} ON COMMIT DROP AS "
-            "WITH gone AS (DELETE FROM {s}.decision_requests r WHERE r.topology_id = %(t)s AND r.decision = %(d)s "
-            "AND r.txid = %(txid)s AND r.attempt = %(attempt)s AND EXISTS (SELECT 1 FROM {s}.decision_requests o "
-            "WHERE o.topology_id = %(t)s AND o.decision = %(d)s AND o.request_id = r.request_id "
-            "AND o.txid > %(c)s AND o.txid < %(txid)s OFFSET 0) RETURNING r.request_id, r.key) "
-            "SELECT request_id::text AS request, key FROM gone").format(s=s, taken=taken), params)
-        if cur.rowcount:
-            lost = sql.SQL("EXISTS (SELECT 1 FROM {} x WHERE x.key = jsonb_build_array({}))").format(
-                taken, q.key_list(state, "k"))
-            source = sql.SQL(
-                "{source} AND NOT {lost} UNION ALL "
-                "SELECT {k_keys}, array_agg(u.request ORDER BY u.i), array_agg(u.amount ORDER BY u.i), "
-                "sum(u.amount), NULL, true FROM {runs} k, "
-                "unnest(k.requests, k.amounts) WITH ORDINALITY AS u(request, amount, i) "
-                "WHERE {mine} AND {lost} AND u.request NOT IN (SELECT request FROM {taken}) GROUP BY {k_keys}").format(
-                source=source, lost=lost, k_keys=q.key_list(state, "k"), runs=runs, mine=mine, taken=taken)
+    # The conflicts found when attempts completed (usually none), settled now that every earlier
+    # txid is committed: a request one of them decided is taken out, one none of them decided is
+    # put back; either way its key's run is rebuilt and decided request by request.
+    fix = sql.Identifier(f"txn_fix_{decision.name}")
+    cur.execute(sql.SQL(
+        "CREATE TEMP TABLE {fix} ON COMMIT DROP AS SELECT request_id::text AS request, key, seq, amount, recorded "
+        "FROM (SELECT c.*, EXISTS (SELECT 1 FROM {s}.decision_requests m WHERE m.topology_id = %(t)s "
+        "  AND m.decision = %(d)s AND m.request_id = c.request_id AND m.txid = %(txid)s "
+        "  AND m.attempt = %(attempt)s OFFSET 0) AS recorded, "
+        "  EXISTS (SELECT 1 FROM {s}.decision_requests o WHERE o.topology_id = %(t)s AND o.decision = %(d)s "
+        "  AND o.request_id = c.request_id AND o.txid < %(txid)s OFFSET 0) OR EXISTS (SELECT 1 "
+        "  FROM {s}.verdicts_v5 v WHERE v.topology_id = %(t)s AND v.decision = %(d)s "
+        "  AND v.request_id = c.request_id OFFSET 0) AS decided "
+        "  FROM {s}.decision_conflicts c WHERE c.topology_id = %(t)s AND c.decision = %(d)s "
+        "  AND c.txid = %(txid)s AND c.attempt = %(attempt)s) x WHERE recorded = decided").format(fix=fix, s=s),
+        params)
+    if cur.rowcount:
+        cur.execute(sql.SQL("DELETE FROM {s}.decision_requests r USING {fix} f WHERE r.topology_id = %(t)s "
+                            "AND r.decision = %(d)s AND r.request_id = f.request AND r.txid = %(txid)s "
+                            "AND r.attempt = %(attempt)s AND f.recorded").format(s=s, fix=fix), params)
+        cur.execute(sql.SQL("INSERT INTO {s}.decision_requests "
+                            "(topology_id, decision, request_id, txid, attempt, seq, key, amount, prefix) "
+                            "SELECT %(t)s, %(d)s, request, %(txid)s, %(attempt)s, seq, key, amount, 0 "
+                            "FROM {fix} WHERE NOT recorded").format(s=s, fix=fix), params)
+        in_fix = sql.SQL("jsonb_build_array({}) IN (SELECT key FROM {})").format(q.key_list(state, "k"), fix)
+        source = sql.SQL(
+            "{source} AND NOT {in_fix} UNION ALL "
+            "SELECT {typed}, array_agg(m.request ORDER BY m.seq, m.request COLLATE \"default\"), "
+            "array_agg(m.amount ORDER BY m.seq, m.request COLLATE \"default\"), sum(m.amount), NULL, true FROM ("
+            "  SELECT jsonb_build_array({k_keys}) AS key, u.request, u.amount, r.seq FROM {runs} k, "
+            "  unnest(k.requests, k.amounts) AS u(request, amount), {s}.decision_requests r "
+            "  WHERE {mine} AND {in_fix} AND r.topology_id = %(t)s AND r.decision = %(d)s "
+            "  AND r.request_id = u.request AND r.txid = %(txid)s AND r.attempt = %(attempt)s "
+            "  UNION ALL SELECT key, request, amount, seq FROM {fix} WHERE NOT recorded) m GROUP BY m.key").format(
+            source=source, in_fix=in_fix, typed=_keys_of(state, sql.Identifier("m", "key")),
+            k_keys=q.key_list(state, "k"), runs=runs, s=s, mine=mine, fix=fix)
     headroom: sql.Composable = sql.SQL("0")
     if decision.headroom_table is not None:
         headroom = sql.SQL("coalesce((SELECT sum(h.value) FROM {}.{} h WHERE {}), 0)").format(
@@ -182,29 +236,30 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
     cur.execute(sql.SQL("CREATE TEMP TABLE {} ({keys}, start numeric, requests text[], grants boolean[], "
                         "balances numeric[], delta numeric, granted integer, declined integer) ON COMMIT DROP")
                 .format(decided, keys=q.key_defs(state)))
+    # The loop runs only for a key whose run is not granted whole (a gating condition: no call).
     cur.execute(sql.SQL(
         "INSERT INTO {decided} "
-        "WITH r AS (SELECT r.*, coalesce(s.value, 0) + {headroom} AS start FROM ({source}) r "
-        "  LEFT JOIN {state} s ON {s_is_r}) "
-        "SELECT {keys}, start, NULL::text[], NULL::boolean[], NULL::numeric[], total, cardinality(amounts), 0 "
-        "FROM r WHERE NOT must_loop AND (low IS NULL OR start + low >= %(floor)s) "
-        "UNION ALL "
-        "SELECT {keys}, start, requests, g.grants, g.balances, g.balances[cardinality(amounts)] - start, "
-        "  (SELECT count(*) FILTER (WHERE x) FROM unnest(g.grants) x), "
-        "  (SELECT count(*) FILTER (WHERE NOT x) FROM unnest(g.grants) x) "
-        "FROM r, LATERAL {s}.guarded_run(start, %(floor)s, amounts) g "
-        "WHERE cardinality(amounts) > 0 AND (must_loop OR start + low < %(floor)s)").format(
+        "SELECT {r_keys}, r.start, CASE WHEN NOT r.whole THEN r.requests END, g.grants, g.balances, "
+        "  CASE WHEN r.whole THEN r.total ELSE g.balances[cardinality(r.amounts)] - r.start END, "
+        "  cardinality(r.amounts) - coalesce(g.declined, 0), coalesce(g.declined, 0) "
+        "FROM (SELECT x.*, NOT x.must_loop AND (x.low IS NULL OR x.start + x.low >= %(floor)s) AS whole "
+        "  FROM (SELECT r.*, coalesce(s.value, 0) + {headroom} AS start FROM ({source}) r "
+        "  LEFT JOIN {state} s ON {s_is_r}) x) r "
+        "LEFT JOIN LATERAL (SELECT f.grants, f.balances, cardinality(array_positions(f.grants, false)) AS declined "
+        "  FROM {s}.guarded_run(r.start, %(floor)s, r.amounts) f WHERE NOT r.whole OFFSET 0) g ON true "
+        "WHERE cardinality(r.amounts) > 0").format(
         decided=decided, headroom=headroom, source=source, state=q.state_table(state),
-        s_is_r=q.same_keys(state, "s", "r"), keys=q.key_list(state), s=s), params)
+        s_is_r=q.same_keys(state, "s", "r"), r_keys=q.key_list(state, "r"), s=s), params)
     cur.execute(sql.SQL(
         "INSERT INTO {s}.decision_runs (topology_id, decision, txid, attempt, key, start, requests, grants, balances) "
         "SELECT %(t)s, %(d)s, %(txid)s, %(attempt)s, jsonb_build_array({keys}), start, requests, grants, balances "
         "FROM {decided}").format(s=s, keys=q.key_list(state), decided=decided), params)
-    cur.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (decision text, request text) ON COMMIT DELETE ROWS")
-                .format(DECLINED))
-    cur.execute(sql.SQL("INSERT INTO {} SELECT %(d)s, u.request FROM {} r, unnest(r.requests, r.grants) "
-                        "AS u(request, granted) WHERE r.declined > 0 AND NOT u.granted").format(DECLINED, decided),
-                params)
+    if declines:
+        cur.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (decision text, request text) ON COMMIT DELETE ROWS")
+                    .format(DECLINED))
+        cur.execute(sql.SQL("INSERT INTO {} SELECT %(d)s, u.request FROM {} r, unnest(r.requests, r.grants) "
+                            "AS u(request, granted) WHERE r.declined > 0 AND NOT u.granted").format(DECLINED, decided),
+                    params)
     delta = sql.SQL("SELECT {keys}, delta AS value FROM {decided} WHERE granted > 0").format(
         keys=q.key_list(state), decided=decided)
     cur.execute(q.upsert(state, q.state_table(state), delta), params)
@@ -212,6 +267,13 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
     granted, declined = cur.fetchone()
     cur.execute(sql.SQL("DROP TABLE {}").format(decided))
     return int(granted), int(declined)
+
+
+def _keys_of(state: StateSpec, key: sql.Composable) -> sql.Composed:
+    """The state's key columns, typed, from ``key``: the JSON array of their values."""
+    return sql.SQL(", ").join(sql.SQL("({} ->> {})::{} AS {}").format(key, sql.Literal(i), sql.SQL(t),
+                                                                      sql.Identifier(c))
+                              for i, (c, t) in enumerate(state.keys.items()))
 
 
 def forget_other_attempts(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, txid: int,
@@ -241,7 +303,7 @@ def output_filter(schema: str, topology_id: str) -> sql.Composable:
 
 
 def delete_verdicts(cur: Cursor, schema: str, topology_id: str) -> None:
-    for name in ("decision_requests", "decision_runs", "decision_checks", "verdicts_v5"):
+    for name in ("decision_requests", "decision_runs", "decision_checks", "decision_conflicts", "verdicts_v5"):
         cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %s").format(table(schema, name)), (topology_id,))
 
 

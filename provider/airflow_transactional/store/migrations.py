@@ -287,6 +287,40 @@ UNION ALL
 SELECT topology_id, decision, request_id, txid, seq, key, amount, granted, balance_after FROM {s}.verdicts_v5;
 """,
     ),
+    (
+        7,
+        "decision conflicts found when attempts complete",
+        """
+-- A commit whose attempt completed before the txids ahead of it were committed used to probe
+-- each of its requests again. Now completing attempts find the requests they share with
+-- uncommitted txids (completions of one decision take turns), and the commit settles only those.
+-- A row: attempt (txid, attempt) staged request_id, and an attempt of another uncommitted txid
+-- staged it too; the commit keeps it when no txid committed before decided it, else leaves it
+-- out. The attempt did not record it when the other txid is earlier (a tentative exclusion).
+CREATE TABLE {s}.decision_conflicts (
+    topology_id   text COLLATE "C" NOT NULL,
+    decision      text COLLATE "C" NOT NULL,
+    request_id    text COLLATE "C" NOT NULL,
+    txid          bigint NOT NULL,
+    attempt       integer NOT NULL,
+    seq           bigint,
+    key           jsonb NOT NULL,
+    amount        numeric NOT NULL,
+    PRIMARY KEY (topology_id, decision, request_id, txid, attempt)
+);
+-- Attempts recorded before this version checked only the txids committed when they completed
+-- (``checked_through``): their requests that a txid between that and their own recorded too
+-- become conflicts, so their commits settle them as the old check did.
+INSERT INTO {s}.decision_conflicts (topology_id, decision, request_id, txid, attempt, seq, key, amount)
+SELECT r.topology_id, r.decision, r.request_id, r.txid, r.attempt, r.seq, r.key, r.amount
+FROM {s}.decision_checks c
+JOIN {s}.decision_requests r USING (topology_id, decision, txid, attempt)
+JOIN {s}.topologies t ON t.topology_id = c.topology_id AND c.txid > t.committed_txid
+WHERE c.checked_through < c.txid - 1 AND EXISTS (
+    SELECT 1 FROM {s}.decision_requests o WHERE o.topology_id = r.topology_id AND o.decision = r.decision
+    AND o.request_id = r.request_id AND o.txid > c.checked_through AND o.txid < r.txid);
+""",
+    ),
 ]
 
 
