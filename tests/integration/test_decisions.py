@@ -244,7 +244,11 @@ def test_pipelined_txids_and_an_attempt_recorded_only_at_its_commit_decide_as_on
     got = {r: (g, int(b)) for r, g, b in query(dsn, "SELECT request_id, granted, balance_after "
                                                     "FROM airflow_txn.verdicts")}
     assert got == sequential([*reqs[:25], again, *reqs[25:]])
-    assert 0 < sum(g for g, _b in got.values()) < len(got)  # both verdicts, so both ways of deciding ran
+    assert 0 < sum(g for g, _b in got.values()) < len(got)
+    # Every way of deciding a key's run ran: granted whole, every debit declined, the loop.
+    assert query(dsn, "SELECT count(*) FILTER (WHERE requests IS NULL AND debits_declined IS NOT TRUE) > 0, "
+                      "count(*) FILTER (WHERE debits_declined) > 0, count(*) FILTER (WHERE grants IS NOT NULL) > 0 "
+                      "FROM airflow_txn.decision_runs") == [(True, True, True)]
     assert query(dsn, "SELECT txid FROM airflow_txn.verdicts WHERE request_id = %s", (again["id"],)) == [(1,)]
     drain(coord, "settlement", settle_fn, "s")
     check_invariants(dsn, reqs)
@@ -295,6 +299,44 @@ def test_a_request_left_out_for_an_earlier_txid_is_put_back_when_that_txid_commi
                       ([held["id"], kept["id"]],))) == {held["id"]: second.txid, kept["id"]: first.txid}
     drain(coord, "settlement", settle_fn, "s")
     check_invariants(dsn, reqs)
+
+
+def test_credits_and_debits_decided_per_key_as_one_executor_whichever_way_each_run_is_decided(dsn: str) -> None:
+    # Requests staged as a processing attempt stages them, credits among the debits, balances
+    # driven to the floor and back: each key's run is granted whole, has every debit declined
+    # (with the credits before each still granted), or is decided one by one.
+    EventLog(dsn, "ticks").create(1)
+    EventLog(dsn, "ticks").append([(f"t{i}", "{}") for i in range(12)])
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("wallets", PostgresLogSource("ticks"), [StateSpec("funds", {"w": "text"})],
+                                decisions=[DecisionSpec("spend", state="funds", floor=-30)], max_batch_size=1))
+    rng = random.Random(5)
+    balance: dict[str, int] = defaultdict(int)
+    expected: dict[str, tuple[bool, int]] = {}
+    for t in range(12):
+        credit = 45 if t % 4 == 3 else 15  # every fourth txid refills
+        reqs = [(f"w{rng.randrange(6)}", rng.choice([-20, -10, -5, credit])) for _ in range(40)]
+        if t == 6:  # a runs table as an older version created it gets what it lacks when an attempt completes
+            [(runs,)] = query(dsn, "SELECT tablename FROM pg_tables WHERE tablename LIKE 'dek_%%_spend'")
+            query(dsn, f"ALTER TABLE airflow_txn.{runs} DROP COLUMN high, DROP COLUMN credits, DROP COLUMN debits")
+        txn = coord.plan("wallets", f"t{t}")
+        attempt, txn = coord.begin_attempt("wallets", txn.txid)
+        staged = coord.stage_requests(attempt, "spend", (((w,), seq, f"q{t}-{seq}", a)
+                                                         for seq, (w, a) in enumerate(reqs)))
+        coord.finish_attempt(attempt, {"spend": staged}, records_read=1)
+        coord.commit("wallets", txn.txid)
+        for seq, (w, a) in enumerate(reqs):
+            granted = a >= 0 or balance[w] + a >= -30
+            balance[w] += a if granted else 0
+            expected[f"q{t}-{seq}"] = (granted, balance[w])
+    coord.close()
+    got = {r: (g, int(b)) for r, g, b in query(dsn, "SELECT request_id, granted, balance_after "
+                                                    "FROM airflow_txn.verdicts")}
+    assert got == expected
+    assert {w: v for w, v in query(dsn, "SELECT w, value FROM funds") if v} == {w: b for w, b in balance.items() if b}
+    assert query(dsn, "SELECT count(*) FILTER (WHERE requests IS NULL AND debits_declined IS NOT TRUE) > 0, "
+                      "count(*) FILTER (WHERE debits_declined) > 0, count(*) FILTER (WHERE grants IS NOT NULL) > 0 "
+                      "FROM airflow_txn.decision_runs") == [(True, True, True)]
 
 
 def test_decisions_are_declared_on_a_sum_state_they_alone_update(dsn: str) -> None:

@@ -79,8 +79,7 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
             decisions.check_headroom(cur, d, spec.state(d.state))
             if not catalog.exists(cur, store.dec_staging(num, d)):
                 cur.execute(decisions.create_staging_table(store.dec_staging(num, d), spec.state(d.state)))
-            if not catalog.exists(cur, store.dec_runs(num, d)):
-                cur.execute(decisions.create_runs_table(store.dec_runs(num, d), spec.state(d.state)))
+            decisions.ensure_runs_table(cur, store.dec_runs(num, d), spec.state(d.state))
     store.specs[spec.topology_id] = (num, spec)
 
 

@@ -13,10 +13,11 @@ claims it (left out for now), a later one claims it (a conflict of that one). Th
    committed: a request one of them decided is taken out, one none of them decided is put back,
    and the key's run is rebuilt to be decided request by request;
 2. a key whose run never goes below the floor from its committed balance (plus the headroom)
-   has every request granted, in one comparison; only the other keys run the loop
-   (``guarded_run``), request by request;
-3. one row per key records the balance the run started from, with its verdicts only when one
-   is a decline (``decision_runs``); the view ``verdicts`` has every request's verdict and the
+   has every request granted, in one comparison; one whose every debit would take it below the
+   floor even after the credits before it has every debit declined and every credit granted, in
+   another; only the other keys run the loop (``guarded_run``), request by request;
+3. one row per key records the balance the run started from, with its verdicts only when the
+   loop decided them (``decision_runs``); the view ``verdicts`` has every request's verdict and the
    balance after it; the granted sums go to the decision's state under the transactional value
    rule, and ``txn_declined`` holds the declines for the output append (when there are
    outputs), which keeps only the events emitted for the verdict each request got.
@@ -66,11 +67,27 @@ def create_staging_table(staging: sql.Composed, state: StateSpec) -> sql.Compose
 
 def create_runs_table(runs: sql.Composed, state: StateSpec) -> sql.Composed:
     # ``low``: the run's lowest sum after a debit (NULL: no debit); every request is granted when
-    # the start balance plus ``low`` is at or above the floor.
+    # the start balance plus ``low`` is at or above the floor. ``high``: the highest sum of a debit
+    # and the credits before it; every debit is declined (every credit granted) when the start
+    # balance plus ``high`` is below the floor. ``credits``, ``debits``: their sum and count.
     return sql.SQL("CREATE TABLE IF NOT EXISTS {} (txid bigint NOT NULL, attempt integer NOT NULL, {keys}, "
                    "requests text[] NOT NULL, amounts numeric[] NOT NULL, total numeric NOT NULL, low numeric, "
+                   "high numeric, credits numeric, debits integer, "
                    "PRIMARY KEY (txid, attempt, {key_list}))").format(
         runs, keys=q.key_defs(state), key_list=q.key_list(state))
+
+
+def ensure_runs_table(cur: Cursor, runs: sql.Composed, state: StateSpec) -> None:
+    """Create the runs table, or add what a table an older version created lacks."""
+    if not catalog.exists(cur, runs):  # a topology registered before there were runs tables
+        cur.execute(create_runs_table(runs, state))
+        return
+    cur.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'debits' "
+                "AND NOT attisdropped", (runs.as_string(cur),))
+    if not cur.fetchone()[0]:
+        cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS high numeric, "
+                            "ADD COLUMN IF NOT EXISTS credits numeric, ADD COLUMN IF NOT EXISTS debits integer")
+                    .format(runs))
 
 
 def check_headroom(cur: Cursor, decision: DecisionSpec, state: StateSpec) -> None:
@@ -91,21 +108,20 @@ def prepare(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, 
     s = sql.Identifier(schema)
     params: dict[str, Any] = {"t": topology_id, "d": decision.name, "txid": txid, "attempt": attempt,
                               "c": committed}
-    if not catalog.exists(cur, runs):  # a topology registered before there were runs tables
-        cur.execute(create_runs_table(runs, state))
+    ensure_runs_table(cur, runs, state)
     # Completions of one decision take turns, so each one sees every request recorded before it.
     cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
                 (LOCK_CLASS, f"{schema}.{topology_id}.{decision.name}"))
     fresh = sql.Identifier(f"txn_fresh_{decision.name}")
     cur.execute(sql.SQL("CREATE TEMP TABLE {} ({keys}, request text, seq bigint, amount numeric, prefix numeric, "
-                        "keep boolean, earlier boolean, later boolean) ON COMMIT DROP")
+                        "cprefix numeric, keep boolean, earlier boolean, later boolean) ON COMMIT DROP")
                 .format(fresh, keys=q.key_defs(state)))
     # Per request, one probe of each table finds every other txid that claims it: recorded by a
     # committed txid (decided: left out), claimed by an earlier uncommitted one (left out for now,
     # a conflict the commit settles), or by a later one (a conflict of that txid).
     cur.execute(sql.SQL(
         "INSERT INTO {fresh} SELECT {keys}, request, seq, amount, "
-        "sum(amount) FILTER (WHERE keep) OVER (PARTITION BY {keys} ORDER BY seq, request), keep, "
+        "sum(amount) FILTER (WHERE keep) OVER w, sum(amount) FILTER (WHERE keep AND amount >= 0) OVER w, keep, "
         "earlier AND NOT decided, later AND NOT decided "
         "FROM (SELECT y.*, NOT decided AND NOT earlier AS keep FROM (SELECT r.*, coalesce(c.decided, false) "
         "  OR EXISTS (SELECT 1 FROM {s}.verdicts_v5 v WHERE v.topology_id = %(t)s AND v.decision = %(d)s "
@@ -113,18 +129,21 @@ def prepare(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, 
         "  coalesce(c.later, false) AS later "
         "  FROM {stg} r, LATERAL (SELECT bool_or(o.recorded AND o.txid <= %(c)s) AS decided, "
         "  bool_or(o.txid > %(c)s AND o.txid < %(txid)s) AS earlier, bool_or(o.txid > %(txid)s) AS later "
-        "  FROM ({claims}) o) c WHERE r.txid = %(txid)s AND r.attempt = %(attempt)s) y) x").format(
+        "  FROM ({claims}) o) c WHERE r.txid = %(txid)s AND r.attempt = %(attempt)s) y) x "
+        "WINDOW w AS (PARTITION BY {keys} ORDER BY seq, request)").format(
         fresh=fresh, keys=q.key_list(state), stg=staging, s=s,
         claims=_claims(s, sql.SQL("r.request"), sql.SQL("<> %(txid)s"))), params)
     cur.execute(sql.SQL(
         "INSERT INTO {s}.decision_requests "
-        "(topology_id, decision, request_id, txid, attempt, seq, key, amount, prefix) "
-        "SELECT %(t)s, %(d)s, request, %(txid)s, %(attempt)s, seq, jsonb_build_array({keys}), amount, prefix "
-        "FROM {fresh} WHERE keep ORDER BY request").format(s=s, keys=q.key_list(state), fresh=fresh), params)
+        "(topology_id, decision, request_id, txid, attempt, seq, key, amount, prefix, cprefix) "
+        "SELECT %(t)s, %(d)s, request, %(txid)s, %(attempt)s, seq, jsonb_build_array({keys}), amount, prefix, "
+        "cprefix FROM {fresh} WHERE keep ORDER BY request").format(s=s, keys=q.key_list(state), fresh=fresh), params)
     cur.execute(sql.SQL(
-        "INSERT INTO {runs} (txid, attempt, {keys}, requests, amounts, total, low) "
+        "INSERT INTO {runs} (txid, attempt, {keys}, requests, amounts, total, low, high, credits, debits) "
         "SELECT %(txid)s, %(attempt)s, {keys}, array_agg(request ORDER BY seq, request), "
-        "array_agg(amount ORDER BY seq, request), sum(amount), min(prefix) FILTER (WHERE amount < 0) "
+        "array_agg(amount ORDER BY seq, request), sum(amount), min(prefix) FILTER (WHERE amount < 0), "
+        "max(coalesce(cprefix, 0) + amount) FILTER (WHERE amount < 0), "
+        "coalesce(sum(amount) FILTER (WHERE amount >= 0), 0), count(*) FILTER (WHERE amount < 0) "
         "FROM {fresh} WHERE keep GROUP BY {keys}").format(runs=runs, keys=q.key_list(state), fresh=fresh), params)
     # Conflicts (usually none): this attempt's requests an earlier txid claims, and the claims of
     # later txids on requests this one claims.
@@ -183,15 +202,16 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
     output append (a topology without outputs has no use for them)."""
     s = sql.Identifier(schema)
     params: dict[str, Any] = {"t": topology_id, "d": decision.name, "txid": txid, "attempt": attempt,
-                              "floor": decision.floor}
+                              "floor": decision.floor, "declines": declines}
     check_headroom(cur, decision, state)
     cur.execute(sql.SQL("SELECT 1 FROM {}.decision_checks WHERE topology_id = %(t)s "
                         "AND decision = %(d)s AND txid = %(txid)s AND attempt = %(attempt)s").format(s), params)
     if cur.fetchone() is None:  # completed before completion recorded the requests: record them now
         prepare(cur, schema, topology_id, decision, state, staging, runs, txid, attempt, txid - 1)
     mine = sql.SQL("k.txid = %(txid)s AND k.attempt = %(attempt)s")
-    source = sql.SQL("SELECT {k_keys}, k.requests, k.amounts, k.total, k.low, false AS must_loop FROM {runs} k "
-                     "WHERE {mine}").format(k_keys=q.key_list(state, "k"), runs=runs, mine=mine)
+    source = sql.SQL("SELECT {k_keys}, k.requests, k.amounts, k.total, k.low, k.high, k.credits, k.debits, "
+                     "false AS must_loop FROM {runs} k WHERE {mine}").format(
+        k_keys=q.key_list(state, "k"), runs=runs, mine=mine)
     # The conflicts found when attempts completed (usually none), settled now that every earlier
     # txid is committed: a request one of them decided is taken out, one none of them decided is
     # put back; either way its key's run is rebuilt and decided request by request.
@@ -220,7 +240,8 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
         source = sql.SQL(
             "{source} AND NOT {in_fix} UNION ALL "
             "SELECT {typed}, array_agg(m.request ORDER BY m.seq, m.request COLLATE \"default\"), "
-            "array_agg(m.amount ORDER BY m.seq, m.request COLLATE \"default\"), sum(m.amount), NULL, true FROM ("
+            "array_agg(m.amount ORDER BY m.seq, m.request COLLATE \"default\"), sum(m.amount), NULL, NULL, NULL, "
+            "NULL, true FROM ("
             "  SELECT jsonb_build_array({k_keys}) AS key, u.request, u.amount, r.seq FROM {runs} k, "
             "  unnest(k.requests, k.amounts) AS u(request, amount), {s}.decision_requests r "
             "  WHERE {mine} AND {in_fix} AND r.topology_id = %(t)s AND r.decision = %(d)s "
@@ -234,31 +255,42 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
             *map(sql.Identifier, decision.headroom_table), q.same_keys(state, "h", "r"))
     decided = sql.Identifier(f"txn_decided_{decision.name}")
     cur.execute(sql.SQL("CREATE TEMP TABLE {} ({keys}, start numeric, requests text[], grants boolean[], "
-                        "balances numeric[], delta numeric, granted integer, declined integer) ON COMMIT DROP")
+                        "balances numeric[], delta numeric, granted integer, declined integer, "
+                        "debits_declined boolean, amounts numeric[]) ON COMMIT DROP")
                 .format(decided, keys=q.key_defs(state)))
-    # The loop runs only for a key whose run is not granted whole (a gating condition: no call).
+    # Per key: its run granted whole, every debit declined, or else the loop, which alone has a
+    # call (a gating condition).
     cur.execute(sql.SQL(
         "INSERT INTO {decided} "
-        "SELECT {r_keys}, r.start, CASE WHEN NOT r.whole THEN r.requests END, g.grants, g.balances, "
-        "  CASE WHEN r.whole THEN r.total ELSE g.balances[cardinality(r.amounts)] - r.start END, "
-        "  cardinality(r.amounts) - coalesce(g.declined, 0), coalesce(g.declined, 0) "
-        "FROM (SELECT x.*, NOT x.must_loop AND (x.low IS NULL OR x.start + x.low >= %(floor)s) AS whole "
+        "SELECT {r_keys}, r.start, CASE WHEN r.kind = 'loop' OR %(declines)s AND r.kind = 'none' THEN r.requests END, "
+        "  g.grants, g.balances, "
+        "  CASE r.kind WHEN 'whole' THEN r.total WHEN 'none' THEN r.credits "
+        "  ELSE g.balances[cardinality(r.amounts)] - r.start END, "
+        "  cardinality(r.amounts) - CASE r.kind WHEN 'whole' THEN 0 WHEN 'none' THEN r.debits ELSE g.declined END, "
+        "  CASE r.kind WHEN 'whole' THEN 0 WHEN 'none' THEN r.debits ELSE g.declined END, "
+        "  r.kind = 'none', CASE WHEN %(declines)s AND r.kind = 'none' THEN r.amounts END "
+        "FROM (SELECT x.*, CASE WHEN x.must_loop THEN 'loop' "
+        "  WHEN x.low IS NULL OR x.start + x.low >= %(floor)s THEN 'whole' "
+        "  WHEN x.start + x.high < %(floor)s THEN 'none' ELSE 'loop' END AS kind "
         "  FROM (SELECT r.*, coalesce(s.value, 0) + {headroom} AS start FROM ({source}) r "
-        "  LEFT JOIN {state} s ON {s_is_r}) x) r "
+        "  LEFT JOIN {state} s ON {s_is_r}) x OFFSET 0) r "
         "LEFT JOIN LATERAL (SELECT f.grants, f.balances, cardinality(array_positions(f.grants, false)) AS declined "
-        "  FROM {s}.guarded_run(r.start, %(floor)s, r.amounts) f WHERE NOT r.whole OFFSET 0) g ON true "
+        "  FROM {s}.guarded_run(r.start, %(floor)s, r.amounts) f WHERE r.kind = 'loop' OFFSET 0) g ON true "
         "WHERE cardinality(r.amounts) > 0").format(
         decided=decided, headroom=headroom, source=source, state=q.state_table(state),
         s_is_r=q.same_keys(state, "s", "r"), r_keys=q.key_list(state, "r"), s=s), params)
     cur.execute(sql.SQL(
-        "INSERT INTO {s}.decision_runs (topology_id, decision, txid, attempt, key, start, requests, grants, balances) "
-        "SELECT %(t)s, %(d)s, %(txid)s, %(attempt)s, jsonb_build_array({keys}), start, requests, grants, balances "
+        "INSERT INTO {s}.decision_runs "
+        "(topology_id, decision, txid, attempt, key, start, requests, grants, balances, debits_declined) "
+        "SELECT %(t)s, %(d)s, %(txid)s, %(attempt)s, jsonb_build_array({keys}), start, "
+        "CASE WHEN grants IS NOT NULL THEN requests END, grants, balances, debits_declined "
         "FROM {decided}").format(s=s, keys=q.key_list(state), decided=decided), params)
     if declines:
         cur.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (decision text, request text) ON COMMIT DELETE ROWS")
                     .format(DECLINED))
-        cur.execute(sql.SQL("INSERT INTO {} SELECT %(d)s, u.request FROM {} r, unnest(r.requests, r.grants) "
-                            "AS u(request, granted) WHERE r.declined > 0 AND NOT u.granted").format(DECLINED, decided),
+        cur.execute(sql.SQL("INSERT INTO {} SELECT %(d)s, u.request FROM {} r, unnest(r.requests, r.grants, r.amounts) "
+                            "AS u(request, granted, amount) WHERE r.declined > 0 "
+                            "AND (NOT u.granted OR (r.debits_declined AND u.amount < 0))").format(DECLINED, decided),
                     params)
     delta = sql.SQL("SELECT {keys}, delta AS value FROM {decided} WHERE granted > 0").format(
         keys=q.key_list(state), decided=decided)

@@ -289,7 +289,7 @@ SELECT topology_id, decision, request_id, txid, seq, key, amount, granted, balan
     ),
     (
         7,
-        "decision conflicts found when attempts complete",
+        "decision conflicts found when attempts complete; runs with every debit declined",
         """
 -- A commit whose attempt completed before the txids ahead of it were committed used to probe
 -- each of its requests again. Now completing attempts find the requests they share with
@@ -319,6 +319,23 @@ JOIN {s}.topologies t ON t.topology_id = c.topology_id AND c.txid > t.committed_
 WHERE c.checked_through < c.txid - 1 AND EXISTS (
     SELECT 1 FROM {s}.decision_requests o WHERE o.topology_id = r.topology_id AND o.decision = r.decision
     AND o.request_id = r.request_id AND o.txid > c.checked_through AND o.txid < r.txid);
+-- A key whose every debit is declined (its balance too low even with the credits before each)
+-- is decided in one comparison too; its row keeps no arrays. The balance after a request is then
+-- the start plus the credits up to it (``cprefix``).
+ALTER TABLE {s}.decision_requests ADD COLUMN cprefix numeric;
+ALTER TABLE {s}.decision_runs ADD COLUMN debits_declined boolean;
+CREATE OR REPLACE VIEW {s}.verdicts AS
+SELECT r.topology_id, r.decision, r.request_id, r.txid, r.seq, r.key, r.amount,
+       CASE WHEN u.debits_declined THEN r.amount >= 0
+            ELSE coalesce(u.grants[array_position(u.requests, r.request_id::text)], true) END AS granted,
+       CASE WHEN u.debits_declined THEN u.start + coalesce(r.cprefix, 0)
+            ELSE coalesce(u.balances[array_position(u.requests, r.request_id::text)], u.start + r.prefix)
+       END AS balance_after
+FROM {s}.decision_requests r
+JOIN {s}.decision_runs u ON u.txid = r.txid AND u.topology_id = r.topology_id AND u.decision = r.decision
+ AND u.attempt = r.attempt AND u.key = r.key
+UNION ALL
+SELECT topology_id, decision, request_id, txid, seq, key, amount, granted, balance_after FROM {s}.verdicts_v5;
 """,
     ),
 ]
