@@ -321,6 +321,9 @@ def test_credits_and_debits_decided_per_key_as_one_executor_whichever_way_each_r
             query(dsn, f"ALTER TABLE airflow_txn.{runs} DROP COLUMN high, DROP COLUMN credits, DROP COLUMN debits")
         txn = coord.plan("wallets", f"t{t}")
         attempt, txn = coord.begin_attempt("wallets", txn.txid)
+        if t == 8:  # an attempt that staged and was lost: a later completion clears its requests
+            coord.stage_requests(attempt, "spend", [(("w0",), 0, "lost", -1)])
+            attempt, txn = coord.begin_attempt("wallets", txn.txid)
         staged = coord.stage_requests(attempt, "spend", (((w,), seq, f"q{t}-{seq}", a)
                                                          for seq, (w, a) in enumerate(reqs)))
         coord.finish_attempt(attempt, {"spend": staged}, records_read=1)
@@ -334,6 +337,8 @@ def test_credits_and_debits_decided_per_key_as_one_executor_whichever_way_each_r
                                                     "FROM airflow_txn.verdicts")}
     assert got == expected
     assert {w: v for w, v in query(dsn, "SELECT w, value FROM funds") if v} == {w: b for w, b in balance.items() if b}
+    [(staging,)] = query(dsn, "SELECT tablename FROM pg_tables WHERE tablename LIKE 'dec_%%_spend'")
+    assert query(dsn, f"SELECT count(*) FROM airflow_txn.{staging}") == [(0,)]
     assert query(dsn, "SELECT count(*) FILTER (WHERE requests IS NULL AND debits_declined IS NOT TRUE) > 0, "
                       "count(*) FILTER (WHERE debits_declined) > 0, count(*) FILTER (WHERE grants IS NOT NULL) > 0 "
                       "FROM airflow_txn.decision_runs") == [(True, True, True)]

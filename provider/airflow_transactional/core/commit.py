@@ -105,8 +105,6 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
                 cur.execute(q.delete_staged_txid(store.staging(num, state)), (txid,))
         if spec.outputs:  # a rebuild recomputes states only: appended events stay appended
             cur.execute(q.delete_staged_txid(store.out_staging(num)), (txid,))
-        for decision in spec.decisions:
-            cur.execute(q.delete_staged_txid(store.dec_staging(num, decision)), (txid,))
         faults.point("commit.before_commit", cur, scope=scope)
     faults.point("commit.after_commit", scope=scope)
     what = f"attempt {chosen}" if chosen is not None else "empty batch"

@@ -160,8 +160,10 @@ def prepare(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, 
                         "(topology_id, decision, txid, attempt, checked_through, staged) "
                         "SELECT %(t)s, %(d)s, %(txid)s, %(attempt)s, %(c)s, count(*) FROM gone").format(staging, s),
                 params)
-    # What committed txids left behind is no longer read: the next attempt to complete clears it.
-    cur.execute(sql.SQL("DELETE FROM {} WHERE txid <= %(c)s").format(runs), params)
+    # What committed txids left behind (runs, requests of attempts that never completed) is no
+    # longer read: the next attempt to complete clears it, off the commit's path.
+    for left in (runs, staging):
+        cur.execute(sql.SQL("DELETE FROM {} WHERE txid <= %(c)s").format(left), params)
     for name in ("decision_checks", "decision_conflicts"):
         cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %(t)s AND decision = %(d)s AND txid <= %(c)s")
                     .format(table(schema, name)), params)
