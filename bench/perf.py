@@ -375,9 +375,7 @@ def fill_log(dsn: str, name: str, n: int, partitions: int = 4) -> None:
                      f"SELECT '{name}', i % {partitions}, i / {partitions} + 1, 'e' || i, "
                      "'{\"url\": \"https://example.com/p/' || (i % 1000) || '\"}' "
                      f"FROM generate_series({lo}, {hi - 1}) i")
-    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-        settle_log(cur, SCHEMA, name)
-    conn.close()
+    settle_log(dsn, SCHEMA, name)
 
 
 def bench_plan(dsn: str, sizes: Sizes, report: Report) -> None:
@@ -399,6 +397,7 @@ def bench_plan(dsn: str, sizes: Sizes, report: Report) -> None:
                 took.append(time.perf_counter() - t0)
                 assert txn.planned_records == 10_000, txn
             times[n] = median(took)
+            log.info("plan: %s-event log: %s ms", f"{n:,}", " ".join(f"{t * 1000:.1f}" for t in took))
         small, large = times[sizes.plan_small_log], times[sizes.plan_large_log]
         report.add(Row("plan", f"plan a 10k batch, log of {sizes.plan_large_log:,} vs {sizes.plan_small_log:,} events",
                        f"{large * 1000:.1f} ms", f"{small * 1000:.1f} ms", large / small, "<= 1.5",

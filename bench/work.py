@@ -90,12 +90,21 @@ def words_topology(name: str, source: Any, batch: int) -> TopologySpec:
         max_batch_size=batch)
 
 
-def settle_log(cur: Any, schema: str, name: str) -> None:
-    """After events were put into log ``name`` directly: its counters past them, statistics fresh."""
-    cur.execute(f"UPDATE {schema}.log_partitions SET next_lsn = (SELECT coalesce(max(lsn), 0) + 1 "
-                f"FROM {schema}.log_events e WHERE e.log_name = %s AND e.partition = log_partitions.partition) "
-                "WHERE log_name = %s", (name, name))
-    cur.execute(f"ANALYZE {schema}.log_events")
+def settle_log(dsn: str, schema: str, name: str) -> None:
+    """After events were put into log ``name`` directly: its counters past them, and the table
+    vacuumed and analyzed as autovacuum keeps a log in steady state -- so that no measurement
+    runs beside autovacuum's pass over millions of fresh rows, or reads them before it."""
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(f"UPDATE {schema}.log_partitions SET next_lsn = (SELECT coalesce(max(lsn), 0) + 1 "
+                        f"FROM {schema}.log_events e WHERE e.log_name = %s "
+                        "AND e.partition = log_partitions.partition) WHERE log_name = %s", (name, name))
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f"VACUUM (ANALYZE) {schema}.log_events")
+    finally:
+        conn.close()
 
 
 def fill_log_from_file(dsn: str, schema: str, name: str, path: Path) -> int:
@@ -114,8 +123,8 @@ def fill_log_from_file(dsn: str, schema: str, name: str, path: Path) -> int:
     with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
         cur.copy_expert(f"COPY {schema}.log_events (log_name, partition, lsn, event_id, payload) "
                         "FROM STDIN WITH (FORMAT csv)", buf)
-        settle_log(cur, schema, name)
     conn.close()
+    settle_log(dsn, schema, name)
     return n
 
 
