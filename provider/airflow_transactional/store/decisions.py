@@ -268,8 +268,7 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
         "  g.grants, g.balances, "
         "  CASE r.kind WHEN 'whole' THEN r.total WHEN 'none' THEN r.credits "
         "  ELSE g.balances[cardinality(r.amounts)] - r.start END, "
-        "  cardinality(r.amounts) - CASE r.kind WHEN 'whole' THEN 0 WHEN 'none' THEN r.debits ELSE g.declined END, "
-        "  CASE r.kind WHEN 'whole' THEN 0 WHEN 'none' THEN r.debits ELSE g.declined END, "
+        "  cardinality(r.amounts) - n.declined, n.declined, "
         "  r.kind = 'none', CASE WHEN %(declines)s AND r.kind = 'none' THEN r.amounts END "
         "FROM (SELECT x.*, CASE WHEN x.must_loop THEN 'loop' "
         "  WHEN x.low IS NULL OR x.start + x.low >= %(floor)s THEN 'whole' "
@@ -277,7 +276,8 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
         "  FROM (SELECT r.*, coalesce(s.value, 0) + {headroom} AS start FROM ({source}) r "
         "  LEFT JOIN {state} s ON {s_is_r}) x OFFSET 0) r "
         "LEFT JOIN LATERAL (SELECT f.grants, f.balances, cardinality(array_positions(f.grants, false)) AS declined "
-        "  FROM {s}.guarded_run(r.start, %(floor)s, r.amounts) f WHERE r.kind = 'loop' OFFSET 0) g ON true "
+        "  FROM {s}.guarded_run(r.start, %(floor)s, r.amounts) f WHERE r.kind = 'loop' OFFSET 0) g ON true, "
+        "LATERAL (SELECT CASE r.kind WHEN 'whole' THEN 0 WHEN 'none' THEN r.debits ELSE g.declined END AS declined) n "
         "WHERE cardinality(r.amounts) > 0").format(
         decided=decided, headroom=headroom, source=source, state=q.state_table(state),
         s_is_r=q.same_keys(state, "s", "r"), r_keys=q.key_list(state, "r"), s=s), params)
