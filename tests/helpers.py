@@ -68,6 +68,13 @@ def click(i: int, user: str | None = None, amount: int | None = None) -> tuple[s
     return f"ev-{i}", json.dumps({"user": user or f"u{i % 7}", "amount": i % 11 if amount is None else amount})
 
 
+#: Payloads that break naive readers: quotes, separators, line ends of every kind, CSV's NULL
+#: marker, escapes, padding, non-ASCII, a long one.
+AWKWARD_PAYLOADS = ['{"u": "plain"}', "", '{"u": "a \\"quoted\\", comma"}', "tab\there", "new\nline\r\n",
+                    "back\\slash", "\\N", "ünïcødé", '""', "  padded  ", "x" * 100_000, "cr\ronly", "\r", "\n",
+                    ",", '"', 'a,"b"\n,c']
+
+
 def make_log(dsn: str, name: str = "clicks", partitions: int = 3) -> EventLog:
     log = EventLog(dsn, name)
     log.create(partitions)

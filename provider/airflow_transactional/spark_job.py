@@ -12,8 +12,10 @@ A job file in ``spark_jobs/`` is::
 
 ``run`` does the rest, with the same rules as the pure-Python :mod:`processing`:
 
-* reads the planned batch of ``--txid`` on the executors (Postgres log ranges in parallel
-  chunks; landing files with Spark's own readers), never more or less than the plan;
+* reads the planned batch of ``--txid``, never more or less than the plan: landing files with
+  Spark's own readers; Postgres log ranges spooled by the driver as CSV files for the JVM's
+  reader where the executors see them (a local master, or ``spark.airflow_transactional.logSpoolDir``),
+  else in parallel chunks on the executors;
 * parses and validates records: malformed payloads and records missing a ``required`` field
   go to the quarantine with their offset and the reason (or fail the attempt when the topology
   says ``on_bad_record="fail"``);

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import shutil
+import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -33,6 +38,11 @@ class Records(NamedTuple):
     df: DataFrame
     form: str
 LOG_CHUNK = 50_000  # LSNs per Spark task when reading a Postgres log range
+#: A directory the process task and every executor see at the same path (shared storage): the
+#: driver spools an event-log batch there as CSV files that the JVM reads. Local masters spool
+#: without it, into ``spark.local.dir``; other masters and Spark Connect stream through the
+#: executors' Python unless it is set.
+SPOOL_CONF = "spark.airflow_transactional.logSpoolDir"
 
 
 def is_remote(spark: SparkSession) -> bool:
@@ -122,14 +132,92 @@ def raw_records(spark: SparkSession, source: Source, batch: Mapping[str, Any], *
 @reader(PostgresLogSource.kind)
 def read_log(spark: SparkSession, source: Source, batch: Mapping[str, Any], *, dsn: str, schema: str,
              topology_id: str, **_: Any) -> Records:
-    """A Postgres log batch: its LSN ranges in chunks, read on the executors."""
+    """A Postgres log batch: its LSN ranges in chunks, spooled as CSV files the JVM reads where the
+    executors share the driver's storage (no Python between Postgres and Spark), else read on the
+    executors."""
     chunks = _log_chunks(batch)
     if not chunks:
         return Records(spark.createDataFrame([], raw_schema()), TEXT)
+    if not isinstance(source, PostgresLogSource):
+        raise ConfigError(f"the log reader got a {source.kind!r} source")
+    root, files = spool_root(spark), None
+    if root is not None:
+        # A file is one task (its quoted newlines make it unsplittable): two per core, each one COPY.
+        cores = 0 if is_remote(spark) else spark.sparkContext.defaultParallelism
+        events = sum(hi - lo for _p, lo, hi in chunks)
+        size = max(LOG_CHUNK, -(-events // (2 * cores)) if cores else 0)
+        files = spool_log(source, _log_chunks(batch, size), root, dsn=dsn, schema=schema)
+    if files is not None:
+        return Records(read_spooled(spark, files), TEXT)
+    return Records(stream_log(spark, source, chunks, dsn=dsn, schema=schema), TEXT)
+
+
+def spool_root(spark: SparkSession) -> str | None:
+    """Where the driver may spool a log batch for the executors: :data:`SPOOL_CONF`, else Spark's
+    scratch directory with a local master; None where the executors may not see the driver's
+    files."""
+    configured = spark.conf.get(SPOOL_CONF, None)
+    if configured:
+        return configured
+    if is_remote(spark) or not (spark.sparkContext.master or "").startswith("local"):
+        return None
+    scratch = spark.conf.get("spark.local.dir", None)
+    return scratch.split(",")[0] if scratch else tempfile.gettempdir()
+
+
+def spool_log(source: PostgresLogSource, chunks: list[tuple[int, int, int]], root: str, *, dsn: str,
+              schema: str) -> list[str] | None:
+    """The events of ``chunks`` COPYed as CSV into files under ``root`` (one per chunk that has
+    events; removed when the driver exits). None, with a warning, when ``root`` cannot take them
+    (missing, read-only, full): the caller reads through the executors instead."""
+    try:
+        os.makedirs(root, exist_ok=True)
+        spool = tempfile.mkdtemp(prefix="txn-log-", dir=root)
+    except OSError as exc:
+        log.warning("cannot spool the log batch under %s (%s): reading it through the executors", root, exc)
+        return None
+    atexit.register(shutil.rmtree, spool, ignore_errors=True)
+    files, size, started = [], 0, time.monotonic()
+    conn = connect(dsn, application_name="airflow_transactional:spark_read")
+    try:
+        with conn, conn.cursor() as cur:
+            for p, lo, hi in chunks:
+                path = os.path.join(spool, f"{p}-{lo}-{hi}.csv")
+                with open(path, "wb") as out:
+                    source.copy_csv(cur, schema, p, lo, hi, out)
+                    written = out.tell()
+                if written:
+                    files.append(path)
+                    size += written
+    except OSError as exc:
+        shutil.rmtree(spool, ignore_errors=True)
+        log.warning("cannot spool the log batch under %s (%s): reading it through the executors", root, exc)
+        return None
+    finally:
+        conn.close()
+    log.info("spooled the log batch for the executors: %d files, %.1f MB in %.1f s (%s)", len(files), size / 1e6,
+             time.monotonic() - started, spool)
+    return files
+
+
+def read_spooled(spark: SparkSession, files: list[str]) -> DataFrame:
+    """Spooled CSV files as (_offset, _event_id, payload) by the JVM's CSV reader, read exactly as
+    Postgres wrote them: quoted values may hold newlines and doubled quotes, an unquoted empty
+    field is NULL and a quoted one empty; anything else fails the read rather than bend a record."""
+    if not files:
+        return spark.createDataFrame([], raw_schema())
+    # Postgres ends rows with \n and writes NULL as an unquoted empty field (its text holds no NUL,
+    # so NUL names NULL here); lineSep also keeps a quoted \r from being turned into \n.
+    return (spark.read.schema(raw_schema()).option("multiLine", True).option("escape", '"').option("lineSep", "\n")
+            .option("nullValue", "\0").option("emptyValue", "").option("mode", "FAILFAST").csv(files))
+
+
+def stream_log(spark: SparkSession, source: PostgresLogSource, chunks: list[tuple[int, int, int]], *, dsn: str,
+               schema: str) -> DataFrame:
+    """The chunks read on the executors: each task COPYs its chunks into Arrow batches."""
     cfg = source.to_config()
     ranges = spark.createDataFrame(chunks, "p long, lo long, hi long").repartition(min(len(chunks), 8))
-    return Records(ranges.mapInArrow(lambda batches: _arrow_log_chunks(dsn, schema, cfg, batches), raw_schema()),
-                   TEXT)
+    return ranges.mapInArrow(lambda batches: _arrow_log_chunks(dsn, schema, cfg, batches), raw_schema())
 
 
 @reader(LandingDirectory.kind)
