@@ -1,8 +1,14 @@
-"""spark/read.py's executor side on a real Postgres (no Spark needed): an event log's LSN chunks
-become Arrow batches of exactly the records the source's own ``read`` gives -- every awkward
-payload intact, in LSN order, nothing past the range."""
+"""spark/read.py on a real Postgres (no Spark needed): an event log's LSN chunks become Arrow
+batches of exactly the records the source's own ``read`` gives -- every awkward payload intact,
+in LSN order, nothing past the range; the driver's spool sweeps what killed jobs left."""
 
 from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -33,3 +39,21 @@ def test_log_chunks_arrive_as_the_sources_own_records(dsn: str) -> None:
         conn.close()
     assert len(expected) == 20 + 18  # LSNs 1-20 and 3-20: nothing past either range
     assert list(zip(*(got.column(i).to_pylist() for i in range(3)), strict=True)) == expected
+
+
+def test_a_spool_that_a_killed_job_left_on_this_host_is_swept_by_the_next_one(dsn: str, tmp_path: Path) -> None:
+    make_log(dsn, "clicks", partitions=1).append([("e1", '{"u": 1}'), ("e2", '{"u": 2}')])
+    host = socket.gethostname()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now
+    killed = f"txn-log-{host}-{gone.pid}-killed"
+    left = {name: tmp_path / name for name in (killed, f"txn-log-{host}-{os.getpid()}-live",
+                                               f"txn-log-other-host-{gone.pid}-remote", "txn-log-unnamed", "other")}
+    for path in left.values():
+        path.mkdir()
+        (path / "0-0-2.csv").write_text("x")
+    files = read.spool_log(PostgresLogSource("clicks"), [(0, 0, 2)], str(tmp_path), dsn=dsn, schema="airflow_txn")
+    assert files is not None and len(files) == 1
+    assert Path(files[0]).parent.name.startswith(f"txn-log-{host}-{os.getpid()}-")
+    assert Path(files[0]).read_text().splitlines()[0] == '0:1,e1,"{""u"": 1}"'
+    assert {name for name, path in left.items() if path.exists()} == set(left) - {killed}

@@ -6,6 +6,7 @@ import atexit
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -43,6 +44,7 @@ LOG_CHUNK = 50_000  # LSNs per Spark task when reading a Postgres log range
 #: without it, into ``spark.local.dir``; other masters and Spark Connect stream through the
 #: executors' Python unless it is set.
 SPOOL_CONF = "spark.airflow_transactional.logSpoolDir"
+SPOOL_PREFIX = "txn-log-"  # then host, driver pid, a random part
 
 
 def is_remote(spark: SparkSession) -> bool:
@@ -172,7 +174,8 @@ def spool_log(source: PostgresLogSource, chunks: list[tuple[int, int, int]], roo
     (missing, read-only, full): the caller reads through the executors instead."""
     try:
         os.makedirs(root, exist_ok=True)
-        spool = tempfile.mkdtemp(prefix="txn-log-", dir=root)
+        sweep_spools(root)
+        spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=root)
     except OSError as exc:
         log.warning("cannot spool the log batch under %s (%s): reading it through the executors", root, exc)
         return None
@@ -198,6 +201,28 @@ def spool_log(source: PostgresLogSource, chunks: list[tuple[int, int, int]], roo
     log.info("spooled the log batch for the executors: %d files, %.1f MB in %.1f s (%s)", len(files), size / 1e6,
              time.monotonic() - started, spool)
     return files
+
+
+def sweep_spools(root: str) -> list[str]:
+    """Remove the spools under ``root`` that jobs killed on this host left (a killed driver runs
+    no exit handler), and return them. A spool is named after its host and its driver's pid: one
+    of this host whose process is gone is removed; another host's, or a live process's, is kept."""
+    host, removed = socket.gethostname(), []
+    for entry in os.scandir(root):
+        rest = entry.name[len(SPOOL_PREFIX):] if entry.name.startswith(SPOOL_PREFIX) else ""
+        owner, _, pid = rest.rpartition("-")[0].rpartition("-")
+        if owner != host or not pid.isdigit() or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+        except OSError:  # alive, another user's
+            pass
+    if removed:
+        log.info("removed %d log spools that killed jobs left under %s", len(removed), root)
+    return removed
 
 
 def read_spooled(spark: SparkSession, files: list[str]) -> DataFrame:
