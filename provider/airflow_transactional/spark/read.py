@@ -39,10 +39,11 @@ class Records(NamedTuple):
     df: DataFrame
     form: str
 LOG_CHUNK = 50_000  # LSNs per Spark task when reading a Postgres log range
-#: A directory the process task and every executor see at the same path (shared storage): the
-#: driver spools an event-log batch there as CSV files that the JVM reads. Local masters spool
-#: without it, into ``spark.local.dir``; other masters and Spark Connect stream through the
-#: executors' Python unless it is set.
+#: A directory the process task and every executor see at the same path (shared storage, the
+#: executors running as the driver's user: a spool is private to it): the driver spools an
+#: event-log batch there as CSV files that the JVM reads. Local masters spool without it, into
+#: ``spark.local.dir``; other masters and Spark Connect stream through the executors' Python
+#: unless it is set.
 SPOOL_CONF = "spark.airflow_transactional.logSpoolDir"
 SPOOL_PREFIX = "txn-log-"  # then host, driver pid, a random part
 
