@@ -143,16 +143,21 @@ def read_log(spark: SparkSession, source: Source, batch: Mapping[str, Any], *, d
         return Records(spark.createDataFrame([], raw_schema()), TEXT)
     if not isinstance(source, PostgresLogSource):
         raise ConfigError(f"the log reader got a {source.kind!r} source")
-    root, files = spool_root(spark), None
-    if root is not None:
-        # A file is one task (its quoted newlines make it unsplittable): two per core, each one COPY.
-        cores = 0 if is_remote(spark) else spark.sparkContext.defaultParallelism
-        events = sum(hi - lo for _p, lo, hi in chunks)
-        size = max(LOG_CHUNK, -(-events // (2 * cores)) if cores else 0)
-        files = spool_log(source, _log_chunks(batch, size), root, dsn=dsn, schema=schema)
+    root = spool_root(spark)
+    files = None if root is None else spool_log(source, _log_chunks(batch, _spool_chunk(spark, chunks)), root,
+                                                dsn=dsn, schema=schema)
     if files is not None:
         return Records(read_spooled(spark, files), TEXT)
     return Records(stream_log(spark, source, chunks, dsn=dsn, schema=schema), TEXT)
+
+
+def _spool_chunk(spark: SparkSession, chunks: list[tuple[int, int, int]]) -> int:
+    """LSNs per spooled file: a file is one task (its quoted newlines make it unsplittable), so two
+    per core of a local master, each one COPY; :data:`LOG_CHUNK` where the cores are unknown."""
+    if is_remote(spark):
+        return LOG_CHUNK
+    events = sum(hi - lo for _p, lo, hi in chunks)
+    return max(LOG_CHUNK, -(-events // (2 * spark.sparkContext.defaultParallelism)))
 
 
 def spool_root(spark: SparkSession) -> str | None:
@@ -173,32 +178,30 @@ def spool_log(source: PostgresLogSource, chunks: list[tuple[int, int, int]], roo
     """The events of ``chunks`` COPYed as CSV into files under ``root`` (one per chunk that has
     events; removed when the driver exits). None, with a warning, when ``root`` cannot take them
     (missing, read-only, full): the caller reads through the executors instead."""
+    files, size, started, spool = [], 0, time.monotonic(), None
     try:
         os.makedirs(root, exist_ok=True)
         sweep_spools(root)
         spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{socket.gethostname()}-{os.getpid()}-", dir=root)
+        atexit.register(shutil.rmtree, spool, ignore_errors=True)
+        conn = connect(dsn, application_name="airflow_transactional:spark_read")
+        try:
+            with conn, conn.cursor() as cur:
+                for p, lo, hi in chunks:
+                    path = os.path.join(spool, f"{p}-{lo}-{hi}.csv")
+                    with open(path, "wb") as out:
+                        source.copy_csv(cur, schema, p, lo, hi, out)
+                        written = out.tell()
+                    if written:
+                        files.append(path)
+                        size += written
+        finally:
+            conn.close()
     except OSError as exc:
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)
         log.warning("cannot spool the log batch under %s (%s): reading it through the executors", root, exc)
         return None
-    atexit.register(shutil.rmtree, spool, ignore_errors=True)
-    files, size, started = [], 0, time.monotonic()
-    conn = connect(dsn, application_name="airflow_transactional:spark_read")
-    try:
-        with conn, conn.cursor() as cur:
-            for p, lo, hi in chunks:
-                path = os.path.join(spool, f"{p}-{lo}-{hi}.csv")
-                with open(path, "wb") as out:
-                    source.copy_csv(cur, schema, p, lo, hi, out)
-                    written = out.tell()
-                if written:
-                    files.append(path)
-                    size += written
-    except OSError as exc:
-        shutil.rmtree(spool, ignore_errors=True)
-        log.warning("cannot spool the log batch under %s (%s): reading it through the executors", root, exc)
-        return None
-    finally:
-        conn.close()
     log.info("spooled the log batch for the executors: %d files, %.1f MB in %.1f s (%s)", len(files), size / 1e6,
              time.monotonic() - started, spool)
     return files
