@@ -7,6 +7,8 @@ Spark settings), timed on its own so that start-up and work can be told apart:
   N events minus the same job on an empty batch, vs the peer (``bench/sss_peer.py``) on the same
   file minus the peer on an empty directory: the work per event, start-up left out on both sides.
 - The Postgres event-log source vs the landing directory: the same N events, the same job.
+- The same states as plain DataFrames (``bench/words_plain.py``: a job per state over the cached
+  batch) instead of ``per_record`` (one pass): what folding in one pass buys.
 - The same job as a client of a warm Spark Connect server: CPU-seconds of the server and the
   client per batch (the server warmed by one batch first), vs the peer's work.
 - Where the time goes: the job's own per-phase profile (wall and CPU-seconds of the process
@@ -49,6 +51,7 @@ log = logging.getLogger("bench.perf")
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS_JOB = REPO / "spark_jobs" / "words.py"
+WORDS_PLAIN_JOB = REPO / "bench" / "words_plain.py"  # the same states as plain DataFrames: a job per state
 PEER_JOB = REPO / "bench" / "sss_peer.py"
 LOG_PARTITIONS = 4
 
@@ -160,12 +163,12 @@ class Work:
         finally:
             coord.close()
 
-    def ours(self, topology: str) -> tuple[float, float, dict[str, Any]]:
-        """(CPU-s, wall s, the job's result) of processing the planned batch of ``topology``."""
+    def ours(self, topology: str, job: Path = WORDS_JOB) -> tuple[float, float, dict[str, Any]]:
+        """(CPU-s, wall s, the job's result) of processing the planned batch of ``topology`` with ``job``."""
         result_file = self.base / f"{topology}.result.json"
         conf = with_jit_for_batch(self.conf, *self.batches[topology])  # as the process task chooses it
         argv = [*spark_submit_argv("local[2]", conf, "--name", f"work-{topology}"), "--py-files", provider_zip(),
-                str(WORDS_JOB), "--topology", topology, "--txid", str(self.txids[topology]), "--schema", self.schema,
+                str(job), "--topology", topology, "--txid", str(self.txids[topology]), "--schema", self.schema,
                 "--result-file", str(result_file)]
         cpu, wall = run_measured(argv, self.env, f"work: the words job on {topology}")
         result: dict[str, Any] = json.loads(result_file.read_text())
@@ -213,9 +216,12 @@ def bench_work(dsn: str, schema: str, base: Path, events_file: Path, sizes: Size
     took: dict[str, list[tuple[float, float]]] = {}
     last: dict[str, dict[str, Any]] = {}
     for trial in range(sizes.work_trials):
-        for what in ("bench_work_empty", "bench_work_landing", "bench_work_log", "peer:empty", "peer:landing"):
+        for what in ("bench_work_empty", "bench_work_landing", "bench_work_log", "peer:empty", "peer:landing",
+                     "plain:bench_work_landing"):
             if what.startswith("peer:"):
                 cpu, wall, last[what] = work.peer(what.split(":")[1], trial)
+            elif what.startswith("plain:"):
+                cpu, wall, last[what] = work.ours(what.split(":")[1], WORDS_PLAIN_JOB)
             else:
                 cpu, wall, last[what] = work.ours(what)
             took.setdefault(what, []).append((cpu, wall))
@@ -233,6 +239,12 @@ def bench_work(dsn: str, schema: str, base: Path, events_file: Path, sizes: Size
                    f"{cpu['peer:landing']:.1f} CPU-s ({wall['peer:landing']:.0f} s), empty "
                    f"{cpu['peer:empty']:.1f} CPU-s ({wall['peer:empty']:.0f} s); median of {sizes.work_trials}. "
                    f"Our phases: {profile_note(last['bench_work_landing'])}"))
+    plain_work = cpu["plain:bench_work_landing"] - cpu["bench_work_empty"]
+    report.add(Row("work", f"CPU-seconds of one {size:,}-event batch, spark-submit of words minus an empty batch: its "
+                           "states per record (one pass) vs as plain DataFrames (a job per state, the batch cached)",
+                   f"{ours_work:.1f} CPU-s", f"{plain_work:.1f} CPU-s", ours_work / plain_work, "", None,
+                   f"wall {wall['bench_work_landing']:.1f} s vs {wall['plain:bench_work_landing']:.1f} s; plain "
+                   f"DataFrames' phases: {profile_note(last['plain:bench_work_landing'])}"))
     connect: list[tuple[float, float]] = []
     with connect_server(base) as (url, server):
         for trial in range(1 + sizes.work_trials):  # the first warms the server's JIT

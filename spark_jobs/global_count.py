@@ -5,11 +5,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from airflow_transactional.spark_job import run
+from airflow_transactional.spark_job import per_record, run
 
 
 def transform(events: DataFrame) -> dict[str, DataFrame]:
-    return {"global_count": events.select(F.lit("all").alias("id"), F.lit(1).alias("value"))}
+    return {"global_count": per_record(events, {"id": F.lit("all")})}
 
 
 if __name__ == "__main__":

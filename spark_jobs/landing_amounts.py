@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
-from airflow_transactional.spark_job import run
+from airflow_transactional.spark_job import per_record, run
 
 
 def transform(orders: DataFrame) -> dict[str, DataFrame]:
     return {
-        "order_totals": orders.select("user", F.col("amount").alias("value")),
-        "order_counts": orders.select("user", F.lit(1).alias("value")),
+        "order_totals": per_record(orders, {"user": "user"}, value="amount"),
+        "order_counts": per_record(orders, {"user": "user"}),
     }
 
 

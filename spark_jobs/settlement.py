@@ -8,15 +8,16 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from airflow_transactional.spark_job import run
+from airflow_transactional.spark_job import per_record, run
 
 
 def transform(events: DataFrame) -> dict[str, DataFrame]:
     sign = F.when(F.col("type") == "outgoing", F.lit(-1)).when(F.col("type") == "declined", F.lit(0)).otherwise(1)
-    credited = events.where(F.col("type").isin("incoming", "fee", "deposit"))
     return {
-        "credits": credited.select("account", F.col("amount").alias("value")),
-        "statements": events.select("account", "request", "type", (sign * F.col("amount")).alias("value")),
+        "credits": per_record(events, {"account": "account"}, value="amount",
+                              where=F.col("type").isin("incoming", "fee", "deposit")),
+        "statements": per_record(events, {"account": "account", "request": "request", "type": "type"},
+                                 value=sign * F.col("amount")),
     }
 
 

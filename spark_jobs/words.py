@@ -8,7 +8,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from airflow_transactional.spark_job import run
+from airflow_transactional.spark_job import per_record, run
 
 
 def domain(url: F.Column) -> F.Column:
@@ -18,10 +18,12 @@ def domain(url: F.Column) -> F.Column:
 
 
 def transform(tweets: DataFrame) -> dict[str, DataFrame]:
-    urls = tweets.select(F.col("url"), domain(F.col("url")).alias("domain"), F.lit(1).alias("value"))
+    # Both states per record: the helper folds them in one pass over the batch (see per_record).
+    url = F.col("url")
+    host = domain(url)
     return {
-        "url_counts": urls.select("url", "value"),
-        "domain_counts": urls.where(F.col("domain") != "").select("domain", "value"),
+        "url_counts": per_record(tweets, {"url": url}),
+        "domain_counts": per_record(tweets, {"domain": host}, where=host != ""),
     }
 
 

@@ -90,6 +90,9 @@ def fingerprint() -> str | None:
     # and a JVM refuses it if any differs: another install of the same jars (a second checkout,
     # another virtualenv, the same one re-created) needs an archive of its own.
     digest.update(f"{home.resolve()}\n".encode())
+    # What the archive records is what the warm-up job makes a driver load: a provider whose jobs
+    # load other classes (a new warm-up) records its own.
+    digest.update(hashlib.sha256(WARMUP_JOB.read_bytes()).digest())
     for jar in sorted((home / "jars").glob("*.jar")):
         st = jar.stat()
         digest.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())

@@ -20,7 +20,10 @@ A job file in ``spark_jobs/`` is::
   go to the quarantine with their offset and the reason (or fail the attempt when the topology
   says ``on_bad_record="fail"``);
 * folds each state's rows per key with the state's combiner and COPYs the partials into the
-  staging table of (txid, attempt) straight from the executors;
+  staging table of (txid, attempt) -- from the driver when they are small, else from the
+  executors. States declared per record (``per_record(events, {"url": F.col("url")})``) are
+  all folded in one pass over the batch, which is never cached; a state given as any other
+  DataFrame gets a job of its own over the cached batch;
 * records the attempt complete with its row counts -- or failed, so it is never committed.
 
 ``--audit`` recomputes every state from the source over the committed offsets in one pass and
@@ -37,6 +40,7 @@ COPYing partials) run as Arrow batches (``mapInArrow``) since Connect has no RDD
 
 from __future__ import annotations
 
+from .spark.fused import per_record
 from .spark.job import REMOTE_ENV, Transform, audit, parse_args, process, rebuild, run
 from .spark.read import EVENT_ID_COL, OFFSET_COL, is_remote, raw_records, readable_batch
 from .spark.stage import copy_batches, copy_dataframe, fold
@@ -45,5 +49,5 @@ from .submit import provider_zip, quiet_log_config, with_quiet_driver_logs
 
 # The Spark helper lives in the spark/ package; job files and users import it from here.
 __all__ = ["EVENT_ID_COL", "OFFSET_COL", "REMOTE_ENV", "Transform", "audit", "copy_batches", "copy_dataframe",
-           "fold", "is_remote", "parse_args", "process", "provider_zip", "quiet_log_config", "raw_records",
-           "readable_batch", "rebuild", "run", "spark_schema", "validate", "with_quiet_driver_logs"]
+           "fold", "is_remote", "parse_args", "per_record", "process", "provider_zip", "quiet_log_config",
+           "raw_records", "readable_batch", "rebuild", "run", "spark_schema", "validate", "with_quiet_driver_logs"]

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import faults
 from .. import rebuild as rb
@@ -20,9 +20,10 @@ from ..spec import TopologySpec
 from ..store.connection import redact
 from ..store.migrations import DEFAULT_SCHEMA
 from ..submit import DSN_FILE_ARG, driver_dsn, provider_zip
+from .fused import FusedFolds, fuse
 from .read import raw_records, readable_batch
 from .stage import copy_dataframe, decision_requests, fold, output_events, stage_fold
-from .validate import Validated, validate
+from .validate import Prepared, cache, prepare
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -130,14 +131,14 @@ def _session(app_name: str) -> SparkSession:
     return spark
 
 
-def _outputs(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[str, DataFrame]:
-    """Each state's folded rows, by state; then each output's events and each decision's
-    requests, as returned. (A state a decision updates gets no rows from the transform.)"""
+def _transformed(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[str, DataFrame]:
+    """What the transform returned for each state, output and decision -- one for every state
+    (but those a decision updates: they get no rows from the transform), none unknown."""
     out = transform(good)
     if not isinstance(out, Mapping):
         raise ConfigError("the transform must return {state name: DataFrame} (and {output name: DataFrame} "
                           "for the topology's outputs, {decision name: DataFrame} for its decisions)")
-    states = [s for s in spec.states if s.name not in spec.decided_states]
+    states = spec.recomputable_states
     others = [o.name for o in spec.outputs] + [d.name for d in spec.decisions]
     unknown = set(out) - {s.name for s in states} - set(others)
     if unknown:
@@ -149,22 +150,57 @@ def _outputs(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[
     missing = [s.name for s in states if s.name not in out]
     if missing:
         raise ConfigError(f"the transform returned no DataFrame for states {missing}")
-    return {**{s.name: fold(s, out[s.name]) for s in states}, **{name: out[name] for name in others if name in out}}
+    return {name: out[name] for name in [*(s.name for s in states), *others] if name in out}
 
 
-def _states(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[str, DataFrame]:
-    """Each state's folded rows (an audit or a rebuild recomputes states; outputs stay appended,
-    and states a decision keeps are left out: their verdicts cannot be recomputed in parallel)."""
-    names = {s.name for s in spec.recomputable_states}
-    return {name: df for name, df in _outputs(spec, transform, good).items() if name in names}
+def _folded(spec: TopologySpec, frames: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
+    """Each state's folded rows, by state; then each output's events and each decision's requests,
+    as the transform returned them."""
+    states = {s.name for s in spec.states}
+    return {name: fold(spec.state(name), df) if name in states else df for name, df in frames.items()}
 
 
-def _validated(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, batch: Mapping[str, Any],
-               schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None) -> Validated:
-    """The planned ``batch`` of ``spec`` read, parsed, validated, cached and counted."""
+class _Read(NamedTuple):
+    """A planned batch read once: the transform's frames, and either every state's fold done in
+    that one pass (``folds``, when the transform declared each state per record) or the judged
+    batch cached for a job per frame. ``keep`` is what to unpersist when done."""
+
+    prepared: Prepared
+    frames: dict[str, DataFrame]
+    folds: FusedFolds | None
+    keep: DataFrame
+    records: int
+    bad_records: int
+
+
+def _read(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, batch: Mapping[str, Any],
+          transform: Transform, *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None,
+          states_only: bool = False) -> _Read:
+    """Read, parse and judge the planned ``batch`` of ``spec``, and count it; the transform's frames
+    (only the recomputable states' with ``states_only``: an audit or a rebuild recomputes states;
+    outputs stay appended, and a decision's verdicts cannot be recomputed in parallel)."""
     records = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn, schema=coordinator.schema,
                           topology_id=spec.topology_id, record_schema=schema)
-    return validate(records, schema, required, checks)
+    prepared = prepare(records, schema, required, checks)
+    frames = _transformed(spec, transform, prepared.good)
+    if states_only:
+        frames = {s.name: frames[s.name] for s in spec.recomputable_states}
+    folds = fuse(spec.recomputable_states, frames, prepared.good)
+    if folds is not None:
+        keep = folds.run()
+        return _Read(prepared, frames, folds, keep, *prepared.totals())
+    checked = cache(prepared)
+    return _Read(prepared, frames, None, checked.cached, checked.records, checked.bad_records)
+
+
+def _stage_states(spec: TopologySpec, read: _Read, dsn: str, copies: Mapping[str, str],
+                  prefix: Sequence[Any]) -> None:
+    """COPY every state's fold of ``read`` (an audit's or a rebuild's) with ``copies``."""
+    if read.folds is not None:
+        read.folds.stage(dsn, copies, prefix)
+        return
+    for name, df in _folded(spec, read.frames).items():
+        stage_fold(df, dsn, copies[name], prefix)
 
 
 def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txid: int, transform: Transform,
@@ -186,14 +222,14 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             attempt = work.attempt
             faults.point("spark.begin", scope=scope)
             batch, unreadable = readable_batch(work.txn.batch)
-            checked = _validated(spark, coordinator, spec, batch, schema, required, checks)
-            cached = checked.cached
-            phases.lap("read, parse, validate, cache")
-            records_read = checked.records + len(unreadable)
-            n_bad = checked.bad_records + len(unreadable)
+            read = _read(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks)
+            cached = read.keep
+            phases.lap("read, parse, validate, fold" if read.folds else "read, parse, validate, cache")
+            records_read = read.records + len(unreadable)
+            n_bad = read.bad_records + len(unreadable)
             if n_bad and spec.on_bad_record == "fail":
-                offset, why = unreadable[0] if unreadable else tuple(checked.bad.select("offset", "reason").first()
-                                                                     or ("?", "?"))
+                offset, why = unreadable[0] if unreadable else tuple(
+                    read.prepared.bad.select("offset", "reason").first() or ("?", "?"))
                 raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
                                 "(on_bad_record='fail'; use 'quarantine' to set them aside)")
             copies = coordinator.staging_copies(topology_id)
@@ -201,23 +237,28 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             out = (coordinator.output_staging(topology_id) if spec.outputs or spec.decisions
                    else OutputStaging("", {}, {}))
             counts = {name: 0 for name in (*out.partitions, *out.requests)}
-            for name, df in _outputs(spec, transform, checked.good).items():
-                if name in copies:
-                    counts[name] = stage_fold(df, dsn, copies[name], (txid, attempt.attempt))
-                    phases.lap(f"fold and stage {name}")
-                elif name in out.requests:
-                    requests = decision_requests(name, spec.state(spec.decision(name).state), df)
-                    counts[name] = stage_fold(requests, dsn, out.requests[name], (txid, attempt.attempt))
-                    phases.lap(f"stage requests {name}")
-                else:
-                    events = output_events(topology_id, name, out.partitions[name], df,
-                                           [d.name for d in spec.decisions])
-                    counts[name] = stage_fold(events, dsn, out.copy, (txid, attempt.attempt, name))
-                    phases.lap(f"stage output {name}")
+            if read.folds is not None:
+                counts.update(read.folds.stage(dsn, copies, (txid, attempt.attempt)))
+                phases.lap("stage the folds")
+            else:
+                for name, df in _folded(spec, read.frames).items():
+                    if name in copies:
+                        counts[name] = stage_fold(df, dsn, copies[name], (txid, attempt.attempt))
+                        phases.lap(f"fold and stage {name}")
+                    elif name in out.requests:
+                        requests = decision_requests(name, spec.state(spec.decision(name).state), df)
+                        counts[name] = stage_fold(requests, dsn, out.requests[name], (txid, attempt.attempt))
+                        phases.lap(f"stage requests {name}")
+                    else:
+                        events = output_events(topology_id, name, out.partitions[name], df,
+                                               [d.name for d in spec.decisions])
+                        counts[name] = stage_fold(events, dsn, out.copy, (txid, attempt.attempt, name))
+                        phases.lap(f"stage output {name}")
             faults.point("spark.after_stage", scope=scope)
-            # Streamed from the executors, never collected: a batch of garbage fits no driver.
-            if checked.bad_records:
-                copy_dataframe(spark, checked.bad, dsn, coordinator.quarantine_copy(),
+            # Streamed from the executors, never collected: a batch of garbage fits no driver. (After a
+            # fused fold the batch is read again for its bad records: only a batch that has some.)
+            if read.bad_records:
+                copy_dataframe(spark, read.prepared.bad, dsn, coordinator.quarantine_copy(),
                                (topology_id, txid, attempt.attempt))
                 phases.lap("quarantine")
             work.finish(counts, records_read=records_read, quarantined=n_bad,
@@ -244,12 +285,12 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
         if why_not:
             return {"topology": topology_id, "auditable": False, "reason": why_not, "differences": None}
         batch, unreadable = readable_batch(batch)
-        checked = _validated(spark, coordinator, spec, batch, schema, required, checks)
-        n_bad = checked.bad_records + len(unreadable)
+        read = _read(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks,
+                     states_only=True)
+        n_bad = read.bad_records + len(unreadable)
         num, copies = coordinator.audit_tables(topology_id)
-        for name, delta in _states(spec, transform, checked.good).items():
-            stage_fold(delta, coordinator.db.dsn, copies[name], ())
-        checked.cached.unpersist()
+        _stage_states(spec, read, coordinator.db.dsn, copies, ())
+        read.keep.unpersist()
         result = coordinator.diff_audit(topology_id, num, st.committed_txid)
         if result is None:  # a commit landed meanwhile: recompute against the new checkpoint
             continue
@@ -272,11 +313,10 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
         batch, why_not = coordinator.committed_batch(topology_id, through_txid=rebuild_.through_txid)
         if why_not:
             raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
-        checked = _validated(spark, coordinator, spec, readable_batch(batch)[0], schema, required, checks)
-        copies = rb.load_copies(coordinator, topology_id)
-        for name, delta in _states(spec, transform, checked.good).items():
-            stage_fold(delta, coordinator.db.dsn, copies[name], ())
-        checked.cached.unpersist()
+        read = _read(spark, coordinator, spec, readable_batch(batch)[0], transform, schema=schema,
+                     required=required, checks=checks, states_only=True)
+        _stage_states(spec, read, coordinator.db.dsn, rb.load_copies(coordinator, topology_id), ())
+        read.keep.unpersist()
         faults.point("rebuild.loaded", scope=(topology_id,))
         return rb.swap(coordinator, rebuild_)
     except BaseException:

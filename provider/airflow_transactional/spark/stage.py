@@ -4,7 +4,7 @@ COPY, a big one from the executors in parallel -- in Arrow batches written as CS
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigError
@@ -13,7 +13,7 @@ from ..store.connection import connect
 from ..values import Combiner
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 def fold(state: StateSpec, df: DataFrame) -> DataFrame:
@@ -25,15 +25,25 @@ def fold(state: StateSpec, df: DataFrame) -> DataFrame:
     if missing:
         raise ConfigError(f"the transform's DataFrame for state {state.name!r} lacks columns {missing}: "
                           f"it must have {', '.join(keys)} and value (has {', '.join(df.columns)})")
-    combiner = Combiner(state.combiner)
-    agg = {Combiner.SUM: F.sum, Combiner.COUNT: F.sum, Combiner.MIN: F.min, Combiner.MAX: F.max}.get(combiner)
+    combine = combined(state)
+    null_key = " OR ".join(f"`{k}` IS NULL" for k in keys)
+    return (df.select(*keys, "value").where(f"NOT ({null_key})")
+            .groupBy(*keys).agg(combine(F.col("value")).alias("value")))
+
+
+def combined(state: StateSpec) -> Callable[[Column], Column]:
+    """``values -> the state's combiner over them``, as the state's value type: how every fold
+    of ``state`` aggregates a key's rows (a row without all its keys is never folded)."""
+    from pyspark.sql import functions as F
+
+    agg = {Combiner.SUM: F.sum, Combiner.COUNT: F.sum, Combiner.MIN: F.min,
+           Combiner.MAX: F.max}.get(Combiner(state.combiner))
     if agg is None:
         raise ConfigError(f"state {state.name!r}: the Spark helper folds sum, count, min and max; for "
                           "'replace' keep one row per key in the transform and use combiner 'max' on a "
                           "version column, or process with the pure-Python processor")
-    null_key = " OR ".join(f"`{k}` IS NULL" for k in keys)
-    return (df.select(*keys, "value").where(f"NOT ({null_key})")
-            .groupBy(*keys).agg(agg("value").cast(_spark_type(state.value_type)).alias("value")))
+    spark_type = _spark_type(state.value_type)
+    return lambda values: agg(values).cast(spark_type)
 
 
 def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,

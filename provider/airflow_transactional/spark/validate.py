@@ -1,8 +1,10 @@
 """Parsing and validating a batch's records: good ones on, bad ones (with their offset and the
-reason, a capped prefix of the raw text and its length) to the quarantine."""
+reason, a capped prefix of the raw text and its length) to the quarantine -- judged lazily
+(:func:`prepare`), then cached for several passes (:func:`cache`) or read once by a fused fold."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -11,9 +13,25 @@ from ..exceptions import ConfigError
 from .read import COLUMNS, CORRUPT_COL, EVENT_ID_COL, NEEDS_SCHEMA, OFFSET_COL, PARSED, TEXT, Records, spark_schema
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, Observation
 
-__all__ = ["Validated", "spark_schema", "validate"]
+__all__ = ["Prepared", "Validated", "cache", "prepare", "spark_schema", "validate"]
+
+
+class Prepared(NamedTuple):
+    """A batch parsed and judged, not read yet: every record with its verdict (``flat``), the good
+    ones, the bad ones, and the observation that counts both in the first job that reads the
+    whole batch (a fold, or :func:`cache`)."""
+
+    flat: DataFrame  # fields, _reason, and for bad records the raw text (a capped prefix) and its length
+    good: DataFrame  # the parsed fields (and where each record came from)
+    bad: DataFrame  # offset, event_id, reason, record (a capped prefix), record_length
+    counts: Observation
+
+    def totals(self) -> tuple[int, int]:
+        """(records, bad records), once a job has read the whole batch."""
+        metrics = self.counts.get
+        return int(metrics["records"]), int(metrics["bad"])
 
 
 class Validated(NamedTuple):
@@ -26,15 +44,35 @@ class Validated(NamedTuple):
 
 def validate(records: Records, schema: str | None, required: Sequence[str],
              checks: Mapping[str, str] | None = None) -> Validated:
-    """Split records into good and bad ones, and count both in the one pass that caches the batch.
+    """:func:`prepare` and :func:`cache`: the batch judged, cached and counted."""
+    return cache(prepare(records, schema, required, checks))
 
-    Records are parsed once: the parsed batch is cached (memory, then disk) for the passes that
-    follow -- the quarantine and one fold per state -- and holds the raw record only for bad
-    ones. (Caching the raw text instead re-parsed every JSON payload in every pass.) The raw
-    record is the text as read, except for a record Spark's JSON reader parsed but that lacks a
-    required field: that one is kept as its parsed fields, in JSON.
+
+def cache(prepared: Prepared) -> Validated:
+    """Cache the judged batch (memory, then disk) for the passes that follow -- the quarantine and
+    one fold per state -- and count its good and bad records in the pass that fills the cache.
+
+    Records are parsed once, and the cache holds the raw record only for bad ones. (Caching the raw
+    text instead re-parsed every JSON payload in every pass.)
     """
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    flat = prepared.flat.persist(StorageLevel.MEMORY_AND_DISK)
+    totals = flat.agg(F.count(F.lit(1)).alias("records"), F.count("_reason").alias("bad")).first()
+    assert totals is not None  # a global aggregate has one row
+    return Validated(prepared.good, prepared.bad, int(totals["records"]), int(totals["bad"]), flat)
+
+
+def prepare(records: Records, schema: str | None, required: Sequence[str],
+            checks: Mapping[str, str] | None = None) -> Prepared:
+    """Parse records and judge each one: a bad one gets the reason, and its raw text for the
+    quarantine. Nothing is read yet; the first job that reads the batch also counts it.
+
+    The raw record is the text as read, except for a record Spark's JSON reader parsed but that
+    lacks a required field: that one is kept as its parsed fields, in JSON.
+    """
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -79,14 +117,13 @@ def validate(records: Records, schema: str | None, required: Sequence[str],
     is_bad = F.col("_reason").isNotNull()
     flat = (flat.withColumn("_record", F.when(is_bad, F.substring(record, 1, QUARANTINE_RECORD_CHARS)))
             .withColumn("_record_length", F.when(is_bad, F.length(record)))
-            .select(OFFSET_COL, EVENT_ID_COL, *fields, "_reason", "_record", "_record_length")
-            .persist(StorageLevel.MEMORY_AND_DISK))
-    totals = flat.agg(F.count(F.lit(1)).alias("records"), F.count("_reason").alias("bad")).first()
-    assert totals is not None  # a global aggregate has one row
+            .select(OFFSET_COL, EVENT_ID_COL, *fields, "_reason", "_record", "_record_length"))
+    counts = Observation(f"airflow_transactional_records_{uuid.uuid4().hex}")  # unique in any plan
+    flat = flat.observe(counts, F.count(F.lit(1)).alias("records"), F.count("_reason").alias("bad"))
     good = flat.where(F.col("_reason").isNull()).select(OFFSET_COL, EVENT_ID_COL, *fields)
     bad = flat.where(is_bad).select(
         F.coalesce(F.col(OFFSET_COL), F.lit("?")).alias("offset"), F.col(EVENT_ID_COL).alias("event_id"),
         F.col("_reason").alias("reason"), F.col("_record").alias("record"),
         F.col("_record_length").alias("record_length"))
-    return Validated(good, bad, int(totals["records"]), int(totals["bad"]), flat)
+    return Prepared(flat, good, bad, counts)
 

@@ -1,8 +1,9 @@
 """The job ``airflow-txn spark-cds`` runs to record which classes a driver loads (``spark_cds``):
 what the provider's jobs make a driver do, on a small file -- the helper's own reader, ``validate``
-and ``fold`` over JSON lines (Spark's JSON reader and ``from_json``, whole-stage codegen, regex
-and case mapping as in the words example), partitions sent to Python as rows and as Arrow
-batches, a result collected as Arrow, and Parquet both ways.
+and ``fold`` over JSON lines, and states declared per record folded in one pass (Spark's JSON
+reader and ``from_json``, whole-stage codegen, regex and case mapping as in the words example),
+partitions sent to Python as rows and as Arrow batches, a result collected as Arrow, and Parquet
+both ways.
 
 Run by path as an application of ``spark-submit`` (``spark-submit warmup.py WORK_DIR``), never
 imported by the provider.
@@ -20,7 +21,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from airflow_transactional.sources import LandingDirectory
+from airflow_transactional.spark.fused import fuse, per_record
 from airflow_transactional.spark.read import TEXT, Records, read_landing
+from airflow_transactional.spark.validate import prepare
 from airflow_transactional.spark_job import EVENT_ID_COL, OFFSET_COL, fold, validate
 from airflow_transactional.spec import StateSpec
 
@@ -54,6 +57,16 @@ def main(work: str) -> None:
     assert (from_text.records, from_text.bad_records) == (checked.records, checked.bad_records)
     from_text.cached.unpersist()
     good = checked.good
+    # States declared per record, folded in one pass over the batch (what the example jobs do).
+    prepared = prepare(read_landing(spark, landing, events, record_schema=SCHEMA), SCHEMA, ["url"])
+    url = F.col("url")
+    states = [StateSpec("u", {"url": "text"}, combiner="count"), StateSpec("n", {"host": "text"}, combiner="sum")]
+    folds = fuse(states, {"u": per_record(prepared.good, {"url": url}),
+                          "n": per_record(prepared.good, {"host": F.lower(url)}, value="n", where=url != "")},
+                 prepared.good)
+    assert folds is not None
+    folds.run().unpersist()
+    assert prepared.totals() == (checked.records, checked.bad_records)
     host = F.regexp_replace(F.lower(F.regexp_extract("url", r"^[a-zA-Z]+://([^/:?#]+)", 1)), r"^www\.", "")
     per_domain = fold(StateSpec("c", {"domain": "text"}, combiner="count"),
                       good.select(host.alias("domain"), F.lit(1).alias("value")))

@@ -1,0 +1,198 @@
+"""Folding every state of a batch in one pass over it.
+
+A transform returns each state's rows as a DataFrame; Spark cannot tell that two of them read the
+same records, so each state costs a job of its own over a cached copy of the batch. A state
+declared per record (:func:`per_record`: its keys, value and condition as expressions of one
+record) says more: when every state is declared so, each record becomes one row per state
+(tagged with the state) in a single projection, and one aggregation folds them all -- the batch
+is read, parsed and judged once, by one job, and never cached. The records and bad records are
+counted in the same job (:class:`~.validate.Prepared`); the bad ones are read again only for the
+quarantine of a batch that has some.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import ConfigError
+from ..spec import StateSpec
+from .stage import DRIVER_STAGE_ROWS, combined, copy_batches, copy_dataframe
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+__all__ = ["FusedFolds", "PerRecord", "declared", "fuse", "per_record"]
+
+TAG = "_state"  # which state a folded row belongs to: its index in FusedFolds.states
+
+
+@dataclass(frozen=True)
+class PerRecord:
+    """A state's rows declared per record: ``where`` (or every record) gives one row of ``keys``
+    and ``value``, all expressions of a record of ``records``."""
+
+    records: DataFrame
+    keys: dict[str, Column]
+    value: Column
+    where: Column | None
+
+
+#: What per_record returned, by id: (a weak reference to the DataFrame, how it was declared).
+_DECLARED: dict[int, tuple[weakref.ref[Any], PerRecord]] = {}
+
+
+def _column(value: Any, what: str) -> Column:
+    """A Column given as one, a column name, or a literal (numbers and booleans)."""
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    if isinstance(value, Column):
+        return value
+    if isinstance(value, str):
+        return F.col(value)
+    if isinstance(value, bool | int | float):
+        return F.lit(value)
+    raise ConfigError(f"per_record: {what} must be a Column, a column name or a number, got {value!r}")
+
+
+def per_record(records: DataFrame, keys: Mapping[str, Any], value: Any = 1, where: Any = None) -> DataFrame:
+    """A state's rows, one per record of ``records`` that meets ``where``: the ``keys`` (name ->
+    Column or column name) and ``value`` (a Column, a column name, or a number; 1 counts records).
+
+    Returns the DataFrame a transform returns for a state (the keys' columns and ``value``), so a
+    transform written with it is still a plain ``DataFrame -> DataFrame`` function. When every
+    state a transform returns is declared this way over the records it was given, the helper
+    folds them all in one pass over the batch instead of one job per state over a cached copy::
+
+        url = F.col("url")
+        return {"url_counts": per_record(tweets, {"url": url}),
+                "domain_counts": per_record(tweets, {"domain": domain(url)}, where=domain(url) != "")}
+    """
+    if not isinstance(keys, Mapping) or not keys or not all(isinstance(k, str) and k for k in keys):
+        raise ConfigError(f"per_record: keys maps each key column's name to its Column, e.g. "
+                          f"{{'url': F.col('url')}}; got {keys!r}")
+    if "value" in keys:
+        raise ConfigError("per_record: 'value' names the value column; give the state's keys other names")
+    declared_keys = {name: _column(col, f"key {name!r}") for name, col in keys.items()}
+    value_col = _column(value, "value")
+    condition = None if where is None else _condition(where)
+    rows = records if condition is None else records.where(condition)
+    out = rows.select(*[col.alias(name) for name, col in declared_keys.items()], value_col.alias("value"))
+    for stale in [k for k, (ref, _) in _DECLARED.items() if ref() is None]:
+        del _DECLARED[stale]
+    _DECLARED[id(out)] = (weakref.ref(out), PerRecord(records, declared_keys, value_col, condition))
+    return out
+
+
+def _condition(where: Any) -> Column:
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    if isinstance(where, Column):
+        return where
+    if isinstance(where, str):
+        return F.expr(where)
+    raise ConfigError(f"per_record: where must be a Column or a Spark SQL condition, got {where!r}")
+
+
+def declared(df: Any) -> PerRecord | None:
+    """How ``df`` was declared by :func:`per_record`, or None for any other DataFrame."""
+    entry = _DECLARED.get(id(df))
+    return entry[1] if entry is not None and entry[0]() is df else None
+
+
+def fuse(states: Sequence[StateSpec], frames: Mapping[str, DataFrame], records: DataFrame) -> FusedFolds | None:
+    """The states' folds as one pass over ``records``, when every frame of ``frames`` (by state name,
+    one per state of ``states``) was declared per record over ``records`` itself; else None."""
+    plan = []
+    for state in states:
+        decl = declared(frames.get(state.name))
+        if decl is None or decl.records is not records:
+            return None
+        missing = [k for k in state.key_columns if k not in decl.keys]
+        if missing:
+            raise ConfigError(f"the transform's DataFrame for state {state.name!r} lacks columns {missing}: it must "
+                              f"have {', '.join(state.key_columns)} and value (has {', '.join(decl.keys)}, value)")
+        plan.append((state, decl))
+    return FusedFolds(records, plan) if plan and len(plan) == len(frames) else None
+
+
+class FusedFolds:
+    """Every state's fold of one batch, computed in one pass (:meth:`run`) and staged per state
+    (:meth:`stage`).
+
+    Each record of the batch becomes up to one row per state -- the state's tag, its keys and
+    value, the other states' columns null -- and one aggregation by (tag, every state's keys)
+    folds each state's rows with its own combiner: what :func:`~.stage.fold` gives state by state.
+    """
+
+    def __init__(self, records: DataFrame, plan: Sequence[tuple[StateSpec, PerRecord]]) -> None:
+        from pyspark.sql import functions as F
+
+        self.states = [state for state, _ in plan]
+        exprs = {(i, n): decl.keys[k] for i, (state, decl) in enumerate(plan) for n, k in enumerate(state.key_columns)}
+        values = {i: decl.value for i, (_, decl) in enumerate(plan)}
+        # The columns' types, to give each state's row the other states' columns as typed nulls.
+        probe = records.select(*[e.alias(_key(i, n)) for (i, n), e in exprs.items()],
+                               *[v.alias(_value(i)) for i, v in values.items()]).schema
+        types = {f.name: f.dataType for f in probe.fields}
+        rows = []
+        for i, (state, decl) in enumerate(plan):
+            columns = [F.lit(i).alias(TAG)]
+            for (j, n), expr in exprs.items():
+                columns.append((expr if j == i else F.lit(None)).cast(types[_key(j, n)]).alias(_key(j, n)))
+            for j, expr in values.items():
+                columns.append((expr if j == i else F.lit(None)).cast(types[_value(j)]).alias(_value(j)))
+            keep = F.lit(True) if decl.where is None else F.coalesce(decl.where, F.lit(False))
+            for n in range(len(state.key_columns)):  # a row without all its keys is never folded
+                keep = keep & exprs[(i, n)].isNotNull()
+            rows.append(F.when(keep, F.struct(*columns)))
+        tagged = (records.select(F.explode(F.array(*rows)).alias("_row")).where(F.col("_row").isNotNull())
+                  .select("_row.*"))
+        self.folded = tagged.groupBy(TAG, *[_key(i, n) for i, n in exprs]).agg(
+            *[combined(state)(F.col(_value(i))).alias(_value(i)) for i, state in enumerate(self.states)])
+        self._head: Any = None
+
+    def _rows(self, i: int) -> list[str]:
+        return [_key(i, n) for n in range(len(self.states[i].key_columns))] + [_value(i)]
+
+    def run(self, driver_rows: int = DRIVER_STAGE_ROWS) -> DataFrame:
+        """Read the batch and fold every state: the one job that reads it. The folded rows are kept
+        (memory, then disk) for :meth:`stage`; returns what the caller unpersists when done. Up to
+        ``driver_rows`` rows in all are also brought to the driver, to be staged from there."""
+        from pyspark import StorageLevel
+
+        self.folded = self.folded.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+        head = self.folded.limit(driver_rows + 1).toArrow()
+        self._head = head if head.num_rows <= driver_rows else None
+        return self.folded
+
+    def stage(self, dsn: str, copies: Mapping[str, str], prefix: Sequence[Any]) -> dict[str, int]:
+        """COPY each state's folded rows (keys, value) with ``copies[state name]``: from the driver
+        what :meth:`run` brought there, else from the executors; the rows written per state."""
+        from pyspark.sql import functions as F
+
+        written = {}
+        for i, state in enumerate(self.states):
+            names = [*state.key_columns, "value"]
+            if self._head is not None:
+                import pyarrow.compute as pc
+
+                rows = self._head.filter(pc.equal(self._head[TAG], i)).select(self._rows(i)).rename_columns(names)
+                written[state.name] = copy_batches(dsn, copies[state.name], prefix, rows.to_batches())
+            else:
+                rows_df = self.folded.where(F.col(TAG) == i).select(
+                    *[F.col(c).alias(n) for c, n in zip(self._rows(i), names, strict=True)])
+                written[state.name] = copy_dataframe(None, rows_df, dsn, copies[state.name], prefix)
+        return written
+
+
+def _key(state: int, n: int) -> str:
+    return f"_k{state}_{n}"
+
+
+def _value(state: int) -> str:
+    return f"_v{state}"
