@@ -22,6 +22,8 @@ import psycopg2
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from airflow_transactional.spark.job import jvm_thread_cpu
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark_jobs"))
 from words import domain  # the user's own expression, shared by both sides
 
@@ -84,11 +86,12 @@ def main(argv: list[str]) -> int:
              .trigger(availableNow=True).start())
     query.awaitTermination()
     finished = time.monotonic()
+    threads = jvm_thread_cpu()  # before Spark stops its task threads
     spark.stop()
     conn.close()
     with open(result_file, "w", encoding="utf-8") as fh:
         json.dump({"startup_seconds": session_ready - started, "query_seconds": finished - query_started,
-                   "batches": batches, "events": sum(b["events"] for b in batches)}, fh)
+                   "batches": batches, "events": sum(b["events"] for b in batches), "jvm_threads": threads}, fh)
     return 0
 
 

@@ -207,6 +207,13 @@ def profile_note(result: dict[str, Any]) -> str:
                      for phase, secs in prof.get("seconds", {}).items())
 
 
+def threads_note(result: dict[str, Any]) -> str:
+    """``compiling (JIT) 6.2, ... CPU-s``: what the driver JVM's threads cost, by what they do, from a
+    job's result (ours keeps it in its profile, the peer beside its batches)."""
+    threads = result.get("profile", {}).get("jvm_threads") or result.get("jvm_threads")
+    return ", ".join(f"{kind} {cpu:.1f}" for kind, cpu in threads.items()) + " CPU-s" if threads else "n/a"
+
+
 def bench_work(dsn: str, schema: str, base: Path, events_file: Path, sizes: Sizes, report: Report,
                conf: dict[str, str]) -> None:
     from bench.perf import Row, median
@@ -238,7 +245,10 @@ def bench_work(dsn: str, schema: str, base: Path, events_file: Path, sizes: Size
                    f"empty {cpu['bench_work_empty']:.1f} CPU-s ({wall['bench_work_empty']:.0f} s); peer "
                    f"{cpu['peer:landing']:.1f} CPU-s ({wall['peer:landing']:.0f} s), empty "
                    f"{cpu['peer:empty']:.1f} CPU-s ({wall['peer:empty']:.0f} s); median of {sizes.work_trials}. "
-                   f"Our phases: {profile_note(last['bench_work_landing'])}"))
+                   f"Our phases: {profile_note(last['bench_work_landing'])}. The driver JVM's threads, whole run "
+                   f"(last trial): ours {threads_note(last['bench_work_landing'])}; the peer "
+                   f"{threads_note(last['peer:landing'])}; on an empty batch ours "
+                   f"{threads_note(last['bench_work_empty'])}, the peer {threads_note(last['peer:empty'])}"))
     plain_work = cpu["plain:bench_work_landing"] - cpu["bench_work_empty"]
     report.add(Row("work", f"CPU-seconds of one {size:,}-event batch, spark-submit of words minus an empty batch: its "
                            "states per record (one pass) vs as plain DataFrames (a job per state, the batch cached)",

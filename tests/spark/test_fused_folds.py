@@ -181,8 +181,13 @@ def test_a_batch_with_bad_records_commits_the_same_either_way(dsn: str, tmp_path
     res = subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
-    phases = json.loads(result.read_text())["profile"]["seconds"]
+    profile = json.loads(result.read_text())["profile"]
+    phases = profile["seconds"]
     assert ("read, parse, validate, fold" in phases) == (body == FUSED)  # one pass, no cache
+    threads = profile["jvm_threads"]  # what the driver JVM's threads cost, by what they do
+    assert list(threads) == ["compiling (JIT)", "garbage collection", "running tasks", "other"]
+    assert threads["compiling (JIT)"] > 0 and threads["running tasks"] > 0 and threads["other"] > 0
+    assert sum(threads.values()) <= sum(profile["cpu_seconds"].values()) + 0.5  # a part of the job's CPU
     assert ("read, parse, validate, cache" in phases) == (body == PLAIN)
     assert coord.commit("orders", txid).committed
     totals: dict[str, int] = defaultdict(int)

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,6 +53,7 @@ class Phases:
             self.seconds["launch"] = round(max(0.0, time.time() - root.create_time()), 3)
             self.cpu_seconds["launch"] = round(self._cpu, 3)
         self._root = root
+        self.jvm_threads: dict[str, float] = {}
 
     def lap(self, phase: str) -> None:
         wall, cpu = time.perf_counter(), tree_cpu(self._root)
@@ -61,7 +63,13 @@ class Phases:
         self._wall, self._cpu = wall, cpu
 
     def summary(self) -> dict[str, dict[str, float]]:
-        return {"seconds": dict(self.seconds), **({"cpu_seconds": dict(self.cpu_seconds)} if self.cpu_seconds else {})}
+        return {"seconds": dict(self.seconds), **({"cpu_seconds": dict(self.cpu_seconds)} if self.cpu_seconds else {}),
+                **({"jvm_threads": dict(self.jvm_threads)} if self.jvm_threads else {})}
+
+    def threads(self) -> None:
+        """Keep what the driver JVM's threads have cost so far (:func:`jvm_thread_cpu`): called
+        before Spark stops, while its task threads still exist."""
+        self.jvm_threads = jvm_thread_cpu(self._root) or {}
 
 
 def _spark_root() -> Any:
@@ -78,6 +86,39 @@ def _spark_root() -> Any:
     me = psutil.Process()
     parent = me.parent()
     return parent if parent is not None and "java" in parent.name() else me
+
+
+#: The driver JVM's threads by what they do, by their names as Linux keeps them (15 characters).
+#: The serial collector, which the provider's drivers use, collects in the VM thread.
+JVM_THREAD_KINDS = (("compiling (JIT)", re.compile(r"C[12] CompilerThre")),
+                    ("garbage collection", re.compile(r"VM Thread|GC Thread|G1 |ParGC")),
+                    ("running tasks", re.compile(r"Executor task")))
+
+
+def jvm_thread_cpu(root: Any = None) -> dict[str, float] | None:
+    """CPU-seconds so far of the driver JVM's threads by what they do -- the JIT compiling, garbage
+    collection, Spark's task threads, and the rest (the driver's own threads, I/O) -- read from
+    Linux's /proc. ``root`` is the JVM (default: this driver's, see :func:`_spark_root`); None
+    where there is no JVM (a Spark Connect client) or no /proc."""
+    root = root if root is not None else _spark_root()
+    try:
+        if root is None or "java" not in root.name():
+            return None
+        tids = os.listdir(f"/proc/{root.pid}/task")
+    except Exception:  # psutil's errors, or no /proc
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    out = dict.fromkeys([*(kind for kind, _ in JVM_THREAD_KINDS), "other"], 0.0)
+    for tid in tids:
+        try:
+            with open(f"/proc/{root.pid}/task/{tid}/stat", encoding="utf-8", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        kind = next((k for k, pattern in JVM_THREAD_KINDS if pattern.match(name)), "other")
+        out[kind] += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    return {kind: round(cpu, 3) for kind, cpu in out.items()}
 
 
 def tree_cpu(root: Any) -> float | None:
@@ -349,6 +390,7 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
         else:
             result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
                              required=required, checks=checks, phases=phases)
+        phases.threads()
     except StaleAttempt as exc:
         log.warning("%s", exc)
         result = {"txid": args.txid, "stale": str(exc)}
