@@ -30,6 +30,7 @@ pytestmark = pytest.mark.spark
 # Records: (k, a, b, n, x); k, a, n and x may be null.
 FOLD_EVERY_WAY = """
 import json, sys
+from decimal import Decimal
 from pyspark.sql import SparkSession, functions as F
 from airflow_transactional.spark.fused import fuse, per_record
 from airflow_transactional.spark.stage import fold, stage_fold
@@ -75,6 +76,7 @@ for bad in (lambda: per_record(records, {}), lambda: per_record(records, ["k"]),
     except Exception as exc:
         errors.append(f"{type(exc).__name__}: {exc}")
 result["errors"] = errors
+result["decimal"] = str(per_record(records, {"k": "k"}, value=Decimal("2.5")).agg(F.sum("value")).first()[0])
 json.dump(result, open(out, "w"))
 spark.stop()
 """
@@ -134,6 +136,7 @@ def test_states_declared_per_record_fold_in_one_pass_exactly_as_state_by_state(d
         assert staged[2] == staged[1] and staged[3] == staged[1], state
         assert got["2"][state] == got["3"][state] == len(oracle[state])
     assert got["not fused"] == [True, True, True]
+    assert Decimal(got["decimal"]) == Decimal("2.5") * len(rows)  # a Decimal is a number too
     errors = got["errors"]
     assert "keys maps each key column's name to its Column" in errors[0]
     assert "keys maps each key column's name" in errors[1]

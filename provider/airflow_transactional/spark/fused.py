@@ -15,6 +15,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigError
@@ -53,7 +54,7 @@ def _column(value: Any, what: str) -> Column:
         return value
     if isinstance(value, str):
         return F.col(value)
-    if isinstance(value, bool | int | float):
+    if isinstance(value, bool | int | float | Decimal):
         return F.lit(value)
     raise ConfigError(f"per_record: {what} must be a Column, a column name or a number, got {value!r}")
 
