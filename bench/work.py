@@ -5,7 +5,8 @@ Spark settings), timed on its own so that start-up and work can be told apart:
 
 - CPU-seconds of the whole process tree (driver JVM, executors, Python workers) on a batch of
   N events minus the same job on an empty batch, vs the peer (``bench/sss_peer.py``) on the same
-  file minus the peer on an empty directory: the work per event, start-up left out on both sides.
+  file minus the peer on an empty directory: the work per event, start-up left out on both sides,
+  every run with the JIT the process task picks for the batch (one cold batch each, the same JVM).
 - The Postgres event-log source vs the landing directory: the same N events, the same job.
 - The same states as plain DataFrames (``bench/words_plain.py``: a job per state over the cached
   batch) instead of ``per_record`` (one pass): what folding in one pass buys.
@@ -192,10 +193,12 @@ class Work:
         return after - before + client_cpu, wall, result
 
     def peer(self, folder: str, trial: int) -> tuple[float, float, dict[str, Any]]:
-        """(CPU-s, wall s, its result) of the Structured Streaming peer over ``folder``'s files."""
+        """(CPU-s, wall s, its result) of the Structured Streaming peer over ``folder``'s files, its
+        driver's JIT the one ours gets for the landing batch: one cold batch each, the same JVM."""
         tag = f"{folder}_{trial}"
         result_file, checkpoint = self.base / f"peer-{tag}.json", self.base / f"peer-checkpoint-{tag}"
-        argv = [*spark_submit_argv("local[2]", self.conf, "--name", f"work-peer-{tag}"),
+        conf = with_jit_for_batch(self.conf, *self.batches["bench_work_landing"])
+        argv = [*spark_submit_argv("local[2]", conf, "--name", f"work-peer-{tag}"),
                 str(PEER_JOB), str(self.base / folder), str(checkpoint), f"bench_work_peer_{tag}", str(result_file)]
         cpu, wall = run_measured(argv, self.env, f"work: the peer on {folder}")
         return cpu, wall, json.loads(result_file.read_text())

@@ -207,8 +207,8 @@ def test_a_local_driver_gets_the_c1_jit_for_a_small_batch_and_the_full_one_for_a
 
     gc = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
     log_batch = {"log": "tweets", "ranges": [[0, 0, 10]]}
-    assert opts(with_jit_for_batch(gc, log_batch, 1_500_000)) == f"{SHORT_JIT} -XX:+UseSerialGC"
-    assert opts(with_jit_for_batch(gc, log_batch, 1_500_001)) == "-XX:+UseSerialGC"
+    assert opts(with_jit_for_batch(gc, log_batch, 250_000)) == f"{SHORT_JIT} -XX:+UseSerialGC"
+    assert opts(with_jit_for_batch(gc, log_batch, 250_001)) == "-XX:+UseSerialGC"
     small, big = ({"format": "json", "files": [{"path": "/d/a", "size": n}]} for n in (90 << 20, 200 << 20))
     assert opts(with_jit_for_batch({}, small, 1)) == SHORT_JIT and with_jit_for_batch({}, big, 1) == {}
     assert with_jit_for_batch({}, {**small, "format": "parquet"}, 1) == {}  # bytes say little about records
