@@ -22,7 +22,7 @@ import psycopg2
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_transactional.spark.job import jvm_thread_cpu
+from airflow_transactional.spark.profile import jvm_thread_cpu
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark_jobs"))
 from words import domain  # the user's own expression, shared by both sides

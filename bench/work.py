@@ -13,7 +13,7 @@ Spark settings), timed on its own so that start-up and work can be told apart:
 - The same job as a client of a warm Spark Connect server: CPU-seconds of the server and the
   client per batch (the server warmed by one batch first), vs the peer's work.
 - Where the time goes: the job's own per-phase profile (wall and CPU-seconds of the process
-  tree, see ``airflow_transactional.spark.job.Phases``), printed as a note.
+  tree, see ``airflow_transactional.spark.profile.Phases``), printed as a note.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import psycopg2
 from airflow_transactional import spark_cds
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.sources import EventLog, LandingDirectory, PostgresLogSource
-from airflow_transactional.spark.job import tree_cpu
+from airflow_transactional.spark.profile import tree_cpu
 from airflow_transactional.spark_job import REMOTE_ENV, provider_zip, with_quiet_driver_logs
 from airflow_transactional.spec import StateSpec, TopologySpec
 from airflow_transactional.submit import spark_connect_server_argv, spark_submit_argv, with_jit_for_batch

@@ -1,4 +1,4 @@
-"""The Spark job's per-phase profile (spark/job.py ``Phases``): wall and CPU-seconds per phase,
+"""The Spark job's per-phase profile (spark/profile.py ``Phases``): wall and CPU-seconds per phase,
 summed when a phase comes back, and the CPU of a busy phase told apart from an idle one; a JVM's
 CPU by kind of thread, read from /proc."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from airflow_transactional.spark.job import Phases, jvm_thread_cpu
+from airflow_transactional.spark.profile import Phases, jvm_thread_cpu
 
 
 def _spin(seconds: float) -> None:
