@@ -120,11 +120,8 @@ def _read(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, bat
     if states_only:
         frames = {s.name: frames[s.name] for s in spec.recomputable_states}
     folds = fuse(spec.recomputable_states, frames, prepared.good)
-    if folds is not None:
-        keep = folds.run()
-        return _Read(prepared, frames, folds, keep, *prepared.totals())
-    checked = cache(prepared)
-    return _Read(prepared, frames, None, checked.cached, checked.records, checked.bad_records)
+    keep = folds.run() if folds is not None else cache(prepared).cached
+    return _Read(prepared, frames, folds, keep, *prepared.totals())
 
 
 def _stage_states(spec: TopologySpec, read: _Read, dsn: str, copies: Mapping[str, str],

@@ -56,12 +56,10 @@ def cache(prepared: Prepared) -> Validated:
     text instead re-parsed every JSON payload in every pass.)
     """
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
     flat = prepared.flat.persist(StorageLevel.MEMORY_AND_DISK)
-    totals = flat.agg(F.count(F.lit(1)).alias("records"), F.count("_reason").alias("bad")).first()
-    assert totals is not None  # a global aggregate has one row
-    return Validated(prepared.good, prepared.bad, int(totals["records"]), int(totals["bad"]), flat)
+    flat.count()  # fills the cache; the batch's observation counts its records in the same pass
+    return Validated(prepared.good, prepared.bad, *prepared.totals(), flat)
 
 
 def prepare(records: Records, schema: str | None, required: Sequence[str],
