@@ -103,8 +103,10 @@ def test_payments_producers_route_by_payer_and_a_broken_invariant_is_reported(ds
     report = check()  # nothing decided yet: nothing is wrong
     assert report.violations == 0 and report.events_appended == report.events_pending == len(stored), report.table()
     assert report.malformed_injected >= len(ledger.malformed) > 0
-    query(dsn, "INSERT INTO airflow_txn.verdicts_v5 (topology_id, decision, request_id, txid, key, amount, granted, "
-               "balance_after) VALUES ('payments', 'pay', 'pay-nobody-sent', 1, '[\"acct00\"]', -10, true, 0)")
+    query(dsn, "INSERT INTO airflow_txn.decision_requests (topology_id, decision, request_id, txid, attempt, seq, key, "
+               "amount, prefix) VALUES ('payments', 'pay', 'pay-nobody-sent', 1, 1, 0, '[\"acct00\"]', -10, -10)")
+    query(dsn, "INSERT INTO airflow_txn.decision_runs (topology_id, decision, txid, attempt, key, start) "
+               "VALUES ('payments', 'pay', 1, 1, '[\"acct00\"]', 10)")
     damaged = check()
     assert damaged.violations == 1 and "decided that nobody sent" in damaged.table(), damaged.table()
     requests.close()

@@ -87,27 +87,30 @@ def test_a_bad_schema_name_is_refused_before_any_sql(dsn: str) -> None:
         db.close()
 
 
-def test_attempts_recorded_before_decision_conflicts_have_their_window_made_conflicts(
-        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Version 6 checked a pipelined attempt's requests again at its commit, against the txids
-    # committed after it completed; version 7 finds those when attempts complete. An attempt
-    # recorded by version 6 and not yet committed keeps its check through the migration.
+def test_a_next_version_applies_once_on_top_of_the_baseline(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner stays for the releases to come: a new file is one more version, applied once."""
     db = Database(dsn)
     try:
-        monkeypatch.setattr("airflow_transactional.store.migrations.MIGRATIONS", MIGRATIONS[:6])
-        assert migrate(db, "older")[-1] == 6
-        query(dsn, "INSERT INTO older.topologies (topology_id, spec, committed_txid) VALUES ('t', '{}', 2)")
-        # Committed txid 2 decided r1; txid 3 was recorded with txid 2 committed; txid 4 with
-        # txid 1 committed, so its commit must still leave out r1 and settle r3 against txid 3.
-        for txid, checked, ids in ((2, 1, ["r1", "r2"]), (3, 2, ["r3"]), (4, 1, ["r1", "r3", "r4"])):
-            query(dsn, "INSERT INTO older.decision_checks VALUES ('t', 'pay', %s, 1, %s, %s)",
-                  (txid, checked, len(ids)))
-            for r in ids:
-                query(dsn, "INSERT INTO older.decision_requests VALUES ('t', 'pay', %s, %s, 1, 0, '[\"a\"]', -1, -1)",
-                      (r, txid))
-        monkeypatch.undo()
-        assert migrate(db, "older") == [7]
-        assert query(dsn, "SELECT txid, request_id FROM older.decision_conflicts ORDER BY 1, 2") == \
-            [(4, "r1"), (4, "r3")]
+        assert migrate(db, "grown") == [1]
+        monkeypatch.setattr("airflow_transactional.store.migrations.MIGRATIONS",
+                            [*MIGRATIONS, (2, "a note per topology",
+                                           "ALTER TABLE {s}.topologies ADD COLUMN note text")])
+        assert migrate(db, "grown") == [2] and migrate(db, "grown") == []
+        assert query(dsn, "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'grown' "
+                          "AND table_name = 'topologies' AND column_name = 'note'") == [(1,)]
+    finally:
+        db.close()
+
+
+def test_a_schema_of_an_unreleased_development_version_is_refused_naming_the_fix(dsn: str) -> None:
+    """Versions 1-7 of the unreleased development line were squashed into one baseline: a schema
+    they made would look up to date and lack what the baseline has."""
+    query(dsn, "CREATE SCHEMA old; CREATE TABLE old.schema_migrations (version integer PRIMARY KEY, name text, "
+               "applied_at timestamptz DEFAULT now()); INSERT INTO old.schema_migrations (version, name) "
+               "VALUES (1, 'transaction core'), (7, 'decision conflicts found when attempts complete')")
+    db = Database(dsn)
+    try:
+        with pytest.raises(ConfigError, match=r"unreleased version.*1 \(transaction core\).*recreate it"):
+            migrate(db, "old")
     finally:
         db.close()

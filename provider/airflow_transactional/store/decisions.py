@@ -78,16 +78,9 @@ def create_runs_table(runs: sql.Composed, state: StateSpec) -> sql.Composed:
 
 
 def ensure_runs_table(cur: Cursor, runs: sql.Composed, state: StateSpec) -> None:
-    """Create the runs table, or add what a table an older version created lacks."""
-    if not catalog.exists(cur, runs):  # a topology registered before there were runs tables
+    """Create the runs table when missing (at registration: no DDL once it exists)."""
+    if not catalog.exists(cur, runs):
         cur.execute(create_runs_table(runs, state))
-        return
-    cur.execute("SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'debits' "
-                "AND NOT attisdropped", (runs.as_string(cur),))
-    if not cur.fetchone()[0]:
-        cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS high numeric, "
-                            "ADD COLUMN IF NOT EXISTS credits numeric, ADD COLUMN IF NOT EXISTS debits integer")
-                    .format(runs))
 
 
 def check_headroom(cur: Cursor, decision: DecisionSpec, state: StateSpec) -> None:
@@ -108,7 +101,6 @@ def prepare(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, 
     s = sql.Identifier(schema)
     params: dict[str, Any] = {"t": topology_id, "d": decision.name, "txid": txid, "attempt": attempt,
                               "c": committed}
-    ensure_runs_table(cur, runs, state)
     # Completions of one decision take turns, so each one sees every request recorded before it.
     cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
                 (LOCK_CLASS, f"{schema}.{topology_id}.{decision.name}"))
@@ -124,9 +116,7 @@ def prepare(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, 
         "sum(amount) FILTER (WHERE keep) OVER w, sum(amount) FILTER (WHERE keep AND amount >= 0) OVER w, keep, "
         "earlier AND NOT decided, later AND NOT decided "
         "FROM (SELECT y.*, NOT decided AND NOT earlier AS keep FROM (SELECT r.*, coalesce(c.decided, false) "
-        "  OR EXISTS (SELECT 1 FROM {s}.verdicts_v5 v WHERE v.topology_id = %(t)s AND v.decision = %(d)s "
-        "  AND v.request_id = r.request OFFSET 0) AS decided, coalesce(c.earlier, false) AS earlier, "
-        "  coalesce(c.later, false) AS later "
+        "  AS decided, coalesce(c.earlier, false) AS earlier, coalesce(c.later, false) AS later "
         "  FROM {stg} r, LATERAL (SELECT bool_or(o.recorded AND o.txid <= %(c)s) AS decided, "
         "  bool_or(o.txid > %(c)s AND o.txid < %(txid)s) AS earlier, bool_or(o.txid > %(txid)s) AS later "
         "  FROM ({claims}) o) c WHERE r.txid = %(txid)s AND r.attempt = %(attempt)s) y) x "
@@ -224,9 +214,7 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
         "  AND m.decision = %(d)s AND m.request_id = c.request_id AND m.txid = %(txid)s "
         "  AND m.attempt = %(attempt)s OFFSET 0) AS recorded, "
         "  EXISTS (SELECT 1 FROM {s}.decision_requests o WHERE o.topology_id = %(t)s AND o.decision = %(d)s "
-        "  AND o.request_id = c.request_id AND o.txid < %(txid)s OFFSET 0) OR EXISTS (SELECT 1 "
-        "  FROM {s}.verdicts_v5 v WHERE v.topology_id = %(t)s AND v.decision = %(d)s "
-        "  AND v.request_id = c.request_id OFFSET 0) AS decided "
+        "  AND o.request_id = c.request_id AND o.txid < %(txid)s OFFSET 0) AS decided "
         "  FROM {s}.decision_conflicts c WHERE c.topology_id = %(t)s AND c.decision = %(d)s "
         "  AND c.txid = %(txid)s AND c.attempt = %(attempt)s) x WHERE recorded = decided").format(fix=fix, s=s),
         params)
@@ -337,7 +325,7 @@ def output_filter(schema: str, topology_id: str) -> sql.Composable:
 
 
 def delete_verdicts(cur: Cursor, schema: str, topology_id: str) -> None:
-    for name in ("decision_requests", "decision_runs", "decision_checks", "decision_conflicts", "verdicts_v5"):
+    for name in ("decision_requests", "decision_runs", "decision_checks", "decision_conflicts"):
         cur.execute(sql.SQL("DELETE FROM {} WHERE topology_id = %s").format(table(schema, name)), (topology_id,))
 
 

@@ -1,0 +1,340 @@
+-- The provider's schema, version 1. ``{s}`` is the schema (quoted); every other name is fixed.
+-- Never edit a released version: add the next file (0002_what_it_does.sql).
+
+-- One row per topology: its declaration (written by the schema's owner only: README "Security"),
+-- its checkpoint (committed txid and offsets), and the mark of a running rebuild. Its row lock
+-- serialises the topology's plans and commits.
+CREATE TABLE {s}.topologies (
+    topology_id       text PRIMARY KEY,
+    num               serial UNIQUE,
+    spec              jsonb NOT NULL,
+    committed_txid    bigint NOT NULL DEFAULT 0,
+    committed_offsets jsonb NOT NULL DEFAULT '{{}}',
+    last_commit_at    timestamptz,
+    lost_records      bigint NOT NULL DEFAULT 0,
+    -- while a rebuild recomputes the states as of this txid, commits keep their staged rows (its
+    -- journal); only the rebuild with this id may swap its tables in
+    rebuild_from_txid bigint,
+    rebuild_id        text,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per planned transaction (one DAG run): its batch as exact source offsets. A txid that
+-- failed for good (Airflow gave up retrying) is marked, so later commits fail fast instead of
+-- holding max_active_runs slots (docs/design.md, trap 2); planning or processing it again lifts
+-- the mark.
+CREATE TABLE {s}.transactions (
+    topology_id     text NOT NULL REFERENCES {s}.topologies ON DELETE CASCADE,
+    txid            bigint NOT NULL CHECK (txid > 0),
+    run_key         text NOT NULL,
+    plan_version    integer NOT NULL DEFAULT 1,
+    start_offsets   jsonb NOT NULL,
+    end_offsets     jsonb NOT NULL,
+    batch           jsonb NOT NULL,
+    planned_records bigint NOT NULL,
+    status          text NOT NULL DEFAULT 'planned' CHECK (status IN ('planned', 'committed')),
+    planned_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    replanned_at    timestamptz,
+    replan_reason   text,
+    pinned_attempt  integer,
+    committed_at    timestamptz,
+    failed_at       timestamptz,
+    failure         text,
+    PRIMARY KEY (topology_id, txid),
+    UNIQUE (topology_id, run_key)
+);
+CREATE INDEX ON {s}.transactions (topology_id, status, txid);
+
+CREATE TABLE {s}.attempts (
+    topology_id  text NOT NULL,
+    txid         bigint NOT NULL,
+    attempt      integer NOT NULL CHECK (attempt > 0),
+    plan_version integer NOT NULL,
+    status       text NOT NULL CHECK (status IN ('running', 'complete', 'failed', 'discarded', 'committed')),
+    started_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at  timestamptz,
+    row_counts   jsonb,
+    records_read bigint,
+    quarantined  bigint NOT NULL DEFAULT 0,
+    worker       text,
+    error        text,
+    PRIMARY KEY (topology_id, txid, attempt),
+    FOREIGN KEY (topology_id, txid) REFERENCES {s}.transactions ON DELETE CASCADE
+);
+
+-- The audit log: one row per committed txid, in order.
+CREATE TABLE {s}.commits (
+    topology_id       text NOT NULL REFERENCES {s}.topologies ON DELETE CASCADE,
+    txid              bigint NOT NULL,
+    attempt           integer NOT NULL,
+    plan_version      integer NOT NULL,
+    run_key           text NOT NULL,
+    start_offsets     jsonb NOT NULL,
+    end_offsets       jsonb NOT NULL,
+    records_read      bigint NOT NULL,
+    row_counts        jsonb NOT NULL,
+    quarantined       bigint NOT NULL,
+    committer         text,
+    commit_started_at timestamptz NOT NULL,
+    committed_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (topology_id, txid)
+);
+
+-- Bad records of attempts. A record keeps a prefix of its raw text (QUARANTINE_RECORD_CHARS) and
+-- its full length: one poison record of a gigabyte must not travel to the driver or in here whole.
+CREATE TABLE {s}.quarantine (
+    id            bigserial PRIMARY KEY,
+    topology_id   text NOT NULL,
+    txid          bigint NOT NULL,
+    attempt       integer NOT NULL,
+    source_offset text NOT NULL,
+    event_id      text,
+    reason        text NOT NULL,
+    record        text,
+    record_length bigint,
+    committed     boolean NOT NULL DEFAULT false,
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX ON {s}.quarantine (topology_id, txid, attempt);
+
+-- Event logs (sources/eventlog.py): partitions with their next LSN, events with unique ids, and
+-- the ids retention removed (dedupe must outlive the events, or a late duplicate delivery would
+-- be appended and counted again).
+CREATE TABLE {s}.logs (
+    log_name   text PRIMARY KEY,
+    partitions integer NOT NULL CHECK (partitions > 0),
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE {s}.log_partitions (
+    log_name          text NOT NULL REFERENCES {s}.logs ON DELETE CASCADE,
+    partition         integer NOT NULL,
+    next_lsn          bigint NOT NULL DEFAULT 1,
+    truncated_through bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (log_name, partition)
+);
+CREATE TABLE {s}.log_events (
+    log_name    text NOT NULL,
+    partition   integer NOT NULL,
+    lsn         bigint NOT NULL,
+    event_id    text NOT NULL,
+    payload     text NOT NULL,
+    appended_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (log_name, partition, lsn)
+);
+CREATE UNIQUE INDEX log_events_event_id ON {s}.log_events (log_name, event_id);
+CREATE TABLE {s}.log_retired_ids (
+    log_name text NOT NULL,
+    event_id text NOT NULL,
+    PRIMARY KEY (log_name, event_id)
+);
+-- The roles that may append to a log besides the schema's owner (``airflow-txn grant
+-- --producer-role ROLE --log LOG``), through append_events alone.
+CREATE TABLE {s}.log_writers (
+    log_name  text NOT NULL REFERENCES {s}.logs ON DELETE CASCADE,
+    role_name name NOT NULL,
+    PRIMARY KEY (log_name, role_name)
+);
+
+-- A partition's counters only ever move forward, whoever writes them: a rewound next_lsn would
+-- hand out LSNs a reader already passed, a rewound truncation point would resurrect nothing and
+-- hide the loss, and truncating past the head would remove events not appended yet.
+CREATE FUNCTION {s}.log_partition_guard() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+BEGIN
+    IF NEW.next_lsn < OLD.next_lsn OR NEW.truncated_through < OLD.truncated_through
+            OR NEW.truncated_through >= NEW.next_lsn THEN
+        RAISE EXCEPTION 'log % partition %: next_lsn and truncated_through only move forward, and retention stops '
+                        'at the head (next_lsn % -> %, truncated_through % -> %)', OLD.log_name, OLD.partition,
+                        OLD.next_lsn, NEW.next_lsn, OLD.truncated_through, NEW.truncated_through
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END
+$body$;
+CREATE TRIGGER log_partition_guard BEFORE UPDATE ON {s}.log_partitions
+    FOR EACH ROW EXECUTE FUNCTION {s}.log_partition_guard();
+
+-- The one door of producers into a log (sources/eventlog.py): owned by the schema's owner, run
+-- with its rights, callable only by the roles granted it. It appends (partition, id, payload)
+-- triples in the order given, under each partition's lock in partition order (so LSNs become
+-- visible in order, docs/design.md trap 6), drops ids the log holds or held (and repeats within
+-- the call), and refuses -- returning them -- ids longer than 512 bytes and ids in the id space
+-- of a topology that appends to this log (its events are '<topology>:<origin>').
+CREATE FUNCTION {s}.append_events(log text, partitions integer[], ids text[], payloads text[],
+                                  OUT appended bigint, OUT duplicates bigint, OUT refused text[])
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $body$
+DECLARE
+    known integer;
+    reserved text[];
+    part integer;
+    base bigint;
+    handed bigint;
+    inserted bigint;
+BEGIN
+    IF NOT (pg_has_role(session_user, current_user, 'MEMBER') OR EXISTS (
+            SELECT 1 FROM {s}.log_writers w WHERE w.log_name = append_events.log
+            AND pg_has_role(session_user, w.role_name, 'MEMBER'))) THEN
+        RAISE EXCEPTION 'role % may not append to log %', session_user, append_events.log
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'the schema''s owner grants it: airflow-txn grant --producer-role ROLE --log LOG';
+    END IF;
+    SELECT l.partitions INTO known FROM {s}.logs l WHERE l.log_name = append_events.log;
+    IF known IS NULL THEN
+        RAISE EXCEPTION 'log % does not exist', append_events.log USING ERRCODE = 'undefined_object';
+    END IF;
+    IF cardinality(ids) IS DISTINCT FROM cardinality(partitions)
+            OR cardinality(ids) IS DISTINCT FROM cardinality(payloads) THEN
+        RAISE EXCEPTION 'append_events takes as many partitions, ids and payloads' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(partitions) p WHERE p IS NULL OR p < 0 OR p >= known)
+            OR EXISTS (SELECT 1 FROM unnest(ids, payloads) AS r(id, payload) WHERE r.id IS NULL OR r.payload IS NULL) THEN
+        RAISE EXCEPTION 'log % has partitions 0..%, and every event an id and a payload', append_events.log, known - 1
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT coalesce(array_agg(t.topology_id || ':'), '{{}}') INTO reserved FROM {s}.topologies t
+    WHERE EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(t.spec->'outputs', '[]')) o
+                  WHERE o->>'log' = append_events.log);
+    refused := ARRAY(SELECT r.id FROM unnest(ids) AS r(id) WHERE octet_length(r.id) > 512
+                     OR EXISTS (SELECT 1 FROM unnest(reserved) p WHERE starts_with(r.id, p)));
+    appended := 0;
+    FOR part IN SELECT DISTINCT p FROM unnest(partitions) p ORDER BY p LOOP
+        SELECT lp.next_lsn INTO base FROM {s}.log_partitions lp
+        WHERE lp.log_name = append_events.log AND lp.partition = part FOR UPDATE;
+        -- OFFSET 0 keeps each NOT EXISTS one index probe per event (a join, on a log grown since its statistics, nests a scan of the log under each event).
+        WITH given AS (SELECT r.p, r.id, r.payload, r.ord FROM unnest(partitions, ids, payloads) WITH ORDINALITY
+                       AS r(p, id, payload, ord) WHERE NOT r.id = ANY(refused)),
+        first AS (SELECT DISTINCT ON (g.id) g.* FROM given g ORDER BY g.id, g.ord),
+        fresh AS (SELECT f.* FROM first f WHERE f.p = part
+                  AND NOT EXISTS (SELECT 1 FROM {s}.log_events k WHERE k.log_name = append_events.log
+                                  AND k.event_id = f.id OFFSET 0)
+                  AND NOT EXISTS (SELECT 1 FROM {s}.log_retired_ids k WHERE k.log_name = append_events.log
+                                  AND k.event_id = f.id OFFSET 0)),
+        numbered AS (SELECT base + row_number() OVER (ORDER BY f.ord) - 1 AS lsn, f.id, f.payload FROM fresh f),
+        ins AS (INSERT INTO {s}.log_events (log_name, partition, lsn, event_id, payload)
+                SELECT append_events.log, part, n.lsn, n.id, n.payload FROM numbered n
+                ON CONFLICT (log_name, event_id) DO NOTHING RETURNING 1)
+        SELECT (SELECT count(*) FROM numbered), (SELECT count(*) FROM ins) INTO handed, inserted;
+        -- a concurrent append of the same id to another partition can still win the unique
+        -- index: its LSN stays a harmless gap; the counter moves past every LSN handed out
+        UPDATE {s}.log_partitions lp SET next_lsn = base + handed
+        WHERE lp.log_name = append_events.log AND lp.partition = part;
+        appended := appended + inserted;
+    END LOOP;
+    duplicates := cardinality(ids) - cardinality(refused) - appended;
+END
+$body$;
+REVOKE ALL ON FUNCTION {s}.append_events(text, integer[], text[], text[]) FROM PUBLIC;
+
+-- Landing files (sources/landing.py), known by content: a file replaced under the same name is
+-- a new version (a new seq), and a planned file whose content changed is unavailable.
+CREATE TABLE {s}.landing_files (
+    topology_id   text NOT NULL REFERENCES {s}.topologies ON DELETE CASCADE,
+    seq           bigint NOT NULL,
+    path          text NOT NULL,
+    size          bigint NOT NULL,
+    mtime         double precision NOT NULL,
+    mtime_ns      bigint,
+    inode         bigint,
+    sha256        text,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (topology_id, seq)
+);
+CREATE INDEX ON {s}.landing_files (topology_id, path, seq);
+
+-- Decisions in commit order (store/decisions.py). COLLATE "C" and few indexes: a completion
+-- writes a row per request, and each extra index or foreign-key check costs every request
+-- (reset deletes the rows itself).
+-- The requests an attempt will decide, recorded when it completes: not decided by a txid
+-- committed then, in the order of their key's run (``prefix``: the run's sum up to the request,
+-- all granted; ``cprefix``: the credits up to it).
+CREATE TABLE {s}.decision_requests (
+    topology_id text COLLATE "C" NOT NULL,
+    decision    text COLLATE "C" NOT NULL,
+    request_id  text COLLATE "C" NOT NULL,
+    txid        bigint NOT NULL,
+    attempt     integer NOT NULL,
+    seq         bigint,
+    key         jsonb NOT NULL,
+    amount      numeric NOT NULL,
+    prefix      numeric NOT NULL,
+    cprefix     numeric,
+    PRIMARY KEY (topology_id, decision, request_id, txid, attempt)
+);
+-- Requests are probed by id; a block-range index finds a txid's rows (recorded in txid order
+-- mostly) and is never a candidate for those probes, whatever the statistics say.
+CREATE INDEX decision_requests_by_txid ON {s}.decision_requests USING brin (txid) WITH (pages_per_range = 16);
+-- Per attempt: the txid committed when its requests were recorded, and how many it staged (the
+-- commit verifies the count).
+CREATE TABLE {s}.decision_checks (
+    topology_id     text COLLATE "C" NOT NULL,
+    decision        text COLLATE "C" NOT NULL,
+    txid            bigint NOT NULL,
+    attempt         integer NOT NULL,
+    checked_through bigint NOT NULL,
+    staged          bigint NOT NULL,
+    PRIMARY KEY (topology_id, decision, txid, attempt)
+);
+-- Per committed txid and key: the balance its run started from; ``requests``, ``grants`` and
+-- ``balances`` only for a run decided request by request (NULL: all granted); a run whose every
+-- debit was declined keeps no arrays (``debits_declined``).
+CREATE TABLE {s}.decision_runs (
+    topology_id     text COLLATE "C" NOT NULL,
+    decision        text COLLATE "C" NOT NULL,
+    txid            bigint NOT NULL,
+    attempt         integer NOT NULL,
+    key             jsonb NOT NULL,
+    start           numeric NOT NULL,
+    requests        text[],
+    grants          boolean[],
+    balances        numeric[],
+    debits_declined boolean
+);
+CREATE INDEX decision_runs_by_txid ON {s}.decision_runs USING brin (txid) WITH (pages_per_range = 16);
+-- Requests an attempt shares with another uncommitted txid, found when attempts complete; the
+-- commit keeps one when no txid committed before decided it, else leaves it out.
+CREATE TABLE {s}.decision_conflicts (
+    topology_id text COLLATE "C" NOT NULL,
+    decision    text COLLATE "C" NOT NULL,
+    request_id  text COLLATE "C" NOT NULL,
+    txid        bigint NOT NULL,
+    attempt     integer NOT NULL,
+    seq         bigint,
+    key         jsonb NOT NULL,
+    amount      numeric NOT NULL,
+    PRIMARY KEY (topology_id, decision, request_id, txid, attempt)
+);
+-- Every request's verdict and the balance after it: a requester's status.
+CREATE VIEW {s}.verdicts AS
+SELECT r.topology_id, r.decision, r.request_id, r.txid, r.seq, r.key, r.amount,
+       CASE WHEN u.debits_declined THEN r.amount >= 0
+            ELSE coalesce(u.grants[array_position(u.requests, r.request_id::text)], true) END AS granted,
+       CASE WHEN u.debits_declined THEN u.start + coalesce(r.cprefix, 0)
+            ELSE coalesce(u.balances[array_position(u.requests, r.request_id::text)], u.start + r.prefix)
+       END AS balance_after
+FROM {s}.decision_requests r
+JOIN {s}.decision_runs u ON u.txid = r.txid AND u.topology_id = r.topology_id AND u.decision = r.decision
+ AND u.attempt = r.attempt AND u.key = r.key;
+
+-- One key's requests in order: granted when the amount is not negative or the balance stays at
+-- or above the floor (a declined one leaves it as it was); the balance after each request.
+CREATE FUNCTION {s}.guarded_run(start numeric, floor numeric, amounts numeric[],
+                                OUT grants boolean[], OUT balances numeric[])
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $body$
+DECLARE
+    balance numeric := start;
+    amount numeric;
+BEGIN
+    grants := ARRAY[]::boolean[];
+    balances := ARRAY[]::numeric[];
+    FOREACH amount IN ARRAY amounts LOOP
+        IF amount >= 0 OR balance + amount >= floor THEN
+            balance := balance + amount;
+            grants := grants || true;
+        ELSE
+            grants := grants || false;
+        END IF;
+        balances := balances || balance;
+    END LOOP;
+END
+$body$;
