@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import psycopg2
@@ -29,6 +30,33 @@ def spark_submit(dsn: str, application: str, *args: str, env: dict[str, str] | N
             "--py-files", provider_zip(), application, *args]
     return subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
                                      **(env or {})}, capture_output=True, text=True, timeout=300)
+
+
+DAG_FILE = """from datetime import timedelta
+
+from airflow_transactional.dag import transactional_dag
+from airflow_transactional.spec import TopologySpec
+
+spec = TopologySpec.from_config({config!r})
+dag = transactional_dag(spec.topology_id, source=spec.source, states=list(spec.states), outputs=list(spec.outputs),
+                        decisions=list(spec.decisions), application={application!r},
+                        application_args={args!r}, max_in_flight=spec.max_in_flight,
+                        max_batch_size=spec.max_batch_size, opaque=spec.opaque, on_bad_record=spec.on_bad_record,
+                        schedule=timedelta(days=1))
+"""
+
+
+def declared(directory: Path, spec: TopologySpec) -> tuple[TopologySpec, str]:
+    """``spec`` (with its Spark application in ``extra``) as a DAG file declares it, and that file:
+    what the owner's ``airflow-txn audit|rebuild --dag-file`` run the topology from."""
+    from airflow_transactional.cli import declared_topologies
+
+    spark = dict(spec.extra.get("spark") or {})
+    path = directory / f"{spec.topology_id}_dag.py"
+    path.write_text(DAG_FILE.format(config=spec.to_config(), application=spark["application"],
+                                    args=list(spark.get("application_args", []))))
+    [found] = declared_topologies([str(path)])
+    return found, str(path)
 
 
 def query(dsn: str, statement: str, params: Any = None) -> list[tuple[Any, ...]]:

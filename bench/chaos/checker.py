@@ -17,12 +17,13 @@ import psycopg2
 from psycopg2 import sql
 
 from . import payments
-from .config import LOG, TOPOLOGY, ChaosConfig, ChaosReport
+from .config import LOG, TOPOLOGY, ChaosConfig, ChaosReport, dag_env, dag_file
 from .workload import Ledger
 
 
-def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger) -> None:
-    """Fill ``report``'s outcome from the state in ``dsn`` and the ``ledger``."""
+def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger, dags_folder: Path | None = None) -> None:
+    """Fill ``report``'s outcome from the state in ``dsn`` and the ``ledger`` (the audit runs the
+    topologies from their DAG file as deployed in ``dags_folder``, else from the repository)."""
     report.mode = cfg.mode
     driven, *downstream = cfg.topologies
     orders = {t: commit_order(dsn, t) for t in cfg.topologies}
@@ -36,9 +37,11 @@ def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger) -> No
     else:
         check_words(dsn, report, ledger)
     if cfg.audit:
+        deployed = dags_folder / dag_file(cfg).name if dags_folder is not None else dag_file(cfg)
         for topology in cfg.topologies:
-            env = {**os.environ, "AIRFLOW_TXN_DSN": dsn}
-            res = subprocess.run([str(Path(sys.executable).with_name("airflow-txn")), "audit", topology],
+            env = {**os.environ, **dag_env(cfg), "AIRFLOW_TXN_DSN": dsn}
+            res = subprocess.run([str(Path(sys.executable).with_name("airflow-txn")), "audit", topology,
+                                  "--dag-file", str(deployed)],
                                  env=env, capture_output=True, text=True, check=False, timeout=900)
             report.audit_clean = report.audit_clean is not False and res.returncode == 0
             if res.returncode:

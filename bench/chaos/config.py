@@ -164,6 +164,11 @@ def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
     link.with_suffix(".json").write_text(json.dumps({"max_in_flight": cfg.max_in_flight, "batch": cfg.batch}))
 
 
+def dag_file(cfg: ChaosConfig) -> Path:
+    """The DAG file that declares the run's topologies (what ``airflow-txn audit`` runs them from)."""
+    return PAYMENTS_DAG_FILE if cfg.mode == "payments" else DAG_FILE
+
+
 def dag_env(cfg: ChaosConfig) -> dict[str, str]:
     """What the deployed DAG files read from the environment: the payments example's schedule
     (daily: the harness triggers the runs) and batch size."""

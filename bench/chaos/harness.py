@@ -185,7 +185,7 @@ class Chaos:
         self.report.transactions_triggered = sum(1 for t, _ in states if t == self.driven)
 
     def check(self) -> None:
-        checker.check(self.stack.state_dsn, self.cfg, self.report, self.ledger)
+        checker.check(self.stack.state_dsn, self.cfg, self.report, self.ledger, self.stack.dags_folder)
 
 
 def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
@@ -202,7 +202,7 @@ def recheck(base: Path, cfg: ChaosConfig) -> ChaosReport:
     stack.pg.start()
     try:
         report = ChaosReport(cfg.seed, post_mortem=True)
-        checker.check(stack.state_dsn, cfg, report, Ledger.load(base / LEDGER))
+        checker.check(stack.state_dsn, cfg, report, Ledger.load(base / LEDGER), stack.dags_folder)
         return report
     finally:
         stack.pg.stop()

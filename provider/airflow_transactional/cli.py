@@ -23,7 +23,6 @@ from . import rebuild, spark_cds
 from .coordinator import Coordinator, TopologyStatus
 from .exceptions import ConfigError, TransactionalError
 from .spec import TopologySpec
-from .store import privileges
 from .store.connection import redact
 from .store.migrations import DEFAULT_SCHEMA
 from .submit import (
@@ -58,9 +57,33 @@ def _dsn(args: argparse.Namespace) -> str:
             f"pass --dsn-file FILE, or name an Airflow connection with --conn-id ({redact(str(exc))})") from None
 
 
-def run_job(coord: Coordinator, topology_id: str, mode: str, *, master: str, conf: list[str]) -> dict[str, Any]:
+def declared_here(coord: Coordinator, topology_id: str, dag_file: str | None, command: str) -> TopologySpec:
+    """The declaration of ``topology_id`` in ``dag_file``, once it is the one the store holds.
+
+    What an owner's command runs (the Spark job of ``audit`` and ``rebuild``) comes from the DAG
+    file the owner names, never from the store, which another role may reach; a stored
+    declaration that differs is refused, naming the way to make them agree."""
+    if not dag_file:
+        raise ConfigError(f"{command} runs the topology's Spark job as you: name the DAG file that declares it "
+                          f"(airflow-txn {command} {topology_id} --dag-file dags/{topology_id}.py); the job is taken "
+                          "from that file, never from the state store")
+    found = [spec for spec in declared_topologies([dag_file]) if spec.topology_id == topology_id]
+    if not found:
+        raise ConfigError(f"{dag_file} does not declare topology {topology_id!r}")
+    stored = coord.spec(topology_id).to_config()
+    if stored != found[0].to_config():
+        changed = sorted(k for k in set(stored) | set(found[0].to_config())
+                         if stored.get(k) != found[0].to_config().get(k))
+        raise ConfigError(f"the state store's declaration of {topology_id!r} differs from {dag_file}'s "
+                          f"({', '.join(changed)}): refusing to {command} with either. Register the file as the "
+                          f"schema's owner ('airflow-txn register {dag_file}'), or name the file that was registered")
+    return found[0]
+
+
+def run_job(coord: Coordinator, spec: TopologySpec, mode: str, *, master: str, conf: list[str]) -> dict[str, Any]:
     """Run the topology's own Spark job in ``audit`` or ``rebuild`` mode; return its summary."""
-    spark = coord.spec(topology_id).extra.get("spark") or {}
+    topology_id = spec.topology_id
+    spark = spec.extra.get("spark") or {}
     application = spark.get("application")
     if not application:
         raise TransactionalError(f"topology {topology_id!r} has no Spark application recorded (it was not "
@@ -96,13 +119,28 @@ def declared_topologies(dag_files: list[str]) -> list[TopologySpec]:
     for path in dag_files:
         if not os.path.isfile(path):
             raise ConfigError(f"no DAG file {path}")
-        found = [task.topology for value in runpy.run_path(path).values()
+        found = [task.topology for value in _load_dag_file(path).values()
                  for task in getattr(value, "tasks", []) if isinstance(getattr(task, "topology", None), dict)
                  and task.task_id == "plan"]
         if not found:
             raise ConfigError(f"{path} declares no transactional topology (no transactional_dag in it)")
         specs += [TopologySpec.from_config(config) for config in found]
     return specs
+
+
+def _load_dag_file(path: str) -> dict[str, Any]:
+    """The globals of a DAG file run as the dag-processor would, or a ConfigError saying why it did not load."""
+    try:
+        return runpy.run_path(path)
+    except SyntaxError as exc:
+        raise ConfigError(f"{path} does not parse: {exc.msg} (line {exc.lineno}): fix the file") from None
+    except SystemExit as exc:
+        raise ConfigError(f"{path} exited while loading (SystemExit {exc.code!r}): a DAG file must only declare "
+                          "its DAGs") from None
+    except TransactionalError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"{path} failed to load: {type(exc).__name__}: {redact(str(exc)).strip()[:500]}") from None
 
 
 def build_startup_archive(*, force: bool) -> int:
@@ -200,12 +238,15 @@ def _main(argv: list[str] | None) -> int:
     p_recover.add_argument("topology")
     p_audit = sub.add_parser("audit", help="recompute the state from the source in one Spark pass and diff it")
     p_audit.add_argument("topology")
+    p_audit.add_argument("--dag-file", help="the DAG file that declares the topology: its Spark job is run from it "
+                         "(required; a store whose declaration differs is refused)")
     p_audit.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"),
                          help="Spark master (default local[2]; e.g. spark://host:7077)")
     p_audit.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
     p_audit.add_argument("--json", action="store_true")
     p_rebuild = sub.add_parser("rebuild", help="recompute the state from the source and swap it in, live")
     p_rebuild.add_argument("topology")
+    p_rebuild.add_argument("--dag-file", help="the DAG file that declares the topology (required but with --abort)")
     p_rebuild.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"))
     p_rebuild.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
     p_rebuild.add_argument("--abort", action="store_true", help="forget a rebuild that died half-way")
@@ -251,26 +292,24 @@ def _main(argv: list[str] | None) -> int:
                 print(f"registered {spec.topology_id}")
             return 0
         if args.command == "grant":
-            if args.producer_role and not args.log:
-                raise ConfigError("--producer-role needs the logs it may append to: add --log NAME (once per log)")
-            statements = privileges.grant_statements(coord.schema, coord.topologies(), runtime_role=args.runtime_role,
-                                                     producer_role=args.producer_role, logs=args.log)
-            with coord.db.transaction() as cur:
-                for stmt in statements:
-                    if args.print:
-                        print(f"{stmt.as_string(cur)};")
-                    else:
-                        cur.execute(stmt)
-            if not args.print:
+            statements = coord.grant(runtime_role=args.runtime_role, producer_role=args.producer_role,
+                                     logs=args.log, apply=not args.print)
+            if args.print:
+                print("\n".join(f"{stmt};" for stmt in statements))
+            else:
                 print(f"granted {args.runtime_role}" + (f" and {args.producer_role}" if args.producer_role else ""))
             return 0
         if args.command == "reset":
-            dropped = coord.reset(args.topology)
+            done = coord.reset(args.topology)
             print(f"reset {args.topology}: its next run starts from the beginning of its source; dropped "
-                  f"{', '.join(dropped) or 'no tables'}")
+                  f"{', '.join(done.dropped) or 'no tables'}")
+            if done.kept:
+                print(f"kept {', '.join(done.kept)}: not made by the topology's registration (drop it yourself "
+                      "if you mean to)")
             return 0
         if args.command == "audit":
-            result = run_job(coord, args.topology, "audit", master=args.master, conf=args.conf)
+            spec = declared_here(coord, args.topology, args.dag_file, "audit")
+            result = run_job(coord, spec, "audit", master=args.master, conf=args.conf)
             if args.json:
                 print(json.dumps(result, indent=2, default=str))
             elif not result.get("auditable"):
@@ -292,7 +331,8 @@ def _main(argv: list[str] | None) -> int:
                 else:
                     print(f"{args.topology} has no rebuild to abort")
                 return 0
-            result = run_job(coord, args.topology, "rebuild", master=args.master, conf=args.conf)
+            spec = declared_here(coord, args.topology, args.dag_file, "rebuild")
+            result = run_job(coord, spec, "rebuild", master=args.master, conf=args.conf)
             print(f"rebuilt {args.topology} from its source as of txid {result['rebuilt_at_txid']}, replayed "
                   f"{result['journal_txids']} txids committed meanwhile (now at txid {result['caught_up_to_txid']})")
             return 0

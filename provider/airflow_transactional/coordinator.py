@@ -91,8 +91,15 @@ class Coordinator:
         """Create or update a topology, its state and staging tables (idempotent)."""
         return registration.register(self.store, spec)
 
-    def reset(self, topology_id: str) -> list[str]:
+    def reset(self, topology_id: str) -> registration.Reset:
+        """Forget a topology's progress and drop the tables its registration made."""
         return registration.reset(self.store, topology_id)
+
+    def grant(self, *, runtime_role: str, producer_role: str | None = None, logs: Sequence[str] = (),
+              apply: bool = True) -> list[str]:
+        """Grant the run-time role (and a producer of ``logs``) what they need and no more; the SQL."""
+        return registration.grant(self.store, runtime_role=runtime_role, producer_role=producer_role, logs=logs,
+                                  apply=apply)
 
     def topologies(self) -> list[TopologySpec]:
         """Every topology registered in this store, by id."""

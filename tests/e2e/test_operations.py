@@ -30,7 +30,7 @@ from airflow_transactional import EventLog
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from dev.localstack import VIEWER, LocalStack, RestClient
-from tests.e2e.conftest import StatsdListener, task_log, wait_for_runs
+from tests.e2e.conftest import OPS_DAGS, StatsdListener, task_log, wait_for_runs
 from tests.helpers import query
 
 pytestmark = pytest.mark.e2e
@@ -210,11 +210,12 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     # Rebuild the derived view from the log while Airflow keeps committing: a damaged table is
     # repaired, and a run that commits mid-rebuild is part of the swapped-in state.
     query(dsn, "UPDATE ops_count SET value = value + 1000")
-    assert cli(["--dsn", dsn, "audit", DAG]) == 1
+    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(OPS_DAGS)]) == 1
     release = stack.base_dir / "rebuild.release"
     outcome: list[int] = []
     env = {"AIRFLOW_TXN_FAULTS": f"rebuild.loaded:{DAG}=waitfor:{release}"}
-    worker = threading.Thread(target=lambda: outcome.append(_cli_with_env(env, ["--dsn", dsn, "rebuild", DAG])))
+    rebuild = ["--dsn", dsn, "rebuild", DAG, "--dag-file", str(OPS_DAGS)]
+    worker = threading.Thread(target=lambda: outcome.append(_cli_with_env(env, rebuild)))
     worker.start()
     deadline = time.monotonic() + 120
     while query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies WHERE topology_id = %s", (DAG,)) != [(6,)]:
@@ -240,7 +241,7 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     _downstream_ran_once_per_txid(stack, client, {c["txid"]: c["records_read"] for c in commits})
     assert [c["committed_at"] for c in commits] == sorted(c["committed_at"] for c in commits)
     assert coord.status(DAG).lag == 0
-    assert cli(["--dsn", dsn, "audit", DAG]) == 0
+    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(OPS_DAGS)]) == 0
     coord.close()
     log.close()
 
@@ -378,6 +379,7 @@ def test_retention_pause_and_api_server_restart_during_processing(stack: LocalSt
     assert len(surviving) == 1100
     assert query(dsn, "SELECT value FROM ops_opaque") == [(len(surviving),)]
     assert [c["txid"] for c in coord.commits(dag)] == [1, 2, 3, 4]
-    assert cli(["--dsn", dsn, "audit", dag]) == 0  # recomputed from what survives: the same
+    # recomputed from what survives: the same
+    assert cli(["--dsn", dsn, "audit", dag, "--dag-file", str(OPS_DAGS)]) == 0
     coord.close()
     log.close()

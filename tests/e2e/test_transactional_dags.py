@@ -21,7 +21,7 @@ from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.sources.landing import write_json_lines
 from dev.localstack import LocalStack, RestClient
-from tests.e2e.conftest import StatsdListener, lineage_events, task_log, wait_for_runs
+from tests.e2e.conftest import REPO, StatsdListener, lineage_events, task_log, wait_for_runs
 from tests.helpers import query
 
 pytestmark = pytest.mark.e2e
@@ -68,7 +68,7 @@ def test_words_commits_in_txid_order_exactly_once_and_pipelines(stack: LocalStac
     urls = Counter(json.loads(p)["url"] for _e, p in good)
     assert dict(query(dsn, "SELECT url, value FROM url_counts")) == urls
     assert status.quarantined == len(bad)
-    assert cli(["--dsn", dsn, "audit", "words"]) == 0
+    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", str(REPO / "dags" / "words.py")]) == 0
 
     # Storm's design 3: a later txid was being processed before an earlier one committed.
     overlap = query(dsn, "SELECT count(*) FROM airflow_txn.attempts a JOIN airflow_txn.commits c "

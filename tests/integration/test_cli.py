@@ -59,3 +59,19 @@ def test_cli_commits_is_a_table_or_json_and_survives_a_closed_pipe(coordinator: 
     res = subprocess.run(f"'{airflow_txn}' commits clicks | head -1", shell=True, capture_output=True, text=True,
                          env={**os.environ, "AIRFLOW_TXN_DSN": dsn}, check=False)
     assert res.stdout.startswith("  txid") and "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr
+
+
+@pytest.mark.parametrize(("source", "fix"), [
+    ("def broken(:\n", "does not parse: invalid syntax (line 1): fix the file"),
+    ("raise SystemExit(3)\n", "exited while loading (SystemExit 3)"),
+    ("import no_such_module_here\n", "failed to load: ModuleNotFoundError: No module named 'no_such_module_here'"),
+    ("x = 1\n", "declares no transactional topology"),
+])
+def test_register_of_a_dag_file_that_does_not_load_says_why_in_one_line(
+        dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], source: str, fix: str) -> None:
+    """Regression: a syntax error gave a traceback, and ``raise SystemExit(3)`` a silent exit 3."""
+    dag_file = tmp_path / "dag.py"
+    dag_file.write_text(source)
+    assert cli(["--dsn", dsn, "register", str(dag_file)]) == 1
+    err = capsys.readouterr().err
+    assert fix in err and err.count("\n") == 1 and "Traceback" not in err, err

@@ -43,32 +43,35 @@ def test_lsns_are_dense_per_partition(dsn: str) -> None:
         assert lsns == list(range(1, len(lsns) + 1))
 
 
-def test_the_duplicate_check_probes_the_index_per_appended_row_whatever_the_statistics(dsn: str) -> None:
+def test_the_duplicate_check_probes_the_index_per_appended_row_whatever_the_statistics(
+        pg: EmbeddedPostgres, dsn: str) -> None:
     """Regression (found by bench.perf): with the log grown since its last ANALYZE, the planner
     nested a scan of the whole append under every event of the log -- minutes for 40k events.
-    The check must stay one index probe per appended row."""
+    The check in the log's door (append_events) must stay one index probe per appended row: its
+    plans, as auto_explain reports them from inside the function."""
     from psycopg2 import connect
-
-    from airflow_transactional.sources.pglog import drop_known_ids
+    from psycopg2.extensions import parse_dsn
 
     log = make_log(dsn, partitions=2)
     query(dsn, "ANALYZE airflow_txn.log_events")  # statistics of an empty log ...
     log.append([click(i) for i in range(3000)])  # ... that is no longer empty
-    conn = connect(dsn)
+    conn = connect(pg.admin_dsn(parse_dsn(dsn)["dbname"]))  # LOAD needs the superuser
     try:
         with conn, conn.cursor() as cur:
-            cur.execute("CREATE TEMP TABLE txn_append (ord int, partition int, event_id text, payload text)")
-            cur.executemany("INSERT INTO txn_append VALUES (%s, %s, %s, %s)",
-                            [(i, i % 2, *click(i)) for i in range(2000, 4000)])
-            for table in ("log_events", "log_retired_ids"):
-                cur.execute(b"EXPLAIN " + drop_known_ids("airflow_txn", table).as_string(cur).encode(), (1, "clicks"))
-                plan = "\n".join(r[0] for r in cur.fetchall())
-                assert "SubPlan" in plan and "Join" not in plan and "Nested Loop" not in plan, plan
-                assert "Index" in plan, plan
+            for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                            "SET auto_explain.log_nested_statements = on", "SET auto_explain.log_level = notice"):
+                cur.execute(setting)
+            events = [click(i) for i in range(2000, 4000)]
+            cur.execute("SELECT appended FROM airflow_txn.append_events('clicks', %s::integer[], %s::text[], "
+                        "%s::text[])", ([i % 2 for i in range(2000)], [e for e, _ in events], [p for _, p in events]))
+            assert cur.fetchone() == (1000,)
+        plans = [n for n in conn.notices if "INSERT INTO \"airflow_txn\".log_events" in n]
+        assert len(plans) == 2, conn.notices  # one per partition
+        for plan in plans:
+            assert plan.count("SubPlan") >= 2 and "Index Only Scan using log_events_event_id" in plan, plan
+            assert "Seq Scan on log_events" not in plan and "Join" not in plan, plan
     finally:
         conn.close()
-    again = log.append([click(i) for i in range(2000, 4000)])
-    assert (again.appended, again.duplicates) == (1000, 1000)
 
 
 @pytest.mark.parametrize("point", ["append.before_commit", "append.after_commit"])
@@ -223,10 +226,35 @@ def test_retention_never_passes_the_head_nor_what_readers_committed(coordinator:
 
 def test_a_record_postgres_cannot_store_is_refused_alone(dsn: str) -> None:
     log = make_log(dsn, partitions=1)
-    res = log.append([("a", "{}"), ("b", "nul\x00byte"), ("c", "{}")])
-    assert (res.appended, res.duplicates) == (2, 0)
-    assert [r[0] for r in res.rejected] == ["b"] and "NUL" in res.rejected[0][1]
-    assert [e for (e,) in query(dsn, "SELECT event_id FROM airflow_txn.log_events ORDER BY lsn")] == ["a", "c"]
+    long_id = "x" * 10_000
+    res = log.append([("a", "{}"), ("b", "nul\x00byte"), ("c", "{}"), ("d\x00", "{}"), (long_id, "{}"), ("e", "{}")])
+    assert (res.appended, res.duplicates) == (3, 0)
+    assert [r[0] for r in res.rejected] == ["b", "d\x00", long_id]
+    assert "NUL" in res.rejected[0][1] and "NUL" in res.rejected[1][1]
+    assert "10,000 bytes long, more than the 512 allowed" in res.rejected[2][1]
+    assert [e for (e,) in query(dsn, "SELECT event_id FROM airflow_txn.log_events ORDER BY lsn")] == ["a", "c", "e"]
+
+
+def test_an_append_the_server_refuses_fails_at_once_not_after_a_minute_of_retries(dsn: str) -> None:
+    """Regression: ProgramLimitExceeded (an OperationalError) was retried for 60 s as a lost connection.
+    A 3 kB payload is fine; the statement is made to fail the way a too-big index entry does."""
+    import psycopg2
+
+    from airflow_transactional.store.connection import lost_connection
+
+    log = make_log(dsn, partitions=1)
+    log.retry_for = 30.0
+    query(dsn, "CREATE FUNCTION limit_hit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+               "RAISE EXCEPTION 'index row too big' USING ERRCODE = 'program_limit_exceeded'; END $$")
+    query(dsn, "CREATE TRIGGER limit_hit BEFORE INSERT ON airflow_txn.log_events FOR EACH ROW "
+               "EXECUTE FUNCTION limit_hit()")
+    started = time.monotonic()
+    with pytest.raises(psycopg2.errors.ProgramLimitExceeded) as err:
+        log.append([("a", "{}")])
+    assert time.monotonic() - started < 5
+    assert not lost_connection(err.value)
+    assert lost_connection(psycopg2.OperationalError("server closed the connection unexpectedly"))
+    assert lost_connection(psycopg2.InterfaceError("connection already closed"))
 
 
 @pytest.mark.parametrize("events, match", [
@@ -247,3 +275,19 @@ def test_an_event_log_on_a_malformed_dsn_says_so_without_the_password() -> None:
     with pytest.raises(ConfigError) as err:
         EventLog("postgresql://u:s3cr%zzet@127.0.0.1/db", "x").create(1)
     assert "s3cr" not in str(err.value) and "percent-encode" in str(err.value)
+
+
+@pytest.mark.parametrize("password", ["sec@ret-tail", "a@b@longer-tail", "x@yz"])
+def test_an_unencoded_at_sign_in_a_uri_password_leaks_no_piece_of_it(password: str) -> None:
+    """Regression: libpq took what follows the password's '@' for the host, and its "could not
+    translate host name" error showed the password's tail."""
+    import psycopg2
+
+    from airflow_transactional.store.connection import connect, redact
+
+    uri = f"postgresql://u:{password}@127.0.0.1:1/db"
+    with pytest.raises(psycopg2.OperationalError) as err:
+        connect(uri, connect_timeout=2)
+    for piece in [password, *password.split("@")[1:]]:
+        assert piece not in str(err.value), str(err.value)
+    assert password.split("@")[-1] not in redact(f"see {uri} here")

@@ -1,16 +1,26 @@
 """store/privileges.py: least privilege -- an owner registers, a run-time role plans, processes
-and commits, a producer only appends; each refused what it does not need."""
+and commits, a producer only appends; none can become another.
+
+Tried as each role would: the run-time role rewriting a declaration the owner's commands then run
+or drop, a producer moving its log's counters or writing in a topology's id space, the owner
+granting a role that is the owner in all but name."""
 
 from __future__ import annotations
 
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg2
 import pytest
+from psycopg2.extensions import make_dsn, parse_dsn
 
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.exceptions import ConfigError, StagedOutputIncomplete
+from airflow_transactional.processing import OutputEvent, process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
 from dev.embedded import EmbeddedPostgres
@@ -18,81 +28,217 @@ from tests.helpers import click, make_log, query, table
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[2]
+DAG_FILE = """
+from datetime import timedelta
+from airflow_transactional import OutputSpec, PostgresLogSource, StateSpec, transactional_dag
+dag = transactional_dag(
+    "clicks", source=PostgresLogSource("clicks"),
+    states=[StateSpec("clicks_count", {{"user_id": "text"}}, combiner="count"),
+            StateSpec("clicks_amount", {{"user_id": "text"}}, combiner="sum")],
+    outputs=[OutputSpec("feed", partitions=2)],
+    application="{job}", schedule=timedelta(minutes=5), max_batch_size=50)
+"""
 
-def test_three_roles_each_with_only_what_it_needs(pg: EmbeddedPostgres, dsn: str, tmp_path: Path) -> None:
-    import uuid
 
-    from psycopg2.extensions import make_dsn, parse_dsn
+@dataclass
+class Roles:
+    """Three login roles on one database: the schema's owner, the run-time role, a producer."""
 
-    from airflow_transactional.processing import process_batch
+    pg: EmbeddedPostgres
+    dsn: str
+    names: dict[str, str]
+    password: str
 
-    suffix = uuid.uuid4().hex[:6]
-    roles = {r: f"{r}_{suffix}" for r in ("owner", "runtime", "producer")}
-    dbname = parse_dsn(dsn)["dbname"]
+    def dsn_of(self, role: str) -> str:
+        return make_dsn(self.dsn, user=self.names[role], password=self.password)
 
-    def as_role(role: str) -> str:
-        return make_dsn(dsn, user=roles[role], password="pw-" + suffix)
-
-    def admin(statement: str, database: str = dbname) -> None:
-        conn = psycopg2.connect(pg.admin_dsn(database))
+    def admin(self, statement: str) -> None:
+        conn = psycopg2.connect(self.pg.admin_dsn(parse_dsn(self.dsn)["dbname"]))
         conn.autocommit = True
         with conn.cursor() as cur:
             cur.execute(statement)
         conn.close()
 
-    for name in roles.values():
-        admin(f"CREATE ROLE {name} LOGIN PASSWORD 'pw-{suffix}'")
+    def refused(self, role: str, statement: str) -> None:
+        with pytest.raises((psycopg2.errors.InsufficientPrivilege, psycopg2.errors.CheckViolation)):
+            query(self.dsn_of(role), statement)
+
+
+@pytest.fixture
+def roles(pg: EmbeddedPostgres, dsn: str, tmp_path: Path) -> Iterator[Roles]:
+    """What a DBA does once -- the owner owns the provider's schema and may create state tables in
+    public, and has no CREATE on the database -- then the owner registers the topology and grants."""
+    suffix = uuid.uuid4().hex[:6]
+    r = Roles(pg, dsn, {role: f"{role}_{suffix}" for role in ("owner", "runtime", "producer")}, f"pw-{suffix}")
+    for name in r.names.values():
+        r.admin(f"CREATE ROLE {name} LOGIN PASSWORD '{r.password}'")
     try:
-        # What a DBA does once: the owner owns the provider's schema and may create state tables
-        # in public -- and has no CREATE on the database.
-        admin(f"CREATE SCHEMA airflow_txn AUTHORIZATION {roles['owner']}")
-        admin(f"GRANT USAGE, CREATE ON SCHEMA public TO {roles['owner']}")
-        owner = Coordinator(as_role("owner"))
+        r.admin(f"CREATE SCHEMA airflow_txn AUTHORIZATION {r.names['owner']}")
+        r.admin(f"GRANT USAGE, CREATE ON SCHEMA public TO {r.names['owner']}")
+        owner = Coordinator(r.dsn_of("owner"))
         owner.migrate()  # owning the schema is enough
-        make_log(as_role("owner"), "clicks")
-        make_log(as_role("owner"), "other")
-        dag_file = tmp_path / "clicks_dag.py"
-        dag_file.write_text(DAG_FILE.format(job=Path(__file__).resolve().parents[2] / "spark_jobs" / "words.py"))
-        assert cli(["--dsn", as_role("owner"), "register", str(dag_file)]) == 0
-        assert cli(["--dsn", as_role("owner"), "grant", "--runtime-role", roles["runtime"],
-                    "--producer-role", roles["producer"], "--log", "clicks"]) == 0
-
-        producer = EventLog(as_role("producer"), "clicks")
-        assert producer.append([click(i) for i in range(30)]).appended == 30
-        with pytest.raises(ConfigError, match="log 'other' does not exist"):  # its rows are invisible
-            EventLog(as_role("producer"), "other").append([click(99)])
-        for forbidden in ("SELECT * FROM airflow_txn.topologies", "DELETE FROM airflow_txn.log_events",
-                          "SELECT * FROM clicks_count"):
-            with pytest.raises(psycopg2.errors.InsufficientPrivilege):
-                query(as_role("producer"), forbidden)
-
-        runtime = Coordinator(as_role("runtime"))
-        spec = TopologySpec.from_config(owner.spec("clicks").to_config())
-        runtime.register(spec)  # unchanged: no DDL needed
-        txn = runtime.plan("clicks", "r1")
-        process_batch(runtime, "clicks", txn.txid, lambda r: [("clicks_count", (r["user"],), 1),
-                                                              ("clicks_amount", (r["user"],), r["amount"])])
-        assert runtime.commit("clicks", txn.txid).committed
-        assert sum(table(as_role("runtime"), "clicks_count").values()) == 30
-        with pytest.raises(psycopg2.errors.InsufficientPrivilege):
-            query(as_role("runtime"), "DROP TABLE clicks_count")
-        new = TopologySpec("fresh", PostgresLogSource("clicks"), [StateSpec("fresh_count", {"k": "text"})])
-        with pytest.raises(ConfigError, match="only the schema's owner may do"):
-            runtime.register(new)
-        runtime.close()
+        make_log(r.dsn_of("owner"), "clicks").close()
+        make_log(r.dsn_of("owner"), "other").close()
+        (tmp_path / "clicks_dag.py").write_text(DAG_FILE.format(job=REPO / "spark_jobs" / "words.py"))
+        assert cli(["--dsn", r.dsn_of("owner"), "register", str(tmp_path / "clicks_dag.py")]) == 0
+        assert cli(["--dsn", r.dsn_of("owner"), "grant", "--runtime-role", r.names["runtime"],
+                    "--producer-role", r.names["producer"], "--log", "clicks", "--log", "feed"]) == 0
         owner.close()
+        yield r
     finally:
-        admin("DROP SCHEMA IF EXISTS airflow_txn CASCADE; DROP TABLE IF EXISTS clicks_count, clicks_amount")
-        for name in roles.values():
-            admin(f"DROP OWNED BY {name}; DROP ROLE {name}")
+        r.admin("DROP SCHEMA IF EXISTS airflow_txn CASCADE; DROP TABLE IF EXISTS clicks_count, clicks_amount, secrets")
+        for name in r.names.values():
+            r.admin(f"DROP OWNED BY {name}; DROP ROLE {name}")
 
 
-DAG_FILE = """
-from datetime import timedelta
-from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
-dag = transactional_dag(
-    "clicks", source=PostgresLogSource("clicks"),
-    states=[StateSpec("clicks_count", {{"user_id": "text"}}, combiner="count"),
-            StateSpec("clicks_amount", {{"user_id": "text"}}, combiner="sum")],
-    application="{job}", schedule=timedelta(minutes=5), max_batch_size=50)
-"""
+def _feed(rec: dict[str, object]) -> list[object]:
+    user = rec["user"]
+    return [("clicks_count", (user,), 1), ("clicks_amount", (user,), rec["amount"]),
+            OutputEvent("feed", {"user": user}, id=f"seen-{rec['amount']}-{user}")]
+
+
+def test_three_roles_each_with_only_what_it_needs(roles: Roles) -> None:
+    producer = EventLog(roles.dsn_of("producer"), "clicks")
+    assert producer.append([click(i) for i in range(30)]).appended == 30
+    with pytest.raises(ConfigError, match="log 'other' does not exist"):  # its row is invisible
+        EventLog(roles.dsn_of("producer"), "other").append([click(99)])
+    for forbidden in ("SELECT * FROM airflow_txn.topologies", "SELECT * FROM airflow_txn.log_events",
+                      "DELETE FROM airflow_txn.log_events", "SELECT * FROM clicks_count"):
+        roles.refused("producer", forbidden)
+
+    runtime = Coordinator(roles.dsn_of("runtime"))
+    owner = Coordinator(roles.dsn_of("owner"))
+    spec = TopologySpec.from_config(owner.spec("clicks").to_config())
+    runtime.register(spec)  # unchanged: nothing to write, no DDL
+    txn = runtime.plan("clicks", "r1")
+    process_batch(runtime, "clicks", txn.txid, _feed)
+    assert runtime.commit("clicks", txn.txid).committed
+    assert sum(table(roles.dsn_of("runtime"), "clicks_count").values()) == 30
+    assert query(roles.dsn_of("owner"), "SELECT count(*) FROM airflow_txn.log_events WHERE log_name = 'feed'")[0][0] > 0
+    roles.refused("runtime", "DROP TABLE clicks_count")
+    new = TopologySpec("fresh", PostgresLogSource("clicks"), [StateSpec("fresh_count", {"k": "text"})])
+    with pytest.raises(ConfigError, match="only the schema's owner may do"):
+        runtime.register(new)
+    changed = TopologySpec.from_config({**spec.to_config(), "max_batch_size": 99})  # a mutable setting, still
+    with pytest.raises(ConfigError, match="only the schema's owner may do"):  # a declaration: the owner's
+        runtime.register(changed)
+    runtime.close()
+    owner.close()
+
+
+def test_the_runtime_role_cannot_change_a_declaration_or_a_logs_retention(roles: Roles) -> None:
+    """Regression: with UPDATE on every table, the run-time role set a state's table to one of its
+    choosing (the owner's reset dropped it) and the Spark application (the owner's audit ran it)."""
+    for statement in (
+            "UPDATE airflow_txn.topologies SET spec = jsonb_set(spec, '{extra,spark,application}', '\"/tmp/evil.py\"')",
+            "UPDATE airflow_txn.topologies SET spec = jsonb_set(spec, '{states,0,table}', '\"secrets\"')",
+            "INSERT INTO airflow_txn.topologies (topology_id, spec) VALUES ('evil', '{}')",
+            "DELETE FROM airflow_txn.topologies",
+            "UPDATE airflow_txn.log_partitions SET truncated_through = 10",
+            "DELETE FROM airflow_txn.log_events",
+            "UPDATE airflow_txn.log_events SET payload = '{}'",
+            "UPDATE airflow_txn.commits SET records_read = 0",
+            "DELETE FROM airflow_txn.commits",
+            "UPDATE airflow_txn.landing_files SET path = '/etc/shadow'",
+            "INSERT INTO airflow_txn.log_writers VALUES ('clicks', current_user)",
+            "TRUNCATE airflow_txn.quarantine",
+            "CREATE TABLE airflow_txn.mine (x int)",
+            "UPDATE airflow_txn.log_partitions SET next_lsn = 0"):  # the guard: counters only grow
+        roles.refused("runtime", statement)
+
+
+def test_a_producer_cannot_move_its_logs_counters_or_write_past_the_door(roles: Roles) -> None:
+    """Regression: with UPDATE on log_partitions and INSERT on log_events, a producer set
+    truncated_through (the consumer failed, an opaque one skipped real events), rewound next_lsn,
+    and inserted events at any LSN."""
+    producer = EventLog(roles.dsn_of("producer"), "clicks")
+    assert producer.append([click(i) for i in range(5)], partition=0).appended == 5
+    for statement in (
+            "UPDATE airflow_txn.log_partitions SET truncated_through = 3 WHERE log_name = 'clicks'",
+            "UPDATE airflow_txn.log_partitions SET next_lsn = 1 WHERE log_name = 'clicks'",
+            "INSERT INTO airflow_txn.log_events (log_name, partition, lsn, event_id, payload) "
+            "VALUES ('clicks', 0, 999, 'x', '{}')",
+            "SELECT airflow_txn.append_events('other', '{0}', '{x}', '{\"{}\"}')",  # not its log
+            "DELETE FROM airflow_txn.log_writers",
+            "INSERT INTO airflow_txn.log_writers VALUES ('other', current_user)"):
+        roles.refused("producer", statement)
+    with pytest.raises(psycopg2.errors.InsufficientPrivilege):  # retention is the owner's alone
+        producer.truncate(0, 1)
+    owner_log = EventLog(roles.dsn_of("owner"), "clicks")
+    assert owner_log.truncate(0, 1, force=True) == 1
+    owner_log.close()
+    producer.close()
+
+
+def test_a_producer_cannot_squat_a_topologys_output_ids(roles: Roles) -> None:
+    """Regression: the deposit producer on the payments ledger appended an event with the commit's
+    future id; the commit dropped the real event as a duplicate and reported success."""
+    EventLog(roles.dsn_of("producer"), "clicks").append([click(i, user="ann", amount=i) for i in range(3)])
+    feed = EventLog(roles.dsn_of("producer"), "feed")
+    squat = feed.append([("clicks:seen-1-ann", json.dumps({"user": "mallory"})), ("deposit-1", "{}")])
+    assert squat.appended == 1 and [r[0] for r in squat.rejected] == ["clicks:seen-1-ann"]
+    assert "id space of a topology" in squat.rejected[0][1]
+    runtime = Coordinator(roles.dsn_of("runtime"))
+    txn = runtime.plan("clicks", "r1")
+    process_batch(runtime, "clicks", txn.txid, _feed)
+    assert runtime.commit("clicks", txn.txid).committed
+    feed_events = dict(query(roles.dsn_of("owner"), "SELECT event_id, payload FROM airflow_txn.log_events "
+                                                    "WHERE log_name = 'feed'"))
+    assert json.loads(feed_events["clicks:seen-1-ann"]) == {"user": "ann"}
+    runtime.close()
+    feed.close()
+
+
+def test_an_output_id_collision_with_another_payload_fails_the_commit_loudly(roles: Roles) -> None:
+    """Whoever wrote it (the owner here, who may write anywhere), an event already in the log under
+    the id a commit would append with another payload fails the commit -- never a silent drop."""
+    EventLog(roles.dsn_of("producer"), "clicks").append([click(i, user="ann", amount=i) for i in range(3)])
+    query(roles.dsn_of("owner"), "INSERT INTO airflow_txn.log_events (log_name, partition, lsn, event_id, payload) "
+                                 "VALUES ('feed', 0, 1000, 'clicks:seen-2-ann', '{\"user\": \"mallory\"}')")
+    runtime = Coordinator(roles.dsn_of("runtime"))
+    txn = runtime.plan("clicks", "r1")
+    process_batch(runtime, "clicks", txn.txid, _feed)
+    with pytest.raises(StagedOutputIncomplete, match="'clicks:seen-2-ann' is already in log 'feed' with another "
+                                                     "payload"):
+        runtime.commit("clicks", txn.txid)
+    assert runtime.status("clicks").committed_txid == 0
+    runtime.close()
+
+
+def test_the_owners_commands_never_run_or_drop_what_another_role_wrote(roles: Roles, tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """audit and rebuild take the job from the DAG file the owner names and refuse a store whose
+    declaration differs; reset drops only the tables the topology's registration made."""
+    owner_dsn = roles.dsn_of("owner")
+    dag_file = str(tmp_path / "clicks_dag.py")
+    assert cli(["--dsn", owner_dsn, "audit", "clicks"]) == 1
+    assert "name the DAG file that declares it" in capsys.readouterr().err
+    # A declaration changed behind the owner's back (only a role with the owner's rights can now).
+    query(owner_dsn, "CREATE TABLE secrets (user_id text PRIMARY KEY, value bigint, txid bigint NOT NULL)")
+    query(owner_dsn, "INSERT INTO secrets VALUES ('root', 42, 1)")
+    query(owner_dsn, "UPDATE airflow_txn.topologies SET spec = jsonb_set(jsonb_set(spec, '{extra,spark,application}', "
+                     "'\"/tmp/evil.py\"'), '{states,0,table}', '\"secrets\"')")
+    for command in ("audit", "rebuild"):
+        assert cli(["--dsn", owner_dsn, command, "clicks", "--dag-file", dag_file]) == 1
+        err = capsys.readouterr().err
+        assert "differs from" in err and "extra, states" in err and f"register {dag_file}" in err, err
+    assert cli(["--dsn", owner_dsn, "reset", "clicks", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert 'kept "public"."secrets"' in out and '"public"."clicks_amount"' in out
+    assert query(owner_dsn, "SELECT user_id, value FROM secrets") == [("root", 42)]
+
+
+@pytest.mark.parametrize(("args", "fix"), [
+    (["--runtime-role", "postgres"], "is a superuser"),
+    (["--runtime-role", "nobody_here"], "no such role"),
+    (["--runtime-role", "{owner}"], "is the schema's owner"),
+    (["--runtime-role", "{runtime}", "--producer-role", "{producer}", "--log", "nosuchlog"], "no log 'nosuchlog'"),
+    (["--runtime-role", "{runtime}", "--producer-role", "{producer}"], "needs the logs it may append to"),
+    (["--runtime-role", "{runtime}", "--producer-role", "{runtime}", "--log", "clicks"], "must be two roles"),
+])
+def test_grant_refuses_a_role_that_would_be_the_owner_in_all_but_name(
+        roles: Roles, args: list[str], fix: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [a.format(**roles.names) for a in args]
+    assert cli(["--dsn", roles.dsn_of("owner"), "grant", *argv]) == 1
+    assert fix in capsys.readouterr().err

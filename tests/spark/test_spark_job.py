@@ -21,7 +21,7 @@ from airflow_transactional import EventLog, PostgresLogSource, StateSpec, Topolo
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import NotProcessed
-from tests.helpers import query, spark_submit
+from tests.helpers import declared, query, spark_submit
 
 pytestmark = pytest.mark.spark
 
@@ -59,7 +59,8 @@ def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_r
     log.append(good[:1000] + bad + good[1000:])
     assert log.append(good[:5]).duplicates == 5  # redelivery is dropped at the log
     coord = Coordinator(dsn)
-    coord.register(_spec())
+    spec, dag_file = declared(tmp_path, _spec())
+    coord.register(spec)
     txids = [coord.plan("words", f"run{k}").txid for k in range(3)]
     # Process out of order (txid 3 first, txid 2 twice: a replay), then commit in order.
     for t in (3, 1, 2, 2):
@@ -89,14 +90,15 @@ def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_r
     query(dsn, "UPDATE url_counts SET value = value * 10 WHERE url LIKE '%p1%'")
     query(dsn, "DELETE FROM domain_counts WHERE domain = 'example.com'")
     query(dsn, "INSERT INTO url_counts VALUES ('https://bogus/', 5, 1)")
-    assert cli(["--dsn", dsn, "audit", "words"]) == 1
+    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file]) == 1
 
     # ... and a rebuild recomputes it from the log while the topology keeps committing: the job
     # holds after loading its recomputation until released, and a commit lands meanwhile.
     release = tmp_path / "release"
     monkeypatch.setenv("AIRFLOW_TXN_FAULTS", f"rebuild.loaded:words=waitfor:{release}")
     outcome: list[int] = []
-    worker = threading.Thread(target=lambda: outcome.append(cli(["--dsn", dsn, "rebuild", "words"])))
+    rebuild = ["--dsn", dsn, "rebuild", "words", "--dag-file", dag_file]
+    worker = threading.Thread(target=lambda: outcome.append(cli(rebuild)))
     worker.start()
     rebuild_from = coord.status("words").committed_txid
     while query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies") != [(rebuild_from,)]:
@@ -128,7 +130,7 @@ def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_r
     assert dict(query(dsn, "SELECT url, value FROM url_counts")) == urls
     assert query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies") == [(None,)]
     assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_url_counts") == [(0,)]
-    assert cli(["--dsn", dsn, "audit", "words"]) == 0
+    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file]) == 0
     coord.close()
     log.close()
 

@@ -55,7 +55,7 @@ def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int 
             cur.copy_expert(cur.mogrify(copy, {"txid": txid, "attempt": chosen}).decode(), buf)
         buf.seek(0)
         with store.ext_db(state.database).transaction() as ecur:
-            registration.ensure_state_table(store, ecur, state)
+            registration.ensure_state_table(store, ecur, topology_id, state)
             delta_table = sql.Identifier("txn_delta")
             ecur.execute(q.create_delta_table(delta_table, state))
             ecur.copy_expert(q.copy_into(delta_table, [*state.key_columns, "value"]).as_string(ecur), buf)

@@ -32,6 +32,13 @@ def append_outputs(store: StateStore, cur: psycopg2.extensions.cursor, num: int,
     try:
         return outputs.append(cur, store.schema, store.out_staging(num), targets, txid, attempt,
                               only=decisions.output_filter(store.schema, spec.topology_id) if spec.decisions else None)
+    except outputs.IdCollision as exc:
+        raise StagedOutputIncomplete(
+            f"topology {spec.topology_id!r} txid {txid} attempt {attempt}: output event {exc}. Its id is the "
+            f"topology's ('{spec.topology_id}:<origin>'), so it was not appended by a producer (the log refuses "
+            "them those ids); it was written straight into the log, or the topology was reset and its transform "
+            f"now emits another payload under that origin. Nothing is committed: remove the stray event from log "
+            f"{exc.log!r} as the schema's owner, or have the transform give its new events new origins") from None
     except LookupError as exc:
         raise StagedOutputIncomplete(
             f"topology {spec.topology_id!r} txid {txid} attempt {attempt}: an output event is staged for a "

@@ -4,10 +4,14 @@ what its committed progress means; reset a topology to start over."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import psycopg2.errors
 import psycopg2.extensions
+from psycopg2 import sql
 
+from .. import identifiers
 from ..exceptions import (
     ConfigError,
     DeclarationChanged,
@@ -15,7 +19,7 @@ from ..exceptions import (
     TopologyOfAnotherDag,
 )
 from ..spec import StateSpec, TopologySpec, incompatible_changes, other_owner
-from ..store import catalog, commits, decisions, outputs
+from ..store import catalog, commits, decisions, outputs, privileges
 from ..store import sql as q
 from ..store import topologies as topology_rows
 from ..store.migrations import migrate as migrate_schema
@@ -50,7 +54,7 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
     for state in spec.states:
         if state.database is not None:
             with store.ext_db(state.database).transaction() as ecur:
-                ensure_state_table(store, ecur, state)
+                ensure_state_table(store, ecur, spec.topology_id, state)
     config = spec.to_config()
     with store.db.transaction() as cur:
         known = topology_rows.for_registration(cur, store.schema, spec.topology_id)
@@ -61,11 +65,17 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
             changes = incompatible_changes(known.spec, config)
             if changes:
                 raise DeclarationChanged(spec.topology_id, changes, int(known.committed_txid))
+        if known is not None and known.spec == config and _tables_exist(store, cur, known.num, spec):
+            # Unchanged: nothing to write (a run-time role may not write declarations or tables).
+            for d in spec.decisions:
+                decisions.check_headroom(cur, d, spec.state(d.state))
+            store.specs[spec.topology_id] = (known.num, spec)
+            return
         num = topology_rows.upsert(cur, store.schema, spec.topology_id, config)
         spec.source.register(cur, store.schema, spec.topology_id)
         for state in spec.states:
             if state.database is None:
-                ensure_state_table(store, cur, state)
+                ensure_state_table(store, cur, spec.topology_id, state)
             if not catalog.exists(cur, store.staging(num, state)):
                 cur.execute(q.create_staging_table(store.staging(num, state), state))
         if spec.outputs:
@@ -83,23 +93,39 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
     store.specs[spec.topology_id] = (num, spec)
 
 
-def reset(store: StateStore, topology_id: str) -> list[str]:
+def _tables_exist(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec) -> bool:
+    """Whether every table of the registered ``spec`` (number ``num``) is there."""
+    tables = [store.staging(num, s) for s in spec.states]
+    tables += [q.state_table(s) for s in spec.states if s.database is None]
+    tables += [t for d in spec.decisions for t in (store.dec_staging(num, d), store.dec_runs(num, d))]
+    tables += [store.out_staging(num)] if spec.outputs else []
+    return all(catalog.exists(cur, t) for t in tables)
+
+
+def reset(store: StateStore, topology_id: str) -> Reset:
     """Forget a topology's progress -- plans, attempts, commits, quarantine, staged output --
     and drop its state tables in this store, so its next run starts over from the beginning of
-    its source under its current declaration. Returns the tables dropped.
+    its source under its current declaration.
 
-    States kept in another database are not reachable from here: drop those there. Its output
-    logs keep what it appended; their ids are kept too, so what it emits again is not appended twice.
+    A state table is dropped only if it carries the mark its registration gave it (a comment
+    only the table's owner can write): a declaration pointing a state at any other table --
+    whoever wrote it -- never makes a reset drop that table; it is kept, and named. States kept in
+    another database are not reachable from here: drop those there. Its output logs keep what it
+    appended; their ids are kept too, so what it emits again is not appended twice.
     """
-    dropped = []
+    dropped, kept = [], []
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id, lock=True)
         tables = [store.out_staging(num), *(store.dec_staging(num, d) for d in spec.decisions),
                   *(store.dec_runs(num, d) for d in spec.decisions)]
         for state in spec.states:
             tables += [store.staging(num, state), q.audit_table(store.schema, num, state, purpose="rebuild")]
-            if state.database is None:
-                tables.append(q.state_table(state))
+        for state in spec.states:
+            if state.database is None and catalog.exists(cur, q.state_table(state)):
+                if catalog.comment(cur, q.state_table(state)) == q.state_marker(topology_id, state):
+                    tables.append(q.state_table(state))
+                else:
+                    kept.append(q.state_table(state).as_string(cur))
         for table in tables:
             if catalog.exists(cur, table):
                 catalog.drop(cur, table)
@@ -108,11 +134,22 @@ def reset(store: StateStore, topology_id: str) -> list[str]:
         decisions.delete_verdicts(cur, store.schema, topology_id)
         topology_rows.delete(cur, store.schema, topology_id)
     store.specs.pop(topology_id, None)
-    log.warning("topology %s reset: progress forgotten, dropped %s", topology_id, ", ".join(dropped) or "nothing")
-    return dropped
+    log.warning("topology %s reset: progress forgotten, dropped %s%s", topology_id, ", ".join(dropped) or "nothing",
+                f"; kept {', '.join(kept)} (not made by its registration)" if kept else "")
+    return Reset(dropped, kept)
 
 
-def ensure_state_table(store: StateStore, cur: psycopg2.extensions.cursor, state: StateSpec) -> None:
+class Reset(NamedTuple):
+    """What a reset dropped, and the state tables it kept because its registration did not make them."""
+
+    dropped: list[str]
+    kept: list[str]
+
+
+def ensure_state_table(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str,
+                       state: StateSpec) -> None:
+    """Create the state's table, or check the one there has its columns; mark it as the
+    topology's (a comment, when this role owns the table: what lets a reset drop it)."""
     schema, table = state.schema_and_table
     if not catalog.exists(cur, q.state_table(state)):
         create_schema, create_table = q.create_state_table(state)
@@ -125,6 +162,56 @@ def ensure_state_table(store: StateStore, cur: psycopg2.extensions.cursor, state
         raise SchemaMismatch(
             f"table {schema}.{table} exists with columns {have}, but state {state.name!r} needs "
             f"{want}: point the state at another table (table='...'), or migrate/drop the old one")
+    marker = q.state_marker(topology_id, state)
+    if catalog.owned(cur, q.state_table(state)) and catalog.comment(cur, q.state_table(state)) != marker:
+        cur.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(q.state_table(state), sql.Literal(marker)))
+
+
+def grant(store: StateStore, *, runtime_role: str, producer_role: str | None = None, logs: Sequence[str] = (),
+          apply: bool = True) -> list[str]:
+    """Grant the run-time role (and a producer of ``logs``) what they need and no more
+    (:mod:`..store.privileges`); returns the statements (run unless ``apply`` is False).
+
+    Run as the schema's owner, after registering. A role that does not exist, a superuser or one
+    that bypasses row-level security, the owner itself, or a role the owner is part of is refused:
+    a run-time or producer role with any of those rights would be the owner in all but name.
+    """
+    with store.db.transaction() as cur:
+        for kind, name in (("--runtime-role", runtime_role), ("--producer-role", producer_role)):
+            if name is not None:
+                _check_role(cur, kind, name)
+        if producer_role is not None:
+            if producer_role == runtime_role:
+                raise ConfigError("the producer role and the run-time role must be two roles: a producer appends "
+                                  "only, the run-time role commits")
+            if not logs:
+                raise ConfigError("--producer-role needs the logs it may append to: add --log NAME (once per log)")
+            known = outputs.partitions(cur, store.schema, logs)
+            missing = [log for log in logs if log not in known]
+            if missing:
+                raise ConfigError(f"no log {', '.join(map(repr, missing))} in schema {store.schema!r}: create it first "
+                                  "(EventLog(dsn, name).create(partitions), as the owner), or fix the name")
+        registered = [(num, TopologySpec.from_config(config))
+                      for num, config in topology_rows.numbered(cur, store.schema)]
+        statements = privileges.grant_statements(store.schema, registered, runtime_role=runtime_role,
+                                                 producer_role=producer_role, logs=logs)
+        if apply:
+            for stmt in statements:
+                cur.execute(stmt)
+        return [stmt.as_string(cur) for stmt in statements]
+
+
+def _check_role(cur: psycopg2.extensions.cursor, kind: str, name: str) -> None:
+    identifiers.name("role name", name)
+    found = catalog.role(cur, name)
+    if found is None:
+        raise ConfigError(f"{kind} {name!r}: no such role; create it first (CREATE ROLE {name} LOGIN PASSWORD '...')")
+    if found.superuser or found.bypasses_rls:
+        raise ConfigError(f"{kind} {name!r} is a superuser or bypasses row-level security: it can do anything "
+                          f"whatever is granted; create a plain role (CREATE ROLE txn_runtime LOGIN PASSWORD '...')")
+    if found.is_me:
+        raise ConfigError(f"{kind} {name!r} is the schema's owner or a member of it (it may take the owner's "
+                          "rights): give the run-time and producer roles roles of their own")
 
 
 def topologies(store: StateStore) -> list[TopologySpec]:

@@ -5,7 +5,6 @@ in order and duplicates out is told in :mod:`.pglog`, the log's source.
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 import zlib
@@ -18,8 +17,8 @@ from psycopg2 import sql
 
 from .. import faults, identifiers
 from ..exceptions import ConfigError
-from ..store.connection import CONNECTION_ERRORS, Database, redact
-from ..store.copy import copy_line
+from ..limits import id_refusal
+from ..store.connection import CONNECTION_ERRORS, Database, lost_connection, redact
 from ..store.migrations import DEFAULT_SCHEMA, migrate
 from ..store.outputs import ensure_log
 
@@ -29,22 +28,14 @@ log = logging.getLogger(__name__)
 SOURCE_KIND = "postgres_log"
 
 
+#: Why the log refuses an id (``append_events``): the id space of a topology appending to it.
+RESERVED_ID = ("the id is in the id space of a topology that appends to this log (its events' ids are "
+               "'<topology>:<origin>'): give producer events ids of their own")
+
+
 def partition_of(event_id: str, partitions: int) -> int:
     """The partition an event id maps to when the producer names none (stable across runs)."""
     return zlib.crc32(event_id.encode()) % partitions
-
-
-def drop_known_ids(schema: str, table: str) -> sql.Composed:
-    """Delete from ``txn_append`` the rows of one partition whose id ``table`` already holds.
-
-    One index probe per appended row, whatever the log's size or its statistics: ``OFFSET 0``
-    keeps the EXISTS a per-row subplan. (As a join, a log that grew since its last ANALYZE is
-    estimated at one row and the planner nests a scan of the whole append under each of its
-    events: minutes for 40k events appended to a log of 10k.)
-    """
-    return sql.SQL("DELETE FROM txn_append t WHERE t.partition = %s AND EXISTS "
-                   "(SELECT 1 FROM {}.{} k WHERE k.log_name = %s AND k.event_id = t.event_id OFFSET 0)").format(
-        sql.Identifier(schema), sql.Identifier(table))
 
 
 @dataclass(frozen=True)
@@ -122,78 +113,51 @@ class EventLog:
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise ConfigError(f"event {n} of the append is {pair!r}: give (event_id, payload) pairs")
             event_id, payload = pair
-            if not isinstance(event_id, str) or not event_id.strip() or "\x00" in event_id:
-                raise ConfigError(f"event {n}: the event id must be a non-empty string without NUL bytes, "
-                                  f"got {event_id!r}; nothing was appended")
+            if not isinstance(event_id, str) or not event_id.strip():
+                raise ConfigError(f"event {n}: the event id must be a non-empty string, got {event_id!r}; nothing "
+                                  "was appended")
             if not isinstance(payload, str):
-                raise ConfigError(f"event {event_id!r}: the payload must be a str (e.g. json.dumps(record)), got "
-                                  f"{type(payload).__name__}; nothing was appended")
-            why = payload_refusal(payload)
+                raise ConfigError(f"event {event_id[:80]!r}: the payload must be a str (e.g. json.dumps(record)), "
+                                  f"got {type(payload).__name__}; nothing was appended")
+            why = id_refusal("the event id", event_id) or payload_refusal(payload)
             if why is not None:  # refused alone: the rest of the append goes in
                 rejected.append((event_id, why))
                 continue
             p = partition if partition is not None else partition_of(event_id, n_parts)
             rows.append((p, event_id, payload))
         for event_id, why in rejected:
-            log.warning("log %s: event %r refused: %s", self.name, event_id, why)
+            log.warning("log %s: event %r refused: %s", self.name, event_id[:80], why)
         if not rows:
             return AppendResult(0, 0, rejected=tuple(rejected))
         deadline = time.monotonic() + self.retry_for
         retries = 0
         while True:
             try:
-                appended = self._append_once(rows)
-                return AppendResult(appended, len(rows) - appended, retries, tuple(rejected))
+                appended, refused = self._append_once(rows)
+                for event_id in refused:  # refused by the log itself (another door checks nothing)
+                    log.warning("log %s: event %r refused: %s", self.name, event_id[:80], RESERVED_ID)
+                rejected += [(event_id, RESERVED_ID) for event_id in refused]
+                return AppendResult(appended, len(rows) - appended - len(refused), retries, tuple(rejected))
             except CONNECTION_ERRORS as exc:
                 self.db.close()
-                if time.monotonic() > deadline:
+                if not lost_connection(exc) or time.monotonic() > deadline:
                     raise
                 retries += 1
                 log.warning("append to log %s lost its connection (%s); retrying", self.name,
                             redact(str(exc)).strip())
                 time.sleep(min(0.2 * retries, 2.0))
 
-    def _append_once(self, rows: Sequence[tuple[int, str, str]]) -> int:
-        s = sql.Identifier(self.schema)
-        buf = io.StringIO()
-        for ordinal, (p, event_id, payload) in enumerate(rows):
-            buf.write(copy_line((ordinal, p, event_id, payload)))
-        buf.seek(0)
-        appended = 0
+    def _append_once(self, rows: Sequence[tuple[int, str, str]]) -> tuple[int, list[str]]:
+        """One call of the log's door, ``append_events`` (store/schema: under each partition's lock,
+        in partition order, dropping ids the log holds or held); (appended, ids it refused)."""
         with self.db.transaction() as cur:
-            cur.execute("CREATE TEMP TABLE IF NOT EXISTS txn_append "
-                        "(ord int, partition int, event_id text, payload text) ON COMMIT DELETE ROWS")
-            cur.copy_expert("COPY txn_append FROM STDIN", buf)
-            # Duplicates within this call: keep the first delivery.
-            cur.execute("DELETE FROM txn_append a USING txn_append b "
-                        "WHERE a.event_id = b.event_id AND a.ord > b.ord")
-            for p in sorted({r[0] for r in rows}):
-                cur.execute(sql.SQL("SELECT next_lsn FROM {}.log_partitions "
-                                    "WHERE log_name = %s AND partition = %s FOR UPDATE").format(s),
-                            (self.name, p))
-                base = int(cur.fetchone()[0])
-                # Duplicates of events already in the log (any partition). Checked under the
-                # partition lock, so LSNs are only handed to events that will be inserted.
-                for table in ("log_events", "log_retired_ids"):
-                    cur.execute(drop_known_ids(self.schema, table), (p, self.name))
-                cur.execute(sql.SQL(
-                    "INSERT INTO {}.log_events (log_name, partition, lsn, event_id, payload) "
-                    "SELECT %s, %s, %s + row_number() OVER (ORDER BY ord) - 1, event_id, payload "
-                    "FROM txn_append WHERE partition = %s "
-                    "ON CONFLICT (log_name, event_id) DO NOTHING").format(s),
-                    (self.name, p, base, p))
-                appended += cur.rowcount
-                # A concurrent append of the same id to another partition can still win the
-                # unique index; its LSN stays a harmless gap. The counter moves past every
-                # LSN handed out.
-                cur.execute("SELECT count(*) FROM txn_append WHERE partition = %s", (p,))
-                handed_out = int(cur.fetchone()[0])
-                cur.execute(sql.SQL("UPDATE {}.log_partitions SET next_lsn = %s "
-                                    "WHERE log_name = %s AND partition = %s").format(s),
-                            (base + handed_out, self.name, p))
+            cur.execute(sql.SQL("SELECT appended, refused FROM {}.append_events(%s, %s::integer[], %s::text[], "
+                                "%s::text[])").format(sql.Identifier(self.schema)),
+                        (self.name, [p for p, _i, _x in rows], [i for _p, i, _x in rows], [x for _p, _i, x in rows]))
+            appended, refused = cur.fetchone()
             faults.point("append.before_commit", cur)
         faults.point("append.after_commit")
-        return appended
+        return int(appended), list(refused or [])
 
     def truncate(self, partition: int, through_lsn: int, *, force: bool = False) -> int:
         """Retention: delete the events of ``partition`` with LSN <= ``through_lsn``; the count.

@@ -28,10 +28,10 @@ from psycopg2 import sql
 from .. import identifiers
 from ..exceptions import BatchUnavailable, ConfigError
 from .base import BatchPlan, Offsets, Record, Source
-from .eventlog import SOURCE_KIND, AppendResult, EventLog, drop_known_ids, partition_of
+from .eventlog import SOURCE_KIND, AppendResult, EventLog, partition_of
 
 # The producer side is re-exported where it was first published.
-__all__ = ["AppendResult", "EventLog", "PostgresLogSource", "drop_known_ids", "partition_of"]
+__all__ = ["AppendResult", "EventLog", "PostgresLogSource", "partition_of"]
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ clock, session advisory locks, and the few statements that act on a whole table.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
 from psycopg2 import sql
 
@@ -14,6 +15,19 @@ def exists(cur: Cursor, table: sql.Composed) -> bool:
     """Whether ``table`` exists. Checked before each CREATE: ``CREATE ... IF NOT EXISTS`` needs
     the CREATE privilege even when there is nothing to create, and a run-time role has none."""
     cur.execute("SELECT to_regclass(%s) IS NOT NULL", (table.as_string(cur),))
+    return bool(scalar(cur))
+
+
+def comment(cur: Cursor, table: sql.Composed) -> str | None:
+    """The comment on ``table`` (None: none)."""
+    cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", (table.as_string(cur),))
+    return scalar(cur)
+
+
+def owned(cur: Cursor, table: sql.Composed) -> bool:
+    """Whether the current user owns ``table`` (or is a member of its owner): may alter or comment on it."""
+    cur.execute("SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = to_regclass(%s)",
+                (table.as_string(cur),))
     return bool(scalar(cur))
 
 
@@ -28,6 +42,22 @@ def columns(cur: Cursor, schema: str, table: str) -> dict[str, str]:
                 "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
                 "ORDER BY a.attnum", (sql.Identifier(schema, table).as_string(cur),))
     return {str(name): str(type_) for name, type_ in cur.fetchall()}
+
+
+class Role(NamedTuple):
+    """What the server says of a role, as seen by the current user."""
+
+    superuser: bool
+    bypasses_rls: bool
+    is_me: bool  # the current user, or a member of it: it has (or may take) the current user's rights
+
+
+def role(cur: Cursor, name: str) -> Role | None:
+    """The role ``name`` (None: there is no such role)."""
+    cur.execute("SELECT rolsuper AS superuser, rolbypassrls AS bypasses_rls, "
+                "pg_has_role(rolname, current_user, 'MEMBER') AS is_me FROM pg_roles WHERE rolname = %s", (name,))
+    row = cur.fetchone()
+    return None if row is None else Role(*map(bool, row))
 
 
 def now(cur: Cursor) -> datetime:

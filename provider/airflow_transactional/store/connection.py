@@ -15,11 +15,28 @@ from ..exceptions import ConfigError
 
 log = logging.getLogger(__name__)
 
-_URI_PASSWORD = re.compile(r"(://[^:/@]+:)([^@]*)(@)")
+# The password of a URI runs to the last ``@`` of its authority: an unencoded ``@`` in it must not
+# leave its tail in sight.
+_URI_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^/\s]*)(@[^@/\s]*)")
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 # Errors after which a connection is unusable and must be replaced.
 CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
+# SQLSTATEs of a server going away (admin_shutdown, crash_shutdown, cannot_connect_now); class 08
+# is a connection exception.
+_SERVER_LEAVING = frozenset({"57P01", "57P02", "57P03"})
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection or the server went away (worth a retry on a new one),
+    not that the statement failed: ``ProgramLimitExceeded`` and its kin are OperationalErrors too,
+    and retrying them only repeats the failure."""
+    if isinstance(exc, psycopg2.InterfaceError):
+        return True
+    if not isinstance(exc, psycopg2.OperationalError):
+        return False
+    code = getattr(exc, "pgcode", None)
+    return code is None or code.startswith("08") or code in _SERVER_LEAVING
 
 
 def redact(text: str) -> str:
@@ -30,9 +47,33 @@ def redact(text: str) -> str:
 _QUOTED = re.compile(r'"[^"]*"')
 
 
-def _safe(message: str) -> str:
-    """A connection error without secrets: a parse error's quoted piece of the DSN is dropped."""
-    text = redact(message).strip()
+def _secrets(dsn: str) -> list[str]:
+    """The password of ``dsn`` and the pieces libpq may show of it, longest first: in a URI whose
+    password holds an unencoded ``@``, libpq takes what follows the first ``@`` for the host
+    ("could not translate host name ...")."""
+    found: list[str] = []
+    match = _URI_PASSWORD.search(dsn)
+    if match:
+        password = match.group(2)
+        tails = [password.split("@", i)[-1] for i in range(1, password.count("@") + 1)]
+        found += [password, *tails]
+        # what libpq took for the host begins with the tail: mask it with its "@", however short
+        return sorted({f for f in found if len(f) >= 3} | {f"{t}@" for t in tails}, key=len, reverse=True)
+    else:
+        try:
+            found.append(psycopg2.extensions.parse_dsn(dsn).get("password") or "")
+        except psycopg2.Error:
+            found += [m.group(2).strip("'") for m in _KV_PASSWORD.finditer(dsn)]
+    return sorted({f for f in found if len(f) >= 3}, key=len, reverse=True)
+
+
+def _safe(message: str, dsn: str = "") -> str:
+    """A connection error without secrets: any piece of the DSN's password is masked, and a parse
+    error's quoted piece of the DSN is dropped."""
+    text = message
+    for secret in _secrets(dsn):
+        text = text.replace(secret, "***")
+    text = redact(text).strip()
     return _QUOTED.sub('"***"', text) if text.startswith("invalid") else text
 
 
@@ -47,9 +88,9 @@ def connect(dsn: str, **kwargs: Any) -> psycopg2.extensions.connection:
     try:
         return psycopg2.connect(dsn, **kwargs)
     except psycopg2.OperationalError as exc:
-        raise psycopg2.OperationalError(_safe(str(exc))) from None
+        raise psycopg2.OperationalError(_safe(str(exc), dsn)) from None
     except psycopg2.Error as exc:
-        why = _safe(str(exc))
+        why = _safe(str(exc), dsn)
         raise ConfigError(f"the PostgreSQL DSN is malformed ({why}): give key=value pairs "
                           "(host=... dbname=... user=...) or a URI postgresql://user:password@host:port/db; "
                           "in a URI, percent-encode special characters of the password") from None

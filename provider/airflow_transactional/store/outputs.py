@@ -22,6 +22,14 @@ from .rows import Cursor, table
 COLUMNS = ("txid", "attempt", "output", "partition", "seq", "event_id", "payload", "decision", "request", "granted")
 
 
+class IdCollision(LookupError):
+    """An event the commit would append is in the log already with another payload."""
+
+    def __init__(self, log: str, event_id: str) -> None:
+        self.log, self.event_id = log, event_id
+        super().__init__(f"{event_id!r} is already in log {log!r} with another payload")
+
+
 class Target(NamedTuple):
     """One declared output: the name the transform uses, the log it appends to."""
 
@@ -81,7 +89,8 @@ def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Ta
     An event for a request goes only if ``only`` (a condition on the staged event ``o``, see
     ``decisions.output_filter``) says the request got the verdict the event was emitted for;
     without it, no event for a request goes. Raises LookupError for a staged partition its log
-    does not have.
+    does not have, and :class:`IdCollision` for an event whose id the log holds with another
+    payload (not this event appended before: someone else's, or a transform that changed).
     """
     only_verdicts: sql.Composable = only if only is not None else sql.SQL("o.request IS NULL")
     s = sql.Identifier(schema)
@@ -97,22 +106,27 @@ def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Ta
         if row is None:
             raise LookupError(f"log {log!r} has no partition {p}")
         # Ids the log holds (or held before retention) are left out before numbering: no LSN gap.
-        # OFFSET 0 keeps each NOT EXISTS one index probe per event (see eventlog.drop_known_ids).
+        # One held with another payload is not this event appended before: it is reported.
+        # OFFSET 0 keeps each probe one index lookup per event (a join, on a log grown since its
+        # statistics, nests a scan of the log under each event).
         cur.execute(sql.SQL(
-            "WITH numbered AS (SELECT %(base)s + row_number() OVER (ORDER BY o.seq, o.event_id) - 1 AS lsn, "
-            "o.event_id, o.payload FROM {stg} o WHERE o.txid = %(txid)s AND o.attempt = %(attempt)s "
-            "AND o.output = %(output)s AND o.partition = %(p)s AND {only_verdicts} "
-            "AND NOT EXISTS (SELECT 1 FROM {s}.log_events k WHERE k.log_name = %(log)s "
-            "AND k.event_id = o.event_id OFFSET 0) "
-            "AND NOT EXISTS (SELECT 1 FROM {s}.log_retired_ids k WHERE k.log_name = %(log)s "
-            "AND k.event_id = o.event_id OFFSET 0)), "
+            "WITH staged AS (SELECT o.seq, o.event_id, o.payload, "
+            "(SELECT k.payload FROM {s}.log_events k WHERE k.log_name = %(log)s AND k.event_id = o.event_id "
+            "OFFSET 0) AS held, EXISTS (SELECT 1 FROM {s}.log_retired_ids k WHERE k.log_name = %(log)s "
+            "AND k.event_id = o.event_id OFFSET 0) AS retired FROM {stg} o WHERE o.txid = %(txid)s "
+            "AND o.attempt = %(attempt)s AND o.output = %(output)s AND o.partition = %(p)s AND {only_verdicts}), "
+            "numbered AS (SELECT %(base)s + row_number() OVER (ORDER BY seq, event_id) - 1 AS lsn, event_id, payload "
+            "FROM staged WHERE held IS NULL AND NOT retired), "
             "ins AS (INSERT INTO {s}.log_events (log_name, partition, lsn, event_id, payload) "
             "SELECT %(log)s, %(p)s, lsn, event_id, payload FROM numbered "
             "ON CONFLICT (log_name, event_id) DO NOTHING RETURNING 1) "
-            "SELECT (SELECT count(*) FROM numbered), (SELECT count(*) FROM ins)").format(
+            "SELECT (SELECT count(*) FROM numbered), (SELECT count(*) FROM ins), "
+            "(SELECT event_id FROM staged WHERE held <> payload ORDER BY event_id LIMIT 1)").format(
                 stg=staging, s=s, only_verdicts=only_verdicts),
             {"base": int(row[0]), "txid": txid, "attempt": attempt, "output": output, "p": p, "log": log})
-        handed_out, inserted = cur.fetchone()
+        handed_out, inserted, clash = cur.fetchone()
+        if clash is not None:
+            raise IdCollision(log, str(clash))
         # A concurrent producer's id can still win the unique index: its LSN stays a harmless gap.
         cur.execute(sql.SQL("UPDATE {}.log_partitions SET next_lsn = next_lsn + %s "
                             "WHERE log_name = %s AND partition = %s").format(s), (int(handed_out), log, p))

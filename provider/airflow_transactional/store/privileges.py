@@ -1,15 +1,19 @@
-"""Least privilege: the grants that let three roles share one state store safely.
+"""Least privilege: the grants that let three roles share one state store, none able to become another.
 
-* the **owner** owns the provider's schema: it migrates it, registers topologies (creating their
-  state and staging tables), creates logs, applies retention, audits and rebuilds;
-* the **run-time** role (what Airflow's tasks connect as) plans, processes and commits: DML on
-  the provider's tables and on the state tables, nothing else -- it cannot create, alter or
-  drop anything;
-* a **producer** role appends to the event logs it is given, and to no other: it can read no
-  state, and row-level security keeps it out of other logs' rows.
+* the **owner** owns the provider's schema: it migrates it, registers topologies (their
+  declarations and tables), creates logs, applies retention, audits, rebuilds and resets;
+* the **run-time** role (what Airflow's tasks connect as) plans, processes and commits: it may
+  move a topology's progress (checkpoint, transactions, attempts, staged rows, the audit log,
+  the quarantine, output events) and nothing else -- never a declaration (what the owner's
+  commands would run or drop), never a log's retention, never a table's shape;
+* a **producer** role appends to the logs it is given through one door, ``append_events`` (a
+  function that runs with the owner's rights, checks who calls it, and refuses ids in a
+  topology's id space), and can do nothing else: read no state, move no counter, touch no
+  other log.
 
 :func:`grant_statements` returns the statements; the owner runs them (``airflow-txn grant``)
-after registering its topologies, and again after adding one.
+after registering its topologies, and again after adding one. They begin by revoking what the
+role had in the schema, so running them again narrows a role granted more by an older release.
 """
 
 from __future__ import annotations
@@ -20,47 +24,93 @@ from psycopg2 import sql
 
 from .. import identifiers
 from ..spec import TopologySpec
+from . import decisions, outputs
+from . import sql as q
 
-# The tables of the provider's schema a producer touches, and how.
-_PRODUCER = {"logs": "SELECT", "log_partitions": "SELECT, UPDATE", "log_events": "SELECT, INSERT",
-             "log_retired_ids": "SELECT"}
-_LOG_TABLES = ("logs", "log_partitions", "log_events", "log_retired_ids")
+#: What the run-time role may change in the provider's own tables, beyond reading them all:
+#: (table, privileges). A column list limits an UPDATE to those columns.
+RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
+    ("topologies", "UPDATE (committed_txid, committed_offsets, last_commit_at, lost_records)"),
+    ("transactions", "INSERT, UPDATE"),
+    ("attempts", "INSERT, UPDATE"),
+    ("commits", "INSERT"),
+    ("quarantine", "INSERT, DELETE, UPDATE (committed)"),
+    ("log_partitions", "UPDATE (next_lsn)"),  # the commit appends output events
+    ("log_events", "INSERT"),
+    ("landing_files", "INSERT, UPDATE (size, mtime, mtime_ns, inode, sha256)"),
+    ("decision_requests", "INSERT, DELETE"),
+    ("decision_checks", "INSERT, DELETE"),
+    ("decision_conflicts", "INSERT, DELETE"),
+    ("decision_runs", "INSERT"),
+)
+APPEND_FUNCTION = "append_events(text, integer[], text[], text[])"
+#: Row-level security on the logs: who sees which log's row (every other log table is out of a
+#: producer's reach altogether).
+WRITERS_POLICY = "txn_log_writers"
 
 
-def grant_statements(schema: str, specs: Sequence[TopologySpec], *, runtime_role: str,
+def grant_statements(schema: str, topologies: Sequence[tuple[int, TopologySpec]], *, runtime_role: str,
                      producer_role: str | None = None, logs: Sequence[str] = ()) -> list[sql.Composed]:
-    """Everything the run-time role (and a producer of ``logs``) needs, and no more."""
+    """Everything the run-time role (and a producer of ``logs``) needs, and no more, for the
+    registered ``topologies`` (number, declaration)."""
     s = sql.Identifier(identifiers.name("schema name", schema))
     runtime = sql.Identifier(identifiers.name("role name", runtime_role))
-    out = [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, runtime),
-           sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}").format(s, runtime),
-           sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {} TO {}").format(s, runtime)]
-    for spec in specs:
-        for state in spec.states:
-            if state.database is not None:
-                continue
-            state_schema, table = state.schema_and_table
-            out += [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(state_schema), runtime),
-                    sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {}.{} TO {}").format(
-                        sql.Identifier(state_schema), sql.Identifier(table), runtime)]
-    # Row-level security on the logs: the run-time role sees every log, a producer only its own.
-    for table in _LOG_TABLES:
-        t = sql.SQL("{}.{}").format(s, sql.Identifier(table))
-        out += [sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(t),
-                sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(sql.Identifier(f"txn_{runtime_role}"), t),
-                sql.SQL("CREATE POLICY {} ON {} TO {} USING (true) WITH CHECK (true)").format(
-                    sql.Identifier(f"txn_{runtime_role}"), t, runtime)]
+    out = [*_revoke_all(s, runtime),
+           sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, runtime),
+           sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(s, runtime),
+           sql.SQL("GRANT USAGE ON SEQUENCE {}.quarantine_id_seq TO {}").format(s, runtime)]
+    out += [sql.SQL("GRANT " + rights + " ON {}.{} TO {}").format(s, sql.Identifier(table), runtime)
+            for table, rights in RUNTIME_WRITES]
+    for num, spec in topologies:
+        out += _topology_grants(schema, num, spec, runtime)
+    logs_table = sql.SQL("{}.logs").format(s)
+    policy = sql.Identifier(f"txn_{runtime_role}")
+    out += [sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(logs_table),
+            sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(policy, logs_table),
+            sql.SQL("CREATE POLICY {} ON {} TO {} USING (true)").format(policy, logs_table, runtime)]
     if producer_role is None:
         return out
     producer = sql.Identifier(identifiers.name("role name", producer_role))
-    own = [identifiers.name("log name", log) for log in logs]
-    out.append(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, producer))
-    for table, rights in _PRODUCER.items():
-        out.append(sql.SQL("GRANT " + rights + " ON {}.{} TO {}").format(s, sql.Identifier(table), producer))
-    for table in _LOG_TABLES:
-        policy = sql.Identifier(f"txn_{producer_role}")
-        t = sql.SQL("{}.{}").format(s, sql.Identifier(table))
-        out += [sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(policy, t),
-                sql.SQL("CREATE POLICY {} ON {} TO {} USING (log_name = ANY({})) WITH CHECK (log_name = ANY({}))")
-                .format(policy, t, producer, sql.Literal(own), sql.Literal(own))]
+    out += [*_revoke_all(s, producer),
+            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, producer),
+            sql.SQL("GRANT SELECT ON {}.logs, {}.log_writers TO {}").format(s, s, producer),
+            sql.SQL("GRANT EXECUTE ON FUNCTION {}." + APPEND_FUNCTION + " TO {}").format(s, producer),
+            sql.SQL("DELETE FROM {}.log_writers WHERE role_name = {}").format(s, sql.Literal(producer_role))]
+    out += [sql.SQL("INSERT INTO {}.log_writers (log_name, role_name) VALUES ({}, {})").format(
+        s, sql.Literal(identifiers.name("log name", log)), sql.Literal(producer_role)) for log in logs]
+    writers = sql.Identifier(WRITERS_POLICY)
+    out += [sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(writers, logs_table),
+            sql.SQL("CREATE POLICY {} ON {} USING (EXISTS (SELECT 1 FROM {}.log_writers w "
+                    "WHERE w.log_name = logs.log_name AND pg_has_role(current_user, w.role_name, 'MEMBER')))")
+            .format(writers, logs_table, s)]
+    return out
+
+
+def _revoke_all(s: sql.Identifier, role: sql.Identifier) -> list[sql.Composed]:
+    return [sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(s, role),
+            sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA {} FROM {}").format(s, role),
+            sql.SQL("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {} FROM {}").format(s, role)]
+
+
+def _topology_grants(schema: str, num: int, spec: TopologySpec, runtime: sql.Identifier) -> list[sql.Composed]:
+    """The run-time role on one topology's tables: its staging (write, delete), its state tables
+    (read, insert, update: the commit's upsert) and the headroom its decisions read."""
+    staging = [q.staging_table(schema, num, st) for st in spec.states]
+    staging += [decisions.staging_table(schema, num, d) for d in spec.decisions]
+    staging += [decisions.runs_table(schema, num, d) for d in spec.decisions]
+    if spec.outputs:
+        staging.append(outputs.staging_table(schema, num))
+    out = [sql.SQL("GRANT SELECT, INSERT, DELETE ON {} TO {}").format(t, runtime) for t in staging]
+    for state in spec.states:
+        if state.database is not None:
+            continue
+        state_schema, _table = state.schema_and_table
+        out += [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(state_schema), runtime),
+                sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(q.state_table(state), runtime)]
+    for d in spec.decisions:
+        if d.headroom_table is not None:
+            h_schema, h_table = d.headroom_table
+            out += [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(h_schema), runtime),
+                    sql.SQL("GRANT SELECT ON {}.{} TO {}").format(sql.Identifier(h_schema),
+                                                                  sql.Identifier(h_table), runtime)]
     return out

@@ -24,6 +24,11 @@ def state_table(state: StateSpec) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
 
 
+def state_marker(topology_id: str, state: StateSpec) -> str:
+    """The comment that marks a state table as made (or taken) by a topology's registration."""
+    return f"airflow_transactional: state {state.name} of topology {topology_id}"
+
+
 def key_defs(state: StateSpec, *, null: bool = False) -> sql.Composed:
     """The state's key columns with their types (NOT NULL unless ``null``), for a CREATE TABLE."""
     constraint = sql.SQL("" if null else " NOT NULL")

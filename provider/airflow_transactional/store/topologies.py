@@ -27,6 +27,7 @@ class TopologyRow(NamedTuple):
 class Registered(NamedTuple):
     """A registered topology as a new registration of it sees it."""
 
+    num: int
     spec: dict[str, Any]
     committed_txid: int
     planned: bool  # planned at least once: its offsets mean something
@@ -51,7 +52,7 @@ def get(cur: Cursor, schema: str, topology_id: str, *, lock: bool = False) -> To
 
 def for_registration(cur: Cursor, schema: str, topology_id: str) -> Registered | None:
     """The registered declaration and progress, row locked; None when new."""
-    cur.execute(sql.SQL("SELECT spec, committed_txid, EXISTS (SELECT 1 FROM {} t WHERE t.topology_id = %s) "
+    cur.execute(sql.SQL("SELECT num, spec, committed_txid, EXISTS (SELECT 1 FROM {} t WHERE t.topology_id = %s) "
                         "AS planned FROM {} WHERE topology_id = %s FOR UPDATE")
                 .format(table(schema, "transactions"), table(schema, "topologies")), (topology_id, topology_id))
     return one(cur, Registered)
@@ -63,6 +64,12 @@ def upsert(cur: Cursor, schema: str, topology_id: str, config: dict[str, Any]) -
                         "DO UPDATE SET spec = EXCLUDED.spec, updated_at = now() RETURNING num")
                 .format(table(schema, "topologies")), (topology_id, Json(config)))
     return int(scalar(cur))
+
+
+def numbered(cur: Cursor, schema: str) -> list[tuple[int, dict[str, Any]]]:
+    """(number, declaration) of every registered topology, by topology id."""
+    cur.execute(sql.SQL("SELECT num, spec FROM {} ORDER BY topology_id").format(table(schema, "topologies")))
+    return [(int(num), dict(config)) for num, config in cur.fetchall()]
 
 
 def specs(cur: Cursor, schema: str) -> list[dict[str, Any]]:

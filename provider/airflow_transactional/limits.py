@@ -1,0 +1,139 @@
+"""What one record may carry: the limits every processor checks before anything is staged.
+
+A record that breaks one is quarantined with the reason; it never reaches a staging table, where
+it would fail every attempt of its batch (a key past Postgres' index row limit, a NUL byte, a
+value its column cannot hold) and so stop the topology. The limits are well inside what
+PostgreSQL and Spark can hold, so a record that passes them cannot fail a COPY or a fold:
+
+* a key (all the text of a state's key columns together) and an id (an event's, a request's,
+  an output event's) are at most :data:`MAX_KEY_BYTES` / :data:`MAX_ID_BYTES` bytes of UTF-8 --
+  a B-tree entry holds about 2,700 -- and hold no NUL (PostgreSQL text cannot);
+* a value fits its state's value type (:func:`value_range`): an integer in ``bigint`` or
+  ``integer`` range, a ``numeric`` within what Spark's ``decimal(38,10)`` holds, a finite
+  ``double precision`` (never NaN or infinite);
+* a JSON record nests at most :data:`MAX_NESTING` levels deep.
+
+A sum that leaves its type's range only once several records add up is not one record's fault:
+the Python processor sets aside the record that would carry its key's sum out of range, the
+Spark helper the key's rows of that batch (the records cannot be told apart after a fold), and
+the commit the key's delta when the committed value plus the delta would leave it. Each says so
+in the quarantine; declare ``value_type="numeric"`` for sums that large.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+#: The most bytes (UTF-8) the text of one key may have, all of a state's key columns together.
+MAX_KEY_BYTES = 1024
+#: The most bytes (UTF-8) of an event id, a request id or an output event's id.
+MAX_ID_BYTES = 512
+#: How deep a JSON record may nest (objects and arrays).
+MAX_NESTING = 64
+
+#: The values each numeric value type holds (inclusive). ``numeric`` is bounded by what Spark
+#: folds it as (``decimal(38,10)``: 28 digits before the point).
+_RANGES: dict[str, tuple[int | float | Decimal, int | float | Decimal]] = {
+    "bigint": (-(2**63), 2**63 - 1),
+    "integer": (-(2**31), 2**31 - 1),
+    "numeric": (Decimal("-9999999999999999999999999999.9999999999"),
+                Decimal("9999999999999999999999999999.9999999999")),
+    "double precision": (-1.7976931348623157e308, 1.7976931348623157e308),
+}
+INTEGER_TYPES = frozenset({"bigint", "integer"})
+
+
+def value_range(value_type: str) -> tuple[Any, Any]:
+    """(lowest, highest) value a state of ``value_type`` may hold (no bound for non-numeric types)."""
+    return _RANGES.get(value_type, (-math.inf, math.inf))
+
+
+def nul_or_too_long(text: str, limit: int) -> str | None:
+    """Why ``text`` cannot be a key or an id (None: it can)."""
+    if "\x00" in text:
+        return "holds a NUL byte (\\u0000), which PostgreSQL text cannot store"
+    if len(text) * 4 > limit:  # most characters take fewer bytes: encode only what may be too long
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            return f"is {size:,} bytes long, more than the {limit:,} allowed"
+    return None
+
+
+def key_refusal(state: str, key: Sequence[Any]) -> str | None:
+    """Why ``key`` cannot be a key of ``state`` (None: it can)."""
+    if any(k is None for k in key):
+        return f"null key for state {state!r}"
+    texts = [k for k in key if isinstance(k, str)]
+    for k in texts:
+        if "\x00" in k:
+            return f"the key of state {state!r} holds a NUL byte (\\u0000), which PostgreSQL text cannot store"
+    if sum(len(k) for k in texts) * 4 > MAX_KEY_BYTES:
+        size = sum(len(k.encode("utf-8", "surrogatepass")) for k in texts)
+        if size > MAX_KEY_BYTES:
+            return f"the key of state {state!r} is {size:,} bytes long, more than the {MAX_KEY_BYTES:,} allowed"
+    return None
+
+
+def id_refusal(what: str, ident: Any) -> str | None:
+    """Why ``ident`` cannot be ``what`` (an event id, a request id ...; None: it can)."""
+    if not isinstance(ident, str) or not ident:
+        return f"{what} must be non-empty text, got {_short(ident)}"
+    why = nul_or_too_long(ident, MAX_ID_BYTES)
+    return None if why is None else f"{what} {why}"
+
+
+def value_refusal(state: str, value_type: str, value: Any) -> str | None:
+    """Why ``value`` cannot be a value of a ``value_type`` state (None: it can)."""
+    if value_type not in _RANGES:
+        return None
+    if value is None:
+        return f"the value for state {state!r} is null"
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        return f"the value for state {state!r} must be a number ({value_type}), got {_short(value)}"
+    if (isinstance(value, float) and not math.isfinite(value)) or (
+            isinstance(value, Decimal) and not value.is_finite()):
+        return f"the value for state {state!r} is {value}, not a finite number"
+    if value_type in INTEGER_TYPES and value != int(value):
+        return f"the value for state {state!r} must be a whole number ({value_type}), got {_short(value)}"
+    low, high = _RANGES[value_type]
+    try:
+        inside = low <= value <= high
+    except (InvalidOperation, OverflowError):
+        inside = False
+    if not inside:
+        return f"the value for state {state!r} ({_short(value)}) does not fit {value_type} ({low:g} to {high:g})"
+    return None
+
+
+def nesting_refusal(text: str) -> str | None:
+    """Why the JSON ``text`` nests too deep to be parsed safely (None: it does not), counting the
+    brackets outside strings up to :data:`MAX_NESTING` (cheap: most records never get deep)."""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return None
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return f"the record nests deeper than {MAX_NESTING} levels"
+        elif ch in "]}":
+            depth -= 1
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text):,} characters)"
