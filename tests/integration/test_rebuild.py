@@ -52,3 +52,39 @@ def test_an_aborted_rebuild_can_never_swap_and_a_live_one_is_not_aborted_by_acci
     finally:
         owner.close()
         operator.close()
+
+
+def test_a_reader_whose_snapshot_predates_the_swap_still_sees_the_old_state(dsn: str) -> None:
+    """Regression: the swap emptied the state table with TRUNCATE, which is not MVCC-safe: a reader
+    holding a snapshot taken before it saw an empty table, not the old state."""
+    import psycopg2
+
+    from airflow_transactional import rebuild
+    from tests.helpers import query
+
+    make_log(dsn).append([click(i) for i in range(30)])
+    owner = Coordinator(dsn)
+    reader = psycopg2.connect(dsn)
+    try:
+        owner.register(counting_topology())
+        run_one(owner, "clicks", "r1")
+        before = query(dsn, "SELECT user_id, value FROM clicks_count ORDER BY 1")
+        mine = rebuild.begin(owner, "clicks")
+        # The recomputation (here: the same values, one of them changed, one key gone).
+        load = "airflow_txn.rebuild_1_clicks_count"
+        query(dsn, f"INSERT INTO {load} SELECT user_id, value FROM clicks_count")
+        query(dsn, f"UPDATE {load} SET value = value + 100 WHERE user_id = 'u1'")
+        query(dsn, f"DELETE FROM {load} WHERE user_id = 'u2'")
+        query(dsn, "INSERT INTO airflow_txn.rebuild_1_clicks_amount SELECT user_id, value FROM clicks_amount")
+        reader.set_session(isolation_level="REPEATABLE READ")
+        with reader.cursor() as cur:
+            cur.execute("SELECT 1")  # the snapshot is taken; the state table not touched yet
+            rebuild.swap(owner, mine)
+            cur.execute("SELECT user_id, value FROM clicks_count ORDER BY 1")
+            assert cur.fetchall() == before
+        reader.rollback()
+        after = dict(query(dsn, "SELECT user_id, value FROM clicks_count"))
+        assert after == {u: v + (100 if u == "u1" else 0) for u, v in before if u != "u2"}
+    finally:
+        reader.close()
+        owner.close()

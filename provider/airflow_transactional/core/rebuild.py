@@ -9,8 +9,9 @@ job, or a damaged table). The steps:
    and loads the result into load tables (``spark_job.rebuild``), as long as it takes.
 3. :func:`swap`, ONE database transaction: lock the topology (commits wait), build each state as
    the recomputed values of T0 plus the journaled deltas of T0+1..now under the same value rules,
-   replace the state table's contents, drop the journal, clear the mark. Readers see the old
-   state or the new one, never a half-built view.
+   replace the state table's contents (plain DML: a reader's older snapshot keeps the old rows),
+   drop the journal, clear the mark. Readers see the old state or the new one, never a half-built
+   view.
 
 :func:`abort` undoes step 1 (a failed rebuild); ``recover`` then frees the journal.
 
@@ -124,7 +125,7 @@ def swap(store: StateStore, rebuild: Rebuild) -> dict[str, Any]:
                                 {"txid": txid, "attempt": attempt})
             for stmt in q.replace_contents(state, shadow):
                 cur.execute(stmt)
-            result["states"][state.name] = cur.rowcount
+            result["states"][state.name] = catalog.count(cur, shadow)
             catalog.drop(cur, load_table(store, num, state))
             attempts.delete_committed_staged(cur, store.schema, staging, topology_id)
         topologies.set_rebuild_mark(cur, store.schema, topology_id, NO_REBUILD)

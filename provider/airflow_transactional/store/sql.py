@@ -181,7 +181,18 @@ def rebuild_shadow(state: StateSpec, shadow: sql.Identifier, recomputed: sql.Com
 
 
 def replace_contents(state: StateSpec, shadow: sql.Identifier) -> list[sql.Composed]:
-    """Swap the shadow's rows into the state table in place (grants and views stay valid)."""
+    """Make the state table hold the shadow's rows, in place (grants and views stay valid): delete
+    the keys the shadow lacks, write those that differ. Plain DML, so a reader whose snapshot
+    predates the swap still sees the old rows (TRUNCATE would show it an empty table), and a
+    rebuild that changed little writes little."""
+    target, keys = state_table(state), key_list(state)
+    values = [c for c in expected_columns(state) if c not in state.keys]
     cols = sql.SQL(", ").join(map(sql.Identifier, expected_columns(state)))
-    return [sql.SQL("TRUNCATE {}").format(state_table(state)),
-            sql.SQL("INSERT INTO {} ({c}) SELECT {c} FROM {}").format(state_table(state), shadow, c=cols)]
+    new = sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in values)
+    old = sql.SQL(", ").join(sql.Identifier("t", c) for c in values)
+    excluded = sql.SQL(", ").join(sql.Identifier("excluded", c) for c in values)
+    return [sql.SQL("DELETE FROM {} t WHERE NOT EXISTS (SELECT 1 FROM {} s WHERE {})").format(
+                target, shadow, same_keys(state, "s", "t")),
+            sql.SQL("INSERT INTO {} AS t ({c}) SELECT {c} FROM {} ON CONFLICT ({keys}) DO UPDATE SET {new} "
+                    "WHERE ({old}) IS DISTINCT FROM ({excluded})").format(
+                target, shadow, c=cols, keys=keys, new=new, old=old, excluded=excluded)]
