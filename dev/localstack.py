@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,8 +24,8 @@ from typing import Any
 
 from airflow_transactional import files
 from airflow_transactional.exceptions import TransactionalError
-from airflow_transactional.submit import spark_connect_server_argv
-from dev.embedded import EmbeddedPostgres, free_port
+from airflow_transactional.submit import spark_connect_server_argv, spark_connect_server_env
+from dev.embedded import EmbeddedPostgres, free_port, listening
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +92,7 @@ class LocalStack:
     def _secrets(self) -> dict[str, str]:
         values = dict(json.loads(self._secrets_file.read_text())) if self._secrets_file.exists() else {}
         wanted = {"jwt": lambda: secrets.token_urlsafe(32), "api": lambda: secrets.token_urlsafe(32),
+                  "spark_connect": lambda: secrets.token_urlsafe(32),
                   "fernet": _fernet_key,
                   **{f"{user}_password": lambda: secrets.token_urlsafe(9) for user in self.users}}
         missing = {k: make() for k, make in wanted.items() if k not in values}
@@ -173,8 +173,11 @@ class LocalStack:
             "NO_PROXY": "*",
         }
         if self.spark_connect_port:
+            # The server serves only a client with its token (localhost: PySpark sends a token over
+            # plain loopback only to "localhost"; anywhere else it wants TLS).
             env["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"] = json.dumps(
-                {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": self.spark_connect_port})
+                {"conn_type": "spark_connect", "host": "sc://localhost", "port": self.spark_connect_port,
+                 "password": s["spark_connect"]})
         if self.teams:
             bundle = "airflow.dag_processing.bundles.local.LocalDagBundle"
             env["AIRFLOW__CORE__MULTI_TEAM"] = "True"
@@ -223,11 +226,13 @@ class LocalStack:
         if name not in self.components:
             raise AirflowStackError(f"unknown component {name!r}: one of {', '.join(self.components)}")
         logf = open(files.open_private_log(self.base_dir / f"{name}.log"), "ab")
+        env = self.env()
         if name == SPARK_CONNECT and self.spark_connect_port:
             argv = spark_connect_server_argv(self.spark_connect_port)
+            env = spark_connect_server_env(self._secrets()["spark_connect"], env)  # its token, none of our secrets
         else:
             argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
-        self.procs[name] = subprocess.Popen(argv, env=self.env(), stdout=logf, stderr=subprocess.STDOUT,
+        self.procs[name] = subprocess.Popen(argv, env=env, stdout=logf, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True, umask=UMASK)
         logf.close()
 
@@ -245,10 +250,14 @@ class LocalStack:
                 pass
             proc.wait(10)
 
-    def stop(self) -> None:
+    def stop(self, *, remove: bool = False) -> None:
+        """Stop every component; ``remove``: delete the state store's data too (a throwaway stack)."""
         for name in reversed(self.components):
             self.stop_component(name)
-        self.pg.stop()
+        if remove:
+            self.pg.remove()
+        else:
+            self.pg.stop()
 
     def __enter__(self) -> LocalStack:
         return self.start()
@@ -284,12 +293,6 @@ class LocalStack:
     def remove(self) -> None:
         """Delete everything under ``base_dir`` (stop first)."""
         shutil.rmtree(self.base_dir, ignore_errors=True)
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(1)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 class RestClient:

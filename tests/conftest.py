@@ -24,7 +24,7 @@ def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
     # fsync only matters when the machine itself crashes; server kills and restarts are still real.
     server = EmbeddedPostgres(base, settings={"fsync": "off"}).start()
     yield server
-    server.stop()
+    server.remove()
 
 
 @pytest.fixture

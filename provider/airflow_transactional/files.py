@@ -36,13 +36,45 @@ def cache_dir() -> Path:
     return Path(base) / "airflow_transactional"
 
 
+def _check_chain(path: Path) -> None:
+    """Refuse a path another user could redirect: every directory on the way to ``path`` must be
+    owned by this user or root and writable by nobody else (a sticky one such as ``/tmp``
+    excepted: nobody else may rename what is in it), and every symbolic link on the way owned by
+    this user or root (then its target's way is checked too). Components not made yet pass."""
+    me = os.geteuid()
+    current = Path(path.anchor or "/")
+    for part in path.absolute().parts[1:]:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return  # made below by us, 0700
+        why = None
+        if st.st_uid not in (0, me):
+            why = f"belongs to another user (uid {st.st_uid})"
+        elif stat.S_ISLNK(st.st_mode):
+            current = Path(os.path.realpath(current))
+            _check_chain(current)
+            continue
+        elif stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            why = "others may write in it (group or other write, no sticky bit)"
+        if why is not None:
+            raise ConfigError(f"the provider's private directory {path} is reached through {current}, which {why}: "
+                              f"another user could swap what lies below it. Set {DIR_ENV} to a directory whose every "
+                              "parent only you or root can write")
+
+
 def private_dir(path: str | os.PathLike[str]) -> Path:
     """``path`` as a directory only the current user can enter (created 0700 if missing).
 
-    An existing directory owned by someone else is refused: its owner could swap files in it.
-    One of ours that others can reach is tightened to 0700.
+    Every directory and link on the way to it must be ours or root's, and writable by nobody
+    else (:func:`_check_chain`): a shared parent (a shared ``XDG_CACHE_HOME``) would let another
+    user swap the directory for one of theirs. An existing directory owned by someone else is
+    refused: its owner could swap files in it. One of ours that others can reach is tightened to
+    0700.
     """
-    p = Path(path)
+    p = Path(path).absolute()
+    _check_chain(p.parent)
     try:
         p.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
@@ -94,7 +126,9 @@ def _trusted(path: Path, digest: str) -> bool:
 
 
 def artifact(stem: str, suffix: str, content: bytes, directory: Path | None = None) -> Path:
-    """A private file holding ``content``, named by its digest: reused when verified, else (re)written."""
+    """A private file holding ``content``, named by its digest: reused when verified, else
+    (re)written. Call it right before each use: the directory's whole way and the file's digest are
+    checked every time (a path remembered from an earlier call proves nothing now)."""
     digest = hashlib.sha256(content).hexdigest()
     home = private_dir((directory or cache_dir()) / "artifacts")
     target = home / f"{stem}-{digest[:16]}{suffix}"

@@ -68,6 +68,8 @@ YARN_DSN_NAME = "airflow_txn_dsn"
 STALE_DSN_FILE_SECONDS = 7 * 24 * 3600
 K8S_SECRET_CONF = f"spark.kubernetes.driver.secretKeyRef.{DSN_ENV}"
 _K8S_SECRET_REF = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?:[-._a-zA-Z0-9]+")
+#: Kubernetes' limits: a secret's name is a DNS subdomain (253 characters), a key at most 253.
+_K8S_NAME_MAX = 253
 
 
 @dataclass(frozen=True)
@@ -107,13 +109,22 @@ def deliver_dsn(dsn: str, master: str, deploy_mode: str | None, *,
             raise ConfigError("a k8s:// master in cluster mode needs the DSN in a Kubernetes secret: create one "
                               "(kubectl create secret generic txn-store --from-literal=dsn='postgresql://...') "
                               "and pass kubernetes_dsn_secret='txn-store:dsn'")
-        if not _K8S_SECRET_REF.fullmatch(kubernetes_dsn_secret):
-            raise ConfigError(f"kubernetes_dsn_secret must be 'secret-name:key', got {kubernetes_dsn_secret!r}")
+        check_kubernetes_secret(kubernetes_dsn_secret)
         return DsnDelivery(conf={K8S_SECRET_CONF: kubernetes_dsn_secret})
     path = write_dsn_file(dsn)
     if master.startswith("yarn") and cluster:
         return DsnDelivery([DSN_FILE_ARG, YARN_DSN_NAME], [f"{path}#{YARN_DSN_NAME}"], local_file=path)
     return DsnDelivery([DSN_FILE_ARG, str(path)], local_file=path)
+
+
+def check_kubernetes_secret(ref: Any) -> str:
+    """``ref`` when it is ``'secret-name:key'`` as Kubernetes allows them, else a ConfigError."""
+    if (not isinstance(ref, str) or not _K8S_SECRET_REF.fullmatch(ref)
+            or any(len(part) > _K8S_NAME_MAX for part in ref.split(":", 1))):
+        shown = ref if not isinstance(ref, str) or len(ref) <= 80 else f"{ref[:60]}... ({len(ref)} characters)"
+        raise ConfigError(f"kubernetes_dsn_secret must be 'secret-name:key' (a secret name of lower-case letters, "
+                          f"digits, '-' and '.', and a key, each at most {_K8S_NAME_MAX} characters), got {shown!r}")
+    return ref
 
 
 def read_dsn_file(path: str, *, owner_only: bool = True, unreadable_hint: str = "") -> str:
@@ -165,22 +176,27 @@ def spark_submit_argv(master: str, conf: Mapping[str, Any], *options: str) -> li
             *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}"))]
 
 
-@functools.cache
 def provider_zip() -> str:
     """The provider package as a zip for ``--py-files``, so executors on a cluster import it.
 
-    Built in memory with fixed timestamps (the same sources give the same bytes) and kept as a
-    private, digest-checked file (:func:`files.artifact`): never a file someone else could plant.
+    Built in memory once per process with fixed timestamps (the same sources give the same bytes)
+    and kept as a private file (:func:`files.artifact`), checked -- its directory's way, its
+    digest -- at every call: never a file someone else could plant or swap.
     """
+    return str(files.artifact("airflow_transactional", ".zip", _provider_zip_bytes()))
+
+
+@functools.cache
+def _provider_zip_bytes() -> bytes:
     pkg = Path(__file__).resolve().parent
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for p in sorted(pkg.rglob("*.py")):
+        for p in sorted([*pkg.rglob("*.py"), *pkg.rglob("*.sql")]):
             info = zipfile.ZipInfo(str(p.relative_to(pkg.parent)), date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
             info.external_attr = 0o644 << 16
             zf.writestr(info, p.read_bytes())
-    return str(files.artifact("airflow_transactional", ".zip", buf.getvalue()))
+    return buf.getvalue()
 
 
 LOG4J2 = """\
@@ -196,9 +212,9 @@ logger.spark_job.level = warn
 """
 
 
-@functools.cache
 def quiet_log_config() -> str:
-    """A log4j2 file that keeps Spark's driver at WARN (task logs show the job, not the JVM)."""
+    """A log4j2 file that keeps Spark's driver at WARN (task logs show the job, not the JVM),
+    checked at every call as :func:`provider_zip` is."""
     return str(files.artifact("airflow_transactional-log4j2", ".properties", LOG4J2.encode()))
 
 
@@ -248,8 +264,31 @@ def with_jit_for_batch(conf: Mapping[str, Any], batch: Mapping[str, Any], planne
     return out
 
 
+#: Where a Spark Connect server (and a client) takes its shared token: never on a command line.
+CONNECT_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+
+
+def spark_connect_server_env(token: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a Spark Connect server: ``base`` (default: this process's) without the
+    state store's secrets or Airflow's (an authenticated client can run code on the server and read
+    it), with the token every client must present (``spark.connect.authenticate.token`` is the
+    same setting, but on the server's command line every local user could read it)."""
+    if not token:
+        raise ConfigError("a Spark Connect server needs a token: without one any local user may run code in it")
+    secret = ("AIRFLOW_CONN_", "AIRFLOW__", DSN_ENV, DSN_FILE_ENV)
+    return {**{k: v for k, v in (base if base is not None else os.environ).items() if not k.startswith(secret)},
+            CONNECT_TOKEN_ENV: token}
+
+
+def spark_connect_url(port: int, token: str) -> str:
+    """A client's URL for a token-checking server on this machine: ``localhost`` (not 127.0.0.1)
+    is what lets PySpark's client send a token over plain loopback instead of requiring TLS."""
+    return f"sc://localhost:{port}/;token={token}"
+
+
 def spark_connect_server_argv(port: int, master: str = "local[2]") -> list[str]:
-    """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server)."""
+    """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server).
+    Start it with :func:`spark_connect_server_env`: a server without a token serves any local user."""
     conf = with_quiet_driver_logs({**LOCAL_SPARK_CONF, "spark.driver.memory": "2g",
                                    # a long-lived JVM: let the JIT optimise fully
                                    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",

@@ -116,7 +116,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener) -> I
         st.start()
         yield st
     finally:
-        st.stop()
+        st.stop(remove=True)
 
 
 @pytest.fixture(scope="package")

@@ -54,7 +54,7 @@ def teams_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack
         st.start()
         yield st
     finally:
-        st.stop()
+        st.stop(remove=True)
 
 
 def _get(stack: LocalStack, path: str, token: str) -> tuple[int, Any]:

@@ -58,5 +58,58 @@ def test_a_cluster_made_with_trust_auth_is_upgraded_to_passwords_and_cleans_up(t
         psycopg2.connect(again.dsn()).close()
         socket_dir = again.socket_dir
     finally:
-        EmbeddedPostgres(tmp_path / "old").stop()
+        EmbeddedPostgres(tmp_path / "old").remove()
     assert not socket_dir.exists()  # nothing left in the temp directory
+
+
+def test_a_server_started_as_root_never_loosens_the_callers_directories(tmp_path: Path) -> None:
+    """Regression: as root, starting the server added o+rx to every parent of its directory (a 0700
+    one became 0755, and so did pytest's base temp), exposing what they held to every user."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    secret = private / "ledger.json"
+    secret.write_text("{}")
+    before = {p: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path, private, *tmp_path.parents)}
+    server = EmbeddedPostgres(private / "pg").start()
+    try:
+        psycopg2.connect(server.dsn()).close()
+        assert {p: stat.S_IMODE(p.stat().st_mode) for p in before} == before
+        if os.geteuid() == 0:  # the server runs as its own user, from a directory of its own
+            assert server.server_dir is not None and not server.server_dir.is_relative_to(tmp_path)
+            st = server.server_dir.stat()
+            assert (st.st_uid != 0, stat.S_IMODE(st.st_mode)) == (True, 0o700)
+            assert server.data_dir.is_relative_to(server.server_dir)
+        server_dir = server.server_dir
+    finally:
+        server.remove()
+    assert server_dir is None or not server_dir.exists()
+
+
+def test_the_demo_prints_no_password_and_its_clients_connect_from_private_files(
+        pg: EmbeddedPostgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: the demo printed `psql "$AIRFLOW_TXN_DSN"` and the admin password; a psql with
+    the password on its command line showed it to every local user (ps)."""
+    from airflow_transactional.cli import main as cli
+    from dev import demo
+    from dev.localstack import LocalStack
+
+    (tmp_path / "demo").mkdir()
+    stack = LocalStack(tmp_path / "demo", demo.DAGS_DIR)
+    stack.pg = pg
+    text = demo.banner(stack, tmp_path)
+    for secret in (pg.password, stack.admin_password, pg.superuser_password):
+        assert secret and secret not in text
+    assert "psql service=airflow_txn" in text and 'psql "$' not in text
+    made = pg.client_files(tmp_path)
+    for path in (*made.values(), tmp_path / "pgpass"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    monkeypatch.setenv("PGSERVICEFILE", str(made["PGSERVICEFILE"]))
+    conn = psycopg2.connect("service=airflow_txn")  # what `psql service=airflow_txn` does: no password given
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT current_user, current_database()")
+        assert cur.fetchone() == ("txn_app", "airflow_txn")
+    conn.close()
+    monkeypatch.setenv("AIRFLOW_TXN_DSN_FILE", str(made["AIRFLOW_TXN_DSN_FILE"]))
+    assert cli(["recover", "nosuch"]) == 1
+    assert "topology 'nosuch' is not registered" in capsys.readouterr().err  # the CLI reached the store

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,9 +18,8 @@ import pytest
 
 from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.submit import spark_connect_server_argv
 from dev.embedded import free_port
-from dev.localstack import listening
+from dev.sparkconnect import ConnectServer
 from tests.helpers import query
 
 pytestmark = pytest.mark.spark
@@ -32,22 +30,12 @@ WORDS = str(REPO / "spark_jobs" / "words.py")
 
 @pytest.fixture(scope="module")
 def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log_file = tmp_path_factory.mktemp("spark-connect") / "server.log"
-    with open(log_file, "wb") as out:
-        server = subprocess.Popen(spark_connect_server_argv(port), stdout=out, stderr=subprocess.STDOUT,
-                                  env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
-                                  start_new_session=True)
+    server = ConnectServer(free_port(), tmp_path_factory.mktemp("spark-connect") / "server.log").start()
     try:
-        deadline = time.monotonic() + 120
-        while not listening(port):
-            assert server.poll() is None, log_file.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the Spark Connect server did not listen within 120 s"
-            time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
+        server.wait(120)
+        yield server.url
     finally:
-        server.terminate()
-        server.wait(60)
+        server.stop()
 
 
 def _client(dsn: str, remote: str, txid: int) -> subprocess.CompletedProcess[str]:
@@ -90,3 +78,39 @@ def test_words_job_on_spark_connect_commits_exactly_what_the_log_holds(dsn: str,
     attempts = query(dsn, "SELECT attempt, status FROM airflow_txn.attempts WHERE txid = 1 ORDER BY 1")
     assert attempts == [(1, "discarded"), (2, "committed")]
     coord.close()
+
+
+PROBE = """
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+print(spark.range(3).count())
+"""
+
+
+def test_the_server_serves_only_a_client_with_its_token_and_holds_no_secret(
+        spark_remote: str, tmp_path: Path) -> None:
+    """Regression: the server the stack and the bench started accepted any local client, and a
+    client as ``nobody`` read the server's environment (the state store's DSN) and files."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_CONNECT_AUTHENTICATE_TOKEN"}
+    port = spark_remote.split(":")[2].split("/")[0]
+    ok = subprocess.run([sys.executable, str(probe), spark_remote], env=env, capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0 and ok.stdout.strip().endswith("3"), ok.stderr[-2000:]
+    for remote in (f"sc://localhost:{port}/;token=wrong-token", f"sc://localhost:{port}", f"sc://127.0.0.1:{port}"):
+        refused = subprocess.run([sys.executable, str(probe), remote], env=env, capture_output=True, text=True,
+                                 timeout=120)
+        assert refused.returncode != 0, remote
+        assert "UNAUTHENTICATED" in refused.stderr or "Invalid authentication" in refused.stderr, refused.stderr[-2000:]
+
+
+def test_the_servers_environment_has_its_token_and_none_of_the_stores_secrets() -> None:
+    from airflow_transactional.submit import spark_connect_server_argv, spark_connect_server_env
+
+    base = {"PATH": "/usr/bin", "AIRFLOW_TXN_DSN": "host=h password=s3cret", "AIRFLOW_TXN_DSN_FILE": "/x",
+            "AIRFLOW_CONN_TRANSACTIONAL_DEFAULT": '{"password": "s3cret"}', "AIRFLOW__API_AUTH__JWT_SECRET": "j"}
+    env = spark_connect_server_env("tok", base)
+    assert env == {"PATH": "/usr/bin", "SPARK_CONNECT_AUTHENTICATE_TOKEN": "tok"}
+    assert not any("tok" == a or "token" in a for a in spark_connect_server_argv(15002))

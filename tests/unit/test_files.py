@@ -18,11 +18,7 @@ pytestmark = pytest.mark.unit
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(files.DIR_ENV, str(tmp_path / "cache"))
-    spark_job.provider_zip.cache_clear()
-    spark_job.quiet_log_config.cache_clear()
     yield tmp_path / "cache"
-    spark_job.provider_zip.cache_clear()
-    spark_job.quiet_log_config.cache_clear()
 
 
 def mode(path: str | Path) -> int:
@@ -43,7 +39,7 @@ def test_a_planted_file_at_the_artifact_name_is_replaced_not_used(cache: Path) -
     genuine = Path(spark_job.provider_zip()).read_bytes()
     target = Path(spark_job.provider_zip())
     target.write_bytes(b"PK planted code")  # same name, other content
-    spark_job.provider_zip.cache_clear()
+    # Regression: within one process the cached path was handed out again without a look.
     assert Path(spark_job.provider_zip()).read_bytes() == genuine
 
 
@@ -56,7 +52,9 @@ def test_an_artifact_others_can_write_is_rewritten_private(cache: Path) -> None:
 
 def test_the_same_sources_give_the_same_zip(cache: Path) -> None:
     first = Path(spark_job.provider_zip())
-    spark_job.provider_zip.cache_clear()
+    from airflow_transactional import submit
+
+    submit._provider_zip_bytes.cache_clear()
     assert Path(spark_job.provider_zip()) == first  # deterministic: no timestamps in the name's digest
 
 
@@ -87,3 +85,35 @@ def test_private_files_are_never_readable_by_others_even_with_a_loose_umask(tmp_
         os.umask(old)
     assert mode(written) == 0o600 and mode(tmp_path / "component.log") == 0o600
     assert not list(tmp_path.glob(".secret.json.*"))  # the temporary file was renamed, not left
+
+
+def test_a_cache_reached_through_a_parent_others_may_write_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      cache: Path) -> None:
+    """Regression: only the last component was checked; under a shared XDG_CACHE_HOME another user
+    swapped the verified directory for theirs."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # world-writable, no sticky bit: anyone may rename what is in it
+    monkeypatch.setenv(files.DIR_ENV, str(shared / "cache"))
+    with pytest.raises(ConfigError, match=f"reached through {shared}, which others may write in it"):
+        spark_job.provider_zip()
+    os.chmod(shared, 0o1777)  # sticky, as /tmp: nobody else may rename our directory
+    assert Path(spark_job.provider_zip()).parent == shared / "cache" / "artifacts"
+
+
+def test_a_cache_reached_through_another_users_link_or_directory_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    monkeypatch.setenv(files.DIR_ENV, str(link / "cache"))
+    assert Path(spark_job.provider_zip()).parent == link / "cache" / "artifacts"  # our own link: followed
+    if os.geteuid() == 0:  # only root can give a link or a directory to another user
+        os.lchown(link, 65534, 65534)
+        with pytest.raises(ConfigError, match=f"reached through {link}, which belongs to another user"):
+            spark_job.provider_zip()
+        os.lchown(link, 0, 0)
+        os.chown(mine, 65534, 65534)
+        with pytest.raises(ConfigError, match="belongs to another user"):
+            spark_job.provider_zip()

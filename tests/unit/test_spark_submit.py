@@ -33,11 +33,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     # The hook wants the Kubernetes provider for a k8s:// master only to track the driver later.
     import airflow.providers.apache.spark.hooks.spark_submit as hook_module
     monkeypatch.setattr(hook_module, "kube_client", object(), raising=False)
-    spark_job.provider_zip.cache_clear()
-    spark_job.quiet_log_config.cache_clear()
     yield tmp_path
-    spark_job.provider_zip.cache_clear()
-    spark_job.quiet_log_config.cache_clear()
 
 
 def submit(monkeypatch: pytest.MonkeyPatch, conn: dict[str, object], deploy_mode: str | None,

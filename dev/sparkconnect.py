@@ -1,0 +1,66 @@
+"""A Spark Connect server for the local stack, the tests and the benchmarks: on loopback, serving
+only a client that presents its token (the token in its environment, never on a command line),
+and holding none of the state store's secrets in its environment."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow_transactional import files
+from airflow_transactional.submit import spark_connect_server_argv, spark_connect_server_env, spark_connect_url
+from dev.embedded import listening
+
+__all__ = ["ConnectServer"]
+
+
+class ConnectServer:
+    """``start()`` a server on ``port``, wait until it serves, ``stop()`` it; its log goes to ``log``."""
+
+    def __init__(self, port: int, log: Path, *, master: str = "local[2]", token: str | None = None) -> None:
+        self.port, self.log, self.master = port, log, master
+        self.token = token or secrets.token_urlsafe(32)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """What a client sets as ``$SPARK_REMOTE`` (it holds the token: an environment value, never argv)."""
+        return spark_connect_url(self.port, self.token)
+
+    def connection(self) -> dict[str, Any]:
+        """The ``spark_connect`` Airflow connection of this server (its token as the password)."""
+        return {"conn_type": "spark_connect", "host": "sc://localhost", "port": self.port, "password": self.token}
+
+    def start(self, env: dict[str, str] | None = None) -> ConnectServer:
+        base = {**(env if env is not None else os.environ), "PYSPARK_PYTHON": sys.executable,
+                "SPARK_LOCAL_IP": "127.0.0.1"}
+        with open(files.open_private_log(self.log), "ab") as out:
+            self.proc = subprocess.Popen(spark_connect_server_argv(self.port, self.master), stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env=spark_connect_server_env(self.token, base))
+        return self
+
+    def wait(self, timeout: float = 180) -> ConnectServer:
+        deadline = time.monotonic() + timeout
+        while not listening(self.port):
+            if self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the Spark Connect server did not start; see {self.log}:\n"
+                                   + self.log.read_text(errors="replace")[-3000:])
+            time.sleep(0.5)
+        return self
+
+    def stop(self, timeout: float = 60) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.proc = None
