@@ -28,7 +28,7 @@ from .exceptions import ConfigError
 from .operators import CommitOperator, PlanOperator, TransactionalSparkSubmitOperator
 from .sources.base import Source
 from .spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
-from .submit import LOCAL_SPARK_CONF
+from .submit import LOCAL_SPARK_CONF, check_kubernetes_secret
 from .values import Combiner, ValueKind
 
 __all__ = ["LOCAL_SPARK_CONF", "transactional_dag"]
@@ -71,6 +71,7 @@ def transactional_dag(
     py_files: str | None = None,
     spark_pool: str | None = None,
     spark_connect_conn_id: str | None = None,
+    kubernetes_dsn_secret: str | None = None,
     reuse_staged_output: bool = True,
     retries: int = 2,
     retry_delay: timedelta = timedelta(seconds=10),
@@ -115,10 +116,10 @@ def transactional_dag(
     ``late_commits``).
     Everything is validated here, at parse time, without touching a database.
     """
-    if schedule is None or schedule == "@once":
+    if schedule is None or schedule in ("@once", "@continuous"):
         raise ConfigError(
-            f"topology {topology_id!r}: give a periodic schedule (e.g. timedelta(minutes=1) or '*/5 * * * *'): "
-            "it is the batch-emit interval, and Airflow can only backfill DAGs with a schedule")
+            f"topology {topology_id!r}: give a periodic schedule (e.g. timedelta(minutes=1) or '*/5 * * * *'), "
+            f"not {schedule!r}: it is the batch-emit interval, and Airflow can only backfill DAGs with a schedule")
     spec = TopologySpec(topology_id, source, states, max_in_flight=max_in_flight,
                         max_batch_size=max_batch_size, opaque=opaque, on_bad_record=on_bad_record, outputs=outputs,
                         decisions=decisions,
@@ -149,6 +150,9 @@ def transactional_dag(
         raise ConfigError(f"tags must be a list of strings (e.g. tags=['billing']), got {tags!r}")
     if isinstance(application_args, str) or not all(isinstance(a, str) for a in application_args):
         raise ConfigError(f"application_args must be a list of strings, got {application_args!r}")
+    _check_spark_connect(spark_connect_conn_id, spark_conf)
+    if kubernetes_dsn_secret is not None:
+        check_kubernetes_secret(kubernetes_dsn_secret)
     config = spec.to_config()
     dag = DAG(
         dag_id=dag_id or topology_id,
@@ -168,7 +172,7 @@ def transactional_dag(
         task_id="process", application=config["extra"]["spark"]["application"],
         application_args=list(application_args), conn_id=spark_conn_id, conf=dict(spark_conf or {}),
         py_files=py_files, name=f"txn-{topology_id}", reuse_staged_output=reuse_staged_output,
-        spark_connect_conn_id=spark_connect_conn_id,
+        spark_connect_conn_id=spark_connect_conn_id, kubernetes_dsn_secret=kubernetes_dsn_secret,
         **({"pool": spark_pool} if spark_pool else {}), **common)
     # The commit runs after a skipped (empty) process too; it must never run after a failed one.
     commit = CommitOperator(task_id="commit", wait_timeout=commit_timeout, trigger_rule="none_failed",
@@ -183,12 +187,44 @@ def transactional_dag(
     return dag
 
 
+def _check_spark_connect(conn_id: Any, spark_conf: Mapping[str, Any] | None) -> None:
+    """A Spark Connect connection id is a name, and the settings of Spark belong to its server."""
+    if conn_id is None:
+        return
+    if not isinstance(conn_id, str) or not conn_id.strip() or "\x00" in conn_id:
+        raise ConfigError(f"spark_connect_conn_id must name a spark_connect connection (e.g. "
+                          f"'spark_connect_default'), got {conn_id!r}")
+    if spark_conf:
+        raise ConfigError(f"spark_conf does not reach a Spark Connect server (spark_connect_conn_id={conn_id!r}): "
+                          "set those settings where the server is started, and drop spark_conf here")
+
+
+def _check_late_commit(callback: Callable[..., Any] | str) -> None:
+    """A deadline callback must be importable and a coroutine function: checked now, not when it fires."""
+    import importlib
+
+    target: Any = callback
+    if isinstance(callback, str):
+        module, _, attr = callback.rpartition(".")
+        try:
+            target = getattr(importlib.import_module(module), attr) if module and attr else None
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ConfigError(f"on_late_commit {callback!r} cannot be imported ({exc}): give the dotted path of an "
+                              "async function importable where the triggerer runs, e.g. 'my_alerts.page_on_call'") \
+                from None
+    if not inspect.iscoroutinefunction(target):
+        raise ConfigError(f"on_late_commit must be a coroutine function (async def) or its dotted path, "
+                          f"got {callback!r}")
+
+
 def _deadlines(given: Any, topology_id: str, interval: timedelta,
                callback: Callable[..., Any] | str | None) -> list[Any]:
     """The DAG's deadline alerts: the user's own (``deadline=``), and the commit deadline."""
     from airflow.sdk.definitions.callback import AsyncCallback
     from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
+    if callback is not None:
+        _check_late_commit(callback)
     try:
         alert = DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=interval,
                               callback=AsyncCallback(callback or late_commit, kwargs={"topology_id": topology_id}),

@@ -55,7 +55,11 @@ def topology_id(name: object) -> str:
 
 def name(kind: str, value: object) -> str:
     """Validate a state, source, log, column or schema name."""
-    return _check(kind, value, _MAX_NAME)
+    checked = _check(kind, value, _MAX_NAME)
+    if kind == "schema name" and (checked.startswith("pg_") or checked == "information_schema"):
+        raise ConfigError(f"schema {checked!r} belongs to PostgreSQL itself: name a schema of your own "
+                          "(e.g. 'public' or 'analytics')")
+    return checked
 
 
 def column(value: object) -> str:

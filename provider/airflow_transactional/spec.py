@@ -6,12 +6,14 @@ time with a message that names the fix, long before a database is touched.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import identifiers
 from .exceptions import ConfigError
+from .limits import value_range
 from .sources import PostgresLogSource, Source, source_from_config
 from .values import Combiner, ValueKind
 
@@ -163,8 +165,9 @@ class DecisionSpec:
     def __post_init__(self) -> None:
         identifiers.name("decision name", self.name)
         identifiers.name("state name", self.state)
-        if not isinstance(self.floor, (int, float)) or isinstance(self.floor, bool):
-            raise ConfigError(f"decision {self.name!r}: floor must be a number, got {self.floor!r}")
+        if (not isinstance(self.floor, (int, float)) or isinstance(self.floor, bool)
+                or not math.isfinite(self.floor)):
+            raise ConfigError(f"decision {self.name!r}: floor must be a finite number, got {self.floor!r}")
         if self.headroom is not None:
             identifiers.qualified_table(self.headroom, DEFAULT_STATE_SCHEMA)
 
@@ -206,7 +209,7 @@ class TopologySpec:
 
     def __post_init__(self) -> None:
         identifiers.topology_id(self.topology_id)
-        states = tuple(self.states)
+        states = _sequence(self.topology_id, "states", self.states, "[StateSpec('counts', {'key': 'text'})]")
         if not states:
             raise ConfigError(f"topology {self.topology_id!r} has no states: give at least one StateSpec")
         names = [s.name for s in states]
@@ -236,7 +239,7 @@ class TopologySpec:
     def _declared(self, kind: str, cls: type, example: str, others: str, taken: set[str]) -> tuple[Any, ...]:
         """Check the topology's ``kind`` s (outputs, decisions): ``cls`` instances, with names unique
         and none in ``taken`` (the names of ``others``); stored as a tuple, and returned."""
-        declared = tuple(getattr(self, f"{kind}s"))
+        declared = _sequence(self.topology_id, f"{kind}s", getattr(self, f"{kind}s"), f"[{example}]")
         if any(not isinstance(d, cls) for d in declared):
             raise ConfigError(f"topology {self.topology_id!r}: {kind}s must be {example} declarations, "
                               f"got {declared!r}")
@@ -260,6 +263,10 @@ class TopologySpec:
                 raise ConfigError(f"decision {d.name!r}: its state {d.state!r} must be a transactional sum state "
                                   "in the state store (combiner='sum', kind='transactional', no database): the "
                                   "commit reads and updates the balance in its own transaction")
+            low, high = value_range(state.value_type)
+            if not low <= d.floor <= high:
+                raise ConfigError(f"decision {d.name!r}: floor {d.floor!r} is outside what its state {d.state!r} "
+                                  f"({state.value_type}) can hold ({low:g} to {high:g}): give a floor in that range")
 
     @property
     def decided_states(self) -> frozenset[str]:
@@ -321,6 +328,13 @@ class TopologySpec:
             outputs=[OutputSpec.from_config(o) for o in config.get("outputs", ())],
             decisions=[DecisionSpec.from_config(d) for d in config.get("decisions", ())],
         )
+
+
+def _sequence(topology_id: str, what: str, given: Any, example: str) -> tuple[Any, ...]:
+    """``given`` as a tuple when it is a list or tuple of declarations (one alone is refused, naming the fix)."""
+    if isinstance(given, (str, bytes, Mapping)) or not isinstance(given, Sequence):
+        raise ConfigError(f"topology {topology_id!r}: {what} must be a list, e.g. {what}={example}; got {given!r}")
+    return tuple(given)
 
 
 def _named(topology_id: str, kind: str, declared: Sequence[Any], name: str) -> Any:

@@ -8,6 +8,7 @@ import pytest
 
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import (
+    ConfigError,
     NotProcessed,
     StagedOutputIncomplete,
     StaleAttempt,
@@ -235,3 +236,11 @@ def test_status_reports_phases_lag_and_last_commit(coordinator: Coordinator, top
     assert [(f.txid, f.phase) for f in st.in_flight] == [(2, "processed"), (3, "processing")]
     assert st.lag == 110
     assert st.to_dict()["in_flight"][0]["run_key"] == "b"
+
+
+@pytest.mark.parametrize("run_key", ["a\0b", "", "r" * 251, None])
+def test_a_run_key_postgres_cannot_store_is_refused_naming_the_rule(coordinator: Coordinator, topo,  # type: ignore[no-untyped-def]
+                                                                     run_key: object) -> None:
+    """Regression: a NUL in a run key reached psycopg2 and came back as a raw ValueError."""
+    with pytest.raises(ConfigError, match="run key must be non-empty text of at most 250 characters without NUL"):
+        coordinator.plan("clicks", run_key)  # type: ignore[arg-type]

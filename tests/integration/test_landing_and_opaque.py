@@ -196,6 +196,69 @@ def test_a_same_size_rewrite_after_planning_is_never_committed(
     assert table(dsn, "file_counts") == {"z": 2}
 
 
+@pytest.mark.parametrize("opaque", [False, True])
+def test_an_in_place_rewrite_that_restores_the_mtime_is_never_committed(
+        coordinator: Coordinator, tmp_path: Path, dsn: str, opaque: bool) -> None:
+    """Regression: rsync --inplace / cp -p rewrite a file's bytes in place (same inode, same size)
+    and restore its mtime: the stat matched, and the new content was committed as the planned one."""
+    coordinator.register(_landing_topology(tmp_path, opaque=opaque))
+    _land(tmp_path, "a.json", ["x", "x"])
+    t1 = coordinator.plan("files", "r1")
+    path = tmp_path / "a.json"
+    before = path.stat()
+    with open(path, "r+b") as fh:  # same size, other bytes, in place
+        text = fh.read()
+        fh.seek(0)
+        fh.write(text.replace(b'"x"', b'"z"'))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    if not opaque:
+        with pytest.raises(BatchUnavailable, match=r"a\.json"):
+            process_batch(coordinator, "files", t1.txid, _fn)
+        return
+    process_batch(coordinator, "files", t1.txid, _fn)  # re-planned without the old content
+    coordinator.commit("files", t1.txid)
+    _commit_all(coordinator, "r2")
+    assert table(dsn, "file_counts") == {"z": 2}  # the new content, once, as a new file
+
+
+def test_a_hard_link_to_a_file_elsewhere_is_not_taken(coordinator: Coordinator, tmp_path: Path, dsn: str) -> None:
+    """Regression: a hard link in the directory to a file outside it was read; whoever may write into
+    the directory could have a file processed that they may not read."""
+    inside, outside = tmp_path / "in", tmp_path / "secret"
+    inside.mkdir()
+    outside.mkdir()
+    _land(outside, "passwords.json", ["root"])
+    os.link(outside / "passwords.json", inside / "leak.json")
+    _land(inside, "real.json", ["x"])
+    coordinator.register(_landing_topology(inside, max_files=10))
+    _commit_all(coordinator, "r1")
+    assert table(dsn, "file_counts") == {"x": 1}
+
+
+def test_a_stored_batch_naming_a_file_outside_the_directory_is_never_read(
+        coordinator: Coordinator, tmp_path: Path, dsn: str) -> None:
+    """The plan is stored where other roles write: a path pointed elsewhere (another user's file)
+    is refused before anything reads it, by processing and by an audit alike."""
+    inside, outside = tmp_path / "in", tmp_path / "secret"
+    inside.mkdir()
+    outside.mkdir()
+    _land(outside, "passwords.json", ["root"])
+    _land(inside, "real.json", ["x"])
+    coordinator.register(_landing_topology(inside))
+    _commit_all(coordinator, "r1")
+    _land(inside, "more.json", ["y"])
+    t2 = coordinator.plan("files", "r2")
+    query(dsn, "UPDATE airflow_txn.transactions SET batch = jsonb_set(batch, '{files,0,path}', to_jsonb(%s::text)) "
+               "WHERE txid = %s", (str(outside / "passwords.json"), t2.txid))
+    with pytest.raises(BatchUnavailable, match="outside the landing directory"):
+        process_batch(coordinator, "files", t2.txid, _fn)
+    query(dsn, "UPDATE airflow_txn.landing_files SET path = %s WHERE seq = 1", (str(outside / "passwords.json"),))
+    assert "outside the landing directory" in (coordinator.committed_batch("files")[1] or "")
+    assert table(dsn, "file_counts") == {"x": 1}
+
+
 def test_a_file_still_changing_is_not_planned_until_it_settles(coordinator: Coordinator, tmp_path: Path) -> None:
     spec = _landing_topology(tmp_path)
     coordinator.register(dataclasses.replace(spec, source=LandingDirectory(str(tmp_path), settle_seconds=60)))

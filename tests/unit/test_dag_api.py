@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional import LandingDirectory, OutputSpec, PostgresLogSource, StateSpec, output_asset, state_asset
+from airflow_transactional import (
+    DecisionSpec,
+    LandingDirectory,
+    OutputSpec,
+    PostgresLogSource,
+    StateSpec,
+    TopologySpec,
+    output_asset,
+    state_asset,
+)
 from airflow_transactional.dag import transactional_dag
 from airflow_transactional.exceptions import ConfigError
 
@@ -124,6 +133,12 @@ def test_a_commit_deadline_is_an_airflow_deadline_alert_on_every_run() -> None:
     assert alerts[1].callback.path == f"{__name__}._page_someone"
 
 
+def test_the_kubernetes_secret_readme_documents_reaches_the_process_task() -> None:
+    """Regression: transactional_dag(kubernetes_dsn_secret=...) raised TypeError from DAG.__init__."""
+    dag = _dag(kubernetes_dsn_secret="txn-store:dsn")
+    assert dag.get_task("process").kubernetes_dsn_secret == "txn-store:dsn"
+
+
 def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     dag = _dag(application="../../spark_jobs/words.py")
     assert dag.get_task("process").application == WORDS_JOB
@@ -153,6 +168,21 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     ({"commit_deadline": timedelta(minutes=1), "on_late_commit": print}, "must be a coroutine function"),
     ({"defer_after": timedelta(seconds=-1)}, "defer_after must be a timedelta of 0 or more"),
     ({"application_args": "--flag"}, "application_args must be a list of strings"),
+    # the second review's careless hand
+    ({"schedule": "@continuous"}, "give a periodic schedule .*not '@continuous'"),
+    ({"decisions": DecisionSpec("pay", state="url_counts")}, "decisions must be a list, e.g. decisions="),
+    ({"states": StateSpec("c", {"k": "text"})}, "states must be a list"),
+    ({"spark_connect_conn_id": ""}, "spark_connect_conn_id must name a spark_connect connection"),
+    ({"spark_connect_conn_id": 123}, "spark_connect_conn_id must name a spark_connect connection"),
+    ({"spark_connect_conn_id": "sc", "spark_conf": {"spark.executor.memory": "4g"}},
+     "spark_conf does not reach a Spark Connect server"),
+    ({"commit_deadline": timedelta(minutes=1), "on_late_commit": "not.a.module"}, "cannot be imported"),
+    ({"commit_deadline": timedelta(minutes=1), "on_late_commit": "json.dumps"}, "must be a coroutine function"),
+    ({"kubernetes_dsn_secret": "a" * 300 + ":dsn"}, "each at most 253 characters"),
+    ({"kubernetes_dsn_secret": "Bad Name:dsn"}, "kubernetes_dsn_secret must be 'secret-name:key'"),
+    ({"kubernetes_dsn_secret": "txn-store:dsn"}, None),
+    ({"commit_deadline": timedelta(minutes=1),
+      "on_late_commit": "airflow_transactional.deadlines.late_commit"}, None),
     ({"states": [StateSpec("c", {"k": "text"})], "source": LandingDirectory("/in", pattern="*.json")}, None),
 ])
 def test_bad_declarations_fail_at_parse_time_naming_the_fix(overrides: dict[str, object], fix: str | None) -> None:
@@ -171,6 +201,13 @@ def test_bad_declarations_fail_at_parse_time_naming_the_fix(overrides: dict[str,
     (lambda: StateSpec("c", {"url": "text"}, table="public.t\n"), "invalid table name"),
     (lambda: LandingDirectory("/in", max_files=10**9), "max_files must be an integer from 1 to 100,000"),
     (lambda: LandingDirectory("/in", settle_seconds=-1), "settle_seconds must be a number"),
+    (lambda: LandingDirectory("/in/a\0b"), "without NUL bytes"),
+    (lambda: DecisionSpec("pay", state="s", floor=float("nan")), "floor must be a finite number"),
+    (lambda: DecisionSpec("pay", state="s", floor=float("-inf")), "floor must be a finite number"),
+    (lambda: TopologySpec("t", PostgresLogSource("l"), [StateSpec("s", {"k": "text"})],
+                          decisions=[DecisionSpec("pay", state="s", floor=10**40)]), "outside what its state"),
+    (lambda: DecisionSpec("pay", state="s", headroom="pg_catalog.pg_authid"), "belongs to PostgreSQL itself"),
+    (lambda: StateSpec("c", {"k": "text"}, schema="information_schema"), "belongs to PostgreSQL itself"),
 ])
 def test_bad_names_and_shapes_are_refused_naming_the_fix(build: object, fix: str) -> None:
     with pytest.raises(ConfigError, match=fix):

@@ -85,13 +85,15 @@ def test_outputs_are_checked_and_round_trip() -> None:
         _spec(outputs=[OutputSpec("out", log="events")])
     with pytest.raises(ConfigError, match="outputs must be OutputSpec"):
         _spec(outputs=["granted"])
+    with pytest.raises(ConfigError, match="outputs must be a list"):
+        _spec(outputs=OutputSpec("a"))
     for bad in (0, 5000, "2", True):
         with pytest.raises(ConfigError, match="partitions must be an integer from 1 to 1024"):
             OutputSpec("o", partitions=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="invalid output name"):
         OutputSpec("Bad-Name")
     for bad in ("0", None, True):
-        with pytest.raises(ConfigError, match="floor must be a number"):
+        with pytest.raises(ConfigError, match="floor must be a finite number"):
             DecisionSpec("pay", state="debits", floor=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="invalid table name"):
         DecisionSpec("pay", state="debits", headroom="a.b.c")

@@ -39,3 +39,31 @@ def test_the_credential_goes_unverified_only_to_the_loopback_api_server() -> Non
         with actions.AirflowApi("jwt", base) as api:
             context = api._client._transport._pool._ssl_context  # what httpx hands to the TLS layer
             assert (context.verify_mode.name == "CERT_REQUIRED") == verified, base
+
+
+def test_a_nul_in_a_dag_or_run_id_is_a_bad_request_and_every_answer_carries_the_security_headers() -> None:
+    """Regression: a NUL in a path or query reached the metadata database and gave a 500."""
+    from fastapi.testclient import TestClient
+
+    from airflow_transactional.ui.app import SECURITY_HEADERS, create_app
+
+    client = TestClient(create_app(), raise_server_exceptions=False)
+    for url in ("/api/dags/wor%00ds", "/dags/words/runs/r%00un", "/dags/words?backfill=1&x=%00",
+                "/api/dags/words/runs/x/quarantine.csv?reason=a%00b"):
+        answer = client.get(url)
+        assert answer.status_code == 400, url
+        assert "NUL" in answer.text
+        assert {k: answer.headers.get(k) for k in SECURITY_HEADERS} == SECURITY_HEADERS
+    answer = client.get("/api/topologies")  # no user: refused, and still with the headers
+    assert answer.status_code in (401, 403)
+    assert {k: answer.headers.get(k) for k in SECURITY_HEADERS} == SECURITY_HEADERS
+
+
+@pytest.mark.parametrize(("cell", "safe"), [
+    ("=HYPERLINK(\"http://evil\")", "'=HYPERLINK(\"http://evil\")"), ("+1+1", "'+1+1"), ("-2", "'-2"),
+    ("@SUM(A1)", "'@SUM(A1)"), ("\tcmd", "'\tcmd"), ("plain text", "plain text"), (7, 7), (None, None),
+])
+def test_quarantine_csv_cells_cannot_start_a_formula(cell: object, safe: object) -> None:
+    from airflow_transactional.ui.app import csv_cell
+
+    assert csv_cell(cell) == safe

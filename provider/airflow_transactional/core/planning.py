@@ -21,11 +21,15 @@ from .model import (
 
 log = logging.getLogger("airflow_transactional.coordinator")
 
+#: The longest run key (an Airflow run id: Airflow's own column holds 250 characters).
+MAX_RUN_KEY = 250
+
 
 def plan(store: StateStore, topology_id: str, run_key: str) -> Transaction:
     """The transaction of ``run_key``: planned now if new, else the stored one, unchanged."""
-    if not isinstance(run_key, str) or not run_key:
-        raise ConfigError(f"run key must be a non-empty string, got {run_key!r}")
+    if not isinstance(run_key, str) or not run_key or "\x00" in run_key or len(run_key) > MAX_RUN_KEY:
+        raise ConfigError(f"run key must be non-empty text of at most {MAX_RUN_KEY} characters without NUL bytes "
+                          f"(an Airflow run id), got {run_key[:80] if isinstance(run_key, str) else run_key!r}")
     with store.db.transaction() as cur:
         _num, spec, committed, offsets = store.load(cur, topology_id, lock=True)
         known = transactions.txid_of_run(cur, store.schema, topology_id, run_key)

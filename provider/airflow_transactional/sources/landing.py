@@ -15,7 +15,9 @@ never ignored, and never half-counted. Touching a file (same bytes) changes noth
 Writers should move complete files into the directory (write elsewhere or under a hidden name,
 then rename): names starting with ``.`` or ``_`` and ``*.tmp`` / ``*.inprogress`` / ``*.partial``
 are ignored. As a second guard a file is planned only once it has not changed for
-``settle_seconds`` (default 2). Symbolic links that lead out of the directory are ignored.
+``settle_seconds`` (default 2). Symbolic links that lead out of the directory, hard links and
+files on another device (a mount inside it) are ignored, with a warning: each could make a file
+from elsewhere be processed.
 """
 
 from __future__ import annotations
@@ -84,6 +86,23 @@ def _stat(path: str) -> LandedFile | None:
     return LandedFile(path, st.st_size, st.st_mtime_ns, st.st_ino)
 
 
+def _foreign(path: str, device: int) -> str | None:
+    """Why the file at ``path`` may be the content of a file outside the directory (None: it is not).
+
+    A hard link (a second name of a file that may live elsewhere) or a file on another device (a
+    mount under the directory) would let whoever may write into the directory have another
+    file -- one they may not read -- processed; a writer moves its files in instead."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if st.st_nlink > 1:
+        return f"a file with {st.st_nlink} hard links (move files into the directory, do not link them)"
+    if st.st_dev != device:
+        return "a file on another device than the directory (a mount inside it)"
+    return None
+
+
 def sha256_of(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -92,12 +111,16 @@ def sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
-def changed(f: LandedFile) -> bool:
-    """Whether the file at ``f.path`` no longer holds the content ``f`` was registered with."""
+def changed(f: LandedFile, *, deep: bool = False) -> bool:
+    """Whether the file at ``f.path`` no longer holds the content ``f`` was registered with.
+
+    An unchanged stat (size, mtime, inode) says it does, unless ``deep``: then its digest is
+    compared too -- an in-place rewrite of the same size that restores the mtime (``rsync
+    --inplace``, ``cp -p``) keeps the stat. Processing checks deep, before and after it reads."""
     now = _stat(f.path)
     if now is None:
         return True
-    if f.matches(now):
+    if f.matches(now) and not (deep and f.sha256 is not None):
         return False
     if f.mtime_ns is None:
         return True
@@ -114,8 +137,8 @@ class LandingDirectory(Source):
 
     def __init__(self, path: str, *, format: str = "json", pattern: str = "*",
                  max_files: int = 100, settle_seconds: float = 2.0) -> None:
-        if not isinstance(path, str) or not os.path.isabs(path):
-            raise ConfigError(f"landing directory must be an absolute path, got {path!r}")
+        if not isinstance(path, str) or not os.path.isabs(path) or "\x00" in path:
+            raise ConfigError(f"landing directory must be an absolute path (without NUL bytes), got {path!r}")
         if format not in FORMATS:
             raise ConfigError(f"landing format {format!r} is not supported: use one of {', '.join(FORMATS)}")
         if not isinstance(pattern, str) or not pattern or "/" in pattern:
@@ -142,6 +165,7 @@ class LandingDirectory(Source):
         except FileNotFoundError:
             raise ConfigError(f"landing directory {self.path} does not exist: create it or fix the path") from None
         home = os.path.realpath(self.path)
+        device = os.stat(home).st_dev
         newest = time.time_ns() - int(self.settle_seconds * 1e9)
         out = []
         for e in entries:
@@ -152,13 +176,18 @@ class LandingDirectory(Source):
             if e.is_symlink() and os.path.commonpath([home, os.path.realpath(e.path)]) != home:
                 log.warning("landing directory %s: ignoring %s, a link to a file outside it", self.path, e.name)
                 continue
+            why = _foreign(e.path, device)
+            if why is not None:
+                log.warning("landing directory %s: ignoring %s, %s", self.path, e.name, why)
+                continue
             f = _stat(e.path)
             if f is not None and (not settled_only or f.mtime_ns is None or f.mtime_ns <= newest):
                 out.append(f)
         return sorted(out, key=lambda f: (f.mtime_ns or 0, f.path))
 
-    def _register_new(self, cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str) -> None:
-        """Give new files -- and new contents under known names -- the next sequence numbers."""
+    def _register_new(self, cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str) -> set[int]:
+        """Give new files -- and new contents under known names -- the next sequence numbers; the
+        sequence numbers whose content was read (digested) now."""
         cur.execute(sql.SQL("SELECT DISTINCT ON (path) {} FROM {}.landing_files WHERE topology_id = %s "
                             "ORDER BY path, seq DESC").format(_COLUMNS, s), (topology_id,))
         latest = {f.path: f for f in map(LandedFile.from_row, cur.fetchall())}
@@ -168,11 +197,10 @@ class LandingDirectory(Source):
         cur.execute(sql.SQL("SELECT coalesce(max(seq), 0) FROM {}.landing_files WHERE topology_id = %s")
                     .format(s), (topology_id,))
         seq = int(cur.fetchone()[0])
+        digested: set[int] = set()
         for f in self._listing():
             old = latest.get(f.path)
             if old is not None and old.matches(f):
-                if old.mtime_ns is None:  # registered by an older release: record what it holds now
-                    self._record(cur, s, topology_id, old.seq, f)
                 continue
             try:
                 f = LandedFile(f.path, f.size, f.mtime_ns, f.inode, sha256_of(f.path))
@@ -181,11 +209,38 @@ class LandingDirectory(Source):
             if old is not None and (old.sha256 == f.sha256 or old.seq > planned_through):
                 # Touched (same bytes), or rewritten before any plan took it: the entry follows it.
                 self._record(cur, s, topology_id, old.seq, f)
+                digested.add(old.seq)
                 continue
             seq += 1  # a new file, or new content under a name a plan already took
-            cur.execute(sql.SQL("INSERT INTO {}.landing_files (topology_id, seq, path, size, mtime, mtime_ns, inode, "
-                                "sha256) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)").format(s),
-                        (topology_id, seq, f.path, f.size, (f.mtime_ns or 0) / 1e9, f.mtime_ns, f.inode, f.sha256))
+            self._insert(cur, s, topology_id, seq, f)
+            digested.add(seq)
+        return digested
+
+    @staticmethod
+    def _insert(cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str, seq: int,
+                f: LandedFile) -> None:
+        cur.execute(sql.SQL("INSERT INTO {}.landing_files (topology_id, seq, path, size, mtime, mtime_ns, inode, "
+                            "sha256) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)").format(s),
+                    (topology_id, seq, f.path, f.size, (f.mtime_ns or 0) / 1e9, f.mtime_ns, f.inode, f.sha256))
+
+    def _register_rewritten(self, cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str,
+                            gone: LandedFile) -> None:
+        """A planned file whose content changed in place (its stat kept): what it holds now is a new
+        version, with the next sequence number (its stat alone would never tell the listing) --
+        unless the listing registered that content already."""
+        now = _stat(gone.path)
+        if now is None:
+            return
+        try:
+            now = LandedFile(now.path, now.size, now.mtime_ns, now.inode, sha256_of(now.path))
+        except FileNotFoundError:
+            return
+        cur.execute(sql.SQL("SELECT (SELECT sha256 FROM {s}.landing_files WHERE topology_id = %s AND path = %s "
+                            "ORDER BY seq DESC LIMIT 1), (SELECT coalesce(max(seq), 0) FROM {s}.landing_files "
+                            "WHERE topology_id = %s)").format(s=s), (topology_id, gone.path, topology_id))
+        latest, last = cur.fetchone()
+        if latest != now.sha256:
+            self._insert(cur, s, topology_id, int(last) + 1, now)
 
     @staticmethod
     def _record(cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str, seq: int,
@@ -198,7 +253,7 @@ class LandingDirectory(Source):
     def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
              max_records: int, *, skip_unavailable: bool, until: Offsets | None = None) -> BatchPlan:
         s = sql.Identifier(schema)
-        self._register_new(cur, s, topology_id)
+        digested = self._register_new(cur, s, topology_id)
         begin = int(start.get("seq", 0))
         cap = min(self.max_files, max_records)  # a batch is counted in files here
         cur.execute(sql.SQL("SELECT {} FROM {}.landing_files WHERE topology_id = %s AND seq > %s ORDER BY seq")
@@ -210,7 +265,8 @@ class LandingDirectory(Source):
         for f in map(LandedFile.from_row, cur.fetchall()):
             if len(files) >= cap or (last is not None and f.seq > last):
                 break
-            if changed(f):
+            # What was not digested just now is digested again: a rewrite may have kept the stat.
+            if changed(f, deep=f.seq not in digested):
                 if not skip_unavailable:
                     raise BatchUnavailable(
                         f"landing file {f.path} (seq {f.seq}) is gone or its content changed before topology "
@@ -218,6 +274,7 @@ class LandingDirectory(Source):
                         "what is gone (the loss is recorded; new content under that name is a new file)")
                 lost.append(f.path)
                 end = f.seq
+                self._register_rewritten(cur, s, topology_id, f)
                 continue
             files.append(f.to_plan())
             end = f.seq
@@ -228,8 +285,18 @@ class LandingDirectory(Source):
 
     def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                     batch: Mapping[str, Any]) -> str | None:
-        gone = [f["path"] for f in batch.get("files", []) if changed(LandedFile.from_plan(f))]
+        foreign = self._foreign([f["path"] for f in batch.get("files", [])])
+        if foreign:
+            return foreign
+        gone = [f["path"] for f in batch.get("files", []) if changed(LandedFile.from_plan(f), deep=True)]
         return f"landing files gone or their content changed since planned: {', '.join(gone)}" if gone else None
+
+    def _foreign(self, paths: Iterable[str]) -> str | None:
+        """Why a stored batch names a file this directory does not hold (None: it names none) -- a
+        plan is stored where other roles write, and a file is read only from the declared directory."""
+        outside = [p for p in paths if os.path.dirname(p) != self.path.rstrip("/")]
+        return f"files outside the landing directory {self.path} in the stored batch: {', '.join(outside[:3])}" \
+            if outside else None
 
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
              batch: Mapping[str, Any]) -> Iterator[Record]:
@@ -248,7 +315,10 @@ class LandingDirectory(Source):
                     .format(_COLUMNS, sql.Identifier(schema)), (topology_id, int(committed.get("seq", 0))))
         skipped = set(lost)
         files = [f for f in map(LandedFile.from_row, cur.fetchall()) if f.path not in skipped]
-        gone = [f.path for f in files if changed(f)]
+        foreign = self._foreign(f.path for f in files)
+        if foreign:
+            return {}, foreign
+        gone = [f.path for f in files if changed(f, deep=True)]
         if gone:
             return {}, f"landing files gone or changed since they committed: {', '.join(gone[:5])}"
         return {"directory": self.path, "format": self.format, "files": [f.to_plan() for f in files]}, None

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Form, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ..coordinator import Coordinator
@@ -35,6 +35,22 @@ PREFIX = "/transactional"
 TIMELINE = 30
 
 _bearer = HTTPBearer(auto_error=False)
+
+#: Sent with every response: no content sniffing, and framed only by the Airflow UI itself (same origin).
+SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "frame-ancestors 'self'"}
+#: A spreadsheet runs a cell that starts with one of these as a formula (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """``value`` safe for a spreadsheet: text that would start a formula gets a leading ``'``."""
+    return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA_START) else value
+
+
+def _has_nul(request: Request) -> bool:
+    """Whether the decoded path or query holds a NUL byte (no id of Airflow's or ours can)."""
+    return "\x00" in str(request.scope.get("path", "")) or any(
+        "\x00" in key or "\x00" in value for key, value in request.query_params.multi_items())
 
 
 async def signed_in(request: Request,
@@ -197,6 +213,15 @@ def _range(plan: actions.ReprocessPlan) -> str:
 def create_app() -> FastAPI:
     app = FastAPI(title="Transactional", docs_url=None, redoc_url=None, openapi_url=None)
 
+    @app.middleware("http")
+    async def _guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        if _has_nul(request):
+            response: Response = PlainTextResponse("a DAG id, run id or parameter cannot hold a NUL byte", 400)
+        else:
+            response = await call_next(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
     @app.exception_handler(UnknownTopology)
     def _unknown(request: Request, exc: UnknownTopology) -> Response:
         return Response(str(exc), status_code=404)
@@ -235,8 +260,8 @@ def create_app() -> FastAPI:
         writer = csv.writer(out)
         writer.writerow(["txid", "attempt", "source_offset", "event_id", "reason", "record", "committed"])
         for r in rows:
-            writer.writerow([r["txid"], r["attempt"], r["source_offset"], r["event_id"], r["reason"], r["record"],
-                             r["committed"]])
+            writer.writerow([csv_cell(r[c]) for c in ("txid", "attempt", "source_offset", "event_id", "reason",
+                                                      "record", "committed")])
         name = f"quarantine-{dag_id}-{rows[0]['txid'] if rows else 'none'}.csv".replace('"', "")
         return Response(out.getvalue(), media_type="text/csv",
                         headers={"Content-Disposition": f'attachment; filename="{name}"'})
