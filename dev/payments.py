@@ -27,6 +27,7 @@ FEE_OVER, FEE = 1_000, 5  # as in spark_jobs/payments.py
 OVERDRAFT = 100  # as in dags/payments.py
 ACCOUNTS = [f"acct{i:02d}" for i in range(12)]
 REQUEST_PARTITIONS, LEDGER_PARTITIONS = 4, 4
+MOST_PER_PAYMENT = 1_000_000_000  # stage 1 quarantines a larger one (spark_jobs/payments.py)
 
 
 def create_logs(dsn: str) -> tuple[EventLog, EventLog]:
@@ -73,7 +74,7 @@ def valid(r: dict[str, Any]) -> bool:
     """Whether stage 1's validation lets ``r`` through (a record that is not even a request --
     ``{"id": ...}`` alone stands for unparsable bytes -- is invalid too)."""
     amount = r.get("amount")
-    return (isinstance(amount, int) and not isinstance(amount, bool) and amount > 0
+    return (isinstance(amount, int) and not isinstance(amount, bool) and 0 < amount <= MOST_PER_PAYMENT
             and isinstance(r.get("from"), str) and isinstance(r.get("to"), str) and r["from"] != r["to"])
 
 

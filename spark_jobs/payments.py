@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from airflow_transactional.spark_job import run
 
 FEE_OVER, FEE = 1_000, 5  # a payment over FEE_OVER costs its payer FEE more, paid to the fees account
+MOST = 1_000_000_000  # the largest payment: a bound every record is checked against before any arithmetic
 FEES_ACCOUNT = "fees"
 
 
@@ -45,9 +46,11 @@ def transform(requests: DataFrame) -> dict[str, DataFrame]:
     }
 
 
+SCHEMA = "id string, `from` string, `to` string, amount bigint"
+REQUIRED = ["id", "from", "to", "amount"]
+CHECKS = {"amount must be a positive number": "amount > 0",
+          f"amount must be at most {MOST:,}": f"amount <= {MOST}",
+          "a payment needs two different accounts": "`from` <> `to`"}
+
 if __name__ == "__main__":
-    raise SystemExit(run(
-        transform, schema="id string, `from` string, `to` string, amount bigint",
-        required=["id", "from", "to", "amount"],
-        checks={"amount must be a positive number": "amount > 0",
-                "a payment needs two different accounts": "`from` <> `to`"}))
+    raise SystemExit(run(transform, schema=SCHEMA, required=REQUIRED, checks=CHECKS))

@@ -205,6 +205,10 @@ class Coordinator:
         """Record that ``txid`` failed for good (no retries left), so later commits fail fast."""
         return liveness.mark_failed(self.store, topology_id, txid, reason)
 
+    def last_error(self, topology_id: str, txid: int) -> str | None:
+        """How the latest attempt of ``txid`` failed, in one line (None: it did not)."""
+        return liveness.last_error(self.store, topology_id, txid)
+
     def blocker(self, topology_id: str, txid: int) -> str | None:
         """Why the commit of ``txid`` can never happen as things stand, or None."""
         return liveness.blocker(self.store, topology_id, txid)

@@ -11,7 +11,8 @@ PostgreSQL and Spark can hold, so a record that passes them cannot fail a COPY o
 * a value fits its state's value type (:func:`value_range`): an integer in ``bigint`` or
   ``integer`` range, a ``numeric`` within what Spark's ``decimal(38,10)`` holds, a finite
   ``double precision`` (never NaN or infinite);
-* a JSON record nests at most :data:`MAX_NESTING` levels deep.
+* a JSON record nests at most :data:`MAX_NESTING` levels deep (the pure-Python processor; Spark's
+  JSON reader holds to its own limit, 1,000 levels, and a record past it is malformed).
 
 A sum that leaves its type's range only once several records add up is not one record's fault:
 the Python processor sets aside the record that would carry its key's sum out of range, the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -32,7 +34,7 @@ MAX_KEY_BYTES = 1024
 #: The most bytes (UTF-8) of an event id, a request id or an output event's id.
 MAX_ID_BYTES = 512
 #: How deep a JSON record may nest (objects and arrays).
-MAX_NESTING = 64
+MAX_NESTING = 512
 
 #: The values each numeric value type holds (inclusive). ``numeric`` is bounded by what Spark
 #: folds it as (``decimal(38,10)``: 28 digits before the point).
@@ -62,14 +64,15 @@ def nul_or_too_long(text: str, limit: int) -> str | None:
     return None
 
 
-def key_refusal(state: str, key: Sequence[Any]) -> str | None:
-    """Why ``key`` cannot be a key of ``state`` (None: it can)."""
+def key_refusal(state: str, key_types: Sequence[str], key: Sequence[Any]) -> str | None:
+    """Why ``key`` (one value per key column, of ``key_types``) cannot be a key of ``state``."""
     if any(k is None for k in key):
         return f"null key for state {state!r}"
-    texts = [k for k in key if isinstance(k, str)]
-    for k in texts:
-        if "\x00" in k:
-            return f"the key of state {state!r} holds a NUL byte (\\u0000), which PostgreSQL text cannot store"
+    for sql_type, k in zip(key_types, key, strict=True):
+        why = field_refusal(f"the key of state {state!r}", sql_type, k)
+        if why is not None:
+            return why
+    texts = [str(k) for k, t in zip(key, key_types, strict=True) if t == "text"]
     if sum(len(k) for k in texts) * 4 > MAX_KEY_BYTES:
         size = sum(len(k.encode("utf-8", "surrogatepass")) for k in texts)
         if size > MAX_KEY_BYTES:
@@ -87,25 +90,68 @@ def id_refusal(what: str, ident: Any) -> str | None:
 
 def value_refusal(state: str, value_type: str, value: Any) -> str | None:
     """Why ``value`` cannot be a value of a ``value_type`` state (None: it can)."""
-    if value_type not in _RANGES:
-        return None
     if value is None:
         return f"the value for state {state!r} is null"
+    return field_refusal(f"the value for state {state!r}", value_type, value)
+
+
+def field_refusal(what: str, sql_type: str, value: Any) -> str | None:
+    """Why ``value`` cannot go into a column of ``sql_type`` (None: it can). ``what`` names it."""
+    if sql_type in _RANGES:
+        return _number_refusal(what, sql_type, value)
+    if sql_type == "text":
+        if isinstance(value, bool) or not isinstance(value, (str, int)):  # a whole number reads as its digits
+            return f"{what} must be text, got {_short(value)}"
+        text = str(value)
+        return f"{what} holds a NUL byte (\\u0000), which PostgreSQL text cannot store" if "\x00" in text else None
+    if sql_type == "boolean":
+        return None if isinstance(value, bool) else f"{what} must be true or false, got {_short(value)}"
+    if sql_type in ("date", "timestamp with time zone"):
+        kind = date if sql_type == "date" else datetime
+        if isinstance(value, kind):
+            return None
+        try:
+            kind.fromisoformat(value)
+        except (TypeError, ValueError):
+            return f"{what} must be an ISO {'date' if kind is date else 'timestamp'}, got {_short(value)}"
+    return None
+
+
+def _number_refusal(what: str, sql_type: str, value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
-        return f"the value for state {state!r} must be a number ({value_type}), got {_short(value)}"
+        return f"{what} must be a number ({sql_type}), got {_short(value)}"
     if (isinstance(value, float) and not math.isfinite(value)) or (
             isinstance(value, Decimal) and not value.is_finite()):
-        return f"the value for state {state!r} is {value}, not a finite number"
-    if value_type in INTEGER_TYPES and value != int(value):
-        return f"the value for state {state!r} must be a whole number ({value_type}), got {_short(value)}"
-    low, high = _RANGES[value_type]
+        return f"{what} is {value}, not a finite number"
+    if sql_type in INTEGER_TYPES and value != int(value):
+        return f"{what} must be a whole number ({sql_type}), got {_short(value)}"
+    low, high = _RANGES[sql_type]
     try:
         inside = low <= value <= high
     except (InvalidOperation, OverflowError):
         inside = False
     if not inside:
-        return f"the value for state {state!r} ({_short(value)}) does not fit {value_type} ({low:g} to {high:g})"
+        return f"{what} ({_short(value)}) does not fit {sql_type} ({low:g} to {high:g})"
     return None
+
+
+def as_stored(sql_type: str, value: Any) -> Any:
+    """``value`` (one that passed :func:`field_refusal`) as its column takes it and sums it: a whole
+    number for an integer column (COPY refuses ``2.0`` for a bigint), a Decimal for ``numeric``
+    (exact, and never mixed with floats), a float for ``double precision``."""
+    if sql_type in INTEGER_TYPES:
+        return int(value)
+    if sql_type == "numeric" and not isinstance(value, Decimal):
+        return Decimal(str(value))
+    if sql_type == "double precision":
+        return float(value)
+    return value
+
+
+def printable(text: str) -> str:
+    """``text`` as PostgreSQL text can hold it: a NUL byte becomes U+FFFD (the quarantine keeps a
+    bad record's text even when its badness is a NUL)."""
+    return text.replace("\x00", "\ufffd")
 
 
 def nesting_refusal(text: str) -> str | None:

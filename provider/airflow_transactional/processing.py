@@ -1,12 +1,16 @@
 """Run one processing attempt in plain Python: read the batch, map records, stage partials.
 
 This is the processing phase without Spark -- used by the core demo, the tests, and small
-topologies. The Spark helper in ``spark_jobs/`` does the same with DataFrames. The function
-may also yield :class:`OutputEvent` s for the topology's output logs and :class:`Request` s for
-its decisions. A record whose
-payload does not parse, or for which the user function raises ``ValueError``, ``KeyError``,
-``TypeError`` or :class:`BadRecord`, is quarantined with its offset and the reason (or fails the
-attempt when the topology says ``on_bad_record="fail"``). Any other exception fails the attempt;
+topologies. The Spark helper (:mod:`.spark`) does the same with DataFrames. The function may
+also yield :class:`OutputEvent` s for the topology's output logs and :class:`Request` s for its
+decisions.
+
+A record is quarantined with its offset and the reason (or fails the attempt when the topology
+says ``on_bad_record="fail"``) when its payload does not parse or nests too deep, when the user
+function raises ``ValueError``, ``LookupError``, ``TypeError``, ``ArithmeticError`` or
+:class:`BadRecord` for it, or when anything it emits breaks :mod:`.limits` -- a key or id too
+long or holding a NUL, a value its column cannot hold, a sum its key can no longer hold: nothing
+one record carries can fail the staging or the commit. Any other exception fails the attempt;
 its staged rows are never committed.
 """
 
@@ -19,13 +23,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from . import limits
 from .coordinator import Coordinator
 from .core.attempts import StagedEvent
 from .core.model import Attempt
 from .exceptions import BadRecord, ConfigError
 from .sources.base import Record
 from .sources.eventlog import partition_of, payload_refusal
-from .spec import TopologySpec
+from .spec import StateSpec, TopologySpec
 from .store.outputs import event_id
 from .values import Combiner, combine
 
@@ -79,7 +84,7 @@ class Request:
 Emit = tuple[str, tuple[Any, ...], Any]
 RecordFn = Callable[[Any], Iterable[Emit | OutputEvent | Request]]
 
-_BAD = (ValueError, KeyError, TypeError, BadRecord)
+_BAD = (ValueError, LookupError, TypeError, ArithmeticError, RecursionError, BadRecord)
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,15 @@ class ProcessResult:
     quarantined: int
 
 
+def _admitted_key(state: StateSpec, key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``key`` as staged, or BadRecord naming the limit it breaks (:mod:`.limits`)."""
+    types = list(state.keys.values())
+    why = limits.key_refusal(state.name, types, key)
+    if why is not None:
+        raise BadRecord(why)
+    return tuple(limits.as_stored(t, k) for t, k in zip(types, key, strict=True))
+
+
 def _check_emit(spec: TopologySpec, emit: Any) -> tuple[str, tuple[Any, ...], Any]:
     try:
         state_name, key, value = emit
@@ -100,9 +114,10 @@ def _check_emit(spec: TopologySpec, emit: Any) -> tuple[str, tuple[Any, ...], An
     key = key if isinstance(key, tuple) else (key,)
     if len(key) != len(state.keys):
         raise ConfigError(f"state {state_name!r} has key ({', '.join(state.key_columns)}), got {key!r}")
-    if any(k is None for k in key):
-        raise BadRecord(f"null key for state {state_name!r}")
-    return state_name, key, value
+    why = limits.value_refusal(state_name, state.value_type, value)
+    if why is not None:
+        raise BadRecord(why)
+    return state_name, _admitted_key(state, key), limits.as_stored(state.value_type, value)
 
 
 def _check_event(spec: TopologySpec, topology_id: str, rec: Record, n: int,
@@ -112,11 +127,16 @@ def _check_event(spec: TopologySpec, topology_id: str, rec: Record, n: int,
         raise ConfigError(f"a request's granted and declined events must be OutputEvent(...), got {event!r}")
     spec.output(event.output)  # an unknown output is a ConfigError: the code is wrong, not the record
     origin = event.id if event.id is not None else f"{rec.event_id or rec.offset}:{n}"
-    if not isinstance(origin, str) or not origin or "\x00" in origin:
+    if not isinstance(origin, str) or not origin:
         raise BadRecord(f"output event for {event.output!r}: id must be non-empty text, got {event.id!r}")
-    if event.key is not None and not isinstance(event.key, str):
-        raise BadRecord(f"output event for {event.output!r}: key must be text, got {event.key!r}")
-    return event.output, event.key, event_id(topology_id, origin), event.text()
+    eid = event_id(topology_id, origin)
+    why = limits.id_refusal(f"the id of an output event for {event.output!r}", eid)
+    if why is None and event.key is not None:
+        why = (limits.field_refusal(f"the key of an output event for {event.output!r}", "text", event.key)
+               if isinstance(event.key, str) else f"output event for {event.output!r}: key must be text")
+    if why is not None:
+        raise BadRecord(why)
+    return event.output, event.key, eid, event.text()
 
 
 def _check_request(spec: TopologySpec, req: Request) -> tuple[str, tuple[Any, ...], str, Any]:
@@ -125,13 +145,13 @@ def _check_request(spec: TopologySpec, req: Request) -> tuple[str, tuple[Any, ..
     key = req.key if isinstance(req.key, tuple) else (req.key,)
     if len(key) != len(state.keys):
         raise ConfigError(f"decision {req.decision!r} keys requests by ({', '.join(state.key_columns)}), got {key!r}")
-    if any(k is None for k in key):
-        raise BadRecord(f"null key for decision {req.decision!r}")
-    if not isinstance(req.id, str) or not req.id or "\x00" in req.id:
-        raise BadRecord(f"request for {req.decision!r}: id must be non-empty text, got {req.id!r}")
-    if isinstance(req.amount, bool) or not isinstance(req.amount, (int, float, Decimal)):
-        raise BadRecord(f"request {req.id!r}: amount must be a number, got {req.amount!r}")
-    return req.decision, key, req.id, req.amount
+    why = limits.id_refusal(f"the id of a request for {req.decision!r}", req.id)
+    if why is None and (isinstance(req.amount, bool) or not isinstance(req.amount, (int, float, Decimal))):
+        why = f"request {req.id!r}: amount must be a number, got {req.amount!r}"
+    why = why or limits.field_refusal(f"the amount of request {req.id!r}", state.value_type, req.amount)
+    if why is not None:
+        raise BadRecord(why)
+    return req.decision, _admitted_key(state, key), req.id, limits.as_stored(state.value_type, req.amount)
 
 
 class _Batch:
@@ -165,11 +185,19 @@ class _Batch:
                 n += 1
             else:
                 emits.append(_check_emit(spec, e))
-        for state_name, key, value in emits:
+        folded: dict[tuple[str, tuple[Any, ...]], Any] = {}
+        for state_name, key, value in emits:  # the record's effect, checked whole before any of it is kept
             if state_name in spec.decided_states:
                 raise ConfigError(f"state {state_name!r} is updated by a decision only: emit a Request for it")
-            acc = self.partials[state_name]
-            acc[key] = combine(self.combiners[state_name], acc.get(key), value)
+            before = folded.get((state_name, key), self.partials[state_name].get(key))
+            after = combine(self.combiners[state_name], before, value)
+            if limits.field_refusal("", spec.state(state_name).value_type, after) is not None:
+                raise BadRecord(f"with this record the batch's {self.combiners[state_name].value} for key {key!r} of "
+                                f"state {state_name!r} would leave {spec.state(state_name).value_type}: declare "
+                                "value_type='numeric' for sums that large")
+            folded[(state_name, key)] = after
+        for (state_name, key), value in folded.items():
+            self.partials[state_name][key] = value
         for name, key, req_id, amount in requests:
             if (name, req_id) not in self._seen:
                 self._seen.add((name, req_id))
@@ -203,6 +231,9 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
         for rec in coordinator.read_batch(run.txn):
             read += 1
             try:
+                too_deep = limits.nesting_refusal(rec.payload) if parse is json.loads else None
+                if too_deep is not None:
+                    raise BadRecord(too_deep)
                 batch.add(rec, list(fn(parse(rec.payload))))
             except ConfigError:  # the code is wrong, not the record: every record would fail alike
                 raise

@@ -98,8 +98,9 @@ class Watch:
         state = self._state = self.run_state(run_id)
         if state in (None, "running"):
             return None
-        why = {"failed": "its Airflow run failed without recording why (a task killed on its last try: "
-                         "SIGKILL, out of memory, a lost worker?)",
+        attempt_error = coordinator.last_error(self.topology_id, pred) if state == "failed" else None
+        why = {"failed": attempt_error or "its Airflow run failed without recording why (a task killed on its "
+                                          "last try: SIGKILL, out of memory, a lost worker?)",
                "success": f"its Airflow run finished without committing txid {pred} (marked success by hand?)",
                "queued": "its Airflow run is queued and cannot start while the runs waiting for it hold the "
                          "DAG's max_active_runs slots",

@@ -149,6 +149,13 @@ def test_a_failed_attempt_is_never_committed(coordinator: Coordinator, topo, dsn
     st = coordinator.status("clicks")
     assert st.in_flight[0].phase == "failed"
     assert st.blocked_by is not None and st.blocked_by.startswith("blocked by failed txid 1 (run r)")
+    # Airflow gave up on the run, and the waiters only learnt that it failed: the blocker still
+    # names what the attempt recorded, not a guess (regression: "SIGKILL, out of memory?").
+    coordinator.mark_failed("clicks", txn.txid, "its Airflow run failed without recording why (SIGKILL?)")
+    blocked = coordinator.blocker("clicks", txn.txid + 1)
+    assert blocked is not None and "attempt 1 failed: RuntimeError: executor lost" in blocked, blocked
+    assert "without recording why" not in blocked
+    assert coordinator.last_error("clicks", txn.txid) == "attempt 1 failed: RuntimeError: executor lost"
     process_batch(coordinator, "clicks", txn.txid, click_fn)
     assert coordinator.commit("clicks", txn.txid).committed
     assert coordinator.status("clicks").blocked_by is None

@@ -341,6 +341,35 @@ def test_credits_and_debits_decided_per_key_as_one_executor_whichever_way_each_r
                       "FROM airflow_txn.decision_runs") == [(True, True, True)]
 
 
+@pytest.mark.parametrize("others", [0, 3])  # alone in its run (the fast ways), or among others (the loop)
+def test_a_credit_that_would_carry_a_balance_past_its_type_is_declined_not_the_commit(dsn: str, others: int) -> None:
+    """A grant adds to a bigint balance: one credit near the top, then any other, would overflow the
+    commit's arithmetic on every try. A balance stays within what its type holds, as it stays above
+    its floor: the credit that would carry it past the top is declined; the rest is decided as ever."""
+    EventLog(dsn, "ticks").create(1)
+    EventLog(dsn, "ticks").append([(f"t{i}", "{}") for i in range(3)])
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("wallets", PostgresLogSource("ticks"), [StateSpec("funds", {"w": "text"})],
+                                decisions=[DecisionSpec("spend", state="funds", floor=-30)], max_batch_size=1))
+    top = 2**63 - 1
+    batches = [[("a", top - 10)], [*[("b", 1)] * others, ("a", 100), ("a", -5), ("a", 3), ("a", 20)],
+               [("a", 13), ("a", 12)]]
+    for t, reqs in enumerate(batches):
+        txn = coord.plan("wallets", f"t{t}")
+        attempt, txn = coord.begin_attempt("wallets", txn.txid)
+        staged = coord.stage_requests(attempt, "spend", (((w,), seq, f"q{t}-{seq}", a)
+                                                         for seq, (w, a) in enumerate(reqs)))
+        coord.finish_attempt(attempt, {"spend": staged}, records_read=1)
+        assert coord.commit("wallets", txn.txid).committed
+    verdicts = {r: v["granted"] for r, v in coord.verdicts("wallets", "spend", [
+        f"q{t}-{n}" for t, reqs in enumerate(batches) for n in range(len(reqs))]).items()}
+    a = [f"q1-{others + n}" for n in range(4)]
+    assert [verdicts[r] for r in a] == [False, True, True, False]  # +100 and +20 would pass the top
+    assert verdicts["q0-0"] and [verdicts["q2-0"], verdicts["q2-1"]] == [False, True]  # at top - 12: 13 is one too many
+    assert dict(query(dsn, "SELECT w, value FROM funds"))["a"] == top
+    coord.close()
+
+
 def test_decisions_are_declared_on_a_sum_state_they_alone_update(dsn: str) -> None:
     source = PostgresLogSource("requests")
     with pytest.raises(ConfigError, match="must be a transactional sum state"):

@@ -88,17 +88,18 @@ def _records(n: int) -> list[list[Any]]:
     for _ in range(n):
         out.append([rng.choice(["p", "q", "r", "s", None]), rng.choice(["a", "b", "", None]), rng.randrange(-5, 40),
                     rng.choice([None, *range(6)]), rng.choice([None, 0.25, 1.5, -2.0, 3.75])])
-    return out
+    return [*out, ["z", None, 4, None, None]]  # "lowest" of key "Z": every value null
 
 
 def _fold(rows: list[tuple[tuple[Any, ...] | None, Any]], combine: Any) -> dict[tuple[Any, ...], Any]:
-    """SQL's fold: rows with a null key are dropped, null values ignored, all-null values fold to null."""
+    """SQL's fold: rows with a null key are dropped, null values ignored; a key whose values are all
+    null contributes nothing (staged as a null it would wipe a stored sum)."""
     values: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
     for key, value in rows:
         if key is not None and None not in key:
             values[key].append(value)
-    return {key: (combine([v for v in vs if v is not None]) if any(v is not None for v in vs) else None)
-            for key, vs in values.items()}
+    return {key: combine([v for v in vs if v is not None]) for key, vs in values.items()
+            if any(v is not None for v in vs)}
 
 
 def _oracle(rows: list[list[Any]]) -> dict[str, dict[tuple[Any, ...], Any]]:
@@ -126,7 +127,7 @@ def test_states_declared_per_record_fold_in_one_pass_exactly_as_state_by_state(d
             str(tmp_path / "rows.json"), str(out)]
     res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
                          timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.returncode == 0, "\n".join(line for line in res.stderr.splitlines() if " INFO " not in line)[-5000:]
     got = json.loads(out.read_text())
     oracle = _oracle(rows)
     for state, keys in (("counted", "k"), ("summed", "a, b"), ("lowest", "k"), ("highest", "b")):

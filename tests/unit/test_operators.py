@@ -15,14 +15,18 @@ pytestmark = pytest.mark.unit
 
 class FakeCoordinator:
     def __init__(self, pending: tuple[int, str] | None, recorded: str | None = None,
-                 planned: list[tuple[int, str]] | None = None, own: int | None = None) -> None:
-        self.pending, self.recorded, self.own = pending, recorded, own
+                 planned: list[tuple[int, str]] | None = None, own: int | None = None,
+                 attempt_error: str | None = None) -> None:
+        self.pending, self.recorded, self.own, self.attempt_error = pending, recorded, own, attempt_error
         self.planned = list(planned or ([pending] if pending else []))
         self.marked: list[tuple[int, str]] = []
         self.adopted: list[tuple[int, str, str]] = []
 
     def blocker(self, topology_id: str, txid: int) -> str | None:
         return self.recorded
+
+    def last_error(self, topology_id: str, txid: int) -> str | None:
+        return self.attempt_error
 
     def first_pending(self, topology_id: str, before_txid: int) -> tuple[int, str] | None:
         return self.pending
@@ -100,6 +104,17 @@ def test_a_queued_predecessor_gets_the_slot_after_the_grace() -> None:
     blocked = w.still_blocked(coord, 9)
     assert blocked is not None and "queued and cannot start" in blocked
     assert coord.marked == []  # a queued run is about to be retried: not failed
+
+
+def test_a_failed_run_whose_attempt_recorded_its_error_is_blamed_on_that_error() -> None:
+    """Regression: after three ARITHMETIC_OVERFLOW attempts, the blocker said the run "failed without
+    recording why (SIGKILL, out of memory?)"."""
+    coord = FakeCoordinator(pending=(7, "run-7"), attempt_error="attempt 3 failed: ArithmeticException: "
+                                                                 "[ARITHMETIC_OVERFLOW] overflow")
+    blocked = watch(FakeTI("failed")).still_blocked(coord, 9)
+    assert blocked is not None and "attempt 3 failed: ArithmeticException: [ARITHMETIC_OVERFLOW]" in blocked
+    assert "without recording why" not in blocked and "SIGKILL" not in blocked
+    assert coord.marked == [(7, "attempt 3 failed: ArithmeticException: [ARITHMETIC_OVERFLOW] overflow")]
 
 
 def test_a_predecessor_marked_success_without_committing_blocks() -> None:

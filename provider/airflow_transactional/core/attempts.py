@@ -15,6 +15,7 @@ from ..exceptions import (
     ConfigError,
     StaleAttempt,
 )
+from ..limits import printable
 from ..sources.base import Record
 from ..store import attempts, commits, decisions, outputs, transactions
 from ..store import sql as q
@@ -141,8 +142,9 @@ def stage(store: StateStore, attempt: Attempt, state_name: str, rows: Iterable[S
 def quarantine(store: StateStore, attempt: Attempt, records: Iterable[tuple[str, str | None, str, str | None]]) -> int:
     """Record bad records ``(offset, event_id, reason, raw)`` of an attempt; the raw text is kept
     up to :data:`QUARANTINE_RECORD_CHARS` characters, with its full length."""
-    rows = [(attempt.topology_id, attempt.txid, attempt.attempt, offset, event_id, reason[:2000],
-             None if raw is None else raw[:QUARANTINE_RECORD_CHARS], None if raw is None else len(raw))
+    rows = [(attempt.topology_id, attempt.txid, attempt.attempt, printable(offset),
+             None if event_id is None else printable(event_id), printable(reason[:2000]),
+             None if raw is None else printable(raw[:QUARANTINE_RECORD_CHARS]), None if raw is None else len(raw))
             for offset, event_id, reason, raw in records]
     if not rows:
         return 0

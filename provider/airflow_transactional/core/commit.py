@@ -4,9 +4,9 @@
    a no-op that says so; a later one waits for its predecessor);
 2. check the plan starts at the committed checkpoint;
 3. choose the latest complete attempt of the current plan and verify its staged row counts;
-4. apply its staged rows to every state table under the value rules (a replay behind a stored
-   txid is an error, never applied), decide its requests (``store/decisions.py``), and append
-   its output events to their logs;
+4. apply its staged rows to every state table under the value rules (``core/apply.py``: a replay
+   behind a stored txid is an error, never applied; a key whose sum would leave its type is set
+   aside), decide its requests (``store/decisions.py``), and append its output events to their logs;
 5. advance the checkpoint (committed txid and offsets), mark the transaction and its attempts,
    settle the quarantine, write the audit row -- all with one commit time;
 6. drop the staged rows (unless a rebuild keeps them as its journal).
@@ -24,21 +24,19 @@ from typing import NamedTuple
 
 import psycopg2.errors
 import psycopg2.extensions
-from psycopg2 import sql
 
 from .. import faults
 from ..exceptions import (
     NotProcessed,
-    ReplayBehindState,
     StagedOutputIncomplete,
     StaleAttempt,
     WaitingForPredecessor,
 )
-from ..spec import StateSpec, TopologySpec
+from ..spec import TopologySpec
 from ..store import attempts, catalog, commits, decisions, outputs, topologies, transactions
 from ..store import sql as q
 from ..store.rows import scalar
-from . import effects
+from . import apply, effects
 from .context import StateStore
 from .model import (
     CommitResult,
@@ -80,8 +78,8 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         faults.point("commit.after_verify", cur, scope=scope)
         for state in spec.states:
             if state.database is None and chosen is not None and state.name not in spec.decided_states:
-                _apply(store, cur, state, store.staging(num, state), txid, chosen,
-                       int(row_counts.get(state.name, 0)))
+                quarantined += apply.state_delta(store, cur, topology_id, state, store.staging(num, state), txid,
+                                                 chosen, int(row_counts.get(state.name, 0)))
                 faults.point("commit.after_apply", cur, scope=scope)
         decided = effects.decide(store, cur, num, spec, txid, chosen)
         appended = effects.append_outputs(store, cur, num, spec, txid, chosen)
@@ -174,18 +172,3 @@ def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, 
                 f"topology {txn.topology_id!r} txid {txn.txid} attempt {attempt}: {what.format(n)}, the "
                 f"attempt reported {expected}; the staged output is damaged: process the txid again (a new "
                 "attempt), then commit")
-
-
-def _apply(store: StateStore, cur: psycopg2.extensions.cursor, state: StateSpec, staging: sql.Composed,
-           txid: int, attempt: int, expected: int) -> None:
-    delta = q.staged_delta(staging, state)
-    params = {"txid": txid, "attempt": attempt}
-    cur.execute(q.upsert(state, q.state_table(state), delta), params)
-    if cur.rowcount < expected:
-        cur.execute(q.rows_ahead(state, q.state_table(state), delta), params)
-        ahead = int(scalar(cur))
-        if ahead:
-            raise ReplayBehindState(
-                f"state {state.name!r}: {ahead} keys already hold a txid later than {txid}; a replay "
-                "behind the state is never applied. The state table was changed outside this "
-                "topology (or restored from a later backup): rebuild it from the source")

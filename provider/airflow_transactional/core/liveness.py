@@ -47,6 +47,25 @@ def blocker(store: StateStore, topology_id: str, txid: int) -> str | None:
         failed = transactions.first_failed_before(cur, store.schema, topology_id, txid)
     if failed is None:
         return None
-    return (f"blocked by failed txid {failed.txid} (run {failed.run_key}): {failed.failure}. Clear that run's tasks "
+    # What the attempt itself recorded says more than what the task saw of it (a task killed after
+    # its job failed, an Airflow run failed "without recording why").
+    why = (f"attempt {failed.attempt} failed: {one_line(failed.attempt_error)}" if failed.attempt_error
+           else failed.failure)
+    return (f"blocked by failed txid {failed.txid} (run {failed.run_key}): {why}. Clear that run's tasks "
             "or backfill it with 'reprocess failed' (a deleted run: the next run of the DAG takes its "
             "batch over); this run can then be cleared too")
+
+
+def last_error(store: StateStore, topology_id: str, txid: int) -> str | None:
+    """How the latest attempt of ``txid`` failed, in one line (None: it did not, or left no error)."""
+    with store.db.transaction() as cur:
+        found = transactions.last_attempt_error(cur, store.schema, topology_id, txid)
+    return None if found is None else f"attempt {found[0]} failed: {one_line(found[1])}"
+
+
+def one_line(error: str, limit: int = 300) -> str:
+    """The first line of an error that says something (a traceback's header and Spark's empty
+    lines skipped), at most ``limit`` characters."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    line = next((x for x in lines if not x.startswith(("Traceback", "File "))), lines[0] if lines else "")
+    return line if len(line) <= limit else f"{line[:limit - 3]}..."

@@ -12,15 +12,20 @@ quarantine of a batch that has some.
 
 from __future__ import annotations
 
+import uuid
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
 from ..spec import StateSpec
-from .stage import DRIVER_STAGE_ROWS, combined, copy_batches, copy_dataframe
+from . import admit
+from .admit import SetAside
+from .read import EVENT_ID_COL, OFFSET_COL
+from .stage import DRIVER_STAGE_ROWS, stage_arrow, stage_executors
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -28,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["FusedFolds", "PerRecord", "declared", "fuse", "per_record"]
 
 TAG = "_state"  # which state a folded row belongs to: its index in FusedFolds.states
+REJECT = "_reject"  # why a record can be folded into no state (null: it can)
 
 
 @dataclass(frozen=True)
@@ -128,9 +134,13 @@ class FusedFolds:
     Each record of the batch becomes up to one row per state -- the state's tag, its keys and
     value, the other states' columns null -- and one aggregation by (tag, every state's keys)
     folds each state's rows with its own combiner: what :func:`~.stage.fold` gives state by state.
+    A record one of whose rows cannot be folded (:func:`.admit.record_reason`: a key too long or
+    holding a NUL, a value its type cannot hold) is folded into no state: it is quarantined, with
+    the reason (:attr:`rejected`, counted by the same pass in :attr:`rejected_count`).
     """
 
     def __init__(self, records: DataFrame, plan: Sequence[tuple[StateSpec, PerRecord]]) -> None:
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         self.states = [state for state, _ in plan]
@@ -140,7 +150,7 @@ class FusedFolds:
         probe = records.select(*[e.alias(_key(i, n)) for (i, n), e in exprs.items()],
                                *[v.alias(_value(i)) for i, v in values.items()]).schema
         types = {f.name: f.dataType for f in probe.fields}
-        rows = []
+        rows, reasons = [], []
         for i, (state, decl) in enumerate(plan):
             columns = [F.lit(i).alias(TAG)]
             for (j, n), expr in exprs.items():
@@ -151,14 +161,44 @@ class FusedFolds:
             for n in range(len(state.key_columns)):  # a row without all its keys is never folded
                 keep = keep & exprs[(i, n)].isNotNull()
             rows.append(F.when(keep, F.struct(*columns)))
-        tagged = (records.select(F.explode(F.array(*rows)).alias("_row")).where(F.col("_row").isNotNull())
-                  .select("_row.*"))
-        self.folded = tagged.groupBy(TAG, *[_key(i, n) for i, n in exprs]).agg(
-            *[combined(state)(F.col(_value(i))).alias(_value(i)) for i, state in enumerate(self.states)])
+            keys = {k: exprs[(i, n)] for n, k in enumerate(state.key_columns)}
+            reasons.append(F.when(keep, admit.record_reason(state, keys, decl.value)))
+        fields = [c for c in records.columns if c not in (OFFSET_COL, EVENT_ID_COL)]
+        self._observed = Observation(f"airflow_transactional_rejected_{uuid.uuid4().hex}")
+        checked = records.withColumn(REJECT, F.coalesce(*reasons)).observe(
+            self._observed, F.count(F.col(REJECT)).alias("rejected"))
+        record = F.to_json(F.struct(*[F.col(c) for c in fields]))
+        offset = F.col(OFFSET_COL) if OFFSET_COL in records.columns else F.lit(None).cast("string")
+        event_id = F.col(EVENT_ID_COL) if EVENT_ID_COL in records.columns else F.lit(None).cast("string")
+        self.rejected = records.withColumn(REJECT, F.coalesce(*reasons)).where(F.col(REJECT).isNotNull()).select(
+            F.coalesce(offset, F.lit("?")).alias("offset"), event_id.alias("event_id"),
+            F.col(REJECT).alias("reason"), F.substring(record, 1, QUARANTINE_RECORD_CHARS).alias("record"),
+            F.length(record).alias("record_length"))
+        tagged = (checked.where(F.col(REJECT).isNull()).select(F.explode(F.array(*rows)).alias("_row"))
+                  .where(F.col("_row").isNotNull()).select("_row.*"))
+        folded = tagged.groupBy(TAG, *[_key(i, n) for i, n in exprs]).agg(
+            *[c for i, state in enumerate(self.states) for c in admit.fold_columns(state, F.col(_value(i)), _value(i))])
+        self.folded = folded.select(TAG, *[c for i, state in enumerate(self.states) for c in self._judged(i, state)])
         self._head: Any = None
 
+    @staticmethod
+    def _judged(i: int, state: StateSpec) -> list[Column]:
+        """State ``i``'s judged columns of a folded row (:func:`.admit.judged_fold`), named for it."""
+        from pyspark.sql import functions as F
+
+        keys = {k: F.col(_key(i, n)) for n, k in enumerate(state.key_columns)}
+        judged = admit.judged_fold(state, keys, F.col(_value(i)), F.col(f"{_value(i)}_n"))
+        names = [*(_key(i, n) for n in range(len(keys))), _value(i), f"{admit.WHY}{i}", f"{admit.RECORD}{i}"]
+        return [c.alias(name) for c, name in zip(judged, names, strict=True)] + [F.col(f"{_value(i)}_n")]
+
+    @property
+    def rejected_count(self) -> int:
+        """How many records :meth:`run` found that no state could fold (their rows are in :attr:`rejected`)."""
+        return int(self._observed.get["rejected"])
+
     def _rows(self, i: int) -> list[str]:
-        return [_key(i, n) for n in range(len(self.states[i].key_columns))] + [_value(i)]
+        return [_key(i, n) for n in range(len(self.states[i].key_columns))] + [_value(i), f"{admit.WHY}{i}",
+                                                                               f"{admit.RECORD}{i}"]
 
     def run(self, driver_rows: int = DRIVER_STAGE_ROWS) -> DataFrame:
         """Read the batch and fold every state: the one job that reads it. The folded rows are kept
@@ -171,23 +211,29 @@ class FusedFolds:
         self._head = head if head.num_rows <= driver_rows else None
         return self.folded
 
-    def stage(self, dsn: str, copies: Mapping[str, str], prefix: Sequence[Any]) -> dict[str, int]:
+    def stage(self, dsn: str, copies: Mapping[str, str], prefix: Sequence[Any],
+              set_aside: SetAside | None = None) -> dict[str, int]:
         """COPY each state's folded rows (keys, value) with ``copies[state name]``: from the driver
-        what :meth:`run` brought there, else from the executors; the rows written per state."""
+        what :meth:`run` brought there, else from the executors; the rows written per state. A row
+        that cannot be staged goes to ``set_aside``."""
         from pyspark.sql import functions as F
 
         written = {}
         for i, state in enumerate(self.states):
-            names = [*state.key_columns, "value"]
+            names = [*state.key_columns, "value", admit.WHY, admit.RECORD]
+            label = f"fold:{state.name}"
             if self._head is not None:
                 import pyarrow.compute as pc
 
-                rows = self._head.filter(pc.equal(self._head[TAG], i)).select(self._rows(i)).rename_columns(names)
-                written[state.name] = copy_batches(dsn, copies[state.name], prefix, rows.to_batches())
+                mine = pc.and_(pc.equal(self._head[TAG], i), pc.greater(self._head[f"{_value(i)}_n"], 0))
+                rows = self._head.filter(mine).select(self._rows(i)).rename_columns(names)
+                written[state.name] = stage_arrow(rows, dsn, copies[state.name], prefix, set_aside=set_aside,
+                                                  label=label)
             else:
-                rows_df = self.folded.where(F.col(TAG) == i).select(
+                rows_df = self.folded.where((F.col(TAG) == i) & (F.col(f"{_value(i)}_n") > 0)).select(
                     *[F.col(c).alias(n) for c, n in zip(self._rows(i), names, strict=True)])
-                written[state.name] = copy_dataframe(None, rows_df, dsn, copies[state.name], prefix)
+                written[state.name] = stage_executors(rows_df, dsn, copies[state.name], prefix, set_aside=set_aside,
+                                                      label=label)
         return written
 
 

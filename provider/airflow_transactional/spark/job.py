@@ -19,6 +19,7 @@ from ..spec import TopologySpec
 from ..store.connection import redact
 from ..store.migrations import DEFAULT_SCHEMA
 from ..submit import DSN_FILE_ARG, driver_dsn, provider_zip
+from .admit import SetAside
 from .fused import FusedFolds, fuse
 from .profile import Phases
 from .read import raw_records, readable_batch
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("airflow_transactional.spark_job")
 
 REMOTE_ENV = "SPARK_REMOTE"
+KEEP_OBSERVATIONS = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
 Transform = Callable[["DataFrame"], Mapping[str, "DataFrame"]]
 
 
@@ -113,6 +115,10 @@ def _read(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, bat
     """Read, parse and judge the planned ``batch`` of ``spec``, and count it; the transform's frames
     (only the recomputable states' with ``states_only``: an audit or a rebuild recomputes states;
     outputs stay appended, and a decision's verdicts cannot be recomputed in parallel)."""
+    # The batch is counted by observations of the job that reads it; when every record is bad
+    # (or set aside) the fold's input is empty, and this rule would cut the job short before the
+    # observations report -- no count, and a job that fails for a batch of garbage.
+    spark.conf.set("spark.sql.adaptive.optimizer.excludedRules", KEEP_OBSERVATIONS)
     records = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn, schema=coordinator.schema,
                           topology_id=spec.topology_id, record_schema=schema)
     prepared = prepare(records, schema, required, checks)
@@ -125,13 +131,16 @@ def _read(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, bat
 
 
 def _stage_states(spec: TopologySpec, read: _Read, dsn: str, copies: Mapping[str, str],
-                  prefix: Sequence[Any]) -> None:
-    """COPY every state's fold of ``read`` (an audit's or a rebuild's) with ``copies``."""
+                  prefix: Sequence[Any]) -> int:
+    """COPY every state's fold of ``read`` (an audit's or a rebuild's) with ``copies``; the records
+    and folded rows that could not be (what the commits set aside), counted."""
+    set_aside = SetAside("", ())
     if read.folds is not None:
-        read.folds.stage(dsn, copies, prefix)
-        return
+        read.folds.stage(dsn, copies, prefix, set_aside)
+        return set_aside.rows + read.folds.rejected_count
     for name, df in _folded(spec, read.frames).items():
-        stage_fold(df, dsn, copies[name], prefix)
+        stage_fold(df, dsn, copies[name], prefix, set_aside=set_aside)
+    return set_aside.rows
 
 
 def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txid: int, transform: Transform,
@@ -168,30 +177,43 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             out = (coordinator.output_staging(topology_id) if spec.outputs or spec.decisions
                    else OutputStaging("", {}, {}))
             counts = {name: 0 for name in (*out.partitions, *out.requests)}
+            set_aside = SetAside(coordinator.quarantine_copy(), (topology_id, txid, attempt.attempt))
             if read.folds is not None:
-                counts.update(read.folds.stage(dsn, copies, (txid, attempt.attempt)))
+                counts.update(read.folds.stage(dsn, copies, (txid, attempt.attempt), set_aside))
                 phases.lap("stage the folds")
             else:
                 for name, df in _folded(spec, read.frames).items():
                     if name in copies:
-                        counts[name] = stage_fold(df, dsn, copies[name], (txid, attempt.attempt))
+                        counts[name] = stage_fold(df, dsn, copies[name], (txid, attempt.attempt),
+                                                  set_aside=set_aside, label=f"fold:{name}")
                         phases.lap(f"fold and stage {name}")
                     elif name in out.requests:
                         requests = decision_requests(name, spec.state(spec.decision(name).state), df)
-                        counts[name] = stage_fold(requests, dsn, out.requests[name], (txid, attempt.attempt))
+                        counts[name] = stage_fold(requests, dsn, out.requests[name], (txid, attempt.attempt),
+                                                  set_aside=set_aside, label=f"request:{name}")
                         phases.lap(f"stage requests {name}")
                     else:
                         events = output_events(topology_id, name, out.partitions[name], df,
                                                [d.name for d in spec.decisions])
-                        counts[name] = stage_fold(events, dsn, out.copy, (txid, attempt.attempt, name))
+                        counts[name] = stage_fold(events, dsn, out.copy, (txid, attempt.attempt, name),
+                                                  set_aside=set_aside, label=f"output:{name}")
                         phases.lap(f"stage output {name}")
             faults.point("spark.after_stage", scope=scope)
             # Streamed from the executors, never collected: a batch of garbage fits no driver. (After a
             # fused fold the batch is read again for its bad records: only a batch that has some.)
             if read.bad_records:
-                copy_dataframe(spark, read.prepared.bad, dsn, coordinator.quarantine_copy(),
-                               (topology_id, txid, attempt.attempt))
+                copy_dataframe(spark, read.prepared.bad, dsn, set_aside.copy, set_aside.prefix)
                 phases.lap("quarantine")
+            rejected = read.folds.rejected_count if read.folds is not None else 0
+            if rejected:
+                assert read.folds is not None
+                copy_dataframe(spark, read.folds.rejected, dsn, set_aside.copy, set_aside.prefix)
+                phases.lap("quarantine records no state could fold")
+            if (rejected or set_aside.rows) and spec.on_bad_record == "fail":
+                raise BadRecord(f"txid {txid}: {rejected + set_aside.rows} records or folded rows could not be staged "
+                                "(see the attempt's quarantine) (on_bad_record='fail'; use 'quarantine' to set them "
+                                "aside)")
+            n_bad += rejected + set_aside.rows
             work.finish(counts, records_read=records_read, quarantined=n_bad,
                         bad=[(path, None, why, None) for path, why in unreadable])
             phases.lap("finish the attempt")
@@ -218,9 +240,8 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
         batch, unreadable = readable_batch(batch)
         read = _read(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks,
                      states_only=True)
-        n_bad = read.bad_records + len(unreadable)
         num, copies = coordinator.audit_tables(topology_id)
-        _stage_states(spec, read, coordinator.db.dsn, copies, ())
+        n_bad = read.bad_records + len(unreadable) + _stage_states(spec, read, coordinator.db.dsn, copies, ())
         read.keep.unpersist()
         result = coordinator.diff_audit(topology_id, num, st.committed_txid)
         if result is None:  # a commit landed meanwhile: recompute against the new checkpoint

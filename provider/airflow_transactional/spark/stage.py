@@ -1,23 +1,28 @@
 """Folding each state's rows per key, and staging them: a small result from the driver in one
-COPY, a big one from the executors in parallel -- in Arrow batches written as CSV either way."""
+COPY, a big one from the executors in parallel -- in Arrow batches written as CSV either way.
+A row that cannot be staged (:mod:`.admit`) goes to the attempt's quarantine instead."""
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
 from ..spec import StateSpec
 from ..store.connection import connect
-from ..values import Combiner
+from . import admit
+from .admit import SetAside
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 
 def fold(state: StateSpec, df: DataFrame) -> DataFrame:
-    """One row per key: the state's combiner over the rows the transform produced."""
+    """One row per key: the state's combiner over the rows the transform produced (a row without
+    all its keys is never folded; null values are left out, as SQL's aggregates do, and a key
+    whose values are all null contributes nothing), judged (:func:`.admit.judged_fold`)."""
     from pyspark.sql import functions as F
 
     keys = state.key_columns
@@ -25,25 +30,11 @@ def fold(state: StateSpec, df: DataFrame) -> DataFrame:
     if missing:
         raise ConfigError(f"the transform's DataFrame for state {state.name!r} lacks columns {missing}: "
                           f"it must have {', '.join(keys)} and value (has {', '.join(df.columns)})")
-    combine = combined(state)
     null_key = " OR ".join(f"`{k}` IS NULL" for k in keys)
-    return (df.select(*keys, "value").where(f"NOT ({null_key})")
-            .groupBy(*keys).agg(combine(F.col("value")).alias("value")))
-
-
-def combined(state: StateSpec) -> Callable[[Column], Column]:
-    """``values -> the state's combiner over them``, as the state's value type: how every fold
-    of ``state`` aggregates a key's rows (a row without all its keys is never folded)."""
-    from pyspark.sql import functions as F
-
-    agg = {Combiner.SUM: F.sum, Combiner.COUNT: F.sum, Combiner.MIN: F.min,
-           Combiner.MAX: F.max}.get(Combiner(state.combiner))
-    if agg is None:
-        raise ConfigError(f"state {state.name!r}: the Spark helper folds sum, count, min and max; for "
-                          "'replace' keep one row per key in the transform and use combiner 'max' on a "
-                          "version column, or process with the pure-Python processor")
-    spark_type = _spark_type(state.value_type)
-    return lambda values: agg(values).cast(spark_type)
+    folded = (df.select(*keys, "value").where(f"NOT ({null_key})")
+              .groupBy(*keys).agg(*admit.fold_columns(state, F.col("value"), "value")))
+    return folded.where("value_n > 0").select(
+        *admit.judged_fold(state, {k: F.col(k) for k in keys}, F.col("value"), F.col("value_n")))
 
 
 def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
@@ -88,11 +79,15 @@ def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
         payload = F.to_json(payload)
     event_id = F.concat(F.lit(f"{topology_id}:"), F.col("id").cast("string"))
     key = F.coalesce(F.col("key").cast("string"), event_id) if "key" in df.columns else event_id
-    seq = F.col("seq").cast("long") if "seq" in df.columns else F.lit(None).cast("long")
+    seq = F.col("seq").try_cast("long") if "seq" in df.columns else F.lit(None).cast("long")
     # crc32 of the UTF-8 bytes, as sources.eventlog.partition_of computes it.
     rows = df.select((F.crc32(key.cast("binary")) % F.lit(partitions)).cast("int").alias("partition"),
                      seq.alias("seq"), event_id.alias("event_id"), payload.alias("payload"), *verdict)
-    return _first_by_seq(rows, "event_id", "payload")
+    why = admit.first_reason([*admit.id_reasons(f"the id of an output event for {output!r}", F.col("event_id")),
+                        (F.col("payload").isNull(), f"an output event for {output!r} has no payload"),
+                        (F.instr(F.col("payload"), "\u0000") > 0, f"the payload of an output event for {output!r} "
+                                                                  "holds a NUL byte (\\u0000)")])
+    return _judged(_first_by_seq(rows, "event_id", "payload"), why)
 
 
 def decision_requests(decision: str, state: StateSpec, df: DataFrame) -> DataFrame:
@@ -109,10 +104,21 @@ def decision_requests(decision: str, state: StateSpec, df: DataFrame) -> DataFra
     if missing:
         raise ConfigError(f"the transform's DataFrame for decision {decision!r} lacks columns {missing}: it must have "
                           f"{', '.join(keys)}, amount and id, and may have seq (has {', '.join(df.columns)})")
-    seq = F.col("seq").cast("long") if "seq" in df.columns else F.lit(None).cast("long")
-    rows = df.select(*keys, seq.alias("seq"), F.col("id").cast("string").alias("request"),
-                     F.col("amount").cast(_spark_type(state.value_type)).alias("amount"))
-    return _first_by_seq(rows, "request", "amount")
+    seq = F.col("seq").try_cast("long") if "seq" in df.columns else F.lit(None).cast("long")
+    rows = df.select(*[F.col(k).alias(k) for k in keys], seq.alias("seq"), F.col("id").cast("string").alias("request"),
+                     F.col("amount").alias("_amount"))
+    why = admit.first_reason([*admit.id_reasons(f"the id of a request for {decision!r}", F.col("request")),
+                        (F.col(keys[0]).isNull() if len(keys) == 1 else F.greatest(*[F.col(k).isNull() for k in keys]),
+                         f"a request for {decision!r} has a null key"),
+                        *admit.key_reasons(f"the key of a request for {decision!r}", state.keys,
+                                           {k: F.col(k) for k in keys}),
+                        (F.col("_amount").isNull(), f"a request for {decision!r} has no amount"),
+                        *admit.value_reasons(f"the amount of a request for {decision!r}", state.value_type,
+                                             F.col("_amount"))])
+    rows = rows.select(*[F.col(k).try_cast(admit.spark_type(t)).alias(k) for k, t in state.keys.items()], "seq",
+                       "request", F.col("_amount").try_cast(admit.spark_type(state.value_type)).alias("amount"),
+                       why.alias("_w"))
+    return _judged(_first_by_seq(rows, "request", "amount"), F.col("_w"))
 
 
 def _first_by_seq(rows: DataFrame, id_column: str, then: str) -> DataFrame:
@@ -124,9 +130,13 @@ def _first_by_seq(rows: DataFrame, id_column: str, then: str) -> DataFrame:
     return rows.withColumn("_n", F.row_number().over(first)).where("_n = 1").drop("_n")
 
 
-def _spark_type(sql_type: str) -> str:
-    return {"bigint": "bigint", "integer": "int", "numeric": "decimal(38,10)",
-            "double precision": "double"}.get(sql_type, "string")
+def _judged(rows: DataFrame, why: Column) -> DataFrame:
+    """``rows`` with :data:`.admit.WHY` (``why``) and, for a row that cannot be staged, :data:`.admit.RECORD`."""
+    from pyspark.sql import functions as F
+
+    cols = [c for c in rows.columns if c != "_w"]
+    return rows.select(*cols, why.alias(admit.WHY)).withColumn(
+        admit.RECORD, F.when(F.col(admit.WHY).isNotNull(), F.to_json(F.struct(*[F.col(c) for c in cols]))))
 
 
 #: How much CSV an executor buffers before it sends it (one COPY per chunk, one transaction per
@@ -184,11 +194,14 @@ DRIVER_STAGE_ROWS = 250_000
 
 
 def stage_fold(df: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any],
-               driver_rows: int = DRIVER_STAGE_ROWS) -> int:
-    """Stage a state's folded rows (see :data:`DRIVER_STAGE_ROWS`); the rows written.
+               driver_rows: int = DRIVER_STAGE_ROWS, *, set_aside: SetAside | None = None, label: str = "") -> int:
+    """Stage a state's folded rows, a decision's requests or an output's events (see
+    :data:`DRIVER_STAGE_ROWS`); the rows written. A judged frame's rows that cannot be staged
+    (:data:`.admit.WHY`) go to ``set_aside`` instead, their offset ``label`` (dropped without one:
+    an audit or a rebuild recomputes what the commits kept).
 
-    The fold is computed once: it is cached while the driver takes up to ``driver_rows + 1`` of
-    its rows, and only a fold bigger than that goes on to the executors, from the cache.
+    The frame is computed once: it is cached while the driver takes up to ``driver_rows + 1`` of
+    its rows, and only a frame bigger than that goes on to the executors, from the cache.
     """
     from pyspark import StorageLevel
 
@@ -196,10 +209,51 @@ def stage_fold(df: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any],
     try:
         head = folded.limit(driver_rows + 1).toArrow()
         if head.num_rows <= driver_rows:
-            return copy_batches(dsn, copy_sql, prefix, head.to_batches())
-        return copy_dataframe(None, folded, dsn, copy_sql, prefix)
+            return stage_arrow(head, dsn, copy_sql, prefix, set_aside=set_aside, label=label)
+        return stage_executors(folded, dsn, copy_sql, prefix, set_aside=set_aside, label=label)
     finally:
         folded.unpersist()
+
+
+def stage_arrow(rows: Any, dsn: str, copy_sql: str, prefix: Sequence[Any], *, set_aside: SetAside | None = None,
+                label: str = "") -> int:
+    """From the driver: COPY an Arrow table of rows to stage; its judged rows that cannot be go to
+    ``set_aside``. The rows staged."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if admit.WHY not in rows.column_names:
+        return copy_batches(dsn, copy_sql, prefix, rows.to_batches())
+    fine = pc.is_null(rows[admit.WHY])
+    bad = rows.filter(pc.invert(fine))
+    if bad.num_rows and set_aside is not None:
+        record = bad[admit.RECORD]
+        table = pa.table({"offset": pa.array([label] * bad.num_rows), "event_id": pa.nulls(bad.num_rows, pa.string()),
+                          "reason": bad[admit.WHY],
+                          "record": pc.utf8_slice_codeunits(record, 0, QUARANTINE_RECORD_CHARS),
+                          "record_length": pc.utf8_length(record)})
+        set_aside.rows += (copy_batches(dsn, set_aside.copy, set_aside.prefix, table.to_batches()) if set_aside.copy
+                           else table.num_rows)
+    return copy_batches(dsn, copy_sql, prefix, rows.filter(fine).drop_columns([admit.WHY, admit.RECORD]).to_batches())
+
+
+def stage_executors(rows: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any], *,
+                    set_aside: SetAside | None = None, label: str = "") -> int:
+    """From the executors: as :func:`stage_arrow`, for a frame too big for the driver."""
+    from pyspark.sql import functions as F
+
+    if admit.WHY not in rows.columns:
+        return copy_dataframe(None, rows, dsn, copy_sql, prefix)
+    if set_aside is not None:
+        record = F.col(admit.RECORD)
+        bad = rows.where(F.col(admit.WHY).isNotNull()).select(
+            F.lit(label).alias("offset"), F.lit(None).cast("string").alias("event_id"),
+            F.col(admit.WHY).alias("reason"), F.substring(record, 1, QUARANTINE_RECORD_CHARS).alias("record"),
+            F.length(record).alias("record_length"))
+        set_aside.rows += (copy_dataframe(None, bad, dsn, set_aside.copy, set_aside.prefix) if set_aside.copy
+                           else bad.count())
+    return copy_dataframe(None, rows.where(F.col(admit.WHY).isNull()).drop(admit.WHY, admit.RECORD), dsn, copy_sql,
+                          prefix)
 
 
 def _copy_arrow(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any]) -> Iterator[Any]:

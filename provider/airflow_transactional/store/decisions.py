@@ -29,6 +29,7 @@ from typing import Any
 
 from psycopg2 import sql
 
+from .. import limits
 from ..exceptions import ConfigError
 from ..spec import DecisionSpec, StateSpec
 from . import catalog
@@ -193,8 +194,9 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
     docstring); returns (granted, declined). ``declines``: list the declined requests for the
     output append (a topology without outputs has no use for them)."""
     s = sql.Identifier(schema)
+    low, high = limits.value_range(state.value_type)  # the balance the state's type holds
     params: dict[str, Any] = {"t": topology_id, "d": decision.name, "txid": txid, "attempt": attempt,
-                              "floor": decision.floor, "declines": declines}
+                              "floor": decision.floor, "declines": declines, "low": low, "high": high}
     check_headroom(cur, decision, state)
     cur.execute(sql.SQL("SELECT 1 FROM {}.decision_checks WHERE topology_id = %(t)s "
                         "AND decision = %(d)s AND txid = %(txid)s AND attempt = %(attempt)s").format(s), params)
@@ -249,7 +251,10 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
                         "debits_declined boolean, amounts numeric[]) ON COMMIT DROP")
                 .format(decided, keys=q.key_defs(state)))
     # Per key: its run granted whole, every debit declined, or else the loop, which alone has a
-    # call (a gating condition).
+    # call (a gating condition). A balance stays at or above the floor, and within what the
+    # state's type holds: a credit that would carry it past the top is declined (``hi``), so no
+    # request can make the commit's arithmetic fail; the fast ways are taken only when even every
+    # credit granted stays below it.
     cur.execute(sql.SQL(
         "INSERT INTO {decided} "
         "SELECT {r_keys}, r.start, CASE WHEN r.kind = 'loop' OR %(declines)s AND r.kind = 'none' THEN r.requests END, "
@@ -258,13 +263,14 @@ def decide(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, s
         "  ELSE g.balances[cardinality(r.amounts)] - r.start END, "
         "  cardinality(r.amounts) - n.declined, n.declined, "
         "  r.kind = 'none', CASE WHEN %(declines)s AND r.kind = 'none' THEN r.amounts END "
-        "FROM (SELECT x.*, CASE WHEN x.must_loop THEN 'loop' "
-        "  WHEN x.low IS NULL OR x.start + x.low >= %(floor)s THEN 'whole' "
-        "  WHEN x.start + x.high < %(floor)s THEN 'none' ELSE 'loop' END AS kind "
-        "  FROM (SELECT r.*, coalesce(s.value, 0) + {headroom} AS start FROM ({source}) r "
-        "  LEFT JOIN {state} s ON {s_is_r}) x OFFSET 0) r "
+        "FROM (SELECT x.*, CASE WHEN x.must_loop OR x.start + x.credits > x.hi THEN 'loop' "
+        "  WHEN x.low IS NULL OR x.start + x.low >= x.lo THEN 'whole' "
+        "  WHEN x.start + x.high < x.lo THEN 'none' ELSE 'loop' END AS kind "
+        "  FROM (SELECT y.*, y.held + y.head AS start, greatest(%(floor)s, %(low)s + y.head) AS lo, "
+        "  %(high)s + y.head AS hi FROM (SELECT r.*, coalesce(s.value, 0) AS held, {headroom} AS head "
+        "  FROM ({source}) r LEFT JOIN {state} s ON {s_is_r}) y) x OFFSET 0) r "
         "LEFT JOIN LATERAL (SELECT f.grants, f.balances, cardinality(array_positions(f.grants, false)) AS declined "
-        "  FROM {s}.guarded_run(r.start, %(floor)s, r.amounts) f WHERE r.kind = 'loop' OFFSET 0) g ON true, "
+        "  FROM {s}.guarded_run(r.start, r.lo, r.amounts, r.hi) f WHERE r.kind = 'loop' OFFSET 0) g ON true, "
         "LATERAL (SELECT CASE r.kind WHEN 'whole' THEN 0 WHEN 'none' THEN r.debits ELSE g.declined END AS declined) n "
         "WHERE cardinality(r.amounts) > 0").format(
         decided=decided, headroom=headroom, source=source, state=q.state_table(state),

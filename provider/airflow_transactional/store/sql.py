@@ -128,6 +128,33 @@ def upsert(state: StateSpec, target: sql.Composed, delta: sql.Composable) -> sql
         from_value=combine_sql(combiner, t_val, new))
 
 
+def can_overflow(state: StateSpec) -> bool:
+    """Whether adding a delta to a stored value can leave the state's type (a sum of integers or
+    doubles; ``numeric`` holds any sum)."""
+    return Combiner(state.combiner).numeric and state.value_type in ("bigint", "integer", "double precision")
+
+
+def find_overflows(state: StateSpec, delta: sql.Composable) -> sql.Composed:
+    """The delta rows (key as JSON, committed value, delta) whose sum with the value they fold into
+    leaves ``%(low)s .. %(high)s``; they are kept in ``txn_overflow`` for :func:`without_overflows`.
+    The value folded into is the value rule's: ``prev_value`` for an opaque value this txid wrote."""
+    base = (sql.SQL("CASE WHEN t.txid = %(txid)s THEN t.prev_value ELSE t.value END")
+            if ValueKind(state.kind) is ValueKind.OPAQUE else sql.SQL("t.value"))
+    return sql.SQL(
+        "CREATE TEMP TABLE txn_overflow ON COMMIT DROP AS SELECT {d_keys}, {base} AS committed, d.value AS added "
+        "FROM ({delta}) d JOIN {target} t ON {on} WHERE t.txid <= %(txid)s AND NOT "
+        "coalesce({base}, 0)::numeric + d.value::numeric BETWEEN %(low)s AND %(high)s; "
+        "SELECT jsonb_build_array({keys}), committed, added FROM txn_overflow").format(
+        d_keys=key_list(state, "d"), base=base, delta=delta, target=state_table(state), on=same_keys(state, "t", "d"),
+        keys=key_list(state))
+
+
+def without_overflows(state: StateSpec, delta: sql.Composable) -> sql.Composed:
+    """``delta`` without the rows :func:`find_overflows` set aside."""
+    return sql.SQL("SELECT * FROM ({}) d WHERE NOT EXISTS (SELECT 1 FROM txn_overflow o WHERE {})").format(
+        delta, same_keys(state, "o", "d"))
+
+
 def same_keys(state: StateSpec, a: str, b: str) -> sql.Composed:
     """``a.k1 = b.k1 AND ...`` over the state's key columns."""
     return sql.SQL(" AND ").join(sql.SQL("{} = {}").format(sql.Identifier(a, c), sql.Identifier(b, c))

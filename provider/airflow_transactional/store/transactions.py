@@ -56,6 +56,8 @@ class Failed(NamedTuple):
     txid: int
     run_key: str
     failure: str | None
+    attempt: int | None  # the latest attempt of the txid, when it failed
+    attempt_error: str | None
 
 
 class InFlightRow(NamedTuple):
@@ -145,10 +147,21 @@ def mark_failed(cur: Cursor, schema: str, topology_id: str, txid: int, reason: s
 
 def first_failed_before(cur: Cursor, schema: str, topology_id: str, txid: int) -> Failed | None:
     """The lowest uncommitted txid below ``txid`` that failed for good."""
-    cur.execute(sql.SQL("SELECT txid, run_key, failure FROM {} WHERE topology_id = %s AND txid < %s "
-                        "AND status = 'planned' AND failed_at IS NOT NULL ORDER BY txid LIMIT 1")
-                .format(table(schema, "transactions")), (topology_id, txid))
+    cur.execute(sql.SQL("SELECT t.txid, t.run_key, t.failure, a.attempt, a.error AS attempt_error FROM {t} t "
+                        "LEFT JOIN LATERAL (SELECT x.attempt, x.error FROM {a} x WHERE x.topology_id = t.topology_id "
+                        "AND x.txid = t.txid ORDER BY x.attempt DESC LIMIT 1) a ON a.error IS NOT NULL "
+                        "WHERE t.topology_id = %s AND t.txid < %s AND t.status = 'planned' "
+                        "AND t.failed_at IS NOT NULL ORDER BY t.txid LIMIT 1")
+                .format(t=table(schema, "transactions"), a=table(schema, "attempts")), (topology_id, txid))
     return one(cur, Failed)
+
+
+def last_attempt_error(cur: Cursor, schema: str, topology_id: str, txid: int) -> tuple[int, str] | None:
+    """(attempt, error) of the txid's latest attempt, when that one failed with an error."""
+    cur.execute(sql.SQL("SELECT attempt, error FROM {} WHERE topology_id = %s AND txid = %s "
+                        "ORDER BY attempt DESC LIMIT 1").format(table(schema, "attempts")), (topology_id, txid))
+    row = cur.fetchone()
+    return None if row is None or row[1] is None else (int(row[0]), str(row[1]))
 
 
 def in_flight(cur: Cursor, schema: str, topology_id: str) -> list[InFlightRow]:

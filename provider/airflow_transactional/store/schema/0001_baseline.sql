@@ -316,9 +316,10 @@ FROM {s}.decision_requests r
 JOIN {s}.decision_runs u ON u.txid = r.txid AND u.topology_id = r.topology_id AND u.decision = r.decision
  AND u.attempt = r.attempt AND u.key = r.key;
 
--- One key's requests in order: granted when the amount is not negative or the balance stays at
--- or above the floor (a declined one leaves it as it was); the balance after each request.
-CREATE FUNCTION {s}.guarded_run(start numeric, floor numeric, amounts numeric[],
+-- One key's requests in order: a debit is granted when the balance stays at or above the floor,
+-- a credit when it stays at or below the ceiling (what the state's type holds); a declined one
+-- leaves the balance as it was. The balance after each request.
+CREATE FUNCTION {s}.guarded_run(start numeric, floor numeric, amounts numeric[], ceiling numeric,
                                 OUT grants boolean[], OUT balances numeric[])
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $body$
 DECLARE
@@ -328,7 +329,7 @@ BEGIN
     grants := ARRAY[]::boolean[];
     balances := ARRAY[]::numeric[];
     FOREACH amount IN ARRAY amounts LOOP
-        IF amount >= 0 OR balance + amount >= floor THEN
+        IF (amount >= 0 AND balance + amount <= ceiling) OR (amount < 0 AND balance + amount >= floor) THEN
             balance := balance + amount;
             grants := grants || true;
         ELSE

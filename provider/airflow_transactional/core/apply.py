@@ -1,0 +1,76 @@
+"""Applying one state's staged delta in the commit, under the value rules (``store/sql.py``'s
+upsert): a replay behind the stored txid is refused, never applied; a key whose committed value
+plus the delta would leave the state's type is set aside in the quarantine, with the reason,
+instead of failing the commit on every try (:mod:`..limits`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import psycopg2.errors
+import psycopg2.extensions
+from psycopg2 import sql
+
+from .. import limits
+from ..exceptions import ReplayBehindState
+from ..spec import StateSpec
+from ..store import commits
+from ..store import sql as q
+from ..store.rows import scalar
+from .context import StateStore
+from .model import QUARANTINE_RECORD_CHARS
+
+log = logging.getLogger(__name__)
+
+
+def state_delta(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str, state: StateSpec,
+           staging: sql.Composed, txid: int, attempt: int, expected: int) -> int:
+    """Apply the attempt's staged rows of ``state``; returns how many keys were set aside because
+    their committed value plus this txid's delta would leave the state's type (quarantined)."""
+    delta = q.staged_delta(staging, state)
+    params = {"txid": txid, "attempt": attempt}
+    set_aside = 0
+    if not q.can_overflow(state):
+        cur.execute(q.upsert(state, q.state_table(state), delta), params)
+    else:
+        # A sum that a batch cannot break alone can still leave the type once added to what is
+        # committed: that key's delta is set aside (quarantined), never a commit that fails for ever.
+        cur.execute("SAVEPOINT txn_apply")
+        try:
+            cur.execute(q.upsert(state, q.state_table(state), delta), params)
+        except psycopg2.errors.NumericValueOutOfRange:
+            cur.execute("ROLLBACK TO SAVEPOINT txn_apply")
+            set_aside = set_aside_overflows(store, cur, topology_id, state, delta, txid, attempt)
+            delta = q.without_overflows(state, delta)
+            cur.execute(q.upsert(state, q.state_table(state), delta), params)
+        cur.execute("RELEASE SAVEPOINT txn_apply")
+    if cur.rowcount < expected - set_aside:
+        cur.execute(q.rows_ahead(state, q.state_table(state), delta), params)
+        ahead = int(scalar(cur))
+        if ahead:
+            raise ReplayBehindState(
+                f"state {state.name!r}: {ahead} keys already hold a txid later than {txid}; a replay "
+                "behind the state is never applied. The state table was changed outside this "
+                "topology (or restored from a later backup): rebuild it from the source")
+    return set_aside
+
+
+def set_aside_overflows(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str, state: StateSpec,
+                         delta: sql.Composed, txid: int, attempt: int) -> int:
+    """Quarantine the keys whose committed value plus the delta leaves the state's type; how many."""
+    low, high = limits.value_range(state.value_type)
+    cur.execute(q.find_overflows(state, delta), {"txid": txid, "attempt": attempt, "low": low, "high": high})
+    found = cur.fetchall()
+    reason = (f"state {state.name!r}: the committed value plus txid {txid}'s delta for this key leaves "
+              f"{state.value_type} ({low:g} to {high:g}); the delta is set aside here, the rest of the txid "
+              "commits. Declare value_type='numeric' for sums that large")
+    rows = []
+    for key, committed, added in found:
+        raw = limits.printable(json.dumps({"key": key, "committed": str(committed), "delta": str(added)}))
+        rows.append((topology_id, txid, attempt, f"commit:{state.name}", None, reason, raw[:QUARANTINE_RECORD_CHARS],
+                     len(raw)))
+    commits.insert_quarantined(cur, store.schema, rows)
+    log.warning("state %s txid %d: %d keys set aside, their sums would leave %s", state.name, txid, len(rows),
+                state.value_type)
+    return len(rows)
