@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
-from airflow_transactional.dag import LOCAL_SPARK_CONF
+from airflow_transactional import LOCAL_SPARK_CONF, PostgresLogSource, StateSpec, transactional_dag
 
 # The batch-emit interval (the end-to-end tests set a daily one and trigger runs over REST).
 SCHEDULE = os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or timedelta(minutes=1)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from airflow_transactional import LandingDirectory, StateSpec, transactional_dag
-from airflow_transactional.dag import LOCAL_SPARK_CONF
+from airflow_transactional import LOCAL_SPARK_CONF, LandingDirectory, StateSpec, transactional_dag
 
 LANDING_DIR = os.path.abspath(os.environ.get("AIRFLOW_TXN_LANDING_DIR")
                               or os.path.join(os.path.dirname(__file__), "..", "var", "landing"))

@@ -19,6 +19,7 @@ from datetime import timedelta
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, DeltaTriggerTimetable
 
 from airflow_transactional import (
+    LOCAL_SPARK_CONF,
           DecisionSpec,
           OutputSpec,
           PostgresLogSource,
@@ -26,7 +27,6 @@ from airflow_transactional import (
           output_asset,
           transactional_dag,
 )
-from airflow_transactional.dag import LOCAL_SPARK_CONF
 
 SCHEDULE = os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or timedelta(minutes=1)
 OVERDRAFT = 100  # no account goes below -OVERDRAFT, at any commit

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_transactional import files
-from airflow_transactional.submit import spark_connect_server_argv, spark_connect_server_env, spark_connect_url
+from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env, spark_connect_url
 from dev.embedded import listening
 
 __all__ = ["ConnectServer"]

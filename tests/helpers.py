@@ -11,12 +11,12 @@ from typing import Any
 
 import psycopg2
 
-from airflow_transactional import spark_cds
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.spark import cds as spark_cds
+from airflow_transactional.spark.submit import provider_zip
 from airflow_transactional.spec import StateSpec, TopologySpec
-from airflow_transactional.submit import provider_zip
 
 
 def spark_submit(dsn: str, application: str, *args: str, env: dict[str, str] | None = None,
@@ -49,7 +49,7 @@ dag = transactional_dag(spec.topology_id, source=spec.source, states=list(spec.s
 def declared(directory: Path, spec: TopologySpec) -> tuple[TopologySpec, str]:
     """``spec`` (with its Spark application in ``extra``) as a DAG file declares it, and that file:
     what the owner's ``airflow-txn audit|rebuild --dag-file`` run the topology from."""
-    from airflow_transactional.cli import declared_topologies
+    from airflow_transactional.airflow.dagfile import declared_topologies
 
     spark = dict(spec.extra.get("spark") or {})
     path = directory / f"{spec.topology_id}_dag.py"

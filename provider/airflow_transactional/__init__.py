@@ -6,23 +6,24 @@ from typing import Any
 
 from .processing import OutputEvent, Request
 from .sources import EventLog, LandingDirectory, PostgresLogSource
+from .spark.submit import LOCAL_SPARK_CONF
 from .spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
 
 __version__ = "0.1.0"
 
-__all__ = ["DecisionSpec", "EventLog", "LandingDirectory", "OutputEvent", "OutputSpec", "PostgresLogSource",
-           "Request", "StateSpec", "TopologySpec", "get_provider_info", "output_asset", "state_asset",
-           "transactional_dag"]
+__all__ = ["LOCAL_SPARK_CONF", "DecisionSpec", "EventLog", "LandingDirectory", "OutputEvent", "OutputSpec",
+           "PostgresLogSource", "Request", "StateSpec", "TopologySpec", "get_provider_info", "output_asset",
+           "state_asset", "transactional_dag"]
 
 
 def __getattr__(name: str) -> Any:
     # The DAG API imports Airflow; the core (and provider discovery) must not pay for that.
     if name == "transactional_dag":
-        from .dag import transactional_dag
+        from .airflow.dag import transactional_dag
 
         return transactional_dag
     if name in ("state_asset", "output_asset"):
-        from . import assets
+        from .airflow import assets
 
         return getattr(assets, name)
     raise AttributeError(name)
@@ -60,19 +61,19 @@ def get_provider_info() -> dict[str, Any]:
         }],
         "operators": [{
             "integration-name": "Transactional",
-            "python-modules": ["airflow_transactional.operators"],
+            "python-modules": ["airflow_transactional.airflow.operators"],
         }],
         "triggers": [{
             "integration-name": "Transactional",
-            "python-modules": ["airflow_transactional.triggers"],
+            "python-modules": ["airflow_transactional.airflow.triggers"],
         }],
         "hooks": [{
             "integration-name": "Transactional",
-            "python-modules": ["airflow_transactional.hooks"],
+            "python-modules": ["airflow_transactional.airflow.hooks"],
         }],
         "connection-types": [{
             "connection-type": CONNECTION_TYPE,
-            "hook-class-name": "airflow_transactional.hooks.TransactionalHook",
+            "hook-class-name": "airflow_transactional.airflow.hooks.TransactionalHook",
             "hook-name": HOOK_NAME,
             "ui-field-behaviour": {key.replace("_", "-"): value for key, value in UI_FIELD_BEHAVIOUR.items()},
         }],

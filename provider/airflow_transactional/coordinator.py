@@ -27,10 +27,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-import psycopg2.extensions
-from psycopg2 import sql
-
-from .core import attempts, commit, commit_external, liveness, planning, registration, status, views
+from .core import attempts, commit, commit_external, liveness, planning, rebuild, registration, status, views
 from .core.context import StateStore
 from .core.model import (
     QUARANTINE_RECORD_CHARS,
@@ -43,7 +40,8 @@ from .core.model import (
     same_offsets,
 )
 from .sources.base import Record
-from .spec import StateSpec, TopologySpec
+from .spec import TopologySpec
+from .store import catalog
 from .store.attempts import Finished
 from .store.commits import QUARANTINE_COLUMNS
 from .store.connection import Database
@@ -67,7 +65,19 @@ class Coordinator:
 
     @property
     def db(self) -> Database:
+        """The store's connection: for the core's own callers (tests, the benchmarks); the CLI, the
+        operators and the Spark job use the methods below."""
         return self.store.db
+
+    @property
+    def dsn(self) -> str:
+        """The state store's DSN, for a process this one starts (a Spark driver): never logged."""
+        return self.store.db.dsn
+
+    def ping(self) -> str:
+        """The server's version string (a connection test)."""
+        with self.store.db.transaction() as cur:
+            return catalog.server_version(cur)
 
     @property
     def schema(self) -> str:
@@ -79,10 +89,6 @@ class Coordinator:
 
     def close(self) -> None:
         self.store.close()
-
-    def complete_attempt(self, topology_id: str, txid: int) -> Finished | None:
-        """Former name of :meth:`latest_complete_attempt` (kept: public since 0.1)."""
-        return self.latest_complete_attempt(topology_id, txid)
 
     def migrate(self) -> list[int]:
         return registration.migrate(self.store)
@@ -226,15 +232,9 @@ class Coordinator:
     def status(self, topology_id: str) -> TopologyStatus:
         return status.status(self.store, topology_id)
 
-    def topology_num(self, cur: psycopg2.extensions.cursor, topology_id: str) -> int:
-        return status.topology_num(self.store, cur, topology_id)
-
     def committed_batch(self, topology_id: str, through_txid: int | None = None
                     ) -> tuple[dict[str, Any], str | None]:
         return status.committed_batch(self.store, topology_id, through_txid=through_txid)
-
-    def create_audit_table(self, num: int, state: StateSpec) -> sql.Composed:
-        return status.create_audit_table(self.store, num, state)
 
     def diff_audit(self, topology_id: str, num: int, committed_txid: int, samples: int = 10
                ) -> dict[str, Any] | None:
@@ -244,6 +244,25 @@ class Coordinator:
     def commits(self, topology_id: str, txid: int | None = None) -> list[dict[str, Any]]:
         """The audit log of a topology, in txid order (only ``txid``'s entry, if given)."""
         return status.commits(self.store, topology_id, txid)
+
+    # -- rebuilding the states from the source while the topology commits (core/rebuild.py) ----
+
+    def begin_rebuild(self, topology_id: str) -> rebuild.Rebuild:
+        """Mark a rebuild's starting point (T0, the committed txid) and take its liveness lock."""
+        return rebuild.begin(self.store, topology_id)
+
+    def rebuild_copies(self, topology_id: str) -> dict[str, str]:
+        """The COPY statement that loads each state's recomputation, by state name."""
+        return rebuild.load_copies(self.store, topology_id)
+
+    def swap_rebuild(self, started: rebuild.Rebuild) -> dict[str, Any]:
+        """Replay the journal onto the recomputed states and swap them in, in one transaction."""
+        return rebuild.swap(self.store, started)
+
+    def abort_rebuild(self, topology_id: str, *, started: rebuild.Rebuild | None = None,
+                      force: bool = False) -> bool:
+        """Forget a rebuild that did not finish (a live one only with ``force``); False: none to abort."""
+        return rebuild.abort(self.store, topology_id, rebuild=started, force=force)
 
     # -- what the Transactions pages of the Airflow UI show (JSON-ready; core/views.py) ------
 

@@ -52,11 +52,27 @@ class SchemaMismatch(TransactionalError):
     """An existing table does not have the shape the topology declares."""
 
 
-class TooManyInFlight(TransactionalError):
+class NotYourTurn(TransactionalError):
+    """A plan or a commit that must wait for other txids first (never a failure by itself).
+
+    ``waiting_for`` says what would end the wait (``"slot"``: a commit freeing a ``max_in_flight``
+    slot; ``"commit"``: txid-1 committing); ``blocked_from`` is the txid whose predecessors, failed
+    for good, would keep it waiting for ever; ``trigger_args`` what the triggerer needs to wait."""
+
+    waiting_for: str
+    blocked_from: int
+    trigger_args: dict[str, object]
+
+
+class TooManyInFlight(NotYourTurn):
     """Planning would exceed ``max_in_flight`` uncommitted transactions."""
+
+    waiting_for = "slot"
 
     def __init__(self, topology_id: str, in_flight: list[int], max_in_flight: int) -> None:
         self.in_flight = in_flight
+        self.blocked_from = max(in_flight) + 1
+        self.trigger_args = {"in_flight": in_flight}
         super().__init__(
             f"topology {topology_id!r} already has {len(in_flight)} uncommitted transactions "
             f"(txids {', '.join(map(str, in_flight))}; max_in_flight={max_in_flight}): "
@@ -68,12 +84,16 @@ class UnknownTransaction(TransactionalError):
     """No transaction with this txid (or run key) exists."""
 
 
-class WaitingForPredecessor(TransactionalError):
+class WaitingForPredecessor(NotYourTurn):
     """The commit of txid N was asked for while txid N-1 is not committed yet."""
+
+    waiting_for = "commit"
 
     def __init__(self, topology_id: str, txid: int, committed_txid: int) -> None:
         self.txid = txid
         self.committed_txid = committed_txid
+        self.blocked_from = txid
+        self.trigger_args = {"txid": txid}
         super().__init__(
             f"topology {topology_id!r}: cannot commit txid {txid} yet, waiting for txid "
             f"{committed_txid + 1} (last committed: {committed_txid}); commits are strictly "
@@ -111,3 +131,21 @@ class RebuildInProgress(TransactionalError):
 
 class EmbeddedPostgresError(TransactionalError):
     """The embedded PostgreSQL server could not be set up or started."""
+
+
+class IdCollision(TransactionalError, LookupError):
+    """An event a commit would append is in its log already, with another payload."""
+
+    def __init__(self, log: str, event_id: str) -> None:
+        self.log, self.event_id = log, event_id
+        super().__init__(f"{event_id!r} is already in log {log!r} with another payload")
+
+
+class ActionRefused(TransactionalError):
+    """Airflow refused or could not do a request of the Transactions views: ``status`` is its HTTP
+    status, ``detail`` its words."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail

@@ -7,9 +7,9 @@
   ``prev_value`` and combine.
 
 A stored txid *later* than the batch's is an error: a replay behind the state must never be
-applied silently. The rules exist twice: in Python (used to aggregate partials and by the unit
-tests) and as SQL expressions for the commit's set-based upsert; the integration tests check the
-two agree.
+applied silently. The rules exist twice: here, in Python (used to aggregate partials and by the
+unit tests), and as SQL for the commit's set-based upsert (``store/sql.py``); the integration
+tests check the two agree.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
-
-from psycopg2 import sql
 
 from .exceptions import ConfigError, ReplayBehindState
 
@@ -119,14 +117,3 @@ def apply_opaque(stored: OpaqueValue | None, delta: Any, txid: int, combiner: Co
     if stored.txid > txid:
         raise ReplayBehindState(f"value holds txid {stored.txid}, batch is txid {txid}")
     return OpaqueValue(combine(combiner, stored.value, delta), stored.value, txid)
-
-
-def combine_sql(combiner: Combiner, old: sql.Composable, new: sql.Composable) -> sql.Composed:
-    """The SQL expression of :func:`combine` (``old`` may be NULL)."""
-    if combiner in (Combiner.SUM, Combiner.COUNT):
-        return sql.SQL("CASE WHEN {o} IS NULL THEN {n} ELSE {o} + {n} END").format(o=old, n=new)
-    if combiner is Combiner.MIN:
-        return sql.SQL("LEAST({o}, {n})").format(o=old, n=new)  # LEAST ignores NULL
-    if combiner is Combiner.MAX:
-        return sql.SQL("GREATEST({o}, {n})").format(o=old, n=new)
-    return sql.SQL("{n}").format(n=new)

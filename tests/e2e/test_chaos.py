@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_transactional.lineage import RUN_FACET, store_namespace
+from airflow_transactional.airflow.lineage import RUN_FACET, store_namespace
 from bench.chaos import KINDS, Chaos
 from dev.localstack import LocalStack
 from tests.e2e.conftest import CHAOS_CI, CHAOS_PAYMENTS_CI, lineage_events

@@ -187,7 +187,7 @@ def test_each_task_tells_openlineage_what_it_read_wrote_and_which_txid(stack: Lo
     # The words runs of the first test, as Airflow's OpenLineage listener reported them (a file
     # transport): the commit names the log it read and the state tables it wrote, with the rows
     # and the transaction; the process task's spark-submit carried its run id to Spark.
-    from airflow_transactional.lineage import RUN_FACET, store_namespace
+    from airflow_transactional.airflow.lineage import RUN_FACET, store_namespace
 
     coord = Coordinator(stack.state_dsn)
     commits = {c["txid"]: c for c in coord.commits("words")}

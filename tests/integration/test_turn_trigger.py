@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from airflow_transactional import triggers
+from airflow_transactional.airflow import triggers
+from airflow_transactional.airflow.hooks import TransactionalHook
+from airflow_transactional.airflow.triggers import COMMIT, SLOT, TurnTrigger
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.hooks import TransactionalHook
 from airflow_transactional.processing import process_batch
-from airflow_transactional.triggers import COMMIT, SLOT, TurnTrigger
 from tests.helpers import click, click_fn, counting_topology, make_log, query
 
 pytestmark = pytest.mark.integration
@@ -152,7 +152,7 @@ def test_a_lost_state_store_connection_is_waited_out_not_fatal(store: Coordinato
 
 def test_what_airflow_stores_of_the_trigger_names_no_secret(store: Coordinator, dsn: str) -> None:
     path, kwargs = trigger().serialize()
-    assert path == "airflow_transactional.triggers.TurnTrigger"
+    assert path == "airflow_transactional.airflow.triggers.TurnTrigger"
     assert TurnTrigger(**kwargs).serialize() == (path, kwargs)
     text = repr(kwargs)
     assert "password" not in text and dsn not in text and "host=" not in text

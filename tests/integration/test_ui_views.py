@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from airflow_transactional.airflow.ui import pages
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
-from airflow_transactional.ui import pages
 from tests.helpers import click, click_fn, counting_topology, make_log, query, run_one
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ import pytest
 
 from airflow_transactional import LandingDirectory, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.submit import provider_zip
+from airflow_transactional.spark.submit import provider_zip
 from tests.helpers import query
 
 pytestmark = pytest.mark.spark

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from airflow_transactional.sources import PostgresLogSource
+from airflow_transactional.spark.submit import provider_zip
 from airflow_transactional.store.connection import connect
-from airflow_transactional.submit import provider_zip
 from tests.helpers import AWKWARD_PAYLOADS, make_log
 
 pytestmark = pytest.mark.spark

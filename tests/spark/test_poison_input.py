@@ -14,7 +14,7 @@ import pytest
 from airflow_transactional import LandingDirectory, StateSpec, TopologySpec
 from airflow_transactional.coordinator import QUARANTINE_RECORD_CHARS, Coordinator
 from airflow_transactional.sources.landing import write_json_lines
-from airflow_transactional.spark_job import provider_zip
+from airflow_transactional.spark.submit import provider_zip
 from tests.helpers import query
 
 pytestmark = pytest.mark.spark

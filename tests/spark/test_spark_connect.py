@@ -107,7 +107,7 @@ def test_the_server_serves_only_a_client_with_its_token_and_holds_no_secret(
 
 
 def test_the_servers_environment_has_its_token_and_none_of_the_stores_secrets() -> None:
-    from airflow_transactional.submit import spark_connect_server_argv, spark_connect_server_env
+    from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env
 
     base = {"PATH": "/usr/bin", "AIRFLOW_TXN_DSN": "host=h password=s3cret", "AIRFLOW_TXN_DSN_FILE": "/x",
             "AIRFLOW_CONN_TRANSACTIONAL_DEFAULT": '{"password": "s3cret"}', "AIRFLOW__API_AUTH__JWT_SECRET": "j"}

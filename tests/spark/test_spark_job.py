@@ -73,6 +73,28 @@ def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_r
         assert _submit(dsn, "--txid", str(t)).returncode == 0
         coord.commit("words", t)
 
+    _counts_are_exact(dsn, good)
+    # A damaged derived view: the audit finds it ...
+    query(dsn, "UPDATE url_counts SET value = value * 10 WHERE url LIKE '%p1%'")
+    query(dsn, "DELETE FROM domain_counts WHERE domain = 'example.com'")
+    query(dsn, "INSERT INTO url_counts VALUES ('https://bogus/', 5, 1)")
+    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file]) == 1
+
+    # ... and a rebuild recomputes it from the log while the topology keeps committing.
+    outcome, seen, late = _rebuild_while_committing(dsn, log, coord, dag_file, tmp_path, monkeypatch)
+    assert outcome == [0]
+    urls = Counter(json.loads(p)["url"] for _e, p in good + late)
+    assert seen and min(seen) >= len(urls)
+    assert dict(query(dsn, "SELECT url, value FROM url_counts")) == urls
+    assert query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies") == [(None,)]
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_url_counts") == [(0,)]
+    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file]) == 0
+    coord.close()
+    log.close()
+
+
+def _counts_are_exact(dsn: str, good: list[tuple[str, str]]) -> None:
+    """Every good event counted once per state; the bad ones quarantined; txid 2's replay won once."""
     urls = Counter(json.loads(p)["url"] for _e, p in good)
     assert dict(query(dsn, "SELECT url, value FROM url_counts")) == urls
     domains = Counter()
@@ -86,14 +108,13 @@ def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_r
     attempts = query(dsn, "SELECT txid, attempt, status FROM airflow_txn.attempts WHERE txid = 2 ORDER BY 2")
     assert attempts == [(2, 1, "discarded"), (2, 2, "committed")]  # the replay's output won, once
 
-    # A damaged derived view: the audit finds it ...
-    query(dsn, "UPDATE url_counts SET value = value * 10 WHERE url LIKE '%p1%'")
-    query(dsn, "DELETE FROM domain_counts WHERE domain = 'example.com'")
-    query(dsn, "INSERT INTO url_counts VALUES ('https://bogus/', 5, 1)")
-    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file]) == 1
 
-    # ... and a rebuild recomputes it from the log while the topology keeps committing: the job
-    # holds after loading its recomputation until released, and a commit lands meanwhile.
+
+def _rebuild_while_committing(dsn: str, log: EventLog, coord: Coordinator, dag_file: str, tmp_path: Path,
+                              monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int], list[tuple[str, str]]]:
+    """A rebuild whose job holds after loading its recomputation until released, a commit landing
+    meanwhile, and a reader polling through the swap: (the CLI's exit, the row counts the reader
+    saw, the events appended meanwhile)."""
     release = tmp_path / "release"
     monkeypatch.setenv("AIRFLOW_TXN_FAULTS", f"rebuild.loaded:words=waitfor:{release}")
     outcome: list[int] = []
@@ -124,15 +145,7 @@ def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_r
     worker.join(300)
     stop.set()
     reader.join(30)
-    assert outcome == [0]
-    urls = Counter(json.loads(p)["url"] for _e, p in good + late)
-    assert seen and min(seen) >= len(urls)
-    assert dict(query(dsn, "SELECT url, value FROM url_counts")) == urls
-    assert query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies") == [(None,)]
-    assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_url_counts") == [(0,)]
-    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file]) == 0
-    coord.close()
-    log.close()
+    return outcome, seen, late
 
 
 FAILING_JOB = """

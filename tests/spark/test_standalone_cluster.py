@@ -62,7 +62,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
 
 
 def test_words_job_on_a_standalone_cluster(dsn: str, spark_cluster: tuple[str, Path]) -> None:
-    from airflow_transactional.spark_job import provider_zip
+    from airflow_transactional.spark.submit import provider_zip
 
     master, work_dir = spark_cluster
     log = EventLog(dsn, "tweets")

@@ -14,8 +14,8 @@ pytestmark = pytest.mark.unit
 CORE = ["airflow_transactional", "airflow_transactional.coordinator", "airflow_transactional.spec",
         "airflow_transactional.values", "airflow_transactional.sources", "airflow_transactional.store.sql",
         "airflow_transactional.store.migrations", "airflow_transactional.store.privileges",
-        "airflow_transactional.processing", "airflow_transactional.rebuild", "airflow_transactional.files",
-        "airflow_transactional.submit", "airflow_transactional.identifiers", "airflow_transactional.exceptions"]
+        "airflow_transactional.processing", "airflow_transactional.files",
+        "airflow_transactional.spark.submit", "airflow_transactional.identifiers", "airflow_transactional.exceptions"]
 
 
 def test_importing_the_core_loads_neither_airflow_nor_pyspark() -> None:
@@ -27,6 +27,6 @@ def test_importing_the_core_loads_neither_airflow_nor_pyspark() -> None:
 
 
 def test_the_probe_would_see_airflow_if_the_dag_api_were_imported() -> None:
-    probe = "import sys, airflow_transactional.dag; print('airflow' in sys.modules)"
+    probe = "import sys, airflow_transactional.airflow.dag; print('airflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.strip().endswith("True")

@@ -20,7 +20,7 @@ from airflow_transactional import (
     output_asset,
     state_asset,
 )
-from airflow_transactional.dag import transactional_dag
+from airflow_transactional.airflow.dag import transactional_dag
 from airflow_transactional.exceptions import ConfigError
 
 pytestmark = pytest.mark.unit
@@ -103,7 +103,7 @@ def test_generated_dag_plans_processes_and_commits_in_postgres_order() -> None:
     assert [a.name for a in chained.get_task("commit").outlets] == [
         "transactional.t_words.url_counts", "transactional.t_words.log.long_urls"]
     assert chained.get_task("commit").outlets[1] == output_asset("t_words", "long_urls")
-    from airflow_transactional.assets import by_txid
+    from airflow_transactional.airflow.assets import by_txid
 
     assert [by_txid(a) for a in chained.get_task("commit").outlets] == [True, False]
     assert chained.get_task("plan").topology["outputs"] == [{"name": "long_urls", "log": "long_urls", "partitions": 2}]
@@ -123,7 +123,7 @@ def test_a_commit_deadline_is_an_airflow_deadline_alert_on_every_run() -> None:
     [alert] = _dag(commit_deadline=timedelta(minutes=10)).deadline
     assert alert.interval == timedelta(minutes=10)
     assert isinstance(alert.reference, type(DeadlineReference.DAGRUN_QUEUED_AT))
-    assert alert.callback.path == "airflow_transactional.deadlines.late_commit"
+    assert alert.callback.path == "airflow_transactional.airflow.deadlines.late_commit"
     assert alert.callback.kwargs == {"topology_id": "t_words"}
     # The user's own callback, and the user's own alerts kept beside it.
     theirs = DeadlineAlert(reference=DeadlineReference.DAGRUN_LOGICAL_DATE, interval=timedelta(hours=1),
@@ -182,7 +182,7 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     ({"kubernetes_dsn_secret": "Bad Name:dsn"}, "kubernetes_dsn_secret must be 'secret-name:key'"),
     ({"kubernetes_dsn_secret": "txn-store:dsn"}, None),
     ({"commit_deadline": timedelta(minutes=1),
-      "on_late_commit": "airflow_transactional.deadlines.late_commit"}, None),
+      "on_late_commit": "airflow_transactional.airflow.deadlines.late_commit"}, None),
     ({"states": [StateSpec("c", {"k": "text"})], "source": LandingDirectory("/in", pattern="*.json")}, None),
 ])
 def test_bad_declarations_fail_at_parse_time_naming_the_fix(overrides: dict[str, object], fix: str | None) -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional import files, spark_job
+from airflow_transactional import files
 from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.spark import submit as spark_job
 
 pytestmark = pytest.mark.unit
 
@@ -52,7 +53,7 @@ def test_an_artifact_others_can_write_is_rewritten_private(cache: Path) -> None:
 
 def test_the_same_sources_give_the_same_zip(cache: Path) -> None:
     first = Path(spark_job.provider_zip())
-    from airflow_transactional import submit
+    from airflow_transactional.spark import submit
 
     submit._provider_zip_bytes.cache_clear()
     assert Path(spark_job.provider_zip()) == first  # deterministic: no timestamps in the name's digest

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from airflow_transactional import get_provider_info
-from airflow_transactional.hooks import dsn_from_fields
+from airflow_transactional.airflow.hooks import dsn_from_fields
 
 pytestmark = pytest.mark.unit
 
@@ -30,14 +30,14 @@ def test_provider_registers_its_connection_type_and_hook() -> None:
     assert info["package-name"] == "airflow-provider-transactional"
     [conn_type] = info["connection-types"]
     assert conn_type["connection-type"] == "transactional"
-    assert conn_type["hook-class-name"] == "airflow_transactional.hooks.TransactionalHook"
+    assert conn_type["hook-class-name"] == "airflow_transactional.airflow.hooks.TransactionalHook"
     from airflow.providers_manager import ProvidersManager
     from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
 
     assert "airflow-provider-transactional" in ProvidersManager().providers
     hook = ProvidersManagerTaskRuntime().hooks["transactional"]
     assert hook is not None
-    assert hook.hook_class_name == "airflow_transactional.hooks.TransactionalHook"
+    assert hook.hook_class_name == "airflow_transactional.airflow.hooks.TransactionalHook"
     assert hook.connection_testable
 
 
@@ -50,11 +50,11 @@ def test_connection_form_metadata_comes_from_provider_info_without_importing_the
         [meta] = [m for m in ProvidersManager().iter_connection_type_hook_ui_metadata()
                   if m.connection_type == "transactional"]
         print(json.dumps({"hook_name": meta.hook_name, "behaviour": meta.field_behaviour,
-                          "hook_imported": "airflow_transactional.hooks" in sys.modules}))
+                          "hook_imported": "airflow_transactional.airflow.hooks" in sys.modules}))
     """)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    from airflow_transactional.hooks import TransactionalHook
+    from airflow_transactional.airflow.hooks import TransactionalHook
 
     assert got["hook_imported"] is False
     assert got["hook_name"] == TransactionalHook.hook_name == "Transactional state store (PostgreSQL)"

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from airflow_transactional import DecisionSpec, OutputSpec, StateSpec, TopologySpec
-from airflow_transactional.lineage import RUN_FACET, dataset_names, operator_lineage, store_namespace
+from airflow_transactional.airflow.lineage import RUN_FACET, dataset_names, operator_lineage, store_namespace
 from airflow_transactional.sources import LandingDirectory, PostgresLogSource
 
 pytestmark = pytest.mark.unit

@@ -7,8 +7,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowRuntimeError, ErrorType
 from airflow.sdk.execution_time.comms import ErrorResponse
 
-from airflow_transactional.operators import PlanOperator
-from airflow_transactional.watch import Watch
+from airflow_transactional.airflow.operators import PlanOperator
+from airflow_transactional.airflow.watch import Watch
 
 pytestmark = pytest.mark.unit
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional import spark_cds
+from airflow_transactional.spark import cds as spark_cds
 
 pytestmark = pytest.mark.unit
 
@@ -118,7 +118,7 @@ def test_a_users_own_sharing_options_win() -> None:
 
 
 def test_a_cluster_mode_driver_is_not_given_a_local_archive(machine: Path) -> None:
-    from airflow_transactional.operators import TransactionalSparkSubmitOperator
+    from airflow_transactional.airflow.operators import TransactionalSparkSubmitOperator
 
     built(spark_cds.archive_path())  # type: ignore[arg-type]
     kwargs = {"task_id": "process", "topology": {"topology_id": "t"}, "application": "job.py"}

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional import spark_job
+from airflow_transactional.airflow.operators import TransactionalSparkSubmitOperator
 from airflow_transactional.exceptions import ConfigError
-from airflow_transactional.operators import TransactionalSparkSubmitOperator
-from airflow_transactional.submit import driver_dsn
+from airflow_transactional.spark import submit as spark_job
+from airflow_transactional.spark.submit import driver_dsn
 
 pytestmark = pytest.mark.unit
 
@@ -130,7 +130,7 @@ def test_sparks_routine_warnings_stay_out_of_the_task_log_but_not_out_of_a_failu
 
 
 def test_a_dsn_file_left_by_a_killed_task_is_removed_once_stale(cache: Path) -> None:
-    from airflow_transactional.submit import STALE_DSN_FILE_SECONDS, write_dsn_file
+    from airflow_transactional.spark.submit import STALE_DSN_FILE_SECONDS, write_dsn_file
 
     left = write_dsn_file(DSN)
     os.utime(left, (0, 0))
@@ -163,8 +163,8 @@ def test_a_skipped_process_task_says_why_as_a_plain_log_line_first(caplog: pytes
 
 
 def test_spark_driver_keeps_the_users_java_options_and_gets_quiet_logs() -> None:
-    from airflow_transactional.dag import LOCAL_SPARK_CONF
-    from airflow_transactional.spark_job import with_quiet_driver_logs
+    from airflow_transactional.airflow.dag import LOCAL_SPARK_CONF
+    from airflow_transactional.spark.submit import with_quiet_driver_logs
 
     conf = with_quiet_driver_logs(LOCAL_SPARK_CONF)
     opts = conf["spark.driver.extraJavaOptions"].split()
@@ -180,8 +180,8 @@ def test_spark_driver_keeps_the_users_java_options_and_gets_quiet_logs() -> None
 def test_cli_finds_spark_submit_beside_its_python_when_path_lacks_it(monkeypatch: pytest.MonkeyPatch) -> None:
     # Found by the chaos harness: `airflow-txn audit` run as .venv/bin/airflow-txn without
     # .venv/bin on PATH could not start Spark.
-    from airflow_transactional.cli import spark_submit
     from airflow_transactional.exceptions import TransactionalError
+    from airflow_transactional.spark.submit import spark_submit
 
     monkeypatch.delenv("SPARK_SUBMIT", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
@@ -196,7 +196,7 @@ def test_cli_finds_spark_submit_beside_its_python_when_path_lacks_it(monkeypatch
 
 def test_a_local_driver_gets_the_c1_jit_for_a_small_batch_and_the_full_one_for_a_big_one(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_transactional.submit import SHORT_JIT, with_jit_for_batch
+    from airflow_transactional.spark.submit import SHORT_JIT, with_jit_for_batch
 
     def opts(conf: dict[str, str]) -> str:
         return conf.get("spark.driver.extraJavaOptions", "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_transactional.ui import actions
+from airflow_transactional.airflow.ui import actions
 
 pytestmark = pytest.mark.unit
 
@@ -45,7 +45,7 @@ def test_a_nul_in_a_dag_or_run_id_is_a_bad_request_and_every_answer_carries_the_
     """Regression: a NUL in a path or query reached the metadata database and gave a 500."""
     from fastapi.testclient import TestClient
 
-    from airflow_transactional.ui.app import SECURITY_HEADERS, create_app
+    from airflow_transactional.airflow.ui.app import SECURITY_HEADERS, create_app
 
     client = TestClient(create_app(), raise_server_exceptions=False)
     for url in ("/api/dags/wor%00ds", "/dags/words/runs/r%00un", "/dags/words?backfill=1&x=%00",
@@ -64,6 +64,6 @@ def test_a_nul_in_a_dag_or_run_id_is_a_bad_request_and_every_answer_carries_the_
     ("@SUM(A1)", "'@SUM(A1)"), ("\tcmd", "'\tcmd"), ("plain text", "plain text"), (7, 7), (None, None),
 ])
 def test_quarantine_csv_cells_cannot_start_a_formula(cell: object, safe: object) -> None:
-    from airflow_transactional.ui.app import csv_cell
+    from airflow_transactional.airflow.ui.app import csv_cell
 
     assert csv_cell(cell) == safe

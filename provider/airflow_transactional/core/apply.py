@@ -15,7 +15,7 @@ from psycopg2 import sql
 from .. import limits
 from ..exceptions import ReplayBehindState
 from ..spec import StateSpec
-from ..store import commits
+from ..store import catalog, commits
 from ..store import sql as q
 from ..store.rows import scalar
 from .context import StateStore
@@ -36,15 +36,14 @@ def state_delta(store: StateStore, cur: psycopg2.extensions.cursor, topology_id:
     else:
         # A sum that a batch cannot break alone can still leave the type once added to what is
         # committed: that key's delta is set aside (quarantined), never a commit that fails for ever.
-        cur.execute("SAVEPOINT txn_apply")
-        try:
-            cur.execute(q.upsert(state, q.state_table(state), delta), params)
-        except psycopg2.errors.NumericValueOutOfRange:
-            cur.execute("ROLLBACK TO SAVEPOINT txn_apply")
-            set_aside = set_aside_overflows(store, cur, topology_id, state, delta, txid, attempt)
-            delta = q.without_overflows(state, delta)
-            cur.execute(q.upsert(state, q.state_table(state), delta), params)
-        cur.execute("RELEASE SAVEPOINT txn_apply")
+        with catalog.savepoint(cur, "txn_apply") as attempt_whole:
+            try:
+                cur.execute(q.upsert(state, q.state_table(state), delta), params)
+            except psycopg2.errors.NumericValueOutOfRange:
+                attempt_whole.rollback()
+                set_aside = set_aside_overflows(store, cur, topology_id, state, delta, txid, attempt)
+                delta = q.without_overflows(state, delta)
+                cur.execute(q.upsert(state, q.state_table(state), delta), params)
     if cur.rowcount < expected - set_aside:
         cur.execute(q.rows_ahead(state, q.state_table(state), delta), params)
         ahead = int(scalar(cur))

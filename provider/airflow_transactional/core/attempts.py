@@ -18,12 +18,11 @@ from ..exceptions import (
 from ..limits import printable
 from ..sources.base import Record
 from ..store import attempts, commits, decisions, outputs, transactions
+from ..store import logs as event_logs
 from ..store import sql as q
 from ..store.attempts import Finished
-from ..store.commits import QUARANTINE_COLUMNS
 from ..store.connection import Database
 from ..store.copy import copy_line
-from ..store.rows import table
 from . import planning
 from .context import StateStore
 from .model import (
@@ -32,7 +31,7 @@ from .model import (
     Transaction,
 )
 
-log = logging.getLogger("airflow_transactional.coordinator")
+log = logging.getLogger(__name__)
 
 
 def begin_attempt(store: StateStore, topology_id: str, txid: int) -> tuple[Attempt, Transaction]:
@@ -157,7 +156,7 @@ def quarantine_copy(store: StateStore) -> str:
     """The COPY statement (CSV) that streams bad records of an attempt into the quarantine: columns
     topology_id, txid, attempt, source_offset, event_id, reason, record, record_length."""
     with store.db.transaction() as cur:
-        return q.copy_into(table(store.schema, "quarantine"), list(QUARANTINE_COLUMNS), csv=True).as_string(cur)
+        return commits.quarantine_copy(cur, store.schema)
 
 
 def staging_copies(store: StateStore, topology_id: str) -> dict[str, str]:
@@ -185,7 +184,7 @@ def output_staging(store: StateStore, topology_id: str) -> OutputStaging:
                                         csv=True).as_string(cur) for d in spec.decisions}
         if not spec.outputs:
             return OutputStaging("", {}, requests)
-        logs = outputs.partitions(cur, store.schema, [o.log_name for o in spec.outputs])
+        logs = event_logs.partition_counts(cur, store.schema, [o.log_name for o in spec.outputs])
         return OutputStaging(q.copy_into(store.out_staging(num), list(outputs.COLUMNS), csv=True).as_string(cur),
                              {o.name: logs[o.log_name] for o in spec.outputs}, requests)
 

@@ -44,7 +44,7 @@ from .model import (
     same_offsets,
 )
 
-log = logging.getLogger("airflow_transactional.coordinator")
+log = logging.getLogger(__name__)
 
 
 class Chosen(NamedTuple):

@@ -16,6 +16,7 @@ from .. import faults
 from ..exceptions import ReplayBehindState
 from ..store import sql as q
 from ..store import transactions
+from ..store.queries import query
 from ..store.rows import scalar
 from . import commit, registration
 from .context import StateStore
@@ -51,7 +52,7 @@ def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int 
             continue
         buf = io.StringIO()
         with store.db.transaction() as cur:
-            copy = sql.SQL("COPY ({}) TO STDOUT").format(q.staged_delta(store.staging(num, state), state))
+            copy = query("copy_out", select=q.staged_delta(store.staging(num, state), state))
             cur.copy_expert(cur.mogrify(copy, {"txid": txid, "attempt": chosen}).decode(), buf)
         buf.seek(0)
         with store.ext_db(state.database).transaction() as ecur:
@@ -59,7 +60,7 @@ def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int 
             delta_table = sql.Identifier("txn_delta")
             ecur.execute(q.create_delta_table(delta_table, state))
             ecur.copy_expert(q.copy_into(delta_table, [*state.key_columns, "value"]).as_string(ecur), buf)
-            delta = sql.SQL("SELECT * FROM {}").format(delta_table)
+            delta = query("select_all", table=delta_table)
             ecur.execute(q.upsert(state, q.state_table(state), delta), {"txid": txid})
             ecur.execute(q.rows_ahead(state, q.state_table(state), delta), {"txid": txid})
             if int(scalar(ecur)):

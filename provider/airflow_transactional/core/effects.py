@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import psycopg2.extensions
 
-from ..exceptions import StagedOutputIncomplete
+from ..exceptions import IdCollision, StagedOutputIncomplete
 from ..spec import TopologySpec
 from ..store import decisions, outputs
 from .context import StateStore
@@ -32,7 +32,7 @@ def append_outputs(store: StateStore, cur: psycopg2.extensions.cursor, num: int,
     try:
         return outputs.append(cur, store.schema, store.out_staging(num), targets, txid, attempt,
                               only=decisions.output_filter(store.schema, spec.topology_id) if spec.decisions else None)
-    except outputs.IdCollision as exc:
+    except IdCollision as exc:
         raise StagedOutputIncomplete(
             f"topology {spec.topology_id!r} txid {txid} attempt {attempt}: output event {exc}. Its id is the "
             f"topology's ('{spec.topology_id}:<origin>'), so it was not appended by a producer (the log refuses "

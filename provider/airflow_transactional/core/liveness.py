@@ -9,7 +9,7 @@ from ..store import transactions
 from ..store.transactions import PlannedRun
 from .context import StateStore
 
-log = logging.getLogger("airflow_transactional.coordinator")
+log = logging.getLogger(__name__)
 
 
 def retrying(store: StateStore, topology_id: str, txid: int) -> None:

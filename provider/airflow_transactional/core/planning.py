@@ -19,7 +19,7 @@ from .model import (
     same_offsets,
 )
 
-log = logging.getLogger("airflow_transactional.coordinator")
+log = logging.getLogger(__name__)
 
 #: The longest run key (an Airflow run id: Airflow's own column holds 250 characters).
 MAX_RUN_KEY = 250

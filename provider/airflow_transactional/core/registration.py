@@ -9,7 +9,6 @@ from typing import NamedTuple
 
 import psycopg2.errors
 import psycopg2.extensions
-from psycopg2 import sql
 
 from .. import identifiers
 from ..exceptions import (
@@ -20,12 +19,13 @@ from ..exceptions import (
 )
 from ..spec import StateSpec, TopologySpec, incompatible_changes, other_owner
 from ..store import catalog, commits, decisions, outputs, privileges
+from ..store import logs as event_logs
 from ..store import sql as q
 from ..store import topologies as topology_rows
 from ..store.migrations import migrate as migrate_schema
 from .context import StateStore
 
-log = logging.getLogger("airflow_transactional.coordinator")
+log = logging.getLogger(__name__)
 
 
 def migrate(store: StateStore) -> list[int]:
@@ -79,10 +79,10 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
             if not catalog.exists(cur, store.staging(num, state)):
                 cur.execute(q.create_staging_table(store.staging(num, state), state))
         if spec.outputs:
-            known_logs = outputs.partitions(cur, store.schema, [o.log_name for o in spec.outputs])
+            known_logs = event_logs.partition_counts(cur, store.schema, [o.log_name for o in spec.outputs])
             for o in spec.outputs:
                 if known_logs.get(o.log_name, 0) < o.partitions:
-                    outputs.ensure_log(cur, store.schema, o.log_name, o.partitions)
+                    event_logs.ensure(cur, store.schema, o.log_name, o.partitions)
             if not catalog.exists(cur, store.out_staging(num)):
                 cur.execute(outputs.create_staging_table(store.out_staging(num)))
         for d in spec.decisions:
@@ -164,7 +164,7 @@ def ensure_state_table(store: StateStore, cur: psycopg2.extensions.cursor, topol
             f"{want}: point the state at another table (table='...'), or migrate/drop the old one")
     marker = q.state_marker(topology_id, state)
     if catalog.owned(cur, q.state_table(state)) and catalog.comment(cur, q.state_table(state)) != marker:
-        cur.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(q.state_table(state), sql.Literal(marker)))
+        catalog.set_comment(cur, q.state_table(state), marker)
 
 
 def grant(store: StateStore, *, runtime_role: str, producer_role: str | None = None, logs: Sequence[str] = (),
@@ -186,7 +186,7 @@ def grant(store: StateStore, *, runtime_role: str, producer_role: str | None = N
                                   "only, the run-time role commits")
             if not logs:
                 raise ConfigError("--producer-role needs the logs it may append to: add --log NAME (once per log)")
-            known = outputs.partitions(cur, store.schema, logs)
+            known = event_logs.partition_counts(cur, store.schema, logs)
             missing = [log for log in logs if log not in known]
             if missing:
                 raise ConfigError(f"no log {', '.join(map(repr, missing))} in schema {store.schema!r}: create it first "

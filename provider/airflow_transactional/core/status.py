@@ -23,7 +23,7 @@ from .model import (
     TopologyStatus,
 )
 
-log = logging.getLogger("airflow_transactional.coordinator")
+log = logging.getLogger(__name__)
 
 #: An in-flight txid's phase, from the status of the latest attempt of its current plan.
 PHASES = {"running": "processing", "complete": "processed", "failed": "failed"}

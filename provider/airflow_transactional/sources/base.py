@@ -15,7 +15,9 @@ from typing import Any, ClassVar
 
 import psycopg2.extensions
 
-Offsets = dict[str, int]
+from ..store.rows import Offsets  # the store keeps them; every source speaks them
+
+__all__ = ["BatchPlan", "Offsets", "Record", "Source"]
 
 
 @dataclass(frozen=True)

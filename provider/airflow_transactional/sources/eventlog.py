@@ -13,14 +13,13 @@ from dataclasses import dataclass
 
 import psycopg2
 import psycopg2.extensions
-from psycopg2 import sql
 
 from .. import faults, identifiers
 from ..exceptions import ConfigError
 from ..limits import id_refusal
+from ..store import logs, topologies
 from ..store.connection import CONNECTION_ERRORS, Database, lost_connection, redact
 from ..store.migrations import DEFAULT_SCHEMA, migrate
-from ..store.outputs import ensure_log
 
 log = logging.getLogger(__name__)
 
@@ -80,18 +79,16 @@ class EventLog:
             raise ConfigError(f"log {self.name!r}: partitions must be a positive integer, got {partitions!r}")
         migrate(self.db, self.schema)
         with self.db.transaction() as cur:
-            ensure_log(cur, self.schema, self.name, partitions)
+            logs.ensure(cur, self.schema, self.name, partitions)
         self._partitions = None
 
     def partitions(self) -> int:
         if self._partitions is None:
             with self.db.transaction() as cur:
-                cur.execute(sql.SQL("SELECT partitions FROM {}.logs WHERE log_name = %s")
-                            .format(sql.Identifier(self.schema)), (self.name,))
-                row = cur.fetchone()
-            if row is None:
+                n = logs.count(cur, self.schema, self.name)
+            if n is None:
                 raise ConfigError(f"log {self.name!r} does not exist: call EventLog.create(partitions) first")
-            self._partitions = int(row[0])
+            self._partitions = n
         return self._partitions
 
     def append(self, events: Iterable[tuple[str, str]], *, partition: int | None = None) -> AppendResult:
@@ -151,13 +148,10 @@ class EventLog:
         """One call of the log's door, ``append_events`` (store/schema: under each partition's lock,
         in partition order, dropping ids the log holds or held); (appended, ids it refused)."""
         with self.db.transaction() as cur:
-            cur.execute(sql.SQL("SELECT appended, refused FROM {}.append_events(%s, %s::integer[], %s::text[], "
-                                "%s::text[])").format(sql.Identifier(self.schema)),
-                        (self.name, [p for p, _i, _x in rows], [i for _p, i, _x in rows], [x for _p, _i, x in rows]))
-            appended, refused = cur.fetchone()
+            appended, refused = logs.append(cur, self.schema, self.name, rows)
             faults.point("append.before_commit", cur)
         faults.point("append.after_commit")
-        return int(appended), list(refused or [])
+        return appended, refused
 
     def truncate(self, partition: int, through_lsn: int, *, force: bool = False) -> int:
         """Retention: delete the events of ``partition`` with LSN <= ``through_lsn``; the count.
@@ -171,18 +165,14 @@ class EventLog:
         for name, value in (("partition", partition), ("through_lsn", through_lsn)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"truncate: {name} must be a non-negative integer, got {value!r}")
-        s = sql.Identifier(self.schema)
         with self.db.transaction() as cur:
-            cur.execute(sql.SQL("SELECT truncated_through, next_lsn - 1 FROM {}.log_partitions "
-                                "WHERE log_name = %s AND partition = %s FOR UPDATE").format(s),
-                        (self.name, partition))
-            row = cur.fetchone()
-            if row is None:
+            held = logs.bounds(cur, self.schema, self.name, partition)
+            if held is None:
                 raise ConfigError(f"log {self.name!r} has no partition {partition}")
-            if through_lsn <= row[0]:
+            if through_lsn <= held.truncated_through:
                 return 0
-            if through_lsn > row[1]:
-                raise ConfigError(f"log {self.name!r} partition {partition} holds LSNs up to {row[1]}: cannot "
+            if through_lsn > held.head:
+                raise ConfigError(f"log {self.name!r} partition {partition} holds LSNs up to {held.head}: cannot "
                                   f"truncate through {through_lsn} (events appended later would be lost unread)")
             behind = self._readers_behind(cur, partition, through_lsn)
             if behind and not force:
@@ -195,25 +185,10 @@ class EventLog:
                 log.warning("log %s partition %d truncated through LSN %d by force: %s lose the events past "
                             "what they committed", self.name, partition, through_lsn,
                             ", ".join(f"{t} (committed through {c})" for t, c in behind))
-            cur.execute(sql.SQL(
-                "WITH gone AS (DELETE FROM {s}.log_events WHERE log_name = %s AND partition = %s "
-                "AND lsn <= %s RETURNING event_id) "
-                "INSERT INTO {s}.log_retired_ids (log_name, event_id) SELECT %s, event_id FROM gone "
-                "ON CONFLICT DO NOTHING").format(s=s), (self.name, partition, through_lsn, self.name))
-            deleted = cur.rowcount
-            cur.execute(sql.SQL("UPDATE {}.log_partitions SET truncated_through = %s "
-                                "WHERE log_name = %s AND partition = %s").format(s),
-                        (through_lsn, self.name, partition))
-        return int(deleted)
-
+            return logs.truncate(cur, self.schema, self.name, partition, through_lsn)
 
     def _readers_behind(self, cur: psycopg2.extensions.cursor, partition: int, lsn: int) -> list[tuple[str, int]]:
         """(topology, committed LSN) of the topologies of this store reading this log that have
         not committed ``partition`` through ``lsn``."""
-        cur.execute(sql.SQL(
-            "SELECT topology_id, coalesce((committed_offsets->>%s)::bigint, 0) FROM {}.topologies "
-            "WHERE spec->'source'->>'kind' = %s AND spec->'source'->>'log' = %s "
-            "AND coalesce(spec->'source'->>'schema', %s) = %s ORDER BY topology_id").format(
-            sql.Identifier(self.schema)),
-            (str(partition), SOURCE_KIND, self.name, self.schema, self.schema))
-        return [(str(t), int(c)) for t, c in cur.fetchall() if int(c) < lsn]
+        return [(t, c) for t, c in topologies.readers_of_log(cur, self.schema, self.name, partition, SOURCE_KIND)
+                if c < lsn]

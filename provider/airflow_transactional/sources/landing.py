@@ -33,16 +33,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import psycopg2.extensions
-from psycopg2 import sql
 
 from ..exceptions import BatchUnavailable, ConfigError
+from ..store import landing, transactions
 from .base import BatchPlan, Offsets, Record, Source
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("json", "parquet", "csv")
 _IGNORED_SUFFIXES = (".tmp", ".inprogress", ".crc", ".partial")
-_COLUMNS = sql.SQL("seq, path, size, mtime_ns, inode, sha256")
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,10 @@ class LandedFile:
     @classmethod
     def from_plan(cls, f: Mapping[str, Any]) -> LandedFile:
         return cls(f["path"], int(f["size"]), f.get("mtime_ns"), f.get("inode"), f.get("sha256"), int(f["seq"]))
+
+    def row(self, seq: int, sha256: str | None = None) -> landing.FileRow:
+        """This version as the store keeps it, with sequence number ``seq`` (and digest ``sha256``)."""
+        return landing.FileRow(seq, self.path, self.size, self.mtime_ns, self.inode, sha256 or self.sha256)
 
     def to_plan(self) -> dict[str, Any]:
         return {"seq": self.seq, "path": self.path, "size": self.size, "mtime_ns": self.mtime_ns,
@@ -185,18 +188,12 @@ class LandingDirectory(Source):
                 out.append(f)
         return sorted(out, key=lambda f: (f.mtime_ns or 0, f.path))
 
-    def _register_new(self, cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str) -> set[int]:
+    def _register_new(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str) -> set[int]:
         """Give new files -- and new contents under known names -- the next sequence numbers; the
         sequence numbers whose content was read (digested) now."""
-        cur.execute(sql.SQL("SELECT DISTINCT ON (path) {} FROM {}.landing_files WHERE topology_id = %s "
-                            "ORDER BY path, seq DESC").format(_COLUMNS, s), (topology_id,))
-        latest = {f.path: f for f in map(LandedFile.from_row, cur.fetchall())}
-        cur.execute(sql.SQL("SELECT coalesce(max((end_offsets->>'seq')::bigint), 0) FROM {}.transactions "
-                            "WHERE topology_id = %s").format(s), (topology_id,))
-        planned_through = int(cur.fetchone()[0])
-        cur.execute(sql.SQL("SELECT coalesce(max(seq), 0) FROM {}.landing_files WHERE topology_id = %s")
-                    .format(s), (topology_id,))
-        seq = int(cur.fetchone()[0])
+        latest = {f.path: f for f in map(LandedFile.from_row, landing.latest_versions(cur, s, topology_id))}
+        planned_through = transactions.planned_through(cur, s, topology_id)
+        seq = landing.last_seq(cur, s, topology_id)
         digested: set[int] = set()
         for f in self._listing():
             old = latest.get(f.path)
@@ -217,13 +214,10 @@ class LandingDirectory(Source):
         return digested
 
     @staticmethod
-    def _insert(cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str, seq: int,
-                f: LandedFile) -> None:
-        cur.execute(sql.SQL("INSERT INTO {}.landing_files (topology_id, seq, path, size, mtime, mtime_ns, inode, "
-                            "sha256) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)").format(s),
-                    (topology_id, seq, f.path, f.size, (f.mtime_ns or 0) / 1e9, f.mtime_ns, f.inode, f.sha256))
+    def _insert(cur: psycopg2.extensions.cursor, s: str, topology_id: str, seq: int, f: LandedFile) -> None:
+        landing.insert(cur, s, topology_id, f.row(seq))
 
-    def _register_rewritten(self, cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str,
+    def _register_rewritten(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str,
                             gone: LandedFile) -> None:
         """A planned file whose content changed in place (its stat kept): what it holds now is a new
         version, with the next sequence number (its stat alone would never tell the listing) --
@@ -235,34 +229,24 @@ class LandingDirectory(Source):
             now = LandedFile(now.path, now.size, now.mtime_ns, now.inode, sha256_of(now.path))
         except FileNotFoundError:
             return
-        cur.execute(sql.SQL("SELECT (SELECT sha256 FROM {s}.landing_files WHERE topology_id = %s AND path = %s "
-                            "ORDER BY seq DESC LIMIT 1), (SELECT coalesce(max(seq), 0) FROM {s}.landing_files "
-                            "WHERE topology_id = %s)").format(s=s), (topology_id, gone.path, topology_id))
-        latest, last = cur.fetchone()
-        if latest != now.sha256:
-            self._insert(cur, s, topology_id, int(last) + 1, now)
+        if landing.latest_digest(cur, s, topology_id, gone.path) != now.sha256:
+            self._insert(cur, s, topology_id, landing.last_seq(cur, s, topology_id) + 1, now)
 
     @staticmethod
-    def _record(cur: psycopg2.extensions.cursor, s: sql.Identifier, topology_id: str, seq: int,
-                f: LandedFile) -> None:
-        sha = f.sha256 or sha256_of(f.path)
-        cur.execute(sql.SQL("UPDATE {}.landing_files SET size = %s, mtime = %s, mtime_ns = %s, inode = %s, "
-                            "sha256 = %s WHERE topology_id = %s AND seq = %s").format(s),
-                    (f.size, (f.mtime_ns or 0) / 1e9, f.mtime_ns, f.inode, sha, topology_id, seq))
+    def _record(cur: psycopg2.extensions.cursor, s: str, topology_id: str, seq: int, f: LandedFile) -> None:
+        landing.update(cur, s, topology_id, f.row(seq, f.sha256 or sha256_of(f.path)))
 
     def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
              max_records: int, *, skip_unavailable: bool, until: Offsets | None = None) -> BatchPlan:
-        s = sql.Identifier(schema)
+        s = schema
         digested = self._register_new(cur, s, topology_id)
         begin = int(start.get("seq", 0))
         cap = min(self.max_files, max_records)  # a batch is counted in files here
-        cur.execute(sql.SQL("SELECT {} FROM {}.landing_files WHERE topology_id = %s AND seq > %s ORDER BY seq")
-                    .format(_COLUMNS, s), (topology_id, begin))
         files: list[dict[str, Any]] = []
         lost: list[str] = []
         end = begin
         last = int(until["seq"]) if until is not None and "seq" in until else None
-        for f in map(LandedFile.from_row, cur.fetchall()):
+        for f in map(LandedFile.from_row, landing.after(cur, s, topology_id, begin)):
             if len(files) >= cap or (last is not None and f.seq > last):
                 break
             # What was not digested just now is digested again: a rewrite may have kept the stat.
@@ -311,10 +295,10 @@ class LandingDirectory(Source):
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                         committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
-        cur.execute(sql.SQL("SELECT {} FROM {}.landing_files WHERE topology_id = %s AND seq <= %s ORDER BY seq")
-                    .format(_COLUMNS, sql.Identifier(schema)), (topology_id, int(committed.get("seq", 0))))
         skipped = set(lost)
-        files = [f for f in map(LandedFile.from_row, cur.fetchall()) if f.path not in skipped]
+        files = [f for f in map(LandedFile.from_row, landing.through(cur, schema, topology_id,
+                                                                     int(committed.get("seq", 0))))
+                 if f.path not in skipped]
         foreign = self._foreign(f.path for f in files)
         if foreign:
             return {}, foreign
@@ -325,10 +309,8 @@ class LandingDirectory(Source):
 
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
         """Files in the directory whose current content no committed batch held."""
-        cur.execute(sql.SQL("SELECT {} FROM {}.landing_files WHERE topology_id = %s AND seq <= %s")
-                    .format(_COLUMNS, sql.Identifier(schema)), (topology_id, int(committed.get("seq", 0))))
         done: dict[str, list[LandedFile]] = {}
-        for f in map(LandedFile.from_row, cur.fetchall()):
+        for f in map(LandedFile.from_row, landing.through(cur, schema, topology_id, int(committed.get("seq", 0)))):
             done.setdefault(f.path, []).append(f)
         return sum(1 for f in self._listing(settled_only=False)
                    if not any(d.matches(f) for d in done.get(f.path, [])))

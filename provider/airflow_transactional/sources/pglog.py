@@ -23,10 +23,10 @@ from typing import Any, ClassVar
 
 import psycopg2
 import psycopg2.extensions
-from psycopg2 import sql
 
 from .. import identifiers
 from ..exceptions import BatchUnavailable, ConfigError
+from ..store import logs
 from .base import BatchPlan, Offsets, Record, Source
 from .eventlog import SOURCE_KIND, AppendResult, EventLog, partition_of
 
@@ -49,13 +49,8 @@ class PostgresLogSource(Source):
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "log": self.log, "schema": self.schema}
 
-    def _s(self, schema: str) -> sql.Identifier:
-        return sql.Identifier(self.schema or schema)
-
-    def _partitions(self, cur: psycopg2.extensions.cursor, schema: str) -> list[tuple[int, int, int]]:
-        cur.execute(sql.SQL("SELECT partition, next_lsn - 1, truncated_through FROM {}.log_partitions "
-                            "WHERE log_name = %s ORDER BY partition").format(self._s(schema)), (self.log,))
-        rows = [(int(p), int(h), int(t)) for p, h, t in cur.fetchall()]
+    def _partitions(self, cur: psycopg2.extensions.cursor, schema: str) -> list[logs.Partition]:
+        rows = logs.partitions(cur, self.schema or schema, self.log)
         if not rows:
             raise ConfigError(f"event log {self.log!r} does not exist: create it with "
                               f"EventLog(dsn, {self.log!r}).create(partitions=N)")
@@ -116,24 +111,15 @@ class PostgresLogSource(Source):
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
              batch: Mapping[str, Any]) -> Iterator[Record]:
         for p, lo, hi in batch.get("ranges", []):
-            # A server-side cursor: a batch of millions of events is streamed, not loaded.
-            with cur.connection.cursor(name=f"txn_read_{p}") as rc:
-                rc.itersize = 10_000
-                rc.execute(sql.SQL("SELECT lsn, event_id, payload FROM {}.log_events WHERE log_name = %s "
-                                   "AND partition = %s AND lsn > %s AND lsn <= %s ORDER BY lsn")
-                           .format(self._s(schema)), (self.log, p, lo, hi))
-                for lsn, event_id, payload in rc:
-                    yield Record(f"{p}:{lsn}", event_id, payload)
+            for lsn, event_id, payload in logs.read(cur, self.schema or schema, self.log, p, lo, hi):
+                yield Record(f"{p}:{lsn}", event_id, payload)
 
     def copy_csv(self, cur: psycopg2.extensions.cursor, schema: str, partition: int, lo: int, hi: int,
                  out: Any) -> None:
         """Write the events of one LSN range to ``out`` as CSV rows ``offset,event_id,payload`` --
         the same records as :meth:`read`, built by the server in bulk (a NULL event id is an
         empty field, an empty one ``""``)."""
-        query = sql.SQL("COPY (SELECT %s || ':' || lsn, event_id, payload FROM {}.log_events WHERE log_name = %s "
-                        "AND partition = %s AND lsn > %s AND lsn <= %s ORDER BY lsn) TO STDOUT WITH (FORMAT csv)")
-        cur.copy_expert(cur.mogrify(query.format(self._s(schema)), (str(partition), self.log, partition, lo, hi))
-                        .decode(), out)
+        logs.copy_csv(cur, self.schema or schema, self.log, partition, lo, hi, out)
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                         committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
@@ -165,12 +151,9 @@ class PostgresLogSource(Source):
             after = max(int(committed.get(str(p), 0)), truncated)
             if head <= after:
                 continue
-            cur.execute(sql.SQL("SELECT extract(epoch FROM now() - appended_at) FROM {}.log_events "
-                                "WHERE log_name = %s AND partition = %s AND lsn > %s ORDER BY lsn LIMIT 1")
-                        .format(self._s(schema)), (self.log, p, after))
-            row = cur.fetchone()
-            if row is not None:
-                oldest = max(oldest, float(row[0]))
+            age = logs.oldest_after(cur, self.schema or schema, self.log, p, after)
+            if age is not None:
+                oldest = max(oldest, age)
         return oldest
 
 

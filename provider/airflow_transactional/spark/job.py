@@ -1,4 +1,42 @@
-"""The job entry point (:func:`run`) and its three modes: process one txid, audit, rebuild."""
+"""The job entry point (:func:`run`) and its three modes: process one txid, audit, rebuild.
+
+A job author writes ``transform(records) -> {state: DataFrame}``; a job file in ``spark_jobs/`` is::
+
+    from airflow_transactional.spark_job import run
+
+    def transform(events):                      # events: one row per good source record
+        return {"url_counts": events.select("url", F.lit(1).alias("value"))}
+
+    if __name__ == "__main__":
+        run(transform, schema="url string, user string", required=["url"])
+
+``run`` does the rest, with the same rules as the pure-Python :mod:`processing`:
+
+* reads the planned batch of ``--txid``, never more or less than the plan: landing files with
+  Spark's own readers; Postgres log ranges spooled by the driver as CSV files for the JVM's
+  reader where the executors see them (a local master, or ``spark.airflow_transactional.logSpoolDir``),
+  else in parallel chunks on the executors;
+* parses and validates records: malformed payloads and records missing a ``required`` field
+  go to the quarantine with their offset and the reason (or fail the attempt when the topology
+  says ``on_bad_record="fail"``);
+* folds each state's rows per key with the state's combiner and COPYs the partials into the
+  staging table of (txid, attempt) -- from the driver when they are small, else from the
+  executors. States declared per record (``per_record(events, {"url": F.col("url")})``) are
+  all folded in one pass over the batch, which is never cached; a state given as any other
+  DataFrame gets a job of its own over the cached batch;
+* records the attempt complete with its row counts -- or failed, so it is never committed.
+
+``--audit`` recomputes every state from the source over the committed offsets in one pass and
+diffs it against the state tables (``airflow-txn audit`` runs it).
+
+The DSN comes from a file named by ``--dsn-file`` (or ``$AIRFLOW_TXN_DSN_FILE``, or
+``$AIRFLOW_TXN_DSN``), never from argv, which ``ps`` and logs show (see :mod:`.submit`).
+
+With ``$SPARK_REMOTE`` set (``sc://host:port``) the job is a Spark Connect client of a
+long-lived Spark instead of a ``spark-submit`` driver: the same file runs under plain
+``python``, a batch pays no JVM start-up, and the executor-side steps (reading log chunks,
+COPYing partials) run as Arrow batches (``mapInArrow``) since Connect has no RDDs.
+"""
 
 from __future__ import annotations
 
@@ -11,25 +49,24 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import faults
-from .. import rebuild as rb
 from ..coordinator import Coordinator
 from ..core.attempts import OutputStaging
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
 from ..spec import TopologySpec
 from ..store.connection import redact
 from ..store.migrations import DEFAULT_SCHEMA
-from ..submit import DSN_FILE_ARG, driver_dsn, provider_zip
 from .admit import SetAside
 from .fused import FusedFolds, fuse
 from .profile import Phases
 from .read import raw_records, readable_batch
 from .stage import copy_dataframe, decision_requests, fold, output_events, stage_fold
+from .submit import DSN_FILE_ARG, driver_dsn, provider_zip
 from .validate import Prepared, cache, prepare
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-log = logging.getLogger("airflow_transactional.spark_job")
+log = logging.getLogger(__name__)
 
 REMOTE_ENV = "SPARK_REMOTE"
 KEEP_OBSERVATIONS = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
@@ -119,7 +156,7 @@ def _read(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, bat
     # (or set aside) the fold's input is empty, and this rule would cut the job short before the
     # observations report -- no count, and a job that fails for a batch of garbage.
     spark.conf.set("spark.sql.adaptive.optimizer.excludedRules", KEEP_OBSERVATIONS)
-    records = raw_records(spark, spec.source, batch, dsn=coordinator.db.dsn, schema=coordinator.schema,
+    records = raw_records(spark, spec.source, batch, dsn=coordinator.dsn, schema=coordinator.schema,
                           topology_id=spec.topology_id, record_schema=schema)
     prepared = prepare(records, schema, required, checks)
     frames = _transformed(spec, transform, prepared.good)
@@ -154,7 +191,7 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
     if txn.empty:
         return {"txid": txid, "skipped": f"txid {txid} is empty; nothing to process"}
     spec = coordinator.spec(topology_id)
-    dsn = coordinator.db.dsn
+    dsn = coordinator.dsn
     scope = (topology_id, str(txid))
     cached: DataFrame | None = None
     try:
@@ -172,48 +209,10 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
                     read.prepared.bad.select("offset", "reason").first() or ("?", "?"))
                 raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
                                 "(on_bad_record='fail'; use 'quarantine' to set them aside)")
-            copies = coordinator.staging_copies(topology_id)
-            # Outputs and decisions only: a plain topology's batch makes no extra round trip.
-            out = (coordinator.output_staging(topology_id) if spec.outputs or spec.decisions
-                   else OutputStaging("", {}, {}))
-            counts = {name: 0 for name in (*out.partitions, *out.requests)}
             set_aside = SetAside(coordinator.quarantine_copy(), (topology_id, txid, attempt.attempt))
-            if read.folds is not None:
-                counts.update(read.folds.stage(dsn, copies, (txid, attempt.attempt), set_aside))
-                phases.lap("stage the folds")
-            else:
-                for name, df in _folded(spec, read.frames).items():
-                    if name in copies:
-                        counts[name] = stage_fold(df, dsn, copies[name], (txid, attempt.attempt),
-                                                  set_aside=set_aside, label=f"fold:{name}")
-                        phases.lap(f"fold and stage {name}")
-                    elif name in out.requests:
-                        requests = decision_requests(name, spec.state(spec.decision(name).state), df)
-                        counts[name] = stage_fold(requests, dsn, out.requests[name], (txid, attempt.attempt),
-                                                  set_aside=set_aside, label=f"request:{name}")
-                        phases.lap(f"stage requests {name}")
-                    else:
-                        events = output_events(topology_id, name, out.partitions[name], df,
-                                               [d.name for d in spec.decisions])
-                        counts[name] = stage_fold(events, dsn, out.copy, (txid, attempt.attempt, name),
-                                                  set_aside=set_aside, label=f"output:{name}")
-                        phases.lap(f"stage output {name}")
+            counts = _stage(coordinator, spec, read, (txid, attempt.attempt), set_aside, phases)
             faults.point("spark.after_stage", scope=scope)
-            # Streamed from the executors, never collected: a batch of garbage fits no driver. (After a
-            # fused fold the batch is read again for its bad records: only a batch that has some.)
-            if read.bad_records:
-                copy_dataframe(spark, read.prepared.bad, dsn, set_aside.copy, set_aside.prefix)
-                phases.lap("quarantine")
-            rejected = read.folds.rejected_count if read.folds is not None else 0
-            if rejected:
-                assert read.folds is not None
-                copy_dataframe(spark, read.folds.rejected, dsn, set_aside.copy, set_aside.prefix)
-                phases.lap("quarantine records no state could fold")
-            if (rejected or set_aside.rows) and spec.on_bad_record == "fail":
-                raise BadRecord(f"txid {txid}: {rejected + set_aside.rows} records or folded rows could not be staged "
-                                "(see the attempt's quarantine) (on_bad_record='fail'; use 'quarantine' to set them "
-                                "aside)")
-            n_bad += rejected + set_aside.rows
+            n_bad += _quarantine(spark, dsn, spec, read, set_aside, txid, phases)
             work.finish(counts, records_read=records_read, quarantined=n_bad,
                         bad=[(path, None, why, None) for path, why in unreadable])
             phases.lap("finish the attempt")
@@ -225,6 +224,58 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
                 log.warning("could not drop the cached batch of txid %d: %s", txid, exc)
     return {"txid": txid, "attempt": attempt.attempt, "records_read": records_read, "row_counts": counts,
             "quarantined": n_bad}
+
+
+def _stage(coordinator: Coordinator, spec: TopologySpec, read: _Read, key: tuple[int, int], set_aside: SetAside,
+           phases: Phases) -> dict[str, int]:
+    """Stage what the attempt ``key`` (txid, attempt) folded, requested and emitted; rows by name."""
+    topology_id = spec.topology_id
+    dsn = coordinator.dsn
+    copies = coordinator.staging_copies(topology_id)
+    # Outputs and decisions only: a plain topology's batch makes no extra round trip.
+    out = (coordinator.output_staging(topology_id) if spec.outputs or spec.decisions
+           else OutputStaging("", {}, {}))
+    counts = {name: 0 for name in (*out.partitions, *out.requests)}
+    if read.folds is not None:
+        counts.update(read.folds.stage(dsn, copies, key, set_aside))
+        phases.lap("stage the folds")
+    else:
+        for name, df in _folded(spec, read.frames).items():
+            if name in copies:
+                counts[name] = stage_fold(df, dsn, copies[name], key, set_aside=set_aside, label=f"fold:{name}")
+                phases.lap(f"fold and stage {name}")
+            elif name in out.requests:
+                requests = decision_requests(name, spec.state(spec.decision(name).state), df)
+                counts[name] = stage_fold(requests, dsn, out.requests[name], key,
+                                          set_aside=set_aside, label=f"request:{name}")
+                phases.lap(f"stage requests {name}")
+            else:
+                events = output_events(topology_id, name, out.partitions[name], df,
+                                       [d.name for d in spec.decisions])
+                counts[name] = stage_fold(events, dsn, out.copy, (*key, name),
+                                          set_aside=set_aside, label=f"output:{name}")
+                phases.lap(f"stage output {name}")
+    return counts
+
+
+def _quarantine(spark: SparkSession, dsn: str, spec: TopologySpec, read: _Read, set_aside: SetAside, txid: int,
+                phases: Phases) -> int:
+    """Quarantine the attempt's bad records and the records no state could fold; how many."""
+    # Streamed from the executors, never collected: a batch of garbage fits no driver. (After a
+    # fused fold the batch is read again for its bad records: only a batch that has some.)
+    if read.bad_records:
+        copy_dataframe(spark, read.prepared.bad, dsn, set_aside.copy, set_aside.prefix)
+        phases.lap("quarantine")
+    rejected = read.folds.rejected_count if read.folds is not None else 0
+    if rejected:
+        assert read.folds is not None
+        copy_dataframe(spark, read.folds.rejected, dsn, set_aside.copy, set_aside.prefix)
+        phases.lap("quarantine records no state could fold")
+    if (rejected or set_aside.rows) and spec.on_bad_record == "fail":
+        raise BadRecord(f"txid {txid}: {rejected + set_aside.rows} records or folded rows could not be staged "
+                        "(see the attempt's quarantine) (on_bad_record='fail'; use 'quarantine' to set them "
+                        "aside)")
+    return rejected + set_aside.rows
 
 
 def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
@@ -241,7 +292,7 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
         read = _read(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks,
                      states_only=True)
         num, copies = coordinator.audit_tables(topology_id)
-        n_bad = read.bad_records + len(unreadable) + _stage_states(spec, read, coordinator.db.dsn, copies, ())
+        n_bad = read.bad_records + len(unreadable) + _stage_states(spec, read, coordinator.dsn, copies, ())
         read.keep.unpersist()
         result = coordinator.diff_audit(topology_id, num, st.committed_txid)
         if result is None:  # a commit landed meanwhile: recompute against the new checkpoint
@@ -259,20 +310,20 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
             *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
           ) -> dict[str, Any]:
     """Recompute every state from the source and swap it in while the topology keeps committing."""
-    rebuild_ = rb.begin(coordinator, topology_id)
+    started = coordinator.begin_rebuild(topology_id)
     try:
         spec = coordinator.spec(topology_id)
-        batch, why_not = coordinator.committed_batch(topology_id, through_txid=rebuild_.through_txid)
+        batch, why_not = coordinator.committed_batch(topology_id, through_txid=started.through_txid)
         if why_not:
             raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
         read = _read(spark, coordinator, spec, readable_batch(batch)[0], transform, schema=schema,
                      required=required, checks=checks, states_only=True)
-        _stage_states(spec, read, coordinator.db.dsn, rb.load_copies(coordinator, topology_id), ())
+        _stage_states(spec, read, coordinator.dsn, coordinator.rebuild_copies(topology_id), ())
         read.keep.unpersist()
         faults.point("rebuild.loaded", scope=(topology_id,))
-        return rb.swap(coordinator, rebuild_)
+        return coordinator.swap_rebuild(started)
     except BaseException:
-        rb.abort(coordinator, topology_id, rebuild=rebuild_)
+        coordinator.abort_rebuild(topology_id, started=started)
         raise
 
 

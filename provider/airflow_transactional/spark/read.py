@@ -19,7 +19,7 @@ from ..store.connection import connect
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-log = logging.getLogger("airflow_transactional.spark_job")
+log = logging.getLogger(__name__)
 
 # Columns the helper adds to every record: where it came from.
 OFFSET_COL, EVENT_ID_COL = "_offset", "_event_id"

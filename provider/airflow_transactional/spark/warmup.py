@@ -22,9 +22,9 @@ from pyspark.sql import functions as F
 
 from airflow_transactional.sources import LandingDirectory
 from airflow_transactional.spark.fused import fuse, per_record
-from airflow_transactional.spark.read import TEXT, Records, read_landing
-from airflow_transactional.spark.validate import prepare
-from airflow_transactional.spark_job import EVENT_ID_COL, OFFSET_COL, fold, validate
+from airflow_transactional.spark.read import EVENT_ID_COL, OFFSET_COL, TEXT, Records, read_landing
+from airflow_transactional.spark.stage import fold
+from airflow_transactional.spark.validate import prepare, validate
 from airflow_transactional.spec import StateSpec
 
 SCHEMA = "url string, n long"

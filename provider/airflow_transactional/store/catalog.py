@@ -8,39 +8,37 @@ from typing import NamedTuple
 
 from psycopg2 import sql
 
-from .rows import Cursor, scalar
+from .queries import query
+from .rows import Cursor, one, scalar
 
 
 def exists(cur: Cursor, table: sql.Composed) -> bool:
     """Whether ``table`` exists. Checked before each CREATE: ``CREATE ... IF NOT EXISTS`` needs
     the CREATE privilege even when there is nothing to create, and a run-time role has none."""
-    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (table.as_string(cur),))
+    cur.execute(query("catalog_exists"), {"name": table.as_string(cur)})
     return bool(scalar(cur))
 
 
 def comment(cur: Cursor, table: sql.Composed) -> str | None:
     """The comment on ``table`` (None: none)."""
-    cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", (table.as_string(cur),))
+    cur.execute(query("catalog_comment"), {"name": table.as_string(cur)})
     return scalar(cur)
 
 
 def owned(cur: Cursor, table: sql.Composed) -> bool:
     """Whether the current user owns ``table`` (or is a member of its owner): may alter or comment on it."""
-    cur.execute("SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = to_regclass(%s)",
-                (table.as_string(cur),))
+    cur.execute(query("catalog_owned"), {"name": table.as_string(cur)})
     return bool(scalar(cur))
 
 
 def schema_exists(cur: Cursor, schema: str) -> bool:
-    cur.execute("SELECT to_regnamespace(%s) IS NOT NULL", (sql.Identifier(schema).as_string(cur),))
+    cur.execute(query("catalog_schema_exists"), {"name": sql.Identifier(schema).as_string(cur)})
     return bool(scalar(cur))
 
 
 def columns(cur: Cursor, schema: str, table: str) -> dict[str, str]:
     """Column name -> type (as ``format_type`` spells it) of ``schema.table``, in column order."""
-    cur.execute("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-                "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
-                "ORDER BY a.attnum", (sql.Identifier(schema, table).as_string(cur),))
+    cur.execute(query("catalog_columns"), {"name": sql.Identifier(schema, table).as_string(cur)})
     return {str(name): str(type_) for name, type_ in cur.fetchall()}
 
 
@@ -54,32 +52,58 @@ class Role(NamedTuple):
 
 def role(cur: Cursor, name: str) -> Role | None:
     """The role ``name`` (None: there is no such role)."""
-    cur.execute("SELECT rolsuper AS superuser, rolbypassrls AS bypasses_rls, "
-                "pg_has_role(rolname, current_user, 'MEMBER') AS is_me FROM pg_roles WHERE rolname = %s", (name,))
-    row = cur.fetchone()
-    return None if row is None else Role(*map(bool, row))
+    cur.execute(query("catalog_role"), {"name": name})
+    return one(cur, Role)
 
 
 def now(cur: Cursor) -> datetime:
-    """The database's clock (``clock_timestamp()``): one time for everything a step records."""
-    cur.execute("SELECT clock_timestamp()")
+    """The database's clock: one time for everything a step records."""
+    cur.execute(query("catalog_now"))
     return scalar(cur)
 
 
 def try_lock(cur: Cursor, key: int) -> bool:
     """Take a session advisory lock; False when another session holds it."""
-    cur.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+    cur.execute(query("catalog_try_lock"), {"key": key})
     return bool(scalar(cur))
 
 
 def unlock(cur: Cursor, key: int) -> None:
-    cur.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    cur.execute(query("catalog_unlock"), {"key": key})
+
+
+def server_version(cur: Cursor) -> str:
+    cur.execute(query("catalog_version"))
+    return str(scalar(cur))
+
+
+def set_comment(cur: Cursor, table: sql.Composed, text: str) -> None:
+    cur.execute(query("catalog_set_comment", table=table, comment=sql.Literal(text)))
+
+
+class savepoint:
+    """Run statements that may fail under a savepoint: :meth:`rollback` undoes them and keeps the
+    transaction usable; leaving the block releases it."""
+
+    def __init__(self, cur: Cursor, name: str) -> None:
+        self.cur, self.name = cur, sql.Identifier(name)
+
+    def __enter__(self) -> savepoint:
+        self.cur.execute(query("savepoint", savepoint=self.name))
+        return self
+
+    def rollback(self) -> None:
+        self.cur.execute(query("savepoint_rollback", savepoint=self.name))
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.cur.execute(query("savepoint_release", savepoint=self.name))
 
 
 def drop(cur: Cursor, table: sql.Composed, *, if_exists: bool = False) -> None:
-    cur.execute(sql.SQL("DROP TABLE {}{}").format(sql.SQL("IF EXISTS " if if_exists else ""), table))
+    cur.execute(query("drop_table_if_exists" if if_exists else "drop_table", table=table))
 
 
 def count(cur: Cursor, table: sql.Composed) -> int:
-    cur.execute(sql.SQL("SELECT count(*) FROM {}").format(table))
+    cur.execute(query("catalog_count", table=table))
     return int(scalar(cur))

@@ -19,6 +19,7 @@ from .. import identifiers
 from ..exceptions import ConfigError
 from . import catalog
 from .connection import Database
+from .queries import query
 from .rows import table
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,7 @@ def current_version(db: Database, schema: str = DEFAULT_SCHEMA) -> int:
     with db.transaction() as cur:
         if not catalog.exists(cur, table(schema, "schema_migrations")):
             return 0
-        cur.execute(sql.SQL("SELECT version, name FROM {}.schema_migrations ORDER BY version").format(
-            sql.Identifier(schema)))
+        cur.execute(query("migration_applied", schema))
         applied = [(int(v), str(n)) for v, n in cur.fetchall()]
     known = {v: n for v, n, _ in MIGRATIONS}
     strange = [f"{v} ({n})" for v, n in applied if known.get(v) != n]
@@ -74,21 +74,17 @@ def migrate(db: Database, schema: str = DEFAULT_SCHEMA) -> list[int]:
     if current_version(db, schema) >= MIGRATIONS[-1][0]:
         return applied  # up to date: no DDL, so a run-time role without CREATE rights gets here
     with db.transaction() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+        cur.execute(query("migration_lock"), {"key": _lock_key(schema)})
         if not catalog.schema_exists(cur, schema):  # owning the schema is enough; creating it needs CREATE
-            cur.execute(sql.SQL("CREATE SCHEMA {}").format(s))
-        cur.execute(sql.SQL(
-            "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
-            " version integer PRIMARY KEY, name text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())").format(s))
-        cur.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(s))
+            cur.execute(query("migration_create_schema", schema))
+        cur.execute(query("migration_create_table", schema))
+        cur.execute(query("migration_applied", schema))
         done = {row[0] for row in cur.fetchall()}
         for version, name, statements in MIGRATIONS:
             if version in done:
                 continue
             cur.execute(sql.SQL(statements).format(s=s))
-            cur.execute(sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)")
-                        .format(s), (version, name))
+            cur.execute(query("migration_record", schema), {"version": version, "name": name})
             applied.append(version)
             log.info("applied migration %d (%s) to schema %s", version, name, schema)
     return applied

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from psycopg2 import sql
+
+from .queries import query
 from .rows import Cursor
 
 #: The one channel of every state store on a server; a notice names its schema and topology.
@@ -22,7 +25,11 @@ class Notice(NamedTuple):
 
 def send(cur: Cursor, schema: str, topology_id: str, txid: int, event: str) -> None:
     payload = json.dumps({"schema": schema, "topology": topology_id, "txid": txid, "event": event})
-    cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+    cur.execute(query("notice_send"), {"channel": CHANNEL, "payload": payload})
+
+
+def listen(cur: Cursor) -> None:
+    cur.execute(query("notice_listen", channel=sql.Identifier(CHANNEL)))
 
 
 def parse(payload: str) -> Notice | None:

@@ -19,13 +19,16 @@ role had in the schema, so running them again narrows a role granted more by an 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from psycopg2 import sql
 
 from .. import identifiers
-from ..spec import TopologySpec
 from . import decisions, outputs
 from . import sql as q
+
+if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
+    from ..spec import TopologySpec
 
 #: What the run-time role may change in the provider's own tables, beyond reading them all:
 #: (table, privileges). A column list limits an UPDATE to those columns.

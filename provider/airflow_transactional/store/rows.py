@@ -3,7 +3,7 @@ matched to the result's column names, never unpacked by position."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from psycopg2 import sql
@@ -11,7 +11,10 @@ from psycopg2.extensions import cursor as Cursor
 
 R = TypeVar("R")
 
-__all__ = ["Cursor", "column_list", "every", "insert_into", "one", "only", "scalar", "table"]
+#: A position in a source: offset by partition (``{"0": 120, "1": 98}``), or a file sequence.
+Offsets = dict[str, int]
+
+__all__ = ["Cursor", "Offsets", "column_list", "every", "one", "only", "scalar", "table"]
 
 
 def table(schema: str, name: str) -> sql.Composed:
@@ -22,12 +25,6 @@ def table(schema: str, name: str) -> sql.Composed:
 def column_list(names: Iterable[str]) -> sql.Composed:
     """``a, b, c``: quoted column names."""
     return sql.SQL(", ").join(map(sql.Identifier, names))
-
-
-def insert_into(schema: str, name: str, columns: Sequence[str]) -> sql.Composed:
-    """``INSERT INTO schema.name (columns) VALUES (%s, ...)``."""
-    return sql.SQL("INSERT INTO {} ({}) VALUES ({})").format(
-        table(schema, name), column_list(columns), sql.SQL(", ").join(sql.Placeholder() * len(columns)))
 
 
 def _named(cur: Cursor, row: tuple[Any, ...], row_type: Callable[..., R]) -> R:

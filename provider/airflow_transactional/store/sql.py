@@ -1,16 +1,23 @@
-"""All SQL of the state store that depends on a topology's declaration: state tables, staging
-tables, and the commit's set-based upsert with the transactional / opaque value rules.
+"""The SQL of the state store that depends on a topology's declaration: state tables, staging
+tables, and the commit's set-based upsert with the transactional / opaque value rules. The
+statements are named queries (``store/queries/state.sql``); this module composes in what one
+state declares: its tables, its key columns, its value type and combiner.
 
 Identifiers are validated by :mod:`airflow_transactional.identifiers` when the spec is built and
-quoted here with ``sql.Identifier``; values are always ``%s`` parameters.
+quoted here with ``sql.Identifier``; values are always parameters.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from psycopg2 import sql
 
-from ..spec import StateSpec
-from ..values import Combiner, ValueKind, combine_sql
+from ..values import Combiner, ValueKind
+from .queries import query
+
+if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
+    from ..spec import StateSpec
 
 
 def staging_table(schema: str, topology_num: int, state: StateSpec) -> sql.Composed:
@@ -43,39 +50,39 @@ def key_list(state: StateSpec, prefix: str | None = None) -> sql.Composed:
     return sql.SQL(", ").join(map(sql.Identifier, state.key_columns))
 
 
+def _shape(state: StateSpec) -> dict[str, sql.Composable]:
+    """What a statement of ``store/queries/state.sql`` takes from the state's declaration."""
+    return {"key_defs": key_defs(state), "keys": key_list(state), "value_type": sql.SQL(state.value_type)}
+
+
+def _opaque(state: StateSpec) -> bool:
+    return ValueKind(state.kind) is ValueKind.OPAQUE
+
+
 def create_state_table(state: StateSpec) -> list[sql.Composed]:
     schema, _ = state.schema_and_table
-    opaque = ValueKind(state.kind) is ValueKind.OPAQUE
-    cols = sql.SQL("{keys}, value {vt}, {prev}txid bigint NOT NULL, PRIMARY KEY ({pk})").format(
-        keys=key_defs(state), vt=sql.SQL(state.value_type),
-        prev=sql.SQL("prev_value {}, ").format(sql.SQL(state.value_type)) if opaque else sql.SQL(""),
-        pk=key_list(state))
-    return [
-        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)),
-        sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(state_table(state), cols),
-    ]
+    prev = sql.SQL("prev_value {}, ").format(sql.SQL(state.value_type)) if _opaque(state) else sql.SQL("")
+    return [query("state_create_schema", schema=sql.Identifier(schema)),
+            query("state_create", table=state_table(state), prev=prev, **_shape(state))]
 
 
 def expected_columns(state: StateSpec) -> dict[str, str]:
     """Column name -> type (as ``format_type`` spells it) a state table must have."""
     cols = dict(state.keys)
     cols["value"] = state.value_type
-    if ValueKind(state.kind) is ValueKind.OPAQUE:
+    if _opaque(state):
         cols["prev_value"] = state.value_type
     cols["txid"] = "bigint"
     return cols
 
 
 def create_staging_table(table: sql.Composed, state: StateSpec) -> sql.Composed:
-    return sql.SQL("CREATE TABLE IF NOT EXISTS {} (txid bigint NOT NULL, attempt integer NOT NULL, "
-                   "{keys}, value {vt}, PRIMARY KEY (txid, attempt, {pk}))").format(
-        table, keys=key_defs(state), vt=sql.SQL(state.value_type), pk=key_list(state))
+    return query("state_staging_create", table=table, **_shape(state))
 
 
 def create_delta_table(table: sql.Identifier, state: StateSpec) -> sql.Composed:
     """A temporary table for one attempt's delta (keys, value), dropped at commit."""
-    return sql.SQL("CREATE TEMP TABLE {} ({keys}, value {vt}) ON COMMIT DROP").format(
-        table, keys=key_defs(state, null=True), vt=sql.SQL(state.value_type))
+    return query("state_delta_create", table=table, **{**_shape(state), "key_defs": key_defs(state, null=True)})
 
 
 def staging_columns(state: StateSpec) -> list[str]:
@@ -83,49 +90,29 @@ def staging_columns(state: StateSpec) -> list[str]:
 
 
 def count_staged(table: sql.Composed) -> sql.Composed:
-    return sql.SQL("SELECT count(*) FROM {} WHERE txid = %s AND attempt = %s").format(table)
+    return query("state_staged_count", table=table)
 
 
 def delete_staged_txid(table: sql.Composed) -> sql.Composed:
-    return sql.SQL("DELETE FROM {} WHERE txid = %s").format(table)
+    return query("state_staged_delete", table=table)
 
 
 def staged_delta(table: sql.Composed, state: StateSpec) -> sql.Composed:
     """The delta of one attempt: ``SELECT keys, value`` (parameters ``txid``, ``attempt``)."""
-    return sql.SQL("SELECT {keys}, value FROM {t} WHERE txid = %(txid)s AND attempt = %(attempt)s").format(
-        keys=key_list(state), t=table)
+    return query("state_staged_delta", table=table, keys=key_list(state))
 
 
 def upsert(state: StateSpec, target: sql.Composed, delta: sql.Composable) -> sql.Composed:
-    """Apply ``delta`` (a SELECT of keys, value) as batch ``%(txid)s`` under the value rule.
-
-    Transactional: skip keys whose stored txid is already this batch's (``WHERE t.txid <
-    EXCLUDED.txid``). Opaque: recompute from ``prev_value`` when the stored txid is this
-    batch's, else shift ``value`` into ``prev_value``. Rows whose stored txid is *later* are not
-    touched here; :func:`rows_ahead` finds them so the commit can refuse.
-    """
+    """Apply ``delta`` (a SELECT of keys, value) as batch ``%(txid)s`` under the value rule
+    (``state_upsert_transactional`` / ``state_upsert_opaque``). Rows whose stored txid is *later*
+    are not touched; :func:`rows_ahead` finds them so the commit can refuse."""
     combiner = Combiner(state.combiner)
-    t_val = sql.SQL("t.value")
     new = sql.SQL("EXCLUDED.value")
-    keys = key_list(state)
-    if ValueKind(state.kind) is ValueKind.TRANSACTIONAL:
-        return sql.SQL(
-            "INSERT INTO {target} AS t ({keys}, value, txid) "
-            "SELECT {keys}, value, %(txid)s FROM ({delta}) d "
-            "ON CONFLICT ({keys}) DO UPDATE SET value = {combined}, txid = EXCLUDED.txid "
-            "WHERE t.txid < EXCLUDED.txid").format(
-            target=target, keys=keys, delta=delta, combined=combine_sql(combiner, t_val, new))
-    return sql.SQL(
-        "INSERT INTO {target} AS t ({keys}, value, prev_value, txid) "
-        "SELECT {keys}, value, NULL, %(txid)s FROM ({delta}) d "
-        "ON CONFLICT ({keys}) DO UPDATE SET "
-        "value = CASE WHEN t.txid = EXCLUDED.txid THEN {from_prev} ELSE {from_value} END, "
-        "prev_value = CASE WHEN t.txid = EXCLUDED.txid THEN t.prev_value ELSE t.value END, "
-        "txid = EXCLUDED.txid "
-        "WHERE t.txid <= EXCLUDED.txid").format(
-        target=target, keys=keys, delta=delta,
-        from_prev=combine_sql(combiner, sql.SQL("t.prev_value"), new),
-        from_value=combine_sql(combiner, t_val, new))
+    parts = {"target": target, "keys": key_list(state), "delta": delta}
+    if not _opaque(state):
+        return query("state_upsert_transactional", combined=combine_sql(combiner, sql.SQL("t.value"), new), **parts)
+    return query("state_upsert_opaque", from_prev=combine_sql(combiner, sql.SQL("t.prev_value"), new),
+                 from_value=combine_sql(combiner, sql.SQL("t.value"), new), **parts)
 
 
 def can_overflow(state: StateSpec) -> bool:
@@ -138,21 +125,25 @@ def find_overflows(state: StateSpec, delta: sql.Composable) -> sql.Composed:
     """The delta rows (key as JSON, committed value, delta) whose sum with the value they fold into
     leaves ``%(low)s .. %(high)s``; they are kept in ``txn_overflow`` for :func:`without_overflows`.
     The value folded into is the value rule's: ``prev_value`` for an opaque value this txid wrote."""
-    base = (sql.SQL("CASE WHEN t.txid = %(txid)s THEN t.prev_value ELSE t.value END")
-            if ValueKind(state.kind) is ValueKind.OPAQUE else sql.SQL("t.value"))
-    return sql.SQL(
-        "CREATE TEMP TABLE txn_overflow ON COMMIT DROP AS SELECT {d_keys}, {base} AS committed, d.value AS added "
-        "FROM ({delta}) d JOIN {target} t ON {on} WHERE t.txid <= %(txid)s AND NOT "
-        "coalesce({base}, 0)::numeric + d.value::numeric BETWEEN %(low)s AND %(high)s; "
-        "SELECT jsonb_build_array({keys}), committed, added FROM txn_overflow").format(
-        d_keys=key_list(state, "d"), base=base, delta=delta, target=state_table(state), on=same_keys(state, "t", "d"),
-        keys=key_list(state))
+    base = sql.SQL("CASE WHEN t.txid = %(txid)s THEN t.prev_value ELSE t.value END" if _opaque(state) else "t.value")
+    return query("state_find_overflows", d_keys=key_list(state, "d"), base=base, delta=delta,
+                 target=state_table(state), t_is_d=same_keys(state, "t", "d"), keys=key_list(state))
 
 
 def without_overflows(state: StateSpec, delta: sql.Composable) -> sql.Composed:
     """``delta`` without the rows :func:`find_overflows` set aside."""
-    return sql.SQL("SELECT * FROM ({}) d WHERE NOT EXISTS (SELECT 1 FROM txn_overflow o WHERE {})").format(
-        delta, same_keys(state, "o", "d"))
+    return query("state_without_overflows", delta=delta, o_is_d=same_keys(state, "o", "d"))
+
+
+def combine_sql(combiner: Combiner, old: sql.Composable, new: sql.Composable) -> sql.Composed:
+    """The SQL expression of :func:`..values.combine` (``old`` may be NULL)."""
+    if combiner in (Combiner.SUM, Combiner.COUNT):
+        return sql.SQL("CASE WHEN {o} IS NULL THEN {n} ELSE {o} + {n} END").format(o=old, n=new)
+    if combiner is Combiner.MIN:
+        return sql.SQL("LEAST({o}, {n})").format(o=old, n=new)  # LEAST ignores NULL
+    if combiner is Combiner.MAX:
+        return sql.SQL("GREATEST({o}, {n})").format(o=old, n=new)
+    return sql.SQL("{n}").format(n=new)
 
 
 def same_keys(state: StateSpec, a: str, b: str) -> sql.Composed:
@@ -163,15 +154,13 @@ def same_keys(state: StateSpec, a: str, b: str) -> sql.Composed:
 
 def rows_ahead(state: StateSpec, target: sql.Composed, delta: sql.Composable) -> sql.Composed:
     """Count delta keys whose stored value already carries a txid later than ``%(txid)s``."""
-    on = same_keys(state, "t", "d")
-    return sql.SQL("SELECT count(*) FROM ({delta}) d JOIN {target} t ON {on} WHERE t.txid > %(txid)s"
-                   ).format(delta=delta, target=target, on=on)
+    return query("state_rows_ahead", delta=delta, target=target, t_is_d=same_keys(state, "t", "d"))
 
 
 def copy_into(table: sql.Composable, columns: list[str], *, csv: bool = False) -> sql.Composed:
     """``COPY table (columns) FROM STDIN``, in COPY's text format or (``csv``) as CSV."""
-    return sql.SQL("COPY {} ({}) FROM STDIN{}").format(table, sql.SQL(", ").join(map(sql.Identifier, columns)),
-                                                      sql.SQL(" WITH (FORMAT csv)" if csv else ""))
+    return query("copy_into_csv" if csv else "copy_into", table=table,
+                 columns=sql.SQL(", ").join(map(sql.Identifier, columns)))
 
 
 def audit_table(schema: str, topology_num: int, state: StateSpec, purpose: str = "audit") -> sql.Composed:
@@ -181,45 +170,33 @@ def audit_table(schema: str, topology_num: int, state: StateSpec, purpose: str =
 
 
 def create_audit_table(table: sql.Composed, state: StateSpec) -> list[sql.Composed]:
-    return [sql.SQL("DROP TABLE IF EXISTS {}").format(table),
-            sql.SQL("CREATE UNLOGGED TABLE {} ({keys}, value {vt}, PRIMARY KEY ({pk}))").format(
-                table, keys=key_defs(state), vt=sql.SQL(state.value_type), pk=key_list(state))]
+    return [query("state_audit_create", table=table, **_shape(state))]
 
 
 def audit_diff(state: StateSpec, recomputed: sql.Composed) -> sql.Composed:
     """Keys whose stored value differs from the recomputed one: (key as text, stored, recomputed)."""
     key_text = sql.SQL(" || ',' || ").join(
         sql.SQL("coalesce(a.{c}, s.{c})::text").format(c=sql.Identifier(c)) for c in state.key_columns)
-    on = sql.SQL(" AND ").join(sql.SQL("a.{c} = s.{c}").format(c=sql.Identifier(c)) for c in state.key_columns)
-    return sql.SQL("SELECT {kt}, s.value::text, a.value::text FROM {rec} a FULL JOIN {target} s ON {on} "
-                   "WHERE a.value IS DISTINCT FROM s.value ORDER BY 1").format(
-        kt=key_text, rec=recomputed, target=state_table(state), on=on)
+    return query("state_audit_diff", key_text=key_text, recomputed=recomputed, target=state_table(state),
+                 a_is_s=same_keys(state, "a", "s"))
 
 
 def rebuild_shadow(state: StateSpec, shadow: sql.Identifier, recomputed: sql.Composed) -> list[sql.Composed]:
     """A temporary copy of the state table, filled with the recomputed values as of ``%(txid)s``."""
-    opaque = ValueKind(state.kind) is ValueKind.OPAQUE
-    return [
-        sql.SQL("CREATE TEMP TABLE {} (LIKE {} INCLUDING ALL) ON COMMIT DROP").format(shadow, state_table(state)),
-        sql.SQL("INSERT INTO {} ({keys}, value, {prev}txid) SELECT {keys}, value, {null}%(txid)s FROM {}").format(
-            shadow, recomputed, keys=key_list(state), prev=sql.SQL("prev_value, " if opaque else ""),
-            null=sql.SQL("NULL, " if opaque else "")),
-    ]
+    opaque = _opaque(state)
+    return [query("state_shadow_create", shadow=shadow, target=state_table(state)),
+            query("state_shadow_fill", shadow=shadow, recomputed=recomputed, keys=key_list(state),
+                  prev=sql.SQL("prev_value, " if opaque else ""), null=sql.SQL("NULL, " if opaque else ""))]
 
 
 def replace_contents(state: StateSpec, shadow: sql.Identifier) -> list[sql.Composed]:
-    """Make the state table hold the shadow's rows, in place (grants and views stay valid): delete
-    the keys the shadow lacks, write those that differ. Plain DML, so a reader whose snapshot
-    predates the swap still sees the old rows (TRUNCATE would show it an empty table), and a
-    rebuild that changed little writes little."""
-    target, keys = state_table(state), key_list(state)
+    """Make the state table hold the shadow's rows, in place, writing only what differs."""
+    target = state_table(state)
     values = [c for c in expected_columns(state) if c not in state.keys]
-    cols = sql.SQL(", ").join(map(sql.Identifier, expected_columns(state)))
-    new = sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in values)
-    old = sql.SQL(", ").join(sql.Identifier("t", c) for c in values)
-    excluded = sql.SQL(", ").join(sql.Identifier("excluded", c) for c in values)
-    return [sql.SQL("DELETE FROM {} t WHERE NOT EXISTS (SELECT 1 FROM {} s WHERE {})").format(
-                target, shadow, same_keys(state, "s", "t")),
-            sql.SQL("INSERT INTO {} AS t ({c}) SELECT {c} FROM {} ON CONFLICT ({keys}) DO UPDATE SET {new} "
-                    "WHERE ({old}) IS DISTINCT FROM ({excluded})").format(
-                target, shadow, c=cols, keys=keys, new=new, old=old, excluded=excluded)]
+    return [query("state_replace_delete", target=target, shadow=shadow, s_is_t=same_keys(state, "s", "t")),
+            query("state_replace_write", target=target, shadow=shadow, keys=key_list(state),
+                  columns=sql.SQL(", ").join(map(sql.Identifier, expected_columns(state))),
+                  new=sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+                                         for c in values),
+                  old=sql.SQL(", ").join(sql.Identifier("t", c) for c in values),
+                  excluded=sql.SQL(", ").join(sql.Identifier("excluded", c) for c in values))]

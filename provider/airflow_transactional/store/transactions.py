@@ -7,12 +7,11 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from psycopg2 import sql
 from psycopg2.extras import Json
 
-from ..sources.base import Offsets
 from . import notices
-from .rows import Cursor, column_list, every, one, table
+from .queries import query
+from .rows import Cursor, Offsets, column_list, every, one, scalar
 from .topologies import FOR_UPDATE
 
 
@@ -75,122 +74,102 @@ COLUMNS = column_list(f.name for f in fields(Transaction))
 
 
 def get(cur: Cursor, schema: str, topology_id: str, txid: int, *, lock: bool = False) -> Transaction | None:
-    cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s AND txid = %s{}")
-                .format(COLUMNS, table(schema, "transactions"), FOR_UPDATE[lock]), (topology_id, txid))
+    cur.execute(query("transaction_get", schema, columns=COLUMNS, lock=FOR_UPDATE[lock]),
+                {"topology": topology_id, "txid": txid})
     return one(cur, Transaction)
 
 
 def uncommitted_from(cur: Cursor, schema: str, topology_id: str, txid: int) -> list[Transaction]:
     """Every transaction from ``txid`` on, lowest first, row locked."""
-    cur.execute(sql.SQL("SELECT {} FROM {} WHERE topology_id = %s AND txid >= %s ORDER BY txid FOR UPDATE")
-                .format(COLUMNS, table(schema, "transactions")), (topology_id, txid))
+    cur.execute(query("transaction_uncommitted_from", schema, columns=COLUMNS), {"topology": topology_id, "txid": txid})
     return every(cur, Transaction)
 
 
 def txid_of_run(cur: Cursor, schema: str, topology_id: str, run_key: str) -> int | None:
-    cur.execute(sql.SQL("SELECT txid FROM {} WHERE topology_id = %s AND run_key = %s")
-                .format(table(schema, "transactions")), (topology_id, run_key))
+    cur.execute(query("transaction_of_run", schema), {"topology": topology_id, "run_key": run_key})
     row = cur.fetchone()
     return None if row is None else int(row[0])
 
 
 def planned(cur: Cursor, schema: str, topology_id: str) -> list[PlannedRun]:
     """Every planned, uncommitted txid with its run, lowest first."""
-    cur.execute(sql.SQL("SELECT txid, run_key FROM {} WHERE topology_id = %s AND status = 'planned' "
-                        "ORDER BY txid").format(table(schema, "transactions")), (topology_id,))
+    cur.execute(query("transaction_planned", schema), {"topology": topology_id})
     return every(cur, PlannedRun)
 
 
 def last(cur: Cursor, schema: str, topology_id: str) -> LastPlan | None:
     """The highest txid planned and where its batch ends."""
-    cur.execute(sql.SQL("SELECT txid, end_offsets FROM {} WHERE topology_id = %s ORDER BY txid DESC LIMIT 1")
-                .format(table(schema, "transactions")), (topology_id,))
+    cur.execute(query("transaction_last", schema), {"topology": topology_id})
     return one(cur, LastPlan)
 
 
 def insert(cur: Cursor, schema: str, topology_id: str, txid: int, run_key: str, start: Offsets, end: Offsets,
            batch: dict[str, Any], planned_records: int) -> None:
-    cur.execute(sql.SQL("INSERT INTO {} (topology_id, txid, run_key, start_offsets, end_offsets, batch, "
-                        "planned_records) VALUES (%s, %s, %s, %s, %s, %s, %s)").format(table(schema, "transactions")),
-                (topology_id, txid, run_key, Json(start), Json(end), Json(batch), planned_records))
+    cur.execute(query("transaction_insert", schema), {"topology": topology_id, "txid": txid, "run_key": run_key,
+                                                      "start": Json(start), "end": Json(end), "batch": Json(batch),
+                                                      "planned_records": planned_records})
 
 
 def replace_plan(cur: Cursor, schema: str, topology_id: str, txid: int, start: Offsets, end: Offsets,
                  batch: dict[str, Any], planned_records: int, reason: str) -> None:
     """A new version of the txid's plan (its earlier attempts can no longer be committed)."""
-    cur.execute(sql.SQL("UPDATE {} SET plan_version = plan_version + 1, start_offsets = %s, end_offsets = %s, "
-                        "batch = %s, planned_records = %s, replanned_at = clock_timestamp(), replan_reason = %s "
-                        "WHERE topology_id = %s AND txid = %s").format(table(schema, "transactions")),
-                (Json(start), Json(end), Json(batch), planned_records, reason, topology_id, txid))
+    cur.execute(query("transaction_replace_plan", schema), {
+        "topology": topology_id, "txid": txid, "start": Json(start), "end": Json(end), "batch": Json(batch),
+        "planned_records": planned_records, "reason": reason})
 
 
 def hand_over(cur: Cursor, schema: str, topology_id: str, txid: int, old_run_key: str, new_run_key: str) -> bool:
     """Give the planned ``txid`` of ``old_run_key`` to ``new_run_key``; False when it is not there to take."""
-    cur.execute(sql.SQL("UPDATE {} SET run_key = %s, failed_at = NULL, failure = NULL WHERE topology_id = %s "
-                        "AND txid = %s AND run_key = %s AND status = 'planned'")
-                .format(table(schema, "transactions")), (new_run_key, topology_id, txid, old_run_key))
+    cur.execute(query("transaction_hand_over", schema), {"topology": topology_id, "txid": txid,
+                                                         "old_run_key": old_run_key, "new_run_key": new_run_key})
     return cur.rowcount == 1
 
 
 def lift_failed(cur: Cursor, schema: str, topology_id: str, txid: int) -> None:
-    cur.execute(sql.SQL("UPDATE {} SET failed_at = NULL, failure = NULL WHERE topology_id = %s "
-                        "AND txid = %s AND failed_at IS NOT NULL").format(table(schema, "transactions")),
-                (topology_id, txid))
+    cur.execute(query("transaction_lift_failed", schema), {"topology": topology_id, "txid": txid})
 
 
 def mark_failed(cur: Cursor, schema: str, topology_id: str, txid: int, reason: str) -> None:
-    cur.execute(sql.SQL("UPDATE {} SET failed_at = clock_timestamp(), failure = %s "
-                        "WHERE topology_id = %s AND txid = %s AND status = 'planned'")
-                .format(table(schema, "transactions")), (reason[:2000], topology_id, txid))
+    cur.execute(query("transaction_mark_failed", schema), {"topology": topology_id, "txid": txid,
+                                                           "reason": reason[:2000]})
     notices.send(cur, schema, topology_id, txid, "failed")
 
 
 def first_failed_before(cur: Cursor, schema: str, topology_id: str, txid: int) -> Failed | None:
     """The lowest uncommitted txid below ``txid`` that failed for good."""
-    cur.execute(sql.SQL("SELECT t.txid, t.run_key, t.failure, a.attempt, a.error AS attempt_error FROM {t} t "
-                        "LEFT JOIN LATERAL (SELECT x.attempt, x.error FROM {a} x WHERE x.topology_id = t.topology_id "
-                        "AND x.txid = t.txid ORDER BY x.attempt DESC LIMIT 1) a ON a.error IS NOT NULL "
-                        "WHERE t.topology_id = %s AND t.txid < %s AND t.status = 'planned' "
-                        "AND t.failed_at IS NOT NULL ORDER BY t.txid LIMIT 1")
-                .format(t=table(schema, "transactions"), a=table(schema, "attempts")), (topology_id, txid))
+    cur.execute(query("transaction_first_failed_before", schema), {"topology": topology_id, "txid": txid})
     return one(cur, Failed)
 
 
 def last_attempt_error(cur: Cursor, schema: str, topology_id: str, txid: int) -> tuple[int, str] | None:
     """(attempt, error) of the txid's latest attempt, when that one failed with an error."""
-    cur.execute(sql.SQL("SELECT attempt, error FROM {} WHERE topology_id = %s AND txid = %s "
-                        "ORDER BY attempt DESC LIMIT 1").format(table(schema, "attempts")), (topology_id, txid))
+    cur.execute(query("transaction_last_attempt_error", schema), {"topology": topology_id, "txid": txid})
     row = cur.fetchone()
     return None if row is None or row[1] is None else (int(row[0]), str(row[1]))
 
 
 def in_flight(cur: Cursor, schema: str, topology_id: str) -> list[InFlightRow]:
     """Every planned txid, lowest first, with its attempts and the latest one of its current plan."""
-    cur.execute(sql.SQL(
-        "SELECT t.txid, t.run_key, t.plan_version, "
-        "(SELECT count(*) FROM {a} x WHERE x.topology_id = t.topology_id AND x.txid = t.txid) AS attempts, "
-        "l.status AS latest_status, l.error AS latest_error FROM {t} t LEFT JOIN LATERAL ("
-        "SELECT x.status, x.error FROM {a} x WHERE x.topology_id = t.topology_id AND x.txid = t.txid "
-        "AND x.plan_version = t.plan_version ORDER BY x.attempt DESC LIMIT 1) l ON true "
-        "WHERE t.topology_id = %s AND t.status = 'planned' ORDER BY t.txid")
-        .format(a=table(schema, "attempts"), t=table(schema, "transactions")), (topology_id,))
+    cur.execute(query("transaction_in_flight", schema), {"topology": topology_id})
     return every(cur, InFlightRow)
 
 
 def mark_committed(cur: Cursor, schema: str, topology_id: str, txid: int, at: datetime) -> None:
-    cur.execute(sql.SQL("UPDATE {} SET status = 'committed', committed_at = %s WHERE topology_id = %s AND txid = %s")
-                .format(table(schema, "transactions")), (at, topology_id, txid))
+    cur.execute(query("transaction_mark_committed", schema), {"topology": topology_id, "txid": txid, "at": at})
 
 
 def pin(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int) -> None:
     """Fix the attempt a commit applies (no re-plan or newer attempt can change it any more)."""
-    cur.execute(sql.SQL("UPDATE {} SET pinned_attempt = %s WHERE topology_id = %s AND txid = %s")
-                .format(table(schema, "transactions")), (attempt, topology_id, txid))
+    cur.execute(query("transaction_pin", schema), {"topology": topology_id, "txid": txid, "attempt": attempt})
 
 
 def lost_ranges(cur: Cursor, schema: str, topology_id: str, through_txid: int) -> list[Any]:
     """The source ranges retention removed from the batches committed through ``through_txid``."""
-    cur.execute(sql.SQL("SELECT batch->'lost'->'ranges' FROM {} WHERE topology_id = %s AND txid <= %s "
-                        "AND status = 'committed' AND batch ? 'lost'").format(table(schema, "transactions")),
-                (topology_id, through_txid))
+    cur.execute(query("transaction_lost_ranges", schema), {"topology": topology_id, "txid": through_txid})
     return [r for (ranges,) in cur.fetchall() for r in (ranges or [])]
+
+
+def planned_through(cur: Cursor, schema: str, topology_id: str) -> int:
+    """The highest file sequence number a plan of a landing topology took (0: none)."""
+    cur.execute(query("transaction_planned_through", schema), {"topology": topology_id})
+    return int(scalar(cur))

@@ -8,8 +8,7 @@ from typing import Any
 
 from airflow.sdk import DAG, PartitionedAssetTimetable, task
 
-from airflow_transactional import PostgresLogSource, StateSpec, state_asset, transactional_dag
-from airflow_transactional.dag import LOCAL_SPARK_CONF
+from airflow_transactional import LOCAL_SPARK_CONF, PostgresLogSource, StateSpec, state_asset, transactional_dag
 
 REPO = Path(__file__).resolve().parents[3]  # the symlink's target: tests/e2e/dags/ of the repository
 

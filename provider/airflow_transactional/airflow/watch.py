@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .coordinator import Coordinator
+from ..coordinator import Coordinator
 
 #: What a run-state lookup says of a run Airflow no longer has.
 DELETED = "deleted"

@@ -25,10 +25,10 @@ from typing import Any
 import psycopg2.extensions
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from .coordinator import Coordinator
+from ..coordinator import Coordinator
+from ..store import notices
+from ..store.connection import CONNECTION_ERRORS, connect, redact
 from .hooks import TransactionalHook
-from .store import notices
-from .store.connection import CONNECTION_ERRORS, connect, redact
 from .watch import Watch, run_state
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class _Listener:
         conn = connect(self.dsn, application_name="airflow_transactional listener")
         conn.autocommit = True
         with conn.cursor() as cur:
-            cur.execute(f"LISTEN {notices.CHANNEL}")
+            notices.listen(cur)
         return conn
 
     def _readable(self) -> None:

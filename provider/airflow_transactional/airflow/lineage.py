@@ -30,7 +30,7 @@ from typing import Any
 
 from psycopg2.extensions import parse_dsn
 
-from .spec import TopologySpec
+from ..spec import TopologySpec
 
 #: The run facet's key in an OpenLineage event.
 RUN_FACET = "transactional"

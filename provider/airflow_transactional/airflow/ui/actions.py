@@ -20,19 +20,11 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from ..coordinator import Coordinator
+from ...coordinator import Coordinator
+from ...exceptions import ActionRefused
 
 #: The most failed runs a reprocess preview looks at (Airflow pages its run list at 100).
 MAX_RUNS = 1000
-
-
-class ActionRefused(Exception):
-    """Airflow refused or could not do the request: ``status`` is its HTTP status, ``detail`` its words."""
-
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"{status}: {detail}")
-        self.status = status
-        self.detail = detail
 
 
 def api_url() -> str:

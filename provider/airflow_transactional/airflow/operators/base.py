@@ -5,22 +5,25 @@ and how they find out that the txid they wait for will never commit (:mod:`airfl
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from .. import lineage
-from ..coordinator import Coordinator, Transaction
-from ..exceptions import WaitingForPredecessor
+from ...coordinator import Coordinator, Transaction
+from ...exceptions import NotYourTurn
+from .. import lineage, metrics
 from ..hooks import TransactionalHook
 from ..triggers import TurnTrigger
 from ..watch import DELETED, Watch, run_state
 
 __all__ = ["DELETED", "TopologyTask", "WaitingTask"]
+
+T = TypeVar("T")
 
 
 class TopologyTask(BaseOperator):
@@ -76,7 +79,7 @@ class TopologyTask(BaseOperator):
         """On the last try, record a failure so later commits fail fast instead of waiting (trap 2)."""
         try:
             yield
-        except WaitingForPredecessor:  # not a failure: the commit polls until its turn
+        except NotYourTurn:  # not a failure: the task waits for its turn
             raise
         except Exception as exc:
             if int(context["ti"].try_number) > int(self.retries or 0):
@@ -99,13 +102,61 @@ class WaitingTask(TopologyTask):
     (:class:`~airflow_transactional.watch.Watch`) are the same either way.
     """
 
+    #: How long a wait may last, and how often the worker looks, unless the DAG says otherwise.
+    default_wait_timeout: ClassVar[timedelta]
+    default_poll_interval: ClassVar[float]
+
     def __init__(self, *, deferrable: bool = True, defer_after: timedelta = timedelta(seconds=10),
-                 wait_timeout: timedelta, poll_interval: float, **kwargs: Any) -> None:
+                 wait_timeout: timedelta | None = None, poll_interval: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.deferrable = deferrable
         self.defer_after = defer_after
-        self.wait_timeout = wait_timeout
-        self.poll_interval = poll_interval
+        self.wait_timeout = wait_timeout or self.default_wait_timeout
+        self.poll_interval = poll_interval or self.default_poll_interval
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        return self.take_turn(context, deadline=self.deadline(), fresh=True)
+
+    def resume(self, context: Any, event: dict[str, Any], deadline: float) -> dict[str, Any]:
+        """Back from the triggerer: take the turn, fail if it never comes, else wait on."""
+        if event.get("status") == "blocked":
+            self.fail_blocked(context, str(event["reason"]))
+        return self.take_turn(context, deadline=deadline, fresh=False, may_wait=event.get("status") != "timeout")
+
+    @abstractmethod
+    def take_turn(self, context: Any, *, deadline: float, fresh: bool, may_wait: bool = True) -> dict[str, Any]:
+        """Do the task's work once its turn has come (waiting for it, see :meth:`wait_turn`);
+        ``fresh``: a new try (not one resumed from the triggerer)."""
+
+    def fail_blocked(self, context: Any, reason: str, coordinator: Coordinator | None = None) -> NoReturn:
+        """Fail the task: what it waits for will never come (``reason`` says why and what to do)."""
+        metrics.blocked(self.topology_id)
+        raise AirflowFailException(reason)
+
+    def wait_turn(self, coordinator: Coordinator, context: Any, attempt: Callable[[], T], *, deadline: float,
+                  may_wait: bool) -> T:
+        """``attempt()`` once it no longer raises :class:`NotYourTurn`: polling every ``poll_interval``
+        in the worker, after ``defer_after`` in the triggerer; failing fast (after ``blocked_grace``)
+        when an earlier txid failed for good, and after ``deadline`` at the latest."""
+        watch = self.watch(context)
+        said = None
+        since = time.monotonic()
+        while True:
+            try:
+                return attempt()
+            except NotYourTurn as exc:
+                if not may_wait or time.time() > deadline:
+                    raise
+                if str(exc) != said:  # say it once per change, not every poll
+                    said = str(exc)
+                    self.log.info("%s; waiting", exc)
+                if self.time_to_defer(since):
+                    self.wait_in_triggerer(context, deadline=deadline, waiting_for=exc.waiting_for,
+                                           **exc.trigger_args)  # type: ignore[arg-type]
+                blocked = watch.still_blocked(coordinator, exc.blocked_from)
+                if blocked:
+                    self.fail_blocked(context, blocked, coordinator)
+                time.sleep(self.poll_interval)
 
     def time_to_defer(self, waiting_since: float) -> bool:
         """Whether a wait that began at ``waiting_since`` (monotonic) moves to the triggerer now."""

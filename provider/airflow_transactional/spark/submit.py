@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import files
-from .exceptions import ConfigError, TransactionalError
+from .. import files
+from ..exceptions import ConfigError, TransactionalError
 
 # Spark settings for small batches on one machine (``local[N]``): no UI, few shuffle partitions,
 # and a JVM tuned for a short life: only the C1 JIT and the serial GC cut a small batch's CPU
@@ -188,7 +188,7 @@ def provider_zip() -> str:
 
 @functools.cache
 def _provider_zip_bytes() -> bytes:
-    pkg = Path(__file__).resolve().parent
+    pkg = Path(__file__).resolve().parents[1]  # the package, not this module's spark/
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for p in sorted([*pkg.rglob("*.py"), *pkg.rglob("*.sql")]):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .spec import TopologySpec
+from ..spec import TopologySpec
 
 #: The assets' group in the Airflow UI.
 GROUP = "transactional"

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
-from airflow.sdk.exceptions import AirflowFailException
-
+from ...coordinator import CommitResult, Coordinator, Transaction
 from .. import assets, metrics
-from ..coordinator import CommitResult, Coordinator, Transaction
-from ..exceptions import WaitingForPredecessor
-from ..triggers import COMMIT
 from .base import WaitingTask
 
 
@@ -29,39 +25,41 @@ class CommitOperator(WaitingTask):
     ui_color = "#e0ecfd"
     writes_outputs = True
 
-    def __init__(self, *, wait_timeout: timedelta = timedelta(hours=1), poll_interval: float = 1.0,
-                 **kwargs: Any) -> None:
-        super().__init__(wait_timeout=wait_timeout, poll_interval=poll_interval, **kwargs)
+    default_wait_timeout = timedelta(hours=1)
+    default_poll_interval = 1.0
 
-    def execute(self, context: Any) -> dict[str, Any]:
-        return self._commit(context, deadline=self.deadline(), fresh=True)
+    def fail_blocked(self, context: Any, reason: str, coordinator: Coordinator | None = None) -> NoReturn:
+        """Mark this run's txid failed too, so the cascade reaches later runs, then fail."""
+        own = coordinator or self.coordinator()
+        try:
+            txn = self.run_transaction(own, context)
+            own.mark_failed(self.topology_id, txn.txid, reason)
+        finally:
+            if coordinator is None:
+                own.close()
+        super().fail_blocked(context, reason, coordinator)
 
-    def resume(self, context: Any, event: dict[str, Any], deadline: float) -> dict[str, Any]:
-        """Back from the triggerer: commit if it is our turn, fail if never, else wait on."""
-        if event.get("status") == "blocked":
-            coordinator = self.coordinator()
-            try:
-                txn = self.run_transaction(coordinator, context)
-                coordinator.mark_failed(self.topology_id, txn.txid, event["reason"])
-            finally:
-                coordinator.close()
-            metrics.blocked(self.topology_id)
-            raise AirflowFailException(event["reason"])
-        return self._commit(context, deadline=deadline, fresh=False, may_wait=event.get("status") != "timeout")
-
-    def _commit(self, context: Any, *, deadline: float, fresh: bool, may_wait: bool = True) -> dict[str, Any]:
+    def take_turn(self, context: Any, *, deadline: float, fresh: bool, may_wait: bool = True) -> dict[str, Any]:
         coordinator = self.coordinator()
         try:
             txn = self.run_transaction(coordinator, context)
             if fresh and not txn.committed:
                 coordinator.retrying(self.topology_id, txn.txid)  # a cleared commit: its txid is live again
-            result, took = self._wait_and_commit(coordinator, context, txn, deadline, may_wait)
+            result, took = self.wait_turn(coordinator, context, lambda: self._commit(coordinator, context, txn),
+                                          deadline=deadline, may_wait=may_wait)
             self._tell(coordinator, context, result, took)
         finally:
             coordinator.close()
         self.log.info("%s", result.message)
         return {"txid": result.txid, "committed": result.committed, "attempt": result.attempt,
                 "committed_at": result.committed_at.isoformat() if result.committed_at else None}
+
+    def _commit(self, coordinator: Coordinator, context: Any, txn: Transaction) -> tuple[CommitResult, float]:
+        """The commit's result, and how long its Postgres transaction took (seconds)."""
+        with self.failing_for_good(coordinator, context, "commit"):
+            began = time.monotonic()
+            result = coordinator.commit(self.topology_id, txn.txid)
+            return result, time.monotonic() - began
 
     def _tell(self, coordinator: Coordinator, context: Any, result: CommitResult, took: float) -> None:
         """Tell the platform about a commit: the asset events of the state tables (partition key:
@@ -97,30 +95,3 @@ class CommitOperator(WaitingTask):
         metrics.committed(self.topology_id, txid=result.txid, duration_ms=took * 1000,
                           records=commit["records_read"], quarantined=commit["quarantined"],
                           lag_records=st.lag, lag_seconds=st.lag_seconds)
-
-    def _wait_and_commit(self, coordinator: Coordinator, context: Any, txn: Transaction, deadline: float,
-                         may_wait: bool) -> tuple[CommitResult, float]:
-        """The commit's result, and how long its Postgres transaction took (seconds)."""
-        watch = self.watch(context)
-        announced = False
-        since = time.monotonic()
-        while True:
-            try:
-                with self.failing_for_good(coordinator, context, "commit"):
-                    began = time.monotonic()
-                    result = coordinator.commit(self.topology_id, txn.txid)
-                    return result, time.monotonic() - began
-            except WaitingForPredecessor as exc:
-                if not may_wait or time.time() > deadline:
-                    raise
-                if not announced:
-                    self.log.info("%s", exc)
-                    announced = True
-                if self.time_to_defer(since):
-                    self.wait_in_triggerer(context, deadline=deadline, waiting_for=COMMIT, txid=txn.txid)
-                blocked = watch.still_blocked(coordinator, txn.txid)
-                if blocked:
-                    coordinator.mark_failed(self.topology_id, txn.txid, blocked)
-                    metrics.blocked(self.topology_id)
-                    raise AirflowFailException(blocked) from exc
-                time.sleep(self.poll_interval)

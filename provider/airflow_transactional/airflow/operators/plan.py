@@ -3,18 +3,12 @@ that was deleted)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
-
-from .. import metrics
-from ..coordinator import Coordinator, Transaction
-from ..exceptions import TooManyInFlight
-from ..spec import TopologySpec
-from ..triggers import SLOT
+from ...coordinator import Coordinator, Transaction
+from ...spec import TopologySpec
 from ..watch import Watch
 from .base import WaitingTask
 
@@ -29,26 +23,18 @@ class PlanOperator(WaitingTask):
     says which.
     """
 
-    def __init__(self, *, wait_timeout: timedelta = timedelta(minutes=30), poll_interval: float = 2.0,
-                 **kwargs: Any) -> None:
-        super().__init__(wait_timeout=wait_timeout, poll_interval=poll_interval, **kwargs)
+    default_wait_timeout = timedelta(minutes=30)
+    default_poll_interval = 2.0
 
-    def execute(self, context: Any) -> dict[str, Any]:
-        return self._plan(context, deadline=self.deadline(), fresh=True)
-
-    def resume(self, context: Any, event: dict[str, Any], deadline: float) -> dict[str, Any]:
-        """Back from the triggerer: plan if a slot (or an orphaned batch) is free, fail if never."""
-        if event.get("status") == "blocked":
-            metrics.blocked(self.topology_id)
-            raise AirflowFailException(event["reason"])
-        return self._plan(context, deadline=deadline, fresh=False, may_wait=event.get("status") != "timeout")
-
-    def _plan(self, context: Any, *, deadline: float, fresh: bool, may_wait: bool = True) -> dict[str, Any]:
+    def take_turn(self, context: Any, *, deadline: float, fresh: bool, may_wait: bool = True) -> dict[str, Any]:
         coordinator = self.coordinator()
         try:
             if fresh:
                 coordinator.register(TopologySpec.from_config(self.topology))
-            txn = self._wait_and_plan(coordinator, context, deadline, may_wait)
+            watch = self.watch(context)
+            txn = self.wait_turn(coordinator, context, lambda: self.adopt_orphan(coordinator, context, watch)
+                                 or coordinator.plan(self.topology_id, context["run_id"]),
+                                 deadline=deadline, may_wait=may_wait)
         finally:
             coordinator.close()
         state = "committed" if txn.committed else "planned"
@@ -56,28 +42,6 @@ class PlanOperator(WaitingTask):
                       context["run_id"], txn.txid, self.topology_id, state, txn.planned_records,
                       txn.start_offsets, txn.end_offsets)
         return {"txid": txn.txid, "records": txn.planned_records, "status": txn.status}
-
-    def _wait_and_plan(self, coordinator: Coordinator, context: Any, deadline: float, may_wait: bool) -> Transaction:
-        watch = self.watch(context)
-        waiting_for: list[int] | None = None
-        since = time.monotonic()
-        while True:
-            try:
-                return self.adopt_orphan(coordinator, context, watch) or coordinator.plan(self.topology_id,
-                                                                                         context["run_id"])
-            except TooManyInFlight as exc:
-                if not may_wait or time.time() > deadline:
-                    raise
-                if exc.in_flight != waiting_for:  # say it once per change, not every poll
-                    waiting_for = exc.in_flight
-                    self.log.info("%s; waiting", exc)
-                if self.time_to_defer(since):
-                    self.wait_in_triggerer(context, deadline=deadline, waiting_for=SLOT, in_flight=exc.in_flight)
-                blocked = watch.still_blocked(coordinator, max(exc.in_flight) + 1)
-                if blocked:
-                    metrics.blocked(self.topology_id)
-                    raise AirflowFailException(blocked) from exc
-                time.sleep(self.poll_interval)
 
     def adopt_orphan(self, coordinator: Coordinator, context: Mapping[str, Any],
                      watch: Watch | None = None) -> Transaction | None:

@@ -19,16 +19,16 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Body, Depends, FastAPI, Form, HTTPException, Query, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..coordinator import Coordinator
-from ..exceptions import UnknownTopology
+from ...coordinator import Coordinator
+from ...exceptions import ActionRefused, UnknownTopology
+from ...store.connection import CONNECTION_ERRORS, redact
 from ..hooks import TransactionalHook
-from ..store.connection import CONNECTION_ERRORS, redact
 from . import actions, pages
-from .actions import ActionRefused, AirflowApi
+from .actions import AirflowApi
 
 PREFIX = "/transactional"
 #: How many txids a topology's timeline shows.
@@ -210,6 +210,157 @@ def _range(plan: actions.ReprocessPlan) -> str:
     return f"{plan.from_date}/{plan.to_date}/{plan.max_active_runs}"
 
 
+router = APIRouter()
+
+
+def base(request: Request) -> str:
+    """Where the plugin is mounted (the pages' links start there)."""
+    return str(request.scope.get("root_path") or PREFIX).rstrip("/")
+
+
+@router.get("/api/topologies")
+def api_topologies(user: User) -> list[dict[str, Any]]:
+    return overview(user)
+
+
+@router.get("/api/dags/{dag_id}")
+def api_topology(user: User, dag_id: str) -> dict[str, Any]:
+    found = topology(user, dag_id)
+    if found is None:
+        raise HTTPException(404, f"DAG {dag_id} is not a transactional topology")
+    return {"summary": found[0], "timeline": found[1]}
+
+
+@router.get("/api/dags/{dag_id}/runs/{run_id}")
+def api_run(user: User, dag_id: str, run_id: str) -> dict[str, Any]:
+    txn = run(user, dag_id, run_id)[1]
+    if txn is None:
+        raise HTTPException(404, f"run {run_id} has no transaction")
+    return txn
+
+
+@router.get("/api/dags/{dag_id}/runs/{run_id}/quarantine")
+def api_quarantine(user: User, dag_id: str, run_id: str, reason: str | None = None,
+                   limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                   offset: Annotated[int, Query(ge=0)] = 0) -> list[dict[str, Any]]:
+    return quarantined(user, dag_id, run_id, reason, limit, offset)
+
+
+@router.get("/api/dags/{dag_id}/runs/{run_id}/quarantine.csv")
+def api_quarantine_csv(user: User, dag_id: str, run_id: str, reason: str | None = None) -> Response:
+    rows = quarantined(user, dag_id, run_id, reason, 1_000_000, 0)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["txid", "attempt", "source_offset", "event_id", "reason", "record", "committed"])
+    for r in rows:
+        writer.writerow([csv_cell(r[c]) for c in ("txid", "attempt", "source_offset", "event_id", "reason",
+                                                  "record", "committed")])
+    name = f"quarantine-{dag_id}-{rows[0]['txid'] if rows else 'none'}.csv".replace('"', "")
+    return Response(out.getvalue(), media_type="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+# -- actions: a preview (Airflow's dry run), then the action, both as the signed-in user --
+
+
+@router.post("/api/dags/{dag_id}/runs/{run_id}/clear")
+def api_clear(request: Request, user: User, bearer: Bearer, dag_id: str, run_id: str,
+              dry_run: Annotated[bool, Body(embed=True)] = True,
+              token: Annotated[str | None, Body(embed=True)] = None) -> dict[str, Any]:
+    plan = clear_plan(user, credential(request, bearer), dag_id, run_id)
+    if dry_run:
+        return {"dry_run": True, **asdict(plan)}
+    cred = confirmed(request, bearer, "clear", dag_id, run_id, token)
+    return {"dry_run": False, **asdict(plan), "cleared": do_clear(cred, plan)}
+
+
+@router.post("/api/dags/{dag_id}/reprocess")
+def api_reprocess(request: Request, user: User, bearer: Bearer, dag_id: str,
+                  dry_run: Annotated[bool, Body(embed=True)] = True,
+                  token: Annotated[str | None, Body(embed=True)] = None) -> dict[str, Any]:
+    plan = reprocess_plan(user, credential(request, bearer), dag_id)
+    if dry_run:
+        return {"dry_run": True, **asdict(plan)}
+    cred = confirmed(request, bearer, "reprocess", dag_id, _range(plan), token)
+    return {"dry_run": False, **asdict(plan), "backfill": do_reprocess(cred, plan)}
+
+
+def shown(request: Request, make: Callable[[], Response | str]) -> Response:
+    """An action page, or what stopped it as a page (not JSON) with the same status."""
+    try:
+        out = make()
+    except HTTPException as exc:
+        return HTMLResponse(pages.refused(base(request), exc.status_code, str(exc.detail)), exc.status_code)
+    return HTMLResponse(out) if isinstance(out, str) else out
+
+
+@router.get("/dags/{dag_id}/runs/{run_id}/clear", response_class=HTMLResponse)
+def clear_page(request: Request, user: User, bearer: Bearer, dag_id: str, run_id: str) -> Response:
+    def make() -> str:
+        cred = credential(request, bearer)
+        plan = clear_plan(user, cred, dag_id, run_id)
+        return pages.clear_preview(base(request), plan, actions.form_token(cred, "clear", dag_id, run_id))
+    return shown(request, make)
+
+
+@router.post("/dags/{dag_id}/runs/{run_id}/clear")
+def clear_form(request: Request, user: User, bearer: Bearer, dag_id: str, run_id: str,
+               token: Annotated[str, Form()] = "") -> Response:
+    def make() -> Response:
+        cred = confirmed(request, bearer, "clear", dag_id, run_id, token)
+        cleared = do_clear(cred, clear_plan(user, cred, dag_id, run_id))
+        return RedirectResponse(f"{base(request)}{pages.run_path(dag_id, run_id)}?cleared={cleared}", 303)
+    return shown(request, make)
+
+
+@router.get("/dags/{dag_id}/reprocess", response_class=HTMLResponse)
+def reprocess_page(request: Request, user: User, bearer: Bearer, dag_id: str) -> Response:
+    def make() -> str:
+        cred = credential(request, bearer)
+        plan = reprocess_plan(user, cred, dag_id)
+        return pages.reprocess_preview(base(request), plan,
+                                       actions.form_token(cred, "reprocess", dag_id, _range(plan)))
+    return shown(request, make)
+
+
+@router.post("/dags/{dag_id}/reprocess")
+def reprocess_form(request: Request, user: User, bearer: Bearer, dag_id: str,
+                   token: Annotated[str, Form()] = "") -> Response:
+    def make() -> Response:
+        cred = credential(request, bearer)
+        plan = reprocess_plan(user, cred, dag_id)
+        # The token was made for the range the preview showed: a range that moved since is refused.
+        confirmed(request, bearer, "reprocess", dag_id, _range(plan), token)
+        backfill = do_reprocess(cred, plan)
+        return RedirectResponse(f"{base(request)}{pages.dag_path(dag_id)}?backfill={int(backfill['id'])}", 303)
+    return shown(request, make)
+
+
+@router.get("/", response_class=HTMLResponse)
+def transactions_page(request: Request, user: User) -> str:
+    return pages.transactions(base(request), overview(user))
+
+
+@router.get("/dags/{dag_id}", response_class=HTMLResponse)
+def topology_page(request: Request, user: User, dag_id: str, backfill: int | None = None) -> str:
+    found = topology(user, dag_id)
+    if found is None:
+        return pages.not_transactional(dag_id)
+    return pages.topology(base(request), found[0], found[1], datetime.now(UTC), backfill=backfill)
+
+
+@router.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, user: User, dag_id: str, run_id: str, reason: str | None = None,
+             cleared: int | None = None) -> str:
+    readable(user, dag_id)
+    with store() as coordinator:
+        if _topology_of(coordinator, dag_id) is None:
+            return pages.not_transactional(dag_id)
+    txn = run(user, dag_id, run_id)[1]
+    records = quarantined(user, dag_id, run_id, reason, 200, 0) if txn and txn["quarantine_reasons"] else []
+    return pages.run(base(request), dag_id, run_id, txn, records, reason or None, cleared=cleared)
+
+
 def create_app() -> FastAPI:
     app = FastAPI(title="Transactional", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -226,134 +377,5 @@ def create_app() -> FastAPI:
     def _unknown(request: Request, exc: UnknownTopology) -> Response:
         return Response(str(exc), status_code=404)
 
-    def base(request: Request) -> str:
-        return str(request.scope.get("root_path") or PREFIX).rstrip("/")
-
-    @app.get("/api/topologies")
-    def api_topologies(user: User) -> list[dict[str, Any]]:
-        return overview(user)
-
-    @app.get("/api/dags/{dag_id}")
-    def api_topology(user: User, dag_id: str) -> dict[str, Any]:
-        found = topology(user, dag_id)
-        if found is None:
-            raise HTTPException(404, f"DAG {dag_id} is not a transactional topology")
-        return {"summary": found[0], "timeline": found[1]}
-
-    @app.get("/api/dags/{dag_id}/runs/{run_id}")
-    def api_run(user: User, dag_id: str, run_id: str) -> dict[str, Any]:
-        txn = run(user, dag_id, run_id)[1]
-        if txn is None:
-            raise HTTPException(404, f"run {run_id} has no transaction")
-        return txn
-
-    @app.get("/api/dags/{dag_id}/runs/{run_id}/quarantine")
-    def api_quarantine(user: User, dag_id: str, run_id: str, reason: str | None = None,
-                       limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                       offset: Annotated[int, Query(ge=0)] = 0) -> list[dict[str, Any]]:
-        return quarantined(user, dag_id, run_id, reason, limit, offset)
-
-    @app.get("/api/dags/{dag_id}/runs/{run_id}/quarantine.csv")
-    def api_quarantine_csv(user: User, dag_id: str, run_id: str, reason: str | None = None) -> Response:
-        rows = quarantined(user, dag_id, run_id, reason, 1_000_000, 0)
-        out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(["txid", "attempt", "source_offset", "event_id", "reason", "record", "committed"])
-        for r in rows:
-            writer.writerow([csv_cell(r[c]) for c in ("txid", "attempt", "source_offset", "event_id", "reason",
-                                                      "record", "committed")])
-        name = f"quarantine-{dag_id}-{rows[0]['txid'] if rows else 'none'}.csv".replace('"', "")
-        return Response(out.getvalue(), media_type="text/csv",
-                        headers={"Content-Disposition": f'attachment; filename="{name}"'})
-
-    # -- actions: a preview (Airflow's dry run), then the action, both as the signed-in user --
-
-    @app.post("/api/dags/{dag_id}/runs/{run_id}/clear")
-    def api_clear(request: Request, user: User, bearer: Bearer, dag_id: str, run_id: str,
-                  dry_run: Annotated[bool, Body(embed=True)] = True,
-                  token: Annotated[str | None, Body(embed=True)] = None) -> dict[str, Any]:
-        plan = clear_plan(user, credential(request, bearer), dag_id, run_id)
-        if dry_run:
-            return {"dry_run": True, **asdict(plan)}
-        cred = confirmed(request, bearer, "clear", dag_id, run_id, token)
-        return {"dry_run": False, **asdict(plan), "cleared": do_clear(cred, plan)}
-
-    @app.post("/api/dags/{dag_id}/reprocess")
-    def api_reprocess(request: Request, user: User, bearer: Bearer, dag_id: str,
-                      dry_run: Annotated[bool, Body(embed=True)] = True,
-                      token: Annotated[str | None, Body(embed=True)] = None) -> dict[str, Any]:
-        plan = reprocess_plan(user, credential(request, bearer), dag_id)
-        if dry_run:
-            return {"dry_run": True, **asdict(plan)}
-        cred = confirmed(request, bearer, "reprocess", dag_id, _range(plan), token)
-        return {"dry_run": False, **asdict(plan), "backfill": do_reprocess(cred, plan)}
-
-    def shown(request: Request, make: Callable[[], Response | str]) -> Response:
-        """An action page, or what stopped it as a page (not JSON) with the same status."""
-        try:
-            out = make()
-        except HTTPException as exc:
-            return HTMLResponse(pages.refused(base(request), exc.status_code, str(exc.detail)), exc.status_code)
-        return HTMLResponse(out) if isinstance(out, str) else out
-
-    @app.get("/dags/{dag_id}/runs/{run_id}/clear", response_class=HTMLResponse)
-    def clear_page(request: Request, user: User, bearer: Bearer, dag_id: str, run_id: str) -> Response:
-        def make() -> str:
-            cred = credential(request, bearer)
-            plan = clear_plan(user, cred, dag_id, run_id)
-            return pages.clear_preview(base(request), plan, actions.form_token(cred, "clear", dag_id, run_id))
-        return shown(request, make)
-
-    @app.post("/dags/{dag_id}/runs/{run_id}/clear")
-    def clear_form(request: Request, user: User, bearer: Bearer, dag_id: str, run_id: str,
-                   token: Annotated[str, Form()] = "") -> Response:
-        def make() -> Response:
-            cred = confirmed(request, bearer, "clear", dag_id, run_id, token)
-            cleared = do_clear(cred, clear_plan(user, cred, dag_id, run_id))
-            return RedirectResponse(f"{base(request)}{pages.run_path(dag_id, run_id)}?cleared={cleared}", 303)
-        return shown(request, make)
-
-    @app.get("/dags/{dag_id}/reprocess", response_class=HTMLResponse)
-    def reprocess_page(request: Request, user: User, bearer: Bearer, dag_id: str) -> Response:
-        def make() -> str:
-            cred = credential(request, bearer)
-            plan = reprocess_plan(user, cred, dag_id)
-            return pages.reprocess_preview(base(request), plan,
-                                           actions.form_token(cred, "reprocess", dag_id, _range(plan)))
-        return shown(request, make)
-
-    @app.post("/dags/{dag_id}/reprocess")
-    def reprocess_form(request: Request, user: User, bearer: Bearer, dag_id: str,
-                       token: Annotated[str, Form()] = "") -> Response:
-        def make() -> Response:
-            cred = credential(request, bearer)
-            plan = reprocess_plan(user, cred, dag_id)
-            # The token was made for the range the preview showed: a range that moved since is refused.
-            confirmed(request, bearer, "reprocess", dag_id, _range(plan), token)
-            backfill = do_reprocess(cred, plan)
-            return RedirectResponse(f"{base(request)}{pages.dag_path(dag_id)}?backfill={int(backfill['id'])}", 303)
-        return shown(request, make)
-
-    @app.get("/", response_class=HTMLResponse)
-    def transactions_page(request: Request, user: User) -> str:
-        return pages.transactions(base(request), overview(user))
-
-    @app.get("/dags/{dag_id}", response_class=HTMLResponse)
-    def topology_page(request: Request, user: User, dag_id: str, backfill: int | None = None) -> str:
-        found = topology(user, dag_id)
-        if found is None:
-            return pages.not_transactional(dag_id)
-        return pages.topology(base(request), found[0], found[1], datetime.now(UTC), backfill=backfill)
-
-    @app.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse)
-    def run_page(request: Request, user: User, dag_id: str, run_id: str, reason: str | None = None,
-                 cleared: int | None = None) -> str:
-        readable(user, dag_id)
-        with store() as coordinator:
-            if _topology_of(coordinator, dag_id) is None:
-                return pages.not_transactional(dag_id)
-        txn = run(user, dag_id, run_id)[1]
-        records = quarantined(user, dag_id, run_id, reason, 200, 0) if txn and txn["quarantine_reasons"] else []
-        return pages.run(base(request), dag_id, run_id, txn, records, reason or None, cleared=cleared)
-
+    app.include_router(router)
     return app

@@ -22,14 +22,14 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from ..exceptions import ConfigError
+from ..sources.base import Source
+from ..spark.submit import LOCAL_SPARK_CONF, check_kubernetes_secret
+from ..spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
+from ..values import Combiner, ValueKind
 from .assets import topology_assets
 from .deadlines import late_commit
-from .exceptions import ConfigError
 from .operators import CommitOperator, PlanOperator, TransactionalSparkSubmitOperator
-from .sources.base import Source
-from .spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
-from .submit import LOCAL_SPARK_CONF, check_kubernetes_secret
-from .values import Combiner, ValueKind
 
 __all__ = ["LOCAL_SPARK_CONF", "transactional_dag"]
 
@@ -127,32 +127,19 @@ def transactional_dag(
                                          "application_args": list(application_args)},
                                # One DAG runs a topology: a second one would claim its runs' txids.
                                "dag_id": dag_id or topology_id})
-    if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 100:
-        raise ConfigError(f"retries must be an integer from 0 to 100, got {retries!r}")
-    if not isinstance(defer_after, timedelta) or defer_after < timedelta(0):
-        raise ConfigError(f"defer_after must be a timedelta of 0 or more (e.g. timedelta(seconds=10)), "
-                          f"got {defer_after!r}")
-    for name, value in (("retry_delay", retry_delay), ("commit_timeout", commit_timeout),
-                        ("plan_timeout", plan_timeout)):
-        if not isinstance(value, timedelta) or value <= timedelta(0):
-            raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=5)), got {value!r}")
-    if commit_deadline is not None:
-        if not isinstance(commit_deadline, timedelta) or commit_deadline <= timedelta(0):
-            raise ConfigError(f"commit_deadline must be a positive timedelta (e.g. timedelta(minutes=10)), "
-                              f"got {commit_deadline!r}")
-        dag_kwargs["deadline"] = _deadlines(dag_kwargs.get("deadline"), topology_id, commit_deadline, on_late_commit)
-    elif on_late_commit is not None:
+    if commit_deadline is not None and (not isinstance(commit_deadline, timedelta)
+                                        or commit_deadline <= timedelta(0)):
+        raise ConfigError(f"commit_deadline must be a positive timedelta (e.g. timedelta(minutes=10)), "
+                          f"got {commit_deadline!r}")
+    if commit_deadline is None and on_late_commit is not None:
         raise ConfigError("on_late_commit needs commit_deadline: say how long a run may take to commit")
-    for flag, on in (("deferrable", deferrable), ("emit_assets", emit_assets)):
-        if not isinstance(on, bool):
-            raise ConfigError(f"{flag} must be True or False, got {on!r}")
-    if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
-        raise ConfigError(f"tags must be a list of strings (e.g. tags=['billing']), got {tags!r}")
-    if isinstance(application_args, str) or not all(isinstance(a, str) for a in application_args):
-        raise ConfigError(f"application_args must be a list of strings, got {application_args!r}")
-    _check_spark_connect(spark_connect_conn_id, spark_conf)
-    if kubernetes_dsn_secret is not None:
-        check_kubernetes_secret(kubernetes_dsn_secret)
+    _check_settings(retries=retries, defer_after=defer_after, retry_delay=retry_delay,
+                    commit_timeout=commit_timeout, plan_timeout=plan_timeout, deferrable=deferrable,
+                    emit_assets=emit_assets, tags=tags, application_args=application_args,
+                    spark_connect_conn_id=spark_connect_conn_id, spark_conf=spark_conf,
+                    kubernetes_dsn_secret=kubernetes_dsn_secret)
+    if commit_deadline is not None:
+        dag_kwargs["deadline"] = _deadlines(dag_kwargs.get("deadline"), topology_id, commit_deadline, on_late_commit)
     config = spec.to_config()
     dag = DAG(
         dag_id=dag_id or topology_id,
@@ -165,6 +152,51 @@ def transactional_dag(
         default_args={"retries": retries, "retry_delay": retry_delay},
         **dag_kwargs,
     )
+    _add_tasks(dag, spec, config, transactional_conn_id=transactional_conn_id, spark_conn_id=spark_conn_id,
+               spark_conf=spark_conf, application_args=application_args, py_files=py_files, spark_pool=spark_pool,
+               spark_connect_conn_id=spark_connect_conn_id, kubernetes_dsn_secret=kubernetes_dsn_secret,
+               reuse_staged_output=reuse_staged_output, commit_timeout=commit_timeout, plan_timeout=plan_timeout,
+               deferrable=deferrable, defer_after=defer_after, emit_assets=emit_assets)
+    try:
+        dag.timetable.validate()  # a bad cron string is otherwise accepted here and fails in the scheduler
+    except Exception as exc:
+        raise ConfigError(f"topology {topology_id!r}: schedule {schedule!r} is not valid ({exc}): give a cron "
+                          "string such as '*/5 * * * *', a timedelta, or a timetable") from None
+    return dag
+
+
+def _check_settings(*, retries: Any, defer_after: Any, retry_delay: Any, commit_timeout: Any, plan_timeout: Any,
+                    deferrable: Any, emit_assets: Any, tags: Any, application_args: Any, spark_connect_conn_id: Any,
+                    spark_conf: Mapping[str, Any] | None, kubernetes_dsn_secret: str | None) -> None:
+    """Refuse a task setting of :func:`transactional_dag` that Airflow would take and fail on later."""
+    if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 100:
+        raise ConfigError(f"retries must be an integer from 0 to 100, got {retries!r}")
+    if not isinstance(defer_after, timedelta) or defer_after < timedelta(0):
+        raise ConfigError(f"defer_after must be a timedelta of 0 or more (e.g. timedelta(seconds=10)), "
+                          f"got {defer_after!r}")
+    for name, value in (("retry_delay", retry_delay), ("commit_timeout", commit_timeout),
+                        ("plan_timeout", plan_timeout)):
+        if not isinstance(value, timedelta) or value <= timedelta(0):
+            raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=5)), got {value!r}")
+    for flag, on in (("deferrable", deferrable), ("emit_assets", emit_assets)):
+        if not isinstance(on, bool):
+            raise ConfigError(f"{flag} must be True or False, got {on!r}")
+    if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
+        raise ConfigError(f"tags must be a list of strings (e.g. tags=['billing']), got {tags!r}")
+    if isinstance(application_args, str) or not all(isinstance(a, str) for a in application_args):
+        raise ConfigError(f"application_args must be a list of strings, got {application_args!r}")
+    _check_spark_connect(spark_connect_conn_id, spark_conf)
+    if kubernetes_dsn_secret is not None:
+        check_kubernetes_secret(kubernetes_dsn_secret)
+
+
+def _add_tasks(dag: DAG, spec: TopologySpec, config: dict[str, Any], *, transactional_conn_id: str,
+               spark_conn_id: str, spark_conf: Mapping[str, Any] | None, application_args: Sequence[str],
+               py_files: str | None, spark_pool: str | None, spark_connect_conn_id: str | None,
+               kubernetes_dsn_secret: str | None, reuse_staged_output: bool, commit_timeout: timedelta,
+               plan_timeout: timedelta, deferrable: bool, defer_after: timedelta, emit_assets: bool) -> None:
+    """plan >> process >> commit, in ``dag``."""
+    topology_id = spec.topology_id
     common: dict[str, Any] = {"topology": config, "transactional_conn_id": transactional_conn_id, "dag": dag}
     waits: dict[str, Any] = {"deferrable": deferrable, "defer_after": defer_after}
     plan = PlanOperator(task_id="plan", wait_timeout=plan_timeout, **waits, **common)
@@ -179,12 +211,6 @@ def transactional_dag(
                             outlets=topology_assets(spec) if emit_assets else [], **waits,
                             execution_timeout=commit_timeout + timedelta(minutes=5), **common)
     plan >> process >> commit
-    try:
-        dag.timetable.validate()  # a bad cron string is otherwise accepted here and fails in the scheduler
-    except Exception as exc:
-        raise ConfigError(f"topology {topology_id!r}: schedule {schedule!r} is not valid ({exc}): give a cron "
-                          "string such as '*/5 * * * *', a timedelta, or a timetable") from None
-    return dag
 
 
 def _check_spark_connect(conn_id: Any, spark_conf: Mapping[str, Any] | None) -> None:

@@ -13,9 +13,9 @@ from typing import Any
 from airflow.sdk import BaseHook
 from psycopg2.extensions import make_dsn
 
-from . import CONNECTION_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
-from .coordinator import Coordinator
-from .store.migrations import DEFAULT_SCHEMA
+from .. import CONNECTION_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
+from ..coordinator import Coordinator
+from ..store.migrations import DEFAULT_SCHEMA
 
 # libpq keywords an Airflow connection's extras may set; everything else is ignored.
 ALLOWED_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout",
@@ -75,10 +75,7 @@ class TransactionalHook(BaseHook):
         """Used by the "Test" button of the connection form."""
         coordinator = self.get_coordinator()
         try:
-            with coordinator.db.transaction() as cur:
-                cur.execute("SELECT version()")
-                version = cur.fetchone()[0]
-            return True, f"connected: {version}"
+            return True, f"connected: {coordinator.ping()}"
         except Exception as exc:  # reported to the UI, not raised
             return False, str(exc)
         finally:

@@ -17,10 +17,10 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
-from .. import faults, lineage, spark_cds
-from ..hooks import TransactionalHook
-from ..spark_job import REMOTE_ENV
-from ..submit import (
+from ... import faults
+from ...spark import cds
+from ...spark.job import REMOTE_ENV
+from ...spark.submit import (
     DSN_ENV,
     SHORT_JIT,
     DsnDelivery,
@@ -29,6 +29,8 @@ from ..submit import (
     with_jit_for_batch,
     with_quiet_driver_logs,
 )
+from .. import lineage
+from ..hooks import TransactionalHook
 from .base import TopologyTask
 
 # What Spark, Hadoop and PySpark print on every run that says nothing about this job (the
@@ -149,15 +151,15 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
                 self.log.info("a small batch: the driver JVM runs with the C1 JIT only (%s)", SHORT_JIT)
             conf = chosen
         if deploy_mode != "cluster":  # files of this machine, for a driver on this machine
-            conf = spark_cds.with_archive(with_quiet_driver_logs(conf), self.startup_archive())
+            conf = cds.with_archive(with_quiet_driver_logs(conf), self.startup_archive())
         self.conf = conf
         return delivery
 
     def startup_archive(self) -> Path | None:
         """The class-data-sharing archive for a driver that runs on this machine, if one was built."""
-        if not spark_cds.enabled() or self._deploy_mode == "cluster":
+        if not cds.enabled() or self._deploy_mode == "cluster":
             return None
-        archive = spark_cds.current()
+        archive = cds.current()
         if archive is None:
             self.log.info("no class-data-sharing archive for this JVM and Spark: `airflow-txn spark-cds` builds one "
                           "(a small batch then costs about a fifth less CPU and time)")

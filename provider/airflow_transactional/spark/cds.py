@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import files
-from .exceptions import TransactionalError
+from .. import files
+from ..exceptions import TransactionalError
 from .submit import provider_zip, spark_submit_argv, with_quiet_driver_logs
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ BUILD_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 # What the provider's jobs make the driver load (``spark/warmup.py``, a job of its own: run by path,
 # never imported here, so this module loads no Spark).
-WARMUP_JOB = Path(__file__).resolve().parent / "spark" / "warmup.py"
+WARMUP_JOB = Path(__file__).resolve().with_name("warmup.py")
 
 
 def enabled() -> bool:

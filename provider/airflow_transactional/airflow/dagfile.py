@@ -1,0 +1,66 @@
+"""The topologies a DAG file declares, read the way the dag-processor reads it (the file is run,
+nothing else): what ``airflow-txn register`` registers, and what the owner's ``audit`` and
+``rebuild`` run a topology from."""
+
+from __future__ import annotations
+
+import os
+import runpy
+from typing import Any
+
+from ..exceptions import ConfigError, TransactionalError
+from ..spec import TopologySpec
+from ..store.connection import redact
+
+
+def declared_topologies(dag_files: list[str]) -> list[TopologySpec]:
+    """The topologies the DAG files declare, in file order."""
+    specs = []
+    for path in dag_files:
+        if not os.path.isfile(path):
+            raise ConfigError(f"no DAG file {path}")
+        found = [task.topology for value in _load(path).values()
+                 for task in getattr(value, "tasks", []) if isinstance(getattr(task, "topology", None), dict)
+                 and task.task_id == "plan"]
+        if not found:
+            raise ConfigError(f"{path} declares no transactional topology (no transactional_dag in it)")
+        specs += [TopologySpec.from_config(config) for config in found]
+    return specs
+
+
+def declared_as_stored(stored: TopologySpec, dag_file: str | None, command: str) -> TopologySpec:
+    """The declaration of the ``stored`` topology in ``dag_file``, once it is the stored one.
+
+    What an owner's command runs (the Spark job of ``audit`` and ``rebuild``) comes from the DAG
+    file the owner names, never from the state store, which another role may reach; a stored
+    declaration that differs is refused, naming the way to make them agree."""
+    topology_id = stored.topology_id
+    if not dag_file:
+        raise ConfigError(f"{command} runs the topology's Spark job as you: name the DAG file that declares it "
+                          f"(airflow-txn {command} {topology_id} --dag-file dags/{topology_id}.py); the job is taken "
+                          "from that file, never from the state store")
+    found = [spec for spec in declared_topologies([dag_file]) if spec.topology_id == topology_id]
+    if not found:
+        raise ConfigError(f"{dag_file} does not declare topology {topology_id!r}")
+    mine, theirs = found[0].to_config(), stored.to_config()
+    if mine != theirs:
+        changed = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        raise ConfigError(f"the state store's declaration of {topology_id!r} differs from {dag_file}'s "
+                          f"({', '.join(changed)}): refusing to {command} with either. Register the file as the "
+                          f"schema's owner ('airflow-txn register {dag_file}'), or name the file that was registered")
+    return found[0]
+
+
+def _load(path: str) -> dict[str, Any]:
+    """The globals of a DAG file, or a ConfigError saying in one line why it did not load."""
+    try:
+        return runpy.run_path(path)
+    except SyntaxError as exc:
+        raise ConfigError(f"{path} does not parse: {exc.msg} (line {exc.lineno}): fix the file") from None
+    except SystemExit as exc:
+        raise ConfigError(f"{path} exited while loading (SystemExit {exc.code!r}): a DAG file must only declare "
+                          "its DAGs") from None
+    except TransactionalError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"{path} failed to load: {type(exc).__name__}: {redact(str(exc)).strip()[:500]}") from None

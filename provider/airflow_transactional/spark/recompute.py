@@ -1,0 +1,50 @@
+"""The owner's recomputations, ``airflow-txn audit`` and ``rebuild``: the topology's own Spark job
+under ``spark-submit`` in its ``--audit`` or ``--rebuild`` mode, its summary read back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+from ..exceptions import TransactionalError
+from ..spec import TopologySpec
+from ..store.connection import redact
+from . import cds
+from .submit import deliver_dsn, provider_zip, spark_submit_argv, with_quiet_driver_logs
+
+
+def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: str, conf: list[str]) -> dict[str, Any]:
+    """Run ``spec``'s Spark job in ``mode`` (``audit`` or ``rebuild``) on ``master``; its summary."""
+    topology_id = spec.topology_id
+    spark = spec.extra.get("spark") or {}
+    application = spark.get("application")
+    if not application:
+        raise TransactionalError(f"topology {topology_id!r} has no Spark application recorded (it was not "
+                                 "declared with transactional_dag): nothing to recompute it with")
+    bad = [c for c in conf if "=" not in c]
+    if bad:
+        raise TransactionalError(f"--conf takes key=value, got {bad[0]!r} (e.g. --conf spark.executor.memory=4g)")
+    with tempfile.TemporaryDirectory(prefix=f"txn-{mode}-") as tmp:
+        result_file = os.path.join(tmp, "result.json")
+        settings = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
+                                           **dict(c.split("=", 1) for c in conf)})
+        settings = cds.with_archive(settings, cds.current())
+        delivery = deliver_dsn(dsn, master, None)  # a driver here: a private file, never argv
+        argv = spark_submit_argv(master, settings)
+        argv += ["--py-files", provider_zip(), application, *spark.get("application_args", []),
+                 "--topology", topology_id, "--schema", schema, f"--{mode}", "--result-file", result_file,
+                 *delivery.app_args]
+        env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        env.pop("AIRFLOW_TXN_DSN", None)
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        finally:
+            delivery.remove()
+        if not os.path.exists(result_file):
+            raise TransactionalError(f"the {mode} job failed ({proc.returncode}):\n{redact(proc.stderr[-4000:])}")
+        with open(result_file, encoding="utf-8") as fh:
+            return dict(json.load(fh))

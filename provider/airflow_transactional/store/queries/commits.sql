@@ -1,0 +1,49 @@
+-- The commits table (the audit log: one row per committed txid, in order) and the quarantine (bad
+-- records of attempts, kept with the attempt that found them).
+
+-- name: commit_record
+INSERT INTO {s}.commits (topology_id, txid, attempt, plan_version, run_key, start_offsets, end_offsets,
+                         records_read, row_counts, quarantined, committer, commit_started_at, committed_at)
+VALUES (%(topology)s, %(txid)s, %(attempt)s, %(plan_version)s, %(run_key)s, %(start_offsets)s, %(end_offsets)s,
+        %(records_read)s, %(row_counts)s, %(quarantined)s, %(committer)s, %(commit_started_at)s, %(committed_at)s)
+
+-- name: commit_get
+SELECT committed_at, attempt FROM {s}.commits WHERE topology_id = %(topology)s AND txid = %(txid)s
+
+-- name: commit_log
+-- The audit log of a topology in txid order (one txid's entry when txid is not null).
+SELECT {columns} FROM {s}.commits WHERE topology_id = %(topology)s AND txid = coalesce(%(txid)s, txid) ORDER BY txid
+
+-- name: commit_end_offsets
+SELECT end_offsets FROM {s}.commits WHERE topology_id = %(topology)s AND txid = %(txid)s
+
+-- name: commit_journal
+-- The txids committed after a txid and their attempts (0: an empty batch), in order.
+SELECT txid, attempt FROM {s}.commits WHERE topology_id = %(topology)s AND txid > %(txid)s ORDER BY txid
+
+-- name: quarantine_insert
+INSERT INTO {s}.quarantine (topology_id, txid, attempt, source_offset, event_id, reason, record, record_length)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+
+-- name: quarantine_copy
+-- How a Spark job streams its bad records in (CSV, from the executors).
+COPY {s}.quarantine (topology_id, txid, attempt, source_offset, event_id, reason, record, record_length)
+FROM STDIN WITH (FORMAT csv)
+
+-- name: quarantine_settle
+-- At the commit: the committed attempt's bad records are kept (marked committed), the others' go.
+DELETE FROM {s}.quarantine WHERE topology_id = %(topology)s AND txid = %(txid)s AND attempt IS DISTINCT FROM %(attempt)s;
+UPDATE {s}.quarantine SET committed = true WHERE topology_id = %(topology)s AND txid = %(txid)s
+
+-- name: quarantine_counts
+SELECT count(*) FILTER (WHERE committed) AS committed, count(*) FILTER (WHERE NOT committed) AS pending
+FROM {s}.quarantine WHERE topology_id = %(topology)s
+
+-- name: quarantine_delete_orphans
+-- Uncommitted bad records of attempts that are neither running nor complete.
+DELETE FROM {s}.quarantine q WHERE q.topology_id = %(topology)s AND NOT q.committed AND NOT EXISTS (
+    SELECT 1 FROM {s}.attempts x WHERE x.topology_id = q.topology_id AND x.txid = q.txid
+    AND x.attempt = q.attempt AND x.status IN ('running', 'complete'))
+
+-- name: quarantine_delete
+DELETE FROM {s}.quarantine WHERE topology_id = %(topology)s

@@ -1,0 +1,64 @@
+-- Event logs (the OLEP log): logs, their partitions' counters (log_partitions: next_lsn, the safe
+-- point planning reads; truncated_through, what retention removed), their events (log_events), and
+-- the ids of removed events (log_retired_ids), kept so a late duplicate is still known. Producers
+-- append through the function append_events (store/schema); the commit appends output events
+-- (store/queries/outputs.sql) under the same partition locks.
+
+-- name: log_ensure
+-- Idempotent: an existing log only ever gains partitions.
+INSERT INTO {s}.logs (log_name, partitions) VALUES (%(log)s, %(partitions)s)
+ON CONFLICT (log_name) DO UPDATE SET partitions = greatest(logs.partitions, EXCLUDED.partitions);
+INSERT INTO {s}.log_partitions (log_name, partition)
+SELECT %(log)s, p FROM generate_series(0, %(partitions)s - 1) p ON CONFLICT DO NOTHING
+
+-- name: log_partition_counts
+SELECT log_name, partitions FROM {s}.logs WHERE log_name = ANY(%(logs)s)
+
+-- name: log_partition_lock
+-- Every appender (a commit, a producer) locks partitions in (log, partition) order, so LSNs of a
+-- partition become visible strictly in order.
+SELECT next_lsn FROM {s}.log_partitions WHERE log_name = %(log)s AND partition = %(p)s FOR UPDATE
+
+-- name: log_partition_advance
+-- A concurrent producer's id can still win the unique index: its LSN stays a harmless gap.
+UPDATE {s}.log_partitions SET next_lsn = next_lsn + %(n)s WHERE log_name = %(log)s AND partition = %(p)s
+
+-- name: log_partitions
+-- Planning reads only the counters (never max(lsn)): O(partitions), whatever the log's size.
+SELECT partition, next_lsn - 1 AS head, truncated_through FROM {log_schema}.log_partitions
+WHERE log_name = %(log)s ORDER BY partition
+
+-- name: log_read
+SELECT lsn, event_id, payload FROM {log_schema}.log_events
+WHERE log_name = %(log)s AND partition = %(p)s AND lsn > %(lo)s AND lsn <= %(hi)s ORDER BY lsn
+
+-- name: log_copy_csv
+-- The same records as log_read, as CSV rows offset,event_id,payload built by the server in bulk.
+COPY (SELECT %(p)s::text || ':' || lsn, event_id, payload FROM {log_schema}.log_events
+      WHERE log_name = %(log)s AND partition = %(p)s AND lsn > %(lo)s AND lsn <= %(hi)s ORDER BY lsn)
+TO STDOUT WITH (FORMAT csv)
+
+-- name: log_oldest_after
+-- The age of the first event past an LSN (one index probe), by the database's clock.
+SELECT extract(epoch FROM now() - appended_at) FROM {log_schema}.log_events
+WHERE log_name = %(log)s AND partition = %(p)s AND lsn > %(lsn)s ORDER BY lsn LIMIT 1
+
+-- name: log_append
+-- The producers' door (append_events): under each partition's lock, in partition order, dropping
+-- ids the log holds or held, refusing ids in a topology's id space.
+SELECT appended, refused FROM {s}.append_events(%(log)s, %(partitions)s::integer[], %(ids)s::text[],
+                                                %(payloads)s::text[])
+
+-- name: log_partition_bounds
+-- Retention: what one partition removed and holds, locked against appends.
+SELECT truncated_through, next_lsn - 1 AS head FROM {s}.log_partitions
+WHERE log_name = %(log)s AND partition = %(p)s FOR UPDATE
+
+-- name: log_truncate
+-- The ids of removed events are kept, so a late duplicate delivery is still recognised and dropped.
+WITH gone AS (DELETE FROM {s}.log_events WHERE log_name = %(log)s AND partition = %(p)s AND lsn <= %(lsn)s
+              RETURNING event_id)
+INSERT INTO {s}.log_retired_ids (log_name, event_id) SELECT %(log)s, event_id FROM gone ON CONFLICT DO NOTHING
+
+-- name: log_truncated_through
+UPDATE {s}.log_partitions SET truncated_through = %(lsn)s WHERE log_name = %(log)s AND partition = %(p)s

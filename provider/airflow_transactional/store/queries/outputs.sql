@@ -1,0 +1,42 @@
+-- Output logs: the events a topology's transform emits, staged per (txid, attempt) in {staging},
+-- and appended to their event logs (logs, log_partitions, log_events) by the commit.
+
+-- name: output_staging_create
+-- The key refuses an attempt that emits one event id twice: a transform bug, never a silent pick
+-- of one of them. An event with a request is appended only if that request of decision got the
+-- verdict granted (true or false).
+CREATE TABLE IF NOT EXISTS {staging} (txid bigint NOT NULL, attempt integer NOT NULL, output text NOT NULL,
+    partition integer NOT NULL, seq bigint, event_id text NOT NULL, payload text NOT NULL, decision text,
+    request text, granted boolean, PRIMARY KEY (txid, attempt, output, event_id))
+
+-- name: output_staged_counts
+SELECT output, count(*) FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s GROUP BY output
+
+-- name: output_staged_partitions
+SELECT DISTINCT output, partition FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s
+
+-- name: output_append
+-- The staged events of one partition, numbered from its next LSN in (seq, event id) order. Ids the
+-- log holds (or held before retention) are left out before numbering: no LSN gap; one held with
+-- another payload is not this event appended before, and is reported (the third column).
+-- {only_verdicts}: which events emitted for a request go. OFFSET 0 keeps each probe one index
+-- lookup per event (a join, on a log grown since its statistics, nests a scan of the log under
+-- each event).
+WITH staged AS (
+    SELECT o.seq, o.event_id, o.payload,
+           (SELECT k.payload FROM {s}.log_events k WHERE k.log_name = %(log)s AND k.event_id = o.event_id
+            OFFSET 0) AS held,
+           EXISTS (SELECT 1 FROM {s}.log_retired_ids k WHERE k.log_name = %(log)s AND k.event_id = o.event_id
+                   OFFSET 0) AS retired
+    FROM {staging} o
+    WHERE o.txid = %(txid)s AND o.attempt = %(attempt)s AND o.output = %(output)s AND o.partition = %(p)s
+      AND {only_verdicts}),
+numbered AS (
+    SELECT %(base)s + row_number() OVER (ORDER BY seq, event_id) - 1 AS lsn, event_id, payload
+    FROM staged WHERE held IS NULL AND NOT retired),
+ins AS (
+    INSERT INTO {s}.log_events (log_name, partition, lsn, event_id, payload)
+    SELECT %(log)s, %(p)s, lsn, event_id, payload FROM numbered
+    ON CONFLICT (log_name, event_id) DO NOTHING RETURNING 1)
+SELECT (SELECT count(*) FROM numbered) AS handed_out, (SELECT count(*) FROM ins) AS inserted,
+       (SELECT event_id FROM staged WHERE held <> payload ORDER BY event_id LIMIT 1) AS clash

@@ -1,0 +1,81 @@
+-- The transactions table: one row per planned transaction (one DAG run) -- its txid, its run, its
+-- batch as exact source offsets, its plan's version, and whether it failed for good.
+
+-- name: transaction_get
+SELECT {columns} FROM {s}.transactions WHERE topology_id = %(topology)s AND txid = %(txid)s {lock}
+
+-- name: transaction_uncommitted_from
+-- Every transaction from a txid on, lowest first, row locked (a re-plan).
+SELECT {columns} FROM {s}.transactions WHERE topology_id = %(topology)s AND txid >= %(txid)s ORDER BY txid FOR UPDATE
+
+-- name: transaction_of_run
+SELECT txid FROM {s}.transactions WHERE topology_id = %(topology)s AND run_key = %(run_key)s
+
+-- name: transaction_planned
+SELECT txid, run_key FROM {s}.transactions WHERE topology_id = %(topology)s AND status = 'planned' ORDER BY txid
+
+-- name: transaction_last
+SELECT txid, end_offsets FROM {s}.transactions WHERE topology_id = %(topology)s ORDER BY txid DESC LIMIT 1
+
+-- name: transaction_insert
+INSERT INTO {s}.transactions (topology_id, txid, run_key, start_offsets, end_offsets, batch, planned_records)
+VALUES (%(topology)s, %(txid)s, %(run_key)s, %(start)s, %(end)s, %(batch)s, %(planned_records)s)
+
+-- name: transaction_replace_plan
+-- A new version of the plan: the earlier attempts can no longer be committed.
+UPDATE {s}.transactions SET plan_version = plan_version + 1, start_offsets = %(start)s, end_offsets = %(end)s,
+       batch = %(batch)s, planned_records = %(planned_records)s, replanned_at = clock_timestamp(),
+       replan_reason = %(reason)s
+WHERE topology_id = %(topology)s AND txid = %(txid)s
+
+-- name: transaction_hand_over
+UPDATE {s}.transactions SET run_key = %(new_run_key)s, failed_at = NULL, failure = NULL
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND run_key = %(old_run_key)s AND status = 'planned'
+
+-- name: transaction_lift_failed
+UPDATE {s}.transactions SET failed_at = NULL, failure = NULL
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND failed_at IS NOT NULL
+
+-- name: transaction_mark_failed
+UPDATE {s}.transactions SET failed_at = clock_timestamp(), failure = %(reason)s
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND status = 'planned'
+
+-- name: transaction_first_failed_before
+-- The lowest uncommitted txid below a txid that failed for good, with the error its latest attempt
+-- recorded (if that one failed with one).
+SELECT t.txid, t.run_key, t.failure, a.attempt, a.error AS attempt_error FROM {s}.transactions t
+LEFT JOIN LATERAL (SELECT x.attempt, x.error FROM {s}.attempts x WHERE x.topology_id = t.topology_id
+                   AND x.txid = t.txid ORDER BY x.attempt DESC LIMIT 1) a ON a.error IS NOT NULL
+WHERE t.topology_id = %(topology)s AND t.txid < %(txid)s AND t.status = 'planned' AND t.failed_at IS NOT NULL
+ORDER BY t.txid LIMIT 1
+
+-- name: transaction_last_attempt_error
+SELECT attempt, error FROM {s}.attempts WHERE topology_id = %(topology)s AND txid = %(txid)s
+ORDER BY attempt DESC LIMIT 1
+
+-- name: transaction_in_flight
+-- Every planned txid, lowest first, with how many attempts it had and the latest of its current plan.
+SELECT t.txid, t.run_key, t.plan_version,
+       (SELECT count(*) FROM {s}.attempts x WHERE x.topology_id = t.topology_id AND x.txid = t.txid) AS attempts,
+       l.status AS latest_status, l.error AS latest_error
+FROM {s}.transactions t LEFT JOIN LATERAL (
+    SELECT x.status, x.error FROM {s}.attempts x WHERE x.topology_id = t.topology_id AND x.txid = t.txid
+    AND x.plan_version = t.plan_version ORDER BY x.attempt DESC LIMIT 1) l ON true
+WHERE t.topology_id = %(topology)s AND t.status = 'planned' ORDER BY t.txid
+
+-- name: transaction_mark_committed
+UPDATE {s}.transactions SET status = 'committed', committed_at = %(at)s
+WHERE topology_id = %(topology)s AND txid = %(txid)s
+
+-- name: transaction_pin
+-- Fix the attempt a commit applies (no re-plan or newer attempt can change it any more).
+UPDATE {s}.transactions SET pinned_attempt = %(attempt)s WHERE topology_id = %(topology)s AND txid = %(txid)s
+
+-- name: transaction_lost_ranges
+-- The source ranges retention removed from the batches committed through a txid.
+SELECT batch->'lost'->'ranges' FROM {s}.transactions
+WHERE topology_id = %(topology)s AND txid <= %(txid)s AND status = 'committed' AND batch ? 'lost'
+
+-- name: transaction_planned_through
+-- The highest file sequence number a plan of a landing topology took.
+SELECT coalesce(max((end_offsets->>'seq')::bigint), 0) FROM {s}.transactions WHERE topology_id = %(topology)s

@@ -1,0 +1,30 @@
+-- What the Transactions pages of the Airflow UI read: recent transactions with their attempts and
+-- commits, the commit rate, and the quarantine of one txid.
+
+-- name: view_transactions
+-- The latest transactions with their commits, latest first ({where}: one run, or every run).
+SELECT t.txid, t.run_key, t.status, t.planned_at, t.planned_records, t.start_offsets, t.end_offsets, t.batch,
+       t.failure, t.committed_at, c.commit_started_at, c.attempt AS committed_attempt, c.records_read,
+       c.row_counts, c.quarantined
+FROM {s}.transactions t LEFT JOIN {s}.commits c ON c.topology_id = t.topology_id AND c.txid = t.txid
+WHERE t.topology_id = %(topology)s AND t.run_key = coalesce(%(run_key)s, t.run_key)
+ORDER BY t.txid DESC LIMIT %(limit)s
+
+-- name: view_attempts
+SELECT txid, attempt, plan_version, status, started_at, finished_at, records_read, row_counts, quarantined,
+       worker, error
+FROM {s}.attempts WHERE topology_id = %(topology)s AND txid = ANY(%(txids)s) ORDER BY txid, attempt
+
+-- name: view_commits_since
+SELECT count(*) FROM {s}.commits
+WHERE topology_id = %(topology)s AND committed_at > clock_timestamp() - make_interval(mins => %(minutes)s)
+
+-- name: view_quarantined
+-- Bad records of one txid (optionally of one reason), the latest attempt's first, in source order.
+SELECT id, txid, attempt, source_offset, event_id, reason, record, committed FROM {s}.quarantine
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND reason = coalesce(%(reason)s, reason)
+ORDER BY attempt DESC, id LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: view_quarantine_reasons
+SELECT reason, count(*) AS records FROM {s}.quarantine WHERE topology_id = %(topology)s AND txid = %(txid)s
+GROUP BY reason ORDER BY count(*) DESC, reason
