@@ -21,6 +21,7 @@ from typing import Any
 import psycopg2
 
 from bench.chaos import Chaos, ChaosConfig, chaos_stack
+from bench.measure import Row
 from dev import payments
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,6 @@ def measure(base: Path, transactions: int, producers: int = 2, rate: int = 6) ->
 
 
 def bench_latency(base: Path, sizes: Any, report: Any) -> None:
-    from bench.perf import Row
-
     got = measure(base, sizes.latency_transactions)
     lat = got["latencies"]
     if not lat:

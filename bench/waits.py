@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.sources import EventLog
+from bench.measure import Row, event_payload
 
 if TYPE_CHECKING:
-    from bench.perf import Bench
+    from bench.harness import Harness
 
 MODES = {"deferred": True, "sleeping": False}
 SAMPLE = 0.5  # seconds between looks at the commit tasks
@@ -57,7 +58,7 @@ class Waits(NamedTuple):
     latencies: list[float]  # predecessor committed -> this commit began, for commits seen waiting
 
 
-def _sample(bench: Bench, coord: Coordinator, dag_ids: list[str], done: Callable[[], bool]
+def _sample(bench: Harness, coord: Coordinator, dag_ids: list[str], done: Callable[[], bool]
             ) -> tuple[float, float, int, set[tuple[str, int]]]:
     """Every half second until ``done()``: which commits wait for their predecessor, and where."""
     held = deferred = 0.0
@@ -94,9 +95,7 @@ def _sample(bench: Bench, coord: Coordinator, dag_ids: list[str], done: Callable
     return held, deferred, most, seen
 
 
-def _one_mode(bench: Bench, mode: str, rng: random.Random) -> Waits:
-    from bench.perf import event_payload
-
+def _one_mode(bench: Harness, mode: str, rng: random.Random) -> Waits:
     dag_ids = [name(mode, k) for k in range(TOPOLOGIES)]
     for dag_id in dag_ids:
         log = EventLog(bench.stack.state_dsn, dag_id)
@@ -121,9 +120,7 @@ def _one_mode(bench: Bench, mode: str, rng: random.Random) -> Waits:
     return Waits(held, deferred, most, latencies)
 
 
-def bench_waits(bench: Bench) -> None:
-    from bench.perf import Row
-
+def bench_waits(bench: Harness) -> None:
     rng = random.Random(5)
     deferred, sleeping = (_one_mode(bench, mode, rng) for mode in MODES)
     what = f"{TOPOLOGIES} topologies x 3 in flight, 2 commits each waiting for a {EVENTS:,}-event batch"

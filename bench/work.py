@@ -30,23 +30,26 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 import psycopg2
 
-from airflow_transactional import spark_cds
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.sources import EventLog, LandingDirectory, PostgresLogSource
+from airflow_transactional.spark import cds
+from airflow_transactional.spark.job import REMOTE_ENV
 from airflow_transactional.spark.profile import tree_cpu
-from airflow_transactional.spark_job import REMOTE_ENV, provider_zip, with_quiet_driver_logs
+from airflow_transactional.spark.submit import (
+    provider_zip,
+    spark_submit_argv,
+    with_jit_for_batch,
+    with_quiet_driver_logs,
+)
 from airflow_transactional.spec import StateSpec, TopologySpec
-from airflow_transactional.submit import spark_submit_argv, with_jit_for_batch
+from bench.measure import Report, Row, Sizes, median
 from dev.embedded import free_port
 from dev.sparkconnect import ConnectServer
-
-if TYPE_CHECKING:
-    from bench.perf import Report, Sizes
 
 log = logging.getLogger("bench.perf")
 
@@ -129,7 +132,7 @@ class Work:
 
     def __init__(self, dsn: str, schema: str, base: Path, events_file: Path, size: int, conf: dict[str, str]) -> None:
         self.dsn, self.schema, self.base, self.size = dsn, schema, base, size
-        self.conf = spark_cds.with_archive(with_quiet_driver_logs(conf), spark_cds.current())
+        self.conf = cds.with_archive(with_quiet_driver_logs(conf), cds.current())
         self.env = {**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
                     "SPARK_LOCAL_IP": "127.0.0.1"}
         (base / "landing").mkdir(parents=True, exist_ok=True)
@@ -211,15 +214,12 @@ def threads_note(result: dict[str, Any]) -> str:
     return ", ".join(f"{kind} {cpu:.1f}" for kind, cpu in threads.items()) + " CPU-s" if threads else "n/a"
 
 
-def bench_work(dsn: str, schema: str, base: Path, events_file: Path, sizes: Sizes, report: Report,
-               conf: dict[str, str]) -> None:
-    from bench.perf import Row, median
-
-    size = sizes.work_batch
-    work = Work(dsn, schema, base, events_file, size, conf)
+def _trials(work: Work, trials: int) -> tuple[dict[str, float], dict[str, float], dict[str, dict[str, Any]]]:
+    """Each run of the section, ``trials`` times in turn: median CPU-seconds and wall seconds by
+    run, and each run's last result."""
     took: dict[str, list[tuple[float, float]]] = {}
     last: dict[str, dict[str, Any]] = {}
-    for trial in range(sizes.work_trials):
+    for trial in range(trials):
         for what in ("bench_work_empty", "empty, its JIT", "bench_work_landing", "bench_work_log", "peer:empty",
                      "peer:landing", "plain:bench_work_landing"):
             if what == "empty, its JIT":  # the start-up to leave out of the 1M-event batch's: at its JIT
@@ -232,53 +232,68 @@ def bench_work(dsn: str, schema: str, base: Path, events_file: Path, sizes: Size
                 cpu, wall, last[what] = work.ours(what)
             took.setdefault(what, []).append((cpu, wall))
             log.info("work: %s, trial %d: %.1f CPU-s, %.1f s wall", what, trial, cpu, wall)
-    cpu = {k: median([c for c, _ in v]) for k, v in took.items()}
-    wall = {k: median([w for _, w in v]) for k, v in took.items()}
+    cpu_of = {k: median([c for c, _ in v]) for k, v in took.items()}
+    wall_of = {k: median([w for _, w in v]) for k, v in took.items()}
+    return cpu_of, wall_of, last
+
+
+def _connect_trials(work: Work, base: Path, trials: int) -> tuple[float, float, dict[str, Any]]:
+    """The landing batch as a client of a warm Spark Connect server: median CPU-s, wall s, the last result."""
+    connect: list[tuple[float, float]] = []
+    last: dict[str, Any] = {}
+    with connect_server(base) as (url, server):
+        for trial in range(1 + trials):  # the first warms the server's JIT
+            c, w, last = work.ours_connect("bench_work_landing", url, server)
+            log.info("work: Spark Connect, %s batch: %.1f CPU-s, %.1f s wall", "warm-up" if not trial else "a", c, w)
+            if trial:
+                connect.append((c, w))
+    return median([c for c, _ in connect]), median([w for _, w in connect]), last
+
+
+def bench_work(dsn: str, schema: str, base: Path, events_file: Path, sizes: Sizes, report: Report,
+               conf: dict[str, str]) -> None:
+    size = sizes.work_batch
+    work = Work(dsn, schema, base, events_file, size, conf)
+    cpu_of, wall_of, last = _trials(work, sizes.work_trials)
     # Start-up is left out on both sides at the JIT of the measured batch: the peer's empty run has its
     # full run's JVM; ours as the process task would run it gets C1 only (a small batch), whose cheaper
     # start-up would leave the full JIT's start-up inside the "work" (reported in the note).
-    ours_work = cpu["bench_work_landing"] - cpu["empty, its JIT"]
-    c1_empty_work = cpu["bench_work_landing"] - cpu["bench_work_empty"]
-    peer_work = cpu["peer:landing"] - cpu["peer:empty"]
+    ours_work = cpu_of["bench_work_landing"] - cpu_of["empty, its JIT"]
+    c1_empty_work = cpu_of["bench_work_landing"] - cpu_of["bench_work_empty"]
+    peer_work = cpu_of["peer:landing"] - cpu_of["peer:empty"]
     ratio = ours_work / peer_work
     report.add(Row("work", f"CPU-seconds of one {size:,}-event batch, spark-submit of words minus an empty batch at "
                            "its JIT, vs the peer minus an empty directory",
                    f"{ours_work:.1f} CPU-s", f"{peer_work:.1f} CPU-s", ratio, "<= 1.0x", ratio <= 1.0,
-                   f"whole runs: ours {cpu['bench_work_landing']:.1f} CPU-s ({wall['bench_work_landing']:.0f} s), "
-                   f"empty {cpu['empty, its JIT']:.1f} CPU-s ({wall['empty, its JIT']:.0f} s) at the batch's JIT, "
-                   f"{cpu['bench_work_empty']:.1f} CPU-s as the process task runs an empty batch, C1 only "
+                   f"whole runs: ours {cpu_of['bench_work_landing']:.1f} CPU-s "
+                   f"({wall_of['bench_work_landing']:.0f} s), empty {cpu_of['empty, its JIT']:.1f} CPU-s "
+                   f"({wall_of['empty, its JIT']:.0f} s) at the batch's JIT, "
+                   f"{cpu_of['bench_work_empty']:.1f} CPU-s as the process task runs an empty batch, C1 only "
                    f"(minus that: {c1_empty_work:.1f} CPU-s, "
                    f"{c1_empty_work / peer_work:.2f}x); peer "
-                   f"{cpu['peer:landing']:.1f} CPU-s ({wall['peer:landing']:.0f} s), empty "
-                   f"{cpu['peer:empty']:.1f} CPU-s ({wall['peer:empty']:.0f} s); median of {sizes.work_trials}. "
+                   f"{cpu_of['peer:landing']:.1f} CPU-s ({wall_of['peer:landing']:.0f} s), empty "
+                   f"{cpu_of['peer:empty']:.1f} CPU-s ({wall_of['peer:empty']:.0f} s); median of {sizes.work_trials}. "
                    f"Our phases: {profile_note(last['bench_work_landing'])}. The driver JVM's threads, whole run "
                    f"(last trial): ours {threads_note(last['bench_work_landing'])}; the peer "
                    f"{threads_note(last['peer:landing'])}; on an empty batch ours "
                    f"{threads_note(last['empty, its JIT'])}, the peer {threads_note(last['peer:empty'])}"))
-    plain_work = cpu["plain:bench_work_landing"] - cpu["empty, its JIT"]
+    plain_work = cpu_of["plain:bench_work_landing"] - cpu_of["empty, its JIT"]
     report.add(Row("work", f"CPU-seconds of one {size:,}-event batch, spark-submit of words minus an empty batch: its "
                            "states per record (one pass) vs as plain DataFrames (a job per state, the batch cached)",
                    f"{ours_work:.1f} CPU-s", f"{plain_work:.1f} CPU-s", ours_work / plain_work, "", None,
-                   f"wall {wall['bench_work_landing']:.1f} s vs {wall['plain:bench_work_landing']:.1f} s; plain "
+                   f"wall {wall_of['bench_work_landing']:.1f} s vs {wall_of['plain:bench_work_landing']:.1f} s; plain "
                    f"DataFrames' phases: {profile_note(last['plain:bench_work_landing'])}"))
-    connect: list[tuple[float, float]] = []
-    with connect_server(base) as (url, server):
-        for trial in range(1 + sizes.work_trials):  # the first warms the server's JIT
-            c, w, last["connect"] = work.ours_connect("bench_work_landing", url, server)
-            log.info("work: Spark Connect, %s batch: %.1f CPU-s, %.1f s wall", "warm-up" if not trial else "a", c, w)
-            if trial:
-                connect.append((c, w))
-    c_cpu, c_wall = median([c for c, _ in connect]), median([w for _, w in connect])
+    c_cpu, c_wall, last["connect"] = _connect_trials(work, base, sizes.work_trials)
     report.add(Row("work", f"CPU-seconds of one {size:,}-event batch, words as a client of a warm Spark Connect "
                            "server (server + client), vs the peer minus an empty directory",
                    f"{c_cpu:.1f} CPU-s", f"{peer_work:.1f} CPU-s", c_cpu / peer_work, "", None,
                    f"{c_wall:.1f} s wall per batch; phases (wall): "
                    + ", ".join(f"{k} {v:.1f} s" for k, v in last["connect"].get("profile", {})
                                .get("seconds", {}).items())))
-    rate = {k: size / wall[k] for k in ("bench_work_landing", "bench_work_log")}
+    rate = {k: size / wall_of[k] for k in ("bench_work_landing", "bench_work_log")}
     log_ratio = rate["bench_work_log"] / rate["bench_work_landing"]
     report.add(Row("work", f"events/s of one {size:,}-event batch, Postgres event-log source vs landing directory "
                            "(spark-submit of words)",
                    f"{rate['bench_work_log']:,.0f} ev/s", f"{rate['bench_work_landing']:,.0f} ev/s", log_ratio,
                    ">= 0.8x", log_ratio >= 0.8,
-                   f"log: {cpu['bench_work_log']:.1f} CPU-s; phases: {profile_note(last['bench_work_log'])}"))
+                   f"log: {cpu_of['bench_work_log']:.1f} CPU-s; phases: {profile_note(last['bench_work_log'])}"))

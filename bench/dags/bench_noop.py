@@ -7,15 +7,15 @@ from airflow.sdk import DAG, task
 
 with DAG("bench_noop", schedule="@daily", start_date=datetime(2026, 1, 1), catchup=False, max_active_runs=1):
     @task
-    def plan():
+    def plan() -> None:
         return None
 
     @task
-    def process():
+    def process() -> None:
         return None
 
     @task
-    def commit():
+    def commit() -> None:
         return None
 
     plan() >> process() >> commit()

@@ -7,8 +7,9 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from airflow_transactional import LandingDirectory, PostgresLogSource, StateSpec, transactional_dag
-from airflow_transactional.dag import LOCAL_SPARK_CONF
+from airflow.sdk import DAG
+
+from airflow_transactional import LOCAL_SPARK_CONF, LandingDirectory, PostgresLogSource, StateSpec, transactional_dag
 
 HERE = Path(__file__)
 REPO = HERE.resolve().parents[2]  # the symlink's target: bench/dags/ of the repository
@@ -19,7 +20,7 @@ BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+Use
 
 
 def words_dag(name: str, *, landing: str | None, max_in_flight: int, batch: int, connect: bool,
-              deferrable: bool = True, pool: str | None = "spark"):
+              deferrable: bool = True, pool: str | None = "spark") -> DAG:
     return transactional_dag(
         name,
         source=(LandingDirectory(landing, max_files=1, settle_seconds=0) if landing

@@ -6,8 +6,7 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
-from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
-from airflow_transactional.dag import LOCAL_SPARK_CONF
+from airflow_transactional import LOCAL_SPARK_CONF, PostgresLogSource, StateSpec, transactional_dag
 
 HERE = Path(__file__)
 PARAMS = json.loads(HERE.with_suffix(".json").read_text())

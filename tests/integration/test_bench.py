@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.perf import Report, Sizes, bench_commit, bench_plan
+from bench.measure import Report, Sizes
+from bench.store_sections import bench_commit, bench_plan
 from tests.helpers import query
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from bench.chaos import ChaosConfig, write_dag
-from bench.perf import Bench, Sizes
+from bench.harness import Harness as Bench
+from bench.measure import Sizes
 
 pytestmark = pytest.mark.unit
 

@@ -1,7 +1,15 @@
-"""House rules on how the package's modules import each other: no cycle among module-level
-imports, and no import of the package's own modules from inside a function (the way a cycle is
-usually hidden). Imports inside functions are kept for what is heavy or optional -- Airflow,
-Spark, pyarrow -- so the core loads neither (``test_core_imports.py``)."""
+"""House rules on how modules import each other, in the package, ``bench/`` and ``dev/``: no cycle
+among module-level imports; no import of one's own modules from inside a function (the way a
+cycle is usually hidden; imports inside functions are kept for what is heavy or optional --
+Airflow, Spark, pyarrow -- so the core loads neither, ``test_core_imports.py``); and the layers:
+
+* the bottom -- ``exceptions``, ``identifiers``, ``values``, ``limits``, ``files``, ``faults`` --
+  imports nothing of the package above it;
+* ``store`` imports only the bottom and itself (a declaration it takes is a type, not an import);
+* ``sources`` and the declaration (``spec``) import the store and the bottom;
+* ``core`` and ``coordinator`` import neither the Airflow layer (``airflow/``) nor the Spark layer
+  (``spark/``), which sit on top with the CLI and the pure-Python processor.
+"""
 
 from __future__ import annotations
 
@@ -12,27 +20,46 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-PACKAGE = Path(__file__).resolve().parents[2] / "provider" / "airflow_transactional"
-# The Airflow layer, imported lazily by the modules the core and the CLI share.
-LAZY_OK = {"airflow_transactional.dag", "airflow_transactional.hooks", "airflow_transactional.assets"}
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "provider" / "airflow_transactional"
+P = "airflow_transactional"
+# The Airflow layer, imported lazily where the CLI and the package's public surface reach it.
+LAZY_OK = {f"{P}.airflow.dag", f"{P}.airflow.hooks", f"{P}.airflow.assets"}
+BOTTOM = {f"{P}.{m}" for m in ("exceptions", "identifiers", "values", "limits", "files", "faults")}
+# What each layer may import at run time, besides itself (a prefix matches a module and its children).
+ALLOWED = {
+    "bottom": BOTTOM,
+    f"{P}.store": BOTTOM,
+    f"{P}.sources": BOTTOM | {f"{P}.store", f"{P}.spec"},
+    f"{P}.spec": BOTTOM | {f"{P}.store", f"{P}.sources"},
+    f"{P}.core": BOTTOM | {f"{P}.store", f"{P}.sources", f"{P}.spec"},
+    f"{P}.coordinator": BOTTOM | {f"{P}.store", f"{P}.sources", f"{P}.spec", f"{P}.core"},
+}
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path, prefix: str) -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = ["airflow_transactional", *path.relative_to(PACKAGE).with_suffix("").parts]
+    for path in root.rglob("*.py"):
+        parts = [prefix, *path.relative_to(root).with_suffix("").parts]
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
     return found
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, bool]]:
-    """(module of the package imported, whether at module level) of every import in ``path``."""
+MODULES = {**_modules(PACKAGE, P), **_modules(REPO / "bench", "bench"), **_modules(REPO / "dev", "dev")}
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, str]]:
+    """(module imported, where: "top", "typing" (under ``if TYPE_CHECKING``) or "function") of
+    every import in ``path`` of a module of ``MODULES``."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    top_level = {id(node) for node in tree.body}
-    top_level |= {id(n) for node in tree.body if isinstance(node, ast.If) for n in node.body}
+    where: dict[int, str] = {id(node): "top" for node in tree.body}
+    for node in tree.body:
+        if isinstance(node, ast.If):
+            typing = "TYPE_CHECKING" in ast.unparse(node.test)
+            where.update({id(n): "typing" if typing else "top" for n in node.body})
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -42,20 +69,25 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str,
             else:
                 target = node.module or ""
             names = [f"{target}.{a.name}" for a in node.names]
-            targets = [n for n in names if n in modules] or ([target] if target in modules else [])
+            targets = [n for n in names if n in MODULES] or ([target] if target in MODULES else [])
         elif isinstance(node, ast.Import):
-            targets = [a.name for a in node.names if a.name in modules]
+            targets = [a.name for a in node.names if a.name in MODULES]
         else:
             continue
-        out += [(t, id(node) in top_level) for t in targets]
+        out += [(t, where.get(id(node), "function")) for t in targets]
     return out
 
 
-def test_no_import_cycle_among_the_package_modules() -> None:
-    modules = _modules()
-    graph = {m: {t for t, top in _imports(m, p, modules) if top and t != m} for m, p in modules.items()}
-    assert len(graph) > 40 and sum(map(len, graph.values())) > 100  # the probe sees the package
+def _layer(module: str) -> str | None:
+    if module in BOTTOM:
+        return "bottom"
+    return next((layer for layer in ALLOWED if layer != "bottom" and (module == layer
+                                                                        or module.startswith(layer + "."))), None)
 
+
+def test_no_import_cycle_in_the_package_bench_or_dev() -> None:
+    graph = {m: {t for t, at in _imports(m, p) if at == "top" and t != m} for m, p in MODULES.items()}
+    assert len(graph) > 80 and sum(map(len, graph.values())) > 150  # the probe sees the whole tree
     state: dict[str, int] = {}  # 1: on the path, 2: done
     cycles = []
 
@@ -74,8 +106,24 @@ def test_no_import_cycle_among_the_package_modules() -> None:
     assert cycles == []
 
 
-def test_no_function_imports_the_package_own_modules_but_the_airflow_layer() -> None:
-    modules = _modules()
-    lazy = sorted((m, t) for m, p in modules.items() for t, top in _imports(m, p, modules)
-                  if not top and t not in LAZY_OK)
+def test_no_function_imports_its_own_tree_but_the_airflow_layer() -> None:
+    lazy = sorted((m, t) for m, p in MODULES.items() for t, at in _imports(m, p)
+                  if at == "function" and t not in LAZY_OK and t.split(".")[0] == m.split(".")[0])
     assert lazy == []
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    """store reaches nothing above it; core and the coordinator never reach Airflow or Spark."""
+    broken = []
+    for m, p in MODULES.items():
+        layer = _layer(m)
+        if layer is None:
+            continue
+        for target, at in _imports(m, p):
+            if at == "typing" or _layer(target) == layer:
+                continue
+            if not any(target == ok or target.startswith(ok + ".") for ok in ALLOWED[layer]):
+                broken.append((m, target))
+    assert sorted(broken) == []
+    probe = {t for t, _ in _imports(f"{P}.core.commit", PACKAGE / "core" / "commit.py")}
+    assert f"{P}.store.sql" in probe  # the rule sees the imports it judges

@@ -1,0 +1,226 @@
+"""What every section of ``bench.perf`` measures with: its sizes, the rows of the report, the
+machine's CPU and memory as a section runs, the benchmark's events, and a SQL helper."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import statistics
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg2
+
+from airflow_transactional.spark.submit import LOCAL_SPARK_CONF, SPARK_CONNECT_SERVER
+from airflow_transactional.store.migrations import DEFAULT_SCHEMA
+
+log = logging.getLogger("bench.perf")
+
+SCHEMA = DEFAULT_SCHEMA
+DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
+# How the provider runs its Spark jobs: one spark-submit per batch, or a long-lived Spark Connect
+# server (the DAG suffix of each).
+BACKENDS = {"spark-submit": "", "Spark Connect": "_sc"}
+# Batches that keep Spark busy for tens of seconds want the full JIT (LOCAL_SPARK_CONF's C1-only
+# driver is for small batches): the peer and the Spark Connect server get it; our big-batch jobs
+# get no JIT setting, so the process task picks one by the batch's size (submit.with_jit_for_batch).
+BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
+
+
+@dataclass
+class Sizes:
+    """What one run measures; ``quick`` keeps the whole run near ten minutes (about 12 here)."""
+
+    commit_delta: int = 100_000
+    commit_small_state: int = 100_000
+    commit_large_state: int = 10_000_000
+    commit_trials: int = 7
+    plan_small_log: int = 200_000
+    plan_large_log: int = 20_000_000
+    plan_trials: int = 15
+    peer_batches: tuple[int, ...] = (100_000, 1_000_000, 5_000_000)
+    peer_batch_count: int = 3
+    peer_backends: tuple[str, ...] = ("spark-submit", "Spark Connect")
+    distinct_urls: int = 20_000
+    overhead_runs: int = 5
+    pipeline_transactions: int = 8
+    pipeline_batch: int = 5_000
+    max_in_flight: int = 3
+    startup_batch: int = 2_000
+    startup_trials: int = 4
+    work_batch: int = 1_000_000
+    work_trials: int = 3
+    decision_requests: int = 100_000
+    decision_accounts: int = 20_000
+    decision_trials: int = 5
+    latency_transactions: int = 30
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(commit_large_state=1_000_000, commit_trials=2, plan_large_log=2_000_000, plan_trials=9,
+                   peer_batches=(1_000_000,), peer_batch_count=2, peer_backends=("Spark Connect",),
+                   overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2,
+                   work_trials=2, decision_trials=2, latency_transactions=8)
+
+
+@dataclass
+class Row:
+    """One line of the table: ``ratio`` is what the target is stated on."""
+
+    section: str
+    measure: str
+    ours: str
+    baseline: str
+    ratio: float | None
+    target: str = ""
+    met: bool | None = None
+    note: str = ""
+
+
+@dataclass
+class Report:
+    started: str
+    machine: str
+    quick: bool
+    pg_settings: dict[str, str] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        log.info("%s | %s | ours %s | baseline %s | ratio %s %s", row.section, row.measure, row.ours, row.baseline,
+                 _fmt_ratio(row.ratio), row.target)
+
+    def table(self) -> str:
+        head = ("what", "ours", "baseline", "ratio", "target", "met")
+        lines = [(f"{r.section}: {r.measure}", r.ours, r.baseline, _fmt_ratio(r.ratio), r.target,
+                  "" if r.met is None else ("yes" if r.met else "NO")) for r in self.rows]
+        widths = [max(len(str(x)) for x in col) for col in zip(head, *lines, strict=True)]
+        out = ["| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |",
+               "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+        out += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)) + " |"
+                for line in lines]
+        notes = [f"- {r.section}: {r.note}" for r in self.rows if r.note]
+        return "\n".join(out + (["", *notes] if notes else []))
+
+
+def _fmt_ratio(ratio: float | None) -> str:
+    return "" if ratio is None else f"{ratio:.2f}x"
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def machine() -> str:
+    mem = psutil.virtual_memory().total / 2**30
+    return f"{os.cpu_count()} cores, {mem:.0f} GiB, Python {sys.version.split()[0]}"
+
+
+class MemorySampler(threading.Thread):
+    """Peak RSS of any one spark-submit process tree (driver JVM + its Python workers).
+
+    Labels ending in ``_sc`` measure the Spark Connect server (shared by all batches); the
+    others leave it out.
+    """
+
+    def __init__(self, interval: float = 0.25) -> None:
+        super().__init__(name="memory", daemon=True)
+        self.interval = interval
+        self.peaks: dict[str, int] = {}
+        self.label: str | None = None
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            label = self.label
+            if label is None:
+                continue
+            for proc in psutil.process_iter(["cmdline"]):
+                try:
+                    cmd = proc.info["cmdline"] or []
+                    if "org.apache.spark.deploy.SparkSubmit" not in cmd:
+                        continue
+                    if (SPARK_CONNECT_SERVER in cmd) != label.endswith("_sc"):
+                        continue
+                    rss = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                self.peaks[label] = max(self.peaks.get(label, 0), rss)
+
+    @contextmanager
+    def measuring(self, label: str) -> Iterator[None]:
+        self.label = label
+        try:
+            yield
+        finally:
+            self.label = None
+
+
+class CpuMeter:
+    """How busy the machine's cores were between enter and exit (the profile of a section)."""
+
+    busy: float = 0.0
+
+    def __enter__(self) -> CpuMeter:
+        self._start = psutil.cpu_times()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = psutil.cpu_times()
+        total = sum(end) - sum(self._start)
+        idle = (end.idle + end.iowait) - (self._start.idle + self._start.iowait)
+        self.busy = 1 - idle / total if total > 0 else 0.0
+
+
+def md5(text: str) -> str:
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+
+
+def event_payload(rng: random.Random, distinct_urls: int) -> str:
+    n = rng.randrange(distinct_urls)
+    return json.dumps({"url": f"https://www.{DOMAINS[n % len(DOMAINS)]}/p/{n}", "user": f"u{rng.randrange(1000)}",
+                       "ts": "2026-11-22T00:00:00Z"})
+
+
+def write_events_file(path: Path, n: int, seed: int, distinct_urls: int) -> None:
+    rng = random.Random(seed)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        buf = []
+        for i in range(n):
+            buf.append(event_payload(rng, distinct_urls))
+            if len(buf) == 10_000 or i == n - 1:
+                fh.write("\n".join(buf) + "\n")
+                buf = []
+    tmp.rename(path)
+
+
+def execute(dsn: str, *statements: str | tuple[str, Any], autocommit: bool = False) -> list[tuple[Any, ...]]:
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = autocommit
+    try:
+        with conn.cursor() as cur:
+            rows: list[tuple[Any, ...]] = []
+            for st in statements:
+                text, params = st if isinstance(st, tuple) else (st, None)
+                cur.execute(text, params)
+                rows = cur.fetchall() if cur.description else []
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+def parse_ts(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
