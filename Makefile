@@ -33,9 +33,10 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	  else echo "the browser test needs Debian's Chromium: sudo apt-get install chromium chromium-driver"; exit 1; fi; }
 
-# The house rules first (ruff, mypy: seconds), then every tier of the suite.
+# The house rules first (ruff, mypy: seconds), then every tier of the suite. For development one
+# tier runs alone: `make test TIER=unit` (or integration, spark, e2e); CI runs them all.
 test: startup-archive lint browser
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests $(if $(TIER),-m $(TIER))
 
 # The benchmarks against the alternatives (README "Benchmarks"); `make bench QUICK=1` is the
 # under-ten-minutes variant. Prints the table, writes docs/benchmarks.png.
@@ -45,7 +46,7 @@ bench: startup-archive
 
 lint: $(STAMP)
 	$(BIN)/ruff check provider tests dags spark_jobs bench dev
-	$(BIN)/mypy provider/airflow_transactional dev
+	$(BIN)/mypy provider/airflow_transactional dev bench
 
 clean:
 	rm -rf $(VENV) var

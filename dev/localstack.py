@@ -24,7 +24,7 @@ from typing import Any
 
 from airflow_transactional import files
 from airflow_transactional.exceptions import TransactionalError
-from airflow_transactional.submit import spark_connect_server_argv, spark_connect_server_env
+from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env
 from dev.embedded import EmbeddedPostgres, free_port, listening
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,25 @@ def _fernet_key() -> str:
 
 class AirflowStackError(TransactionalError):
     """The local Airflow did not come up (the message names the component and its log)."""
+
+
+#: How often the stack's Airflow looks again: quicker than Airflow's defaults, for a stack that
+#: runs tests and demos.
+TIMINGS = {
+    "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+    "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+    # A new or changed DAG file is parsed at once whatever this says; it only spaces out
+    # re-parsing unchanged files (a fresh process each, every 30 s by default).
+    "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+    "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+    "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
+    # A task whose worker died (a killed scheduler takes its LocalExecutor workers along)
+    # is failed -- and retried -- after one minute instead of five.
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+    # Tasks a dead scheduler had queued are handed back within half a minute of its death,
+    # not at the next five-minute sweep.
+    "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
+}
 
 
 class LocalStack:
@@ -151,19 +170,7 @@ class LocalStack:
             "AIRFLOW__API__SECRET_KEY": s["api"],
             "AIRFLOW__API_AUTH__JWT_SECRET": s["jwt"],
             "AIRFLOW__CORE__FERNET_KEY": s.get("fernet") or "",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
-            # A new or changed DAG file is parsed at once whatever this says; it only spaces out
-            # re-parsing unchanged files (a fresh process each, every 30 s by default).
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-            "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "300",
-            # A task whose worker died (a killed scheduler takes its LocalExecutor workers along)
-            # is failed -- and retried -- after one minute instead of five.
-            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
-            # Tasks a dead scheduler had queued are handed back within half a minute of its death,
-            # not at the next five-minute sweep.
-            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
+            **TIMINGS,
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.base_dir / "logs"),
             "AIRFLOW_CONN_TRANSACTIONAL_DEFAULT": json.dumps(store),
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),

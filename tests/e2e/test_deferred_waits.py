@@ -31,10 +31,10 @@ def _busy(client: RestClient) -> tuple[int, int]:
             sum(ti["state"] == "deferred" and ti["task_id"] == "commit" for ti in tis))
 
 
-def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalStack, client: RestClient,
-                                                                  statsd: StatsdListener) -> None:
+def _start_each(stack: LocalStack, client: RestClient) -> list[EventLog]:
+    """Each topology's empty log, and the DAG unpaused: Airflow's first, scheduled run is the empty txid 1."""
     logs = []
-    for dag in SLOTS:  # empty logs: Airflow's first, scheduled run is the empty txid 1
+    for dag in SLOTS:
         logs.append(EventLog(stack.state_dsn, dag.replace("_", "")))
         logs[-1].create(1)
         client.wait_for_dag(dag)
@@ -46,15 +46,11 @@ def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalSta
             time.sleep(2)
         wait_for_runs(stack, dag, [str(r["dag_run_id"]) for r in scheduled])
 
-    # txid 2's processing fails once in every topology; its retry comes 15 s later.
-    once = stack.base_dir / "slots-once"
-    once.mkdir()
-    Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text(
-        "".join(f"process.begin:{dag}:2=raise@once:{once / dag}\n" for dag in SLOTS))
-    day0 = datetime(2025, 8, 1, tzinfo=UTC)
-    runs = {dag: [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(3)]
-            for dag in SLOTS}
+    return logs
 
+
+def _watch_slots(client: RestClient, runs: dict[str, list[str]]) -> tuple[int, int]:
+    """Until every run finished: the most task instances seen running, and deferred, at once."""
     most_deferred, most_running = 0, 0
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -64,6 +60,22 @@ def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalSta
         if all(s in ("success", "failed") for s in states):
             break
         time.sleep(1)
+    return most_running, most_deferred
+
+
+def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalStack, client: RestClient,
+                                                                  statsd: StatsdListener) -> None:
+    logs = _start_each(stack, client)
+    # txid 2's processing fails once in every topology; its retry comes 15 s later.
+    once = stack.base_dir / "slots-once"
+    once.mkdir()
+    Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text(
+        "".join(f"process.begin:{dag}:2=raise@once:{once / dag}\n" for dag in SLOTS))
+    day0 = datetime(2025, 8, 1, tzinfo=UTC)
+    runs = {dag: [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(3)]
+            for dag in SLOTS}
+
+    most_running, most_deferred = _watch_slots(client, runs)
     Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text("")
     for dag in SLOTS:
         assert set(wait_for_runs(stack, dag, runs[dag], timeout=60).values()) == {"success"}

@@ -7,76 +7,32 @@ audit clean and every txid committed once, in order."""
 
 from __future__ import annotations
 
-import http.client
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 from unittest.mock import ANY
 
 import pytest
 
-from airflow_transactional import EventLog
 from airflow_transactional.cli import main as cli
-from airflow_transactional.coordinator import Coordinator
 from dev.localstack import VIEWER, LocalStack, RestClient
 from tests.e2e.conftest import OPS_DAGS, StatsdListener, task_log, wait_for_runs
+from tests.e2e.operating import browser, cli_with_env, plugin_post, runs_by_txid, set_faults, start_topology
 from tests.helpers import query
 
 pytestmark = pytest.mark.e2e
 
 DAG = "ops_count"
-
-
-def _faults(stack: LocalStack, *lines: str) -> None:
-    Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text("".join(f"{line}\n" for line in lines))
-
-
-def _runs_by_txid(coord: Coordinator, runs: list[str], dag: str = DAG) -> dict[int, str]:
-    out = {}
-    for r in runs:
-        txn = coord.transaction_for_run(dag, r)
-        assert txn is not None, f"run {r} was never planned"
-        out[txn.txid] = r
-    return out
-
-
-def _plugin(stack: LocalStack, path: str, token: str, body: Any) -> tuple[int, Any]:
-    """(status, JSON) of a POST to the plugin's API with a bearer token, as a script sends it."""
-    req = urllib.request.Request(stack.url + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-def _browser(stack: LocalStack, method: str, path: str, token: str,
-             form: dict[str, str] | None = None) -> tuple[int, str, str | None]:
-    """(status, body, Location) of a request as the UI's browser sends it: the session cookie,
-    a form post, redirects not followed."""
-    conn = http.client.HTTPConnection("127.0.0.1", stack.port, timeout=120)
-    headers = {"Cookie": f"_token={token}"}
-    data = None
-    if form is not None:
-        data = urllib.parse.urlencode(form)
-        headers["Content-Type"] = "application/x-www-form-urlencoded"
-    conn.request(method, path, body=data, headers=headers)
-    resp = conn.getresponse()
-    out = (resp.status, resp.read().decode(), resp.getheader("Location"))
-    conn.close()
-    return out
+#: The first run's logical date: runs a day apart, so a backfill over the range finds these very runs.
+DAY0 = datetime(2025, 3, 1, tzinfo=UTC)
 
 
 REPORT = "ops_count_report"
@@ -100,9 +56,9 @@ def _downstream_ran_once_per_txid(stack: LocalStack, client: RestClient, records
 
 def _clear_from_the_page(stack: LocalStack, client: RestClient, run_id: str, txid: int, later: list[int]) -> None:
     page_path = f"/transactional/dags/{DAG}/runs/{urllib.parse.quote(run_id, safe='')}"
-    code, page, _ = _browser(stack, "GET", page_path, client.token())
+    code, page, _ = browser(stack, "GET", page_path, client.token())
     assert code == 200 and "Clear this run's failed tasks" in page and f"{page_path}/clear" in page
-    code, preview, _ = _browser(stack, "GET", f"{page_path}/clear", client.token())
+    code, preview, _ = browser(stack, "GET", f"{page_path}/clear", client.token())
     assert code == 200 and f"txid {txid} processes the same batch again" in preview, preview
     failed = {t["task_id"] for t in client.task_instances(DAG, run_id) if t["state"] in ("failed", "upstream_failed")}
     assert failed and all(f"<td>{task}</td>" in preview for task in failed), preview
@@ -111,124 +67,47 @@ def _clear_from_the_page(stack: LocalStack, client: RestClient, run_id: str, txi
     assert token, preview
     # A post riding on the cookie without the preview's token (a forged form) changes nothing;
     # a Viewer's preview is refused by Airflow itself.
-    assert _browser(stack, "POST", f"{page_path}/clear", client.token(), {"token": "0" * 64})[0] == 403
-    assert _browser(stack, "GET", f"{page_path}/clear", stack.client(VIEWER).token())[0] == 403
+    assert browser(stack, "POST", f"{page_path}/clear", client.token(), {"token": "0" * 64})[0] == 403
+    assert browser(stack, "GET", f"{page_path}/clear", stack.client(VIEWER).token())[0] == 403
     assert client.run(DAG, run_id)["state"] == "failed"
-    code, _, location = _browser(stack, "POST", f"{page_path}/clear", client.token(), {"token": token.group(1)})
+    code, _, location = browser(stack, "POST", f"{page_path}/clear", client.token(), {"token": token.group(1)})
     assert code == 303 and location == f"{page_path}?cleared={len(failed)}", (code, location)
-    assert "Cleared" in _browser(stack, "GET", location, client.token())[1]
+    assert "Cleared" in browser(stack, "GET", location, client.token())[1]
+
+
+@dataclass
+class _Cascade:
+    """What the phases of the cascade share: the stack, the topology's log, and its runs."""
+
+    stack: LocalStack
+    client: RestClient
+    coord: Any
+    log: Any
+    runs: list[str]
+    events: int
+    by_txid: dict[int, str] = field(default_factory=dict)
+    blocked: list[int] = field(default_factory=list)
+    unplanned: list[str] = field(default_factory=list)
 
 
 def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: LocalStack, client: RestClient,
                                                                        statsd: StatsdListener) -> None:
-    dsn = stack.state_dsn
     client.wait_for_dag(REPORT)
     client.unpause(REPORT)  # runs once per txid ops_count commits, on its asset events
-    log, coord = _start(stack, client, DAG, "ops", partitions=4)
-
-    events = [(f"ops{i}", json.dumps({"url": f"https://example.com/{i}"})) for i in range(2000)]
-    log.append(events)
+    log, coord = start_topology(stack, client, DAG, "ops", partitions=4)
+    log.append([(f"ops{i}", json.dumps({"url": f"https://example.com/{i}"})) for i in range(2000)])
     # txid 2's driver is killed once after staging (a transient failure); txid 3's processing
     # fails on every try (a permanent one).
-    _faults(stack, f"spark.after_stage:{DAG}:2=exit@once:{stack.base_dir / 'kill-2.once'}",
+    set_faults(stack, f"spark.after_stage:{DAG}:2=exit@once:{stack.base_dir / 'kill-2.once'}",
             f"spark.begin:{DAG}:3=raise")
     # Daily-aligned logical dates, so a backfill over the range finds these very runs.
-    day0 = datetime(2025, 3, 1, tzinfo=UTC)
-    runs = [client.trigger(DAG, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(5)]
-    states = wait_for_runs(stack, DAG, runs, allow_failed=True)  # they all finish: no deadlock
-    planned = [r for r in runs if coord.transaction_for_run(DAG, r) is not None]
-    by_txid = _runs_by_txid(coord, planned)
-    blocked = sorted(t for t in by_txid if t > 3)
-    assert sorted(by_txid)[:2] == [2, 3] and blocked == list(range(4, 4 + len(blocked))) and blocked
-    assert states[by_txid[2]] == "success"
-    # The killed attempt's staged rows were never committed: Airflow's retry made attempt 2.
-    assert query(dsn, "SELECT attempt, status = 'committed' FROM airflow_txn.attempts WHERE topology_id = %s "
-                      "AND txid = 2 ORDER BY attempt", (DAG,)) == [(1, False), (2, True)]
-    assert {states[by_txid[t]] for t in (3, *blocked)} == {"failed"}
-    assert "InjectedFault" in task_log(stack, DAG, by_txid[3], "process")
-    for t in blocked:  # they failed fast, naming the txid that blocks them and what to do
-        text = task_log(stack, DAG, by_txid[t], "commit")
-        assert "blocked by failed txid 3" in text and "Clear that run's tasks" in text, text[-3000:]
-    # Runs started once max_in_flight=3 txids were uncommitted could not even be planned: the
-    # oldest failed for good, so their plan tasks failed fast too instead of waiting.
-    unplanned = [r for r in runs if r not in planned]
-    assert unplanned
-    for r in unplanned:
-        assert states[r] == "failed"
-        assert "blocked by failed txid 3" in task_log(stack, DAG, r, "plan")
-    status = coord.status(DAG)
-    assert status.committed_txid == 2
-    assert status.blocked_by and "blocked by failed txid 3" in status.blocked_by
-    # The monitoring heard it: a commit that failed fast set the topology's blocked gauge.
-    assert (1.0, "g") in statsd.values(DAG, "blocked")
-
-    # Recovery (a): the fault is fixed; clear the failed run of txid 3 from its Transactions page,
-    # as a person does: the preview (Airflow's dry run), then the button. A scheduler killed
-    # mid-flight and restarted does not change the outcome.
-    _faults(stack)
-    _clear_from_the_page(stack, client, by_txid[3], 3, later=blocked)
-    stack.stop_component("scheduler", signal.SIGKILL)
-    stack.start_component("scheduler")
-    wait_for_runs(stack, DAG, [by_txid[3]])
-    assert coord.status(DAG).committed_txid == 3
-
-    # Recovery (b): a backfill over the range with "reprocess failed" clears the failed runs in
-    # place (same run ids): the blocked txids reuse the output their processing staged, and the
-    # runs that were never planned get the next txids. Started through the plugin's API: the
-    # range is the one of the failed runs, and the preview names each run and its txid.
-    topology_page = _browser(stack, "GET", f"/transactional/dags/{DAG}", client.token())[1]
-    assert "Reprocess the failed runs" in topology_page and f"/transactional/dags/{DAG}/reprocess" in topology_page
-    shown = _browser(stack, "GET", f"/transactional/dags/{DAG}/reprocess", client.token())[1]
-    assert f"Start the backfill ({len(blocked) + len(unplanned)} runs)" in shown, shown
-    preview = _plugin(stack, f"/transactional/api/dags/{DAG}/reprocess", client.token(), {"dry_run": True})[1]
-    assert sorted(r["run_id"] for r in preview["runs"]) == sorted([by_txid[t] for t in blocked] + unplanned)
-    assert sorted(r["txid"] for r in preview["runs"] if r["txid"] is not None) == blocked
-    assert preview["unreachable"] == [] and preview["problem"] is None
-    # A Viewer may look at it all but start nothing: Airflow's own permission check says no.
-    viewer = stack.client(VIEWER).token()
-    code, refused = _plugin(stack, f"/transactional/api/dags/{DAG}/reprocess", viewer, {"dry_run": False})
-    assert code == 403 and "may not" in refused["detail"], refused
-    assert client.get(f"/api/v2/backfills?dag_id={DAG}")["total_entries"] == 0
-    code, done = _plugin(stack, f"/transactional/api/dags/{DAG}/reprocess", client.token(), {"dry_run": False})
-    assert code == 200 and done["backfill"]["reprocess_behavior"] == "failed", done
-    wait_for_runs(stack, DAG, [by_txid[t] for t in blocked] + unplanned)
-    assert coord.status(DAG).committed_txid == 6
-    assert sorted(coord.transaction_for_run(DAG, r).txid for r in unplanned) == list(  # type: ignore[union-attr]
-        range(blocked[-1] + 1, 7))
-    assert "reusing its staged output" in task_log(stack, DAG, by_txid[4], "process")
-    by_txid = _runs_by_txid(coord, runs)
-
-    # Clearing committed runs -- one task, or a whole run -- is a logged no-op.
-    assert query(dsn, "SELECT id, value FROM ops_count") == [("all", len(events))]
-    client.clear(DAG, by_txid[2], ["commit"])
-    client.clear(DAG, by_txid[4])
-    wait_for_runs(stack, DAG, [by_txid[2], by_txid[4]])
-    assert "txid 2 already committed at" in task_log(stack, DAG, by_txid[2], "commit")
-    assert "txid 4 already committed at" in task_log(stack, DAG, by_txid[4], "process")
-    assert query(dsn, "SELECT id, value FROM ops_count") == [("all", len(events))]
-
-    # Rebuild the derived view from the log while Airflow keeps committing: a damaged table is
-    # repaired, and a run that commits mid-rebuild is part of the swapped-in state.
-    query(dsn, "UPDATE ops_count SET value = value + 1000")
-    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(OPS_DAGS)]) == 1
-    release = stack.base_dir / "rebuild.release"
-    outcome: list[int] = []
-    env = {"AIRFLOW_TXN_FAULTS": f"rebuild.loaded:{DAG}=waitfor:{release}"}
-    rebuild = ["--dsn", dsn, "rebuild", DAG, "--dag-file", str(OPS_DAGS)]
-    worker = threading.Thread(target=lambda: outcome.append(_cli_with_env(env, rebuild)))
-    worker.start()
-    deadline = time.monotonic() + 120
-    while query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies WHERE topology_id = %s", (DAG,)) != [(6,)]:
-        assert time.monotonic() < deadline, "the rebuild never began"
-        time.sleep(1)
-    late = [(f"late{i}", json.dumps({"url": f"https://example.com/late/{i}"})) for i in range(300)]
-    log.append(late)
-    late_run = client.trigger(DAG, (day0 + timedelta(days=10)).isoformat())["dag_run_id"]
-    wait_for_runs(stack, DAG, [late_run])
-    release.touch()
-    worker.join(300)
-    assert outcome == [0]
-    assert query(dsn, "SELECT id, value FROM ops_count") == [("all", len(events) + len(late))]
+    runs = [client.trigger(DAG, (DAY0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(5)]
+    cascade = _Cascade(stack, client, coord, log, runs, events=2000)
+    _a_failed_txid_blocks_the_later_ones(cascade, statsd)
+    _clearing_the_failed_run_recovers_through_a_scheduler_kill(cascade)
+    _reprocessing_the_failed_runs_reuses_their_staged_output(cascade)
+    _clearing_committed_runs_changes_nothing(cascade)
+    _a_rebuild_repairs_the_table_while_airflow_commits(cascade)
 
     # Every txid committed once, in txid order; the audit recomputes the same state.
     commits = coord.commits(DAG)
@@ -241,9 +120,121 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     _downstream_ran_once_per_txid(stack, client, {c["txid"]: c["records_read"] for c in commits})
     assert [c["committed_at"] for c in commits] == sorted(c["committed_at"] for c in commits)
     assert coord.status(DAG).lag == 0
-    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(OPS_DAGS)]) == 0
+    assert cli(["--dsn", stack.state_dsn, "audit", DAG, "--dag-file", str(OPS_DAGS)]) == 0
     coord.close()
     log.close()
+
+
+def _a_failed_txid_blocks_the_later_ones(c: _Cascade, statsd: StatsdListener) -> None:
+    """Every run finishes (no deadlock): txid 2 on its retry, txid 3 failed, the later ones
+    failed fast naming it, and the runs past max_in_flight never planned."""
+    stack, coord = c.stack, c.coord
+    states = wait_for_runs(stack, DAG, c.runs, allow_failed=True)
+    planned = [r for r in c.runs if coord.transaction_for_run(DAG, r) is not None]
+    c.by_txid = runs_by_txid(coord, planned, DAG)
+    c.blocked = sorted(t for t in c.by_txid if t > 3)
+    assert sorted(c.by_txid)[:2] == [2, 3] and c.blocked == list(range(4, 4 + len(c.blocked))) and c.blocked
+    assert states[c.by_txid[2]] == "success"
+    # The killed attempt's staged rows were never committed: Airflow's retry made attempt 2.
+    assert query(stack.state_dsn, "SELECT attempt, status = 'committed' FROM airflow_txn.attempts "
+                                  "WHERE topology_id = %s AND txid = 2 ORDER BY attempt", (DAG,)) == [(1, False),
+                                                                                                      (2, True)]
+    assert {states[c.by_txid[t]] for t in (3, *c.blocked)} == {"failed"}
+    assert "InjectedFault" in task_log(stack, DAG, c.by_txid[3], "process")
+    for t in c.blocked:  # they failed fast, naming the txid that blocks them and what to do
+        text = task_log(stack, DAG, c.by_txid[t], "commit")
+        assert "blocked by failed txid 3" in text and "Clear that run's tasks" in text, text[-3000:]
+    # Runs started once max_in_flight=3 txids were uncommitted could not even be planned: the
+    # oldest failed for good, so their plan tasks failed fast too instead of waiting.
+    c.unplanned = [r for r in c.runs if r not in planned]
+    assert c.unplanned
+    for r in c.unplanned:
+        assert states[r] == "failed"
+        assert "blocked by failed txid 3" in task_log(stack, DAG, r, "plan")
+    status = coord.status(DAG)
+    assert status.committed_txid == 2
+    assert status.blocked_by and "blocked by failed txid 3" in status.blocked_by
+    # The monitoring heard it: a commit that failed fast set the topology's blocked gauge.
+    assert (1.0, "g") in statsd.values(DAG, "blocked")
+
+
+def _clearing_the_failed_run_recovers_through_a_scheduler_kill(c: _Cascade) -> None:
+    """The fault is fixed; the failed run of txid 3 is cleared from its Transactions page, as a
+    person does: the preview (Airflow's dry run), then the button. A scheduler killed mid-flight
+    and restarted does not change the outcome."""
+    set_faults(c.stack)
+    _clear_from_the_page(c.stack, c.client, c.by_txid[3], 3, later=c.blocked)
+    c.stack.stop_component("scheduler", signal.SIGKILL)
+    c.stack.start_component("scheduler")
+    wait_for_runs(c.stack, DAG, [c.by_txid[3]])
+    assert c.coord.status(DAG).committed_txid == 3
+
+
+def _reprocessing_the_failed_runs_reuses_their_staged_output(c: _Cascade) -> None:
+    """A backfill over the range with "reprocess failed" clears the failed runs in place (same run
+    ids): the blocked txids reuse the output their processing staged, and the runs that were never
+    planned get the next txids. Started through the plugin's API: the range is the one of the
+    failed runs, and the preview names each run and its txid."""
+    stack, client, blocked, unplanned = c.stack, c.client, c.blocked, c.unplanned
+    topology_page = browser(stack, "GET", f"/transactional/dags/{DAG}", client.token())[1]
+    assert "Reprocess the failed runs" in topology_page and f"/transactional/dags/{DAG}/reprocess" in topology_page
+    shown = browser(stack, "GET", f"/transactional/dags/{DAG}/reprocess", client.token())[1]
+    assert f"Start the backfill ({len(blocked) + len(unplanned)} runs)" in shown, shown
+    preview = plugin_post(stack, f"/transactional/api/dags/{DAG}/reprocess", client.token(), {"dry_run": True})[1]
+    assert sorted(r["run_id"] for r in preview["runs"]) == sorted([c.by_txid[t] for t in blocked] + unplanned)
+    assert sorted(r["txid"] for r in preview["runs"] if r["txid"] is not None) == blocked
+    assert preview["unreachable"] == [] and preview["problem"] is None
+    # A Viewer may look at it all but start nothing: Airflow's own permission check says no.
+    viewer = stack.client(VIEWER).token()
+    code, refused = plugin_post(stack, f"/transactional/api/dags/{DAG}/reprocess", viewer, {"dry_run": False})
+    assert code == 403 and "may not" in refused["detail"], refused
+    assert client.get(f"/api/v2/backfills?dag_id={DAG}")["total_entries"] == 0
+    code, done = plugin_post(stack, f"/transactional/api/dags/{DAG}/reprocess", client.token(), {"dry_run": False})
+    assert code == 200 and done["backfill"]["reprocess_behavior"] == "failed", done
+    wait_for_runs(stack, DAG, [c.by_txid[t] for t in blocked] + unplanned)
+    assert c.coord.status(DAG).committed_txid == 6
+    assert sorted(c.coord.transaction_for_run(DAG, r).txid for r in unplanned) == list(range(blocked[-1] + 1, 7))
+    assert "reusing its staged output" in task_log(stack, DAG, c.by_txid[4], "process")
+    c.by_txid = runs_by_txid(c.coord, c.runs, DAG)
+
+
+def _clearing_committed_runs_changes_nothing(c: _Cascade) -> None:
+    """Clearing committed runs -- one task, or a whole run -- is a logged no-op."""
+    dsn = c.stack.state_dsn
+    assert query(dsn, "SELECT id, value FROM ops_count") == [("all", c.events)]
+    c.client.clear(DAG, c.by_txid[2], ["commit"])
+    c.client.clear(DAG, c.by_txid[4])
+    wait_for_runs(c.stack, DAG, [c.by_txid[2], c.by_txid[4]])
+    assert "txid 2 already committed at" in task_log(c.stack, DAG, c.by_txid[2], "commit")
+    assert "txid 4 already committed at" in task_log(c.stack, DAG, c.by_txid[4], "process")
+    assert query(dsn, "SELECT id, value FROM ops_count") == [("all", c.events)]
+
+
+def _a_rebuild_repairs_the_table_while_airflow_commits(c: _Cascade) -> None:
+    """Rebuild the derived view from the log while Airflow keeps committing: a damaged table is
+    repaired, and a run that commits mid-rebuild is part of the swapped-in state."""
+    dsn = c.stack.state_dsn
+    query(dsn, "UPDATE ops_count SET value = value + 1000")
+    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(OPS_DAGS)]) == 1
+    release = c.stack.base_dir / "rebuild.release"
+    outcome: list[int] = []
+    env = {"AIRFLOW_TXN_FAULTS": f"rebuild.loaded:{DAG}=waitfor:{release}"}
+    rebuild = ["--dsn", dsn, "rebuild", DAG, "--dag-file", str(OPS_DAGS)]
+    worker = threading.Thread(target=lambda: outcome.append(cli_with_env(env, rebuild)))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies WHERE topology_id = %s", (DAG,)) != [(6,)]:
+        assert time.monotonic() < deadline, "the rebuild never began"
+        time.sleep(1)
+    late = [(f"late{i}", json.dumps({"url": f"https://example.com/late/{i}"})) for i in range(300)]
+    c.log.append(late)
+    late_run = c.client.trigger(DAG, (DAY0 + timedelta(days=10)).isoformat())["dag_run_id"]
+    wait_for_runs(c.stack, DAG, [late_run])
+    release.touch()
+    worker.join(300)
+    assert outcome == [0]
+    c.events += len(late)
+    assert query(dsn, "SELECT id, value FROM ops_count") == [("all", c.events)]
 
 
 def test_a_commit_killed_on_its_last_try_does_not_hold_the_later_runs(stack: LocalStack,
@@ -252,14 +243,14 @@ def test_a_commit_killed_on_its_last_try_does_not_hold_the_later_runs(stack: Loc
     # nothing in Postgres, so the runs waiting for it kept waiting -- holding every max_active_runs
     # slot, and the run cleared to retry it could never start (docs/design.md, trap 2).
     dag = "ops_killed"
-    log, coord = _start(stack, client, dag, "kil", partitions=2)
+    log, coord = start_topology(stack, client, dag, "kil", partitions=2)
     events = [(f"kil{i}", json.dumps({"url": f"https://example.com/k/{i}"})) for i in range(300)]
     log.append(events)  # all of it txid 2's batch: txids 3 and 4 are empty (no spark-submit)
-    _faults(stack, f"commit.before_commit:{dag}:2=exit")  # every try of txid 2's commit dies on the spot
+    set_faults(stack, f"commit.before_commit:{dag}:2=exit")  # every try of txid 2's commit dies on the spot
     day0 = datetime(2025, 5, 1, tzinfo=UTC)
     runs = [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(3)]
     states = wait_for_runs(stack, dag, runs, allow_failed=True, timeout=600)  # they all finish: no deadlock
-    by_txid = _runs_by_txid(coord, runs, dag)
+    by_txid = runs_by_txid(coord, runs, dag)
     assert sorted(by_txid) == [2, 3, 4] and set(states.values()) == {"failed"}
     assert "blocked by" not in task_log(stack, dag, by_txid[2], "commit")  # it died: no word from it
     for t in (3, 4):  # the waiters asked Airflow, gave their slots up, and said which run to clear
@@ -270,7 +261,7 @@ def test_a_commit_killed_on_its_last_try_does_not_hold_the_later_runs(stack: Loc
     assert status.committed_txid == 1 and status.blocked_by and "txid 2" in status.blocked_by
 
     # Recovery as the README says: the cause gone, clear the killed run, then the blocked ones.
-    _faults(stack)
+    set_faults(stack)
     client.clear(dag, by_txid[2], only_failed=True)
     wait_for_runs(stack, dag, [by_txid[2]])
     for t in (3, 4):
@@ -287,16 +278,16 @@ def test_a_deleted_run_s_batch_is_taken_over_by_the_next_run(stack: LocalStack, 
     # Deleting a failed run in the UI is a common clean-up. Its txid stays planned and every later
     # commit waits for it: with no run left to commit it, the topology would stop for good.
     dag = "ops_deleted"
-    log, coord = _start(stack, client, dag, "dlt", partitions=2)
+    log, coord = start_topology(stack, client, dag, "dlt", partitions=2)
     events = [(f"dlt{i}", json.dumps({"url": f"https://example.com/d/{i}"})) for i in range(300)]
     log.append(events)  # all of it txid 2's batch; txid 3 is empty and only waits for it
-    _faults(stack, f"commit.before_commit:{dag}:2=exit")
+    set_faults(stack, f"commit.before_commit:{dag}:2=exit")
     day0 = datetime(2025, 7, 1, tzinfo=UTC)
     first = [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(2)]
     assert set(wait_for_runs(stack, dag, first, allow_failed=True, timeout=600).values()) == {"failed"}
-    by_txid = _runs_by_txid(coord, first, dag)
+    by_txid = runs_by_txid(coord, first, dag)
     assert sorted(by_txid) == [2, 3]
-    _faults(stack)
+    set_faults(stack)
 
     client.delete_run(dag, by_txid[2])
     taker = client.trigger(dag, (day0 + timedelta(days=2)).isoformat())["dag_run_id"]
@@ -313,40 +304,15 @@ def test_a_deleted_run_s_batch_is_taken_over_by_the_next_run(stack: LocalStack, 
     log.close()
 
 
-def _cli_with_env(env: dict[str, str], argv: list[str]) -> int:
-    """``airflow-txn`` in a subprocess with extra environment (faults for its Spark job)."""
-    res = subprocess.run([sys.executable, "-m", "airflow_transactional.cli", *argv], env={**os.environ, **env},
-                         capture_output=True, text=True, timeout=600)
-    if res.returncode:
-        print(res.stdout, res.stderr[-3000:])
-    return res.returncode
-
-
-def _start(stack: LocalStack, client: RestClient, dag: str, log_name: str,
-           partitions: int) -> tuple[EventLog, Coordinator]:
-    """Create the topology's (empty) log and unpause it. Airflow schedules one run at once on
-    unpausing; with an empty log that run is the empty txid 1."""
-    log = EventLog(stack.state_dsn, log_name)
-    log.create(partitions)
-    client.wait_for_dag(dag)
-    client.unpause(dag)
-    deadline = time.monotonic() + 120
-    while not (scheduled := client.runs(dag)):
-        assert time.monotonic() < deadline, f"Airflow scheduled no run of {dag} after unpausing it"
-        time.sleep(2)
-    assert set(wait_for_runs(stack, dag, [str(r["dag_run_id"]) for r in scheduled]).values()) == {"success"}
-    return log, Coordinator(stack.state_dsn)
-
-
 def test_retention_pause_and_api_server_restart_during_processing(stack: LocalStack, client: RestClient) -> None:
     dag = "ops_opaque"
     dsn = stack.state_dsn
-    log, coord = _start(stack, client, dag, "opq", partitions=1)
+    log, coord = start_topology(stack, client, dag, "opq", partitions=1)
     events = [(f"opq{i}", json.dumps({"url": f"https://example.org/{i}"})) for i in range(1200)]
     log.append(events)
     # txid 2's first attempt stalls after staging its output -- long enough for retention to run.
     once = stack.base_dir / "opq-pause.once"
-    _faults(stack, f"spark.after_stage:{dag}:2=pause:45@once:{once}")
+    set_faults(stack, f"spark.after_stage:{dag}:2=pause:45@once:{once}")
     day0 = datetime(2025, 6, 1, tzinfo=UTC)
     runs = [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(3)]
     deadline = time.monotonic() + 300
@@ -362,9 +328,9 @@ def test_retention_pause_and_api_server_restart_during_processing(stack: LocalSt
     stack.wait_healthy()
     client.unpause(dag)
     wait_for_runs(stack, dag, runs)
-    _faults(stack)
+    set_faults(stack)
 
-    by_txid = _runs_by_txid(coord, runs, dag)
+    by_txid = runs_by_txid(coord, runs, dag)
     assert sorted(by_txid) == [2, 3, 4]
     attempts = query(dsn, "SELECT txid, attempt, plan_version, status, coalesce(error, '') FROM airflow_txn.attempts "
                           "WHERE topology_id = %s ORDER BY txid, attempt", (dag,))
