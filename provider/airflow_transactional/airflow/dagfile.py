@@ -19,9 +19,8 @@ def declared_topologies(dag_files: list[str]) -> list[TopologySpec]:
     for path in dag_files:
         if not os.path.isfile(path):
             raise ConfigError(f"no DAG file {path}")
-        found = [task.topology for value in _load(path).values()
-                 for task in getattr(value, "tasks", []) if isinstance(getattr(task, "topology", None), dict)
-                 and task.task_id == "plan"]
+        found = [task.topology for dag in _dags(_load(path)) for task in dag.tasks
+                 if isinstance(getattr(task, "topology", None), dict) and task.task_id == "plan"]
         if not found:
             raise ConfigError(f"{path} declares no transactional topology (no transactional_dag in it)")
         specs += [TopologySpec.from_config(config) for config in found]
@@ -42,13 +41,30 @@ def declared_as_stored(stored: TopologySpec, dag_file: str | None, command: str)
     found = [spec for spec in declared_topologies([dag_file]) if spec.topology_id == topology_id]
     if not found:
         raise ConfigError(f"{dag_file} does not declare topology {topology_id!r}")
-    mine, theirs = found[0].to_config(), stored.to_config()
+    mine, theirs = _compared(found[0]), _compared(stored)
     if mine != theirs:
         changed = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         raise ConfigError(f"the state store's declaration of {topology_id!r} differs from {dag_file}'s "
                           f"({', '.join(changed)}): refusing to {command} with either. Register the file as the "
                           f"schema's owner ('airflow-txn register {dag_file}'), or name the file that was registered")
     return found[0]
+
+
+#: What a declaration may set from its environment without changing what an owner's command runs
+#: or touches: how many batches are in flight, and how large (an example DAG reads them from the
+#: environment, which the scheduler's and the owner's shell need not share).
+TUNING = ("max_in_flight", "max_batch_size")
+
+
+def _compared(spec: TopologySpec) -> dict[str, Any]:
+    return {k: v for k, v in spec.to_config().items() if k not in TUNING}
+
+
+def _dags(names: dict[str, Any]) -> list[Any]:
+    """The DAG objects among a DAG file's globals (not, say, the ``DAG`` class it imported, whose
+    ``tasks`` is a property)."""
+    return [value for value in names.values()
+            if not isinstance(value, type) and isinstance(getattr(value, "tasks", None), (list, tuple))]
 
 
 def _load(path: str) -> dict[str, Any]:
