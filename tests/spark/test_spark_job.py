@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec, spark_cds
+from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import NotProcessed
+from airflow_transactional.spark import cds as spark_cds
 from tests.helpers import declared, query, spark_submit
 
 pytestmark = pytest.mark.spark
