@@ -34,7 +34,7 @@ def spark_submit(dsn: str, application: str, *args: str, env: dict[str, str] | N
 
 DAG_FILE = """from datetime import timedelta
 
-from airflow_transactional.dag import transactional_dag
+from airflow_transactional import transactional_dag
 from airflow_transactional.spec import TopologySpec
 
 spec = TopologySpec.from_config({config!r})
