@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench venv lint clean startup-archive browser
+.PHONY: demo test bench venv lint clean startup-archive browser jars
 
 venv: $(STAMP)
 
@@ -23,7 +23,16 @@ $(STAMP): requirements/constraints.txt setup.cfg pyproject.toml
 startup-archive: $(STAMP)
 	$(BIN)/airflow-txn spark-cds || echo "(no class-data-sharing archive: Spark drivers start without one)"
 
-demo: startup-archive
+# Jars from Maven Central, fetched once per machine with Maven (installed here when missing, as
+# root): Spark's Kafka connector, and the Kafka broker the demo and the tests start.
+jars: $(STAMP)
+	@command -v mvn >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven; \
+	  else echo "fetching the Kafka jars needs Maven: sudo apt-get install maven"; exit 1; fi; }
+	$(BIN)/airflow-txn fetch-jars
+	$(BIN)/python -m dev.kafka fetch
+
+demo: startup-archive jars
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dev.demo
 
 # The browser test drives Debian's Chromium and ChromeDriver: installed here when missing (as root,
@@ -35,7 +44,7 @@ browser:
 
 # The house rules first (ruff, mypy: seconds), then every tier of the suite. For development one
 # tier runs alone: `make test TIER=unit` (or integration, spark, e2e); CI runs them all.
-test: startup-archive lint browser
+test: startup-archive lint browser jars
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests $(if $(TIER),-m $(TIER))
 
 # The benchmarks against the alternatives (README "Benchmarks"); `make bench QUICK=1` is the

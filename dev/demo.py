@@ -1,10 +1,12 @@
 """``make demo``: the example topologies committing real batches on a real local Airflow.
 
-Starts the embedded PostgreSQL and Airflow 3 (api-server, scheduler, dag-processor, triggerer),
-a producer appending tweets to the ``tweets`` event log (with a few malformed records and
-duplicate deliveries, so the quarantine and the dedupe have work), landing order files and
-appending payment requests (after one deposit per account) for the payments pipeline, then
-unpauses the example DAGs and prints where to look. Ctrl-C stops everything it started.
+Starts the embedded PostgreSQL, a Kafka broker and Airflow 3 (api-server, scheduler,
+dag-processor, triggerer), a producer appending tweets to the ``tweets`` event log (with a few
+malformed records and duplicate deliveries, so the quarantine and the dedupe have work), a Kafka
+producer writing tweets to the ``tweets`` topic in transactions (one in ten aborted: never
+counted), landing order files and appending payment requests (after one deposit per account) for
+the payments pipeline, then unpauses the example DAGs and prints where to look. Ctrl-C stops
+everything it started.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from airflow_transactional.exceptions import TransactionalError
 from airflow_transactional.sources import EventLog
 from airflow_transactional.sources.landing import write_json_lines
 from dev import payments
+from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack
 
 DAGS_DIR = Path(__file__).resolve().parents[1] / "dags"  # the repository's examples
 # settlement first: it keeps the credits table the payments decision reads (its headroom).
-DAGS = ("words", "global_count", "landing_orders", "settlement", "payments")
+DAGS = ("words", "kafka_words", "global_count", "landing_orders", "settlement", "payments")
 DOMAINS = ["example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com", "news.ycombinator.com"]
 
 
@@ -94,6 +97,49 @@ class Producer(threading.Thread):
                 write_json_lines(str(self.landing), f"orders-{int(time.time() * 1000)}.json", orders)
 
 
+class KafkaTweets(threading.Thread):
+    """Writes tweets to the ``tweets`` topic in Kafka transactions, aborting one in ten."""
+
+    def __init__(self, broker: KafkaBroker, rate: int, interval: float = 2.0) -> None:
+        from confluent_kafka import Producer
+
+        super().__init__(name="kafka-tweets", daemon=True)
+        self.producer = Producer({**broker.client_config(), "transactional.id": f"demo-tweets-{uuid.uuid4().hex[:8]}"},
+                                 logger=logging.getLogger("demo.kafka"))
+        self.producer.init_transactions(60)
+        self.per_tick = max(1, int(rate * interval))
+        self.interval = interval
+        self.rng = random.Random()
+        self.stop_event = threading.Event()
+        self.committed = self.aborted = 0
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.interval):
+            try:
+                self.producer.begin_transaction()
+                for _ in range(self.per_tick):
+                    url = f"https://{self.rng.choice(DOMAINS)}/post/{self.rng.randint(1, 40)}"
+                    tweet = {"url": url, "user": f"u{self.rng.randint(1, 500)}", "ts": time.time()}
+                    self.producer.produce("tweets", value=json.dumps(tweet))
+                if self.rng.random() < 0.1:  # a producer that gives up: its records are never read
+                    self.producer.abort_transaction(60)
+                    self.aborted += self.per_tick
+                else:
+                    self.producer.commit_transaction(60)
+                    self.committed += self.per_tick
+            except Exception as exc:  # the demo goes on
+                logging.warning("kafka producer: %s", exc)
+
+
+def create_topic(broker: KafkaBroker, name: str, partitions: int) -> None:
+    """The topic, if it is not there yet (a restarted demo keeps its broker's data)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(broker.client_config(), logger=logging.getLogger("demo.kafka"))
+    if name not in admin.list_topics(timeout=30).topics:
+        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
+
+
 class PaymentRequests(threading.Thread):
     """Appends payment requests (a few invalid) for the payments example, after one deposit per account."""
 
@@ -136,6 +182,7 @@ DAGs         {', '.join(DAGS)} -- unpaused, one transaction a minute each (their
 Airflow CLI  export AIRFLOW_HOME={stack.home}   # then e.g. airflow dags list-import-errors
 State        {env_line}
              .venv/bin/airflow-txn status words        # committed txid, in flight, lag, quarantine
+             .venv/bin/airflow-txn status kafka_words  # the same topology fed by the Kafka topic tweets
              .venv/bin/airflow-txn audit words --dag-file dags/words.py   # recompute with Spark and diff
              psql service=airflow_txn -c 'SELECT * FROM domain_counts ORDER BY value DESC'
 Payments     payments decides each request in its commit; settlement credits the payees:
@@ -157,18 +204,24 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(args.dir).resolve()
     landing = base / "landing"
     landing.mkdir(parents=True, exist_ok=True)
-    stack = LocalStack(base, DAGS_DIR, port=_port(args.port),
+    stack = LocalStack(base, DAGS_DIR, port=_port(args.port), kafka=True,
                        env={"AIRFLOW_TXN_LANDING_DIR": str(landing)})
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     producer: Producer | None = None
     requests: PaymentRequests | None = None
+    kafka_tweets: KafkaTweets | None = None
     try:
-        print("starting PostgreSQL and Airflow (api-server, scheduler, dag-processor, triggerer)...", flush=True)
+        print("starting PostgreSQL, Kafka and Airflow (api-server, scheduler, dag-processor, triggerer)...",
+              flush=True)
         stack.start()
         EventLog(stack.state_dsn, "tweets").create(4)
         producer = Producer(stack.state_dsn, landing, args.rate)
         producer.start()
+        assert stack.kafka is not None
+        create_topic(stack.kafka, "tweets", 3)
+        kafka_tweets = KafkaTweets(stack.kafka, args.rate)
+        kafka_tweets.start()
         requests = PaymentRequests(stack.state_dsn, per_second=max(1.0, args.rate / 10))
         requests.start()
         client = stack.client()
@@ -195,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         print("stopping...", flush=True)
-        for thread in (producer, requests):
+        for thread in (producer, requests, kafka_tweets):
             if thread is not None:
                 thread.stop_event.set()
         stack.stop()

@@ -17,15 +17,14 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 from airflow_transactional import files
-from airflow_transactional.exceptions import TransactionalError
+from airflow_transactional.spark.jars import kafka_connector
 from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env
 from dev.embedded import EmbeddedPostgres, free_port, listening
+from dev.kafka import KafkaBroker
+from dev.restclient import AirflowStackError, RestClient
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +43,6 @@ def _fernet_key() -> str:
     from cryptography.fernet import Fernet
 
     return Fernet.generate_key().decode()
-
-
-class AirflowStackError(TransactionalError):
-    """The local Airflow did not come up (the message names the component and its log)."""
 
 
 #: How often the stack's Airflow looks again: quicker than Airflow's defaults, for a stack that
@@ -81,7 +76,7 @@ class LocalStack:
                  port: int | None = None, parallelism: int = 6, spark_slots: int = 2,
                  env: dict[str, str] | None = None, spark_connect: bool = False,
                  teams: dict[str, str | os.PathLike[str]] | None = None,
-                 users: dict[str, str] | None = None) -> None:
+                 users: dict[str, str] | None = None, kafka: KafkaBroker | bool = False) -> None:
         self.base_dir = Path(base_dir).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.home = self.base_dir / "airflow"
@@ -101,6 +96,10 @@ class LocalStack:
         self.teams = {name: Path(path).resolve() for name, path in (teams or {}).items()}
         #: user name -> role (and teams, "role:team|team"), for Airflow's simple auth manager
         self.users = {ADMIN: "admin", VIEWER: "viewer", **(users or {})}
+        # With kafka, a Kafka broker is Airflow's connection ``kafka_default``: one given (shared, its
+        # owner stops it), or True for one the stack starts and stops.
+        self.kafka = KafkaBroker(self.base_dir / "kafka") if kafka is True else (kafka or None)
+        self._own_kafka = kafka is True
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -179,6 +178,8 @@ class LocalStack:
             "PYSPARK_PYTHON": sys.executable,
             "NO_PROXY": "*",
         }
+        if self.kafka is not None:
+            env["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka", "extra": self.kafka.client_config()})
         if self.spark_connect_port:
             # The server serves only a client with its token (localhost: PySpark sends a token over
             # plain loopback only to "localhost"; anywhere else it wants TLS).
@@ -201,6 +202,8 @@ class LocalStack:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         (self.base_dir / "logs").mkdir(exist_ok=True)
         self.pg.start()
+        if self._own_kafka and self.kafka is not None:
+            self.kafka.start()
         self.pg.create_database("airflow")
         self.pg.create_database("airflow_txn")
         files.write_private(self.base_dir / "passwords.json",
@@ -235,7 +238,8 @@ class LocalStack:
         logf = open(files.open_private_log(self.base_dir / f"{name}.log"), "ab")
         env = self.env()
         if name == SPARK_CONNECT and self.spark_connect_port:
-            argv = spark_connect_server_argv(self.spark_connect_port)
+            connector = kafka_connector().find() if self.kafka is not None else None
+            argv = spark_connect_server_argv(self.spark_connect_port, jars=[str(j) for j in connector or []])
             env = spark_connect_server_env(self._secrets()["spark_connect"], env)  # its token, none of our secrets
         else:
             argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
@@ -261,6 +265,8 @@ class LocalStack:
         """Stop every component; ``remove``: delete the state store's data too (a throwaway stack)."""
         for name in reversed(self.components):
             self.stop_component(name)
+        if self._own_kafka and self.kafka is not None:
+            self.kafka.stop(remove=remove)
         if remove:
             self.pg.remove()
         else:
@@ -300,100 +306,3 @@ class LocalStack:
     def remove(self) -> None:
         """Delete everything under ``base_dir`` (stop first)."""
         shutil.rmtree(self.base_dir, ignore_errors=True)
-
-
-class RestClient:
-    """A minimal client of Airflow's public REST API (``/api/v2``), with a JWT from ``/auth/token``."""
-
-    def __init__(self, url: str, username: str, password: str) -> None:
-        self.url = url.rstrip("/")
-        self._credentials = {"username": username, "password": password}
-        self._token: str | None = None
-
-    def _request(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        if auth:
-            req.add_header("Authorization", f"Bearer {self.token()}")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:2000]
-            raise AirflowStackError(f"{method} {path} -> {exc.code}: {detail}") from None
-        return json.loads(raw) if raw else None
-
-    def token(self) -> str:
-        if self._token is None:
-            self._token = str(self._request("POST", "/auth/token", self._credentials, auth=False)["access_token"])
-        return self._token
-
-    def get(self, path: str) -> Any:
-        return self._request("GET", path, auth=not path.startswith("/api/v2/monitor"))
-
-    def post(self, path: str, body: Any) -> Any:
-        return self._request("POST", path, body)
-
-    def patch(self, path: str, body: Any) -> Any:
-        return self._request("PATCH", path, body)
-
-    # -- the calls the UI makes ------------------------------------------------------------
-
-    def unpause(self, dag_id: str) -> None:
-        self.patch(f"/api/v2/dags/{dag_id}", {"is_paused": False})
-
-    def trigger(self, dag_id: str, logical_date: str | None, run_id: str | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"logical_date": logical_date}
-        if run_id:
-            body["dag_run_id"] = run_id
-        return dict(self.post(f"/api/v2/dags/{dag_id}/dagRuns", body))
-
-    def run(self, dag_id: str, run_id: str) -> dict[str, Any]:
-        return dict(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"))
-
-    def delete_run(self, dag_id: str, run_id: str) -> None:
-        """Delete a (failed, queued or finished) run, as the UI's "Delete" does."""
-        self._request("DELETE", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
-
-    def runs(self, dag_id: str, limit: int | None = None) -> list[dict[str, Any]]:
-        """The DAG's runs, oldest first: all of them, or the first ``limit``.
-
-        The API silently caps a page at ``[api] maximum_page_limit`` (100 by default), so this
-        pages until ``total_entries`` runs are in hand."""
-        runs: list[dict[str, Any]] = []
-        while limit is None or len(runs) < limit:
-            page = self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100&offset={len(runs)}&order_by=id")
-            runs += page["dag_runs"]
-            if not page["dag_runs"] or len(runs) >= page["total_entries"]:
-                break
-        return runs if limit is None else runs[:limit]
-
-    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
-        return list(self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])
-
-    def clear(self, dag_id: str, run_id: str, task_ids: list[str] | None = None, *, only_failed: bool = False,
-              **flags: bool) -> list[dict[str, Any]]:
-        """Clear task instances of one run, as the UI's "Clear" does (flags: include_downstream, ...)."""
-        body: dict[str, Any] = {"dry_run": False, "dag_run_id": run_id, "only_failed": only_failed,
-                                "reset_dag_runs": True, **flags}
-        if task_ids is not None:
-            body["task_ids"] = task_ids
-        return list(self.post(f"/api/v2/dags/{dag_id}/clearTaskInstances", body)["task_instances"])
-
-    def backfill(self, dag_id: str, from_date: str, to_date: str, *, reprocess: str = "failed",
-                 max_active_runs: int = 3) -> dict[str, Any]:
-        """Create a backfill (``reprocess``: none, failed or completed), as the UI's dialog does."""
-        return dict(self.post("/api/v2/backfills", {"dag_id": dag_id, "from_date": from_date, "to_date": to_date,
-                                                    "reprocess_behavior": reprocess,
-                                                    "max_active_runs": max_active_runs}))
-
-    def wait_for_dag(self, dag_id: str, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                self.get(f"/api/v2/dags/{dag_id}")
-                return
-            except AirflowStackError:
-                time.sleep(2)
-        raise AirflowStackError(f"DAG {dag_id} was not parsed in {timeout:.0f}s: check the dag-processor log")

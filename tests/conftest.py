@@ -1,7 +1,9 @@
-"""Shared fixtures: one real embedded PostgreSQL server per test session, a fresh database per test."""
+"""Shared fixtures: one real embedded PostgreSQL server per test session, a fresh database per test,
+and a real Kafka broker for the tests that read or write Kafka."""
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -11,6 +13,7 @@ import pytest
 from airflow_transactional.coordinator import Coordinator
 from dev import faults
 from dev.embedded import EmbeddedPostgres
+from dev.kafka import KafkaBroker
 
 # Every process a test starts (Airflow's components, spark-submit's driver, a CLI) starts with the
 # fault engine installed, so a test can arm faults in it.
@@ -41,3 +44,20 @@ def coordinator(dsn: str) -> Iterator[Coordinator]:
     c.migrate()
     yield c
     c.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A real Kafka broker (one KRaft node, its jars from Maven Central), started once per session
+    by the first test that needs it."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
+    yield broker
+    broker.stop(remove=True)
+
+
+@pytest.fixture
+def kafka(kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> KafkaBroker:
+    """The broker, with ``kafka_default`` (Airflow's default Kafka connection) pointing at it."""
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT",
+                       json.dumps({"conn_type": "kafka", "extra": kafka_broker.client_config()}))
+    return kafka_broker

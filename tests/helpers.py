@@ -20,14 +20,14 @@ from airflow_transactional.spec import StateSpec, TopologySpec
 
 
 def spark_submit(dsn: str, application: str, *args: str, env: dict[str, str] | None = None,
-                 java_options: str | None = None) -> subprocess.CompletedProcess[str]:
+                 java_options: str | None = None, jars: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     """A job under spark-submit (local[2]); its driver starts from the class-data-sharing archive
     when one was built (``airflow-txn spark-cds``), as the process task's does."""
     conf = spark_cds.with_archive({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
                                    **({"spark.driver.extraJavaOptions": java_options} if java_options else {})},
                                   spark_cds.current())
     argv = ["spark-submit", "--master", "local[2]", *(x for k, v in conf.items() for x in ("--conf", f"{k}={v}")),
-            "--py-files", provider_zip(), application, *args]
+            *(["--jars", ",".join(jars)] if jars else []), "--py-files", provider_zip(), application, *args]
     return subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
                                      **(env or {})}, capture_output=True, text=True, timeout=300)
 

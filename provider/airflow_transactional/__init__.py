@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from .processing import OutputEvent, Request
-from .sources import EventLog, LandingDirectory, PostgresLogSource
+from .sources import EventLog, KafkaSource, LandingDirectory, PostgresLogSource
 from .spark.submit import LOCAL_SPARK_CONF
 from .spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
 
 __version__ = "0.1.0"
 
-__all__ = ["LOCAL_SPARK_CONF", "DecisionSpec", "EventLog", "LandingDirectory", "OutputEvent", "OutputSpec",
-           "PostgresLogSource", "Request", "StateSpec", "TopologySpec", "get_provider_info", "output_asset",
-           "state_asset", "transactional_dag"]
+__all__ = ["LOCAL_SPARK_CONF", "DecisionSpec", "EventLog", "KafkaSource", "LandingDirectory", "OutputEvent",
+           "OutputSpec", "PostgresLogSource", "Request", "StateSpec", "TopologySpec", "get_provider_info",
+           "output_asset", "state_asset", "transactional_dag"]
 
 
 def __getattr__(name: str) -> Any:

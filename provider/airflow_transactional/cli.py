@@ -24,7 +24,7 @@ import psycopg2
 from .airflow.dagfile import declared_as_stored, declared_topologies
 from .coordinator import Coordinator, TopologyStatus
 from .exceptions import ConfigError, TransactionalError
-from .spark import cds
+from .spark import cds, jars
 from .spark.recompute import recompute
 from .spark.submit import DSN_FILE_ENV, read_dsn_file
 from .store.connection import redact
@@ -167,6 +167,16 @@ def spark_cds(args: argparse.Namespace) -> int:
     return 0
 
 
+def fetch_jars(args: argparse.Namespace) -> int:
+    """Fetch the jars a Spark job of a Kafka topology needs (Spark's Kafka connector), with Maven."""
+    connector = jars.kafka_connector()
+    found = connector.find()
+    fetched = found if found is not None else connector.fetch()
+    print(f"Spark's Kafka connector {'already fetched' if found is not None else 'fetched'}: "
+          f"{', '.join(p.name for p in fetched)} in {connector.directory}")
+    return 0
+
+
 def _print_status(st: TopologyStatus) -> None:
     print(f"topology        {st.topology_id}")
     print(f"committed txid  {st.committed_txid}  (last commit {st.last_commit_at or 'never'})")
@@ -252,15 +262,21 @@ def parser() -> argparse.ArgumentParser:
     command("spark-cds", spark_cds, "build the class-data-sharing archive that saves a small batch's spark-submit "
             "about a fifth of its CPU and time (once per machine; needs no state store)", topology=False).add_argument(
         "--force", action="store_true", help="build it again even if a verified one exists")
+    command("fetch-jars", fetch_jars, "fetch Spark's Kafka connector for the installed Spark with Maven (once per "
+            "machine; needs no state store)", topology=False)
     return p
+
+
+#: Commands that need no state store.
+NO_STORE = (spark_cds, fetch_jars)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``airflow-txn``: one line on stderr for any error (never a traceback), exit 1."""
     try:
         args = parser().parse_args(argv)
-        if args.func is spark_cds:
-            return spark_cds(args)
+        if args.func in NO_STORE:
+            return int(args.func(args))
         if args.command == "reset" and not args.yes:
             raise ConfigError(f"reset drops the state tables of {args.topology} and its progress: pause its DAG, "
                               f"then run 'airflow-txn reset {args.topology} --yes'")

@@ -27,7 +27,18 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from .core import attempts, commit, commit_external, liveness, planning, rebuild, registration, status, views
+from .core import (
+    attempts,
+    commit,
+    commit_external,
+    liveness,
+    planning,
+    publish,
+    rebuild,
+    registration,
+    status,
+    views,
+)
 from .core.context import StateStore
 from .core.model import (
     QUARANTINE_RECORD_CHARS,
@@ -39,6 +50,7 @@ from .core.model import (
     Transaction,
     same_offsets,
 )
+from .core.publish import Publication
 from .sources.base import Record
 from .spec import TopologySpec
 from .store import catalog
@@ -224,6 +236,11 @@ class Coordinator:
         if any(state.database is not None for state in self.spec(topology_id).states):
             return commit_external.commit_external(self.store, topology_id, txid, attempt)
         return commit.commit(self.store, topology_id, txid, attempt)
+
+    def publish(self, topology_id: str, through_txid: int | None = None) -> list[Publication]:
+        """Publish the committed txids (through ``through_txid``) of the topology's outputs declared
+        with a Kafka topic that are not published yet, each in one Kafka transaction (``core/publish.py``)."""
+        return publish.publish(self.store, topology_id, through_txid)
 
     def recover(self, topology_id: str) -> RecoverResult:
         """Discard staged output that can never be committed; safe to run at any time."""

@@ -113,6 +113,16 @@ class BatchUnavailable(TransactionalError):
     """The planned batch can no longer be read from the source (retention, lost files)."""
 
 
+class SourceUnreachable(TransactionalError):
+    """The source did not answer (a Kafka cluster down or out of reach): nothing was planned or read;
+    the task fails and Airflow retries it."""
+
+
+class SourceChanged(TransactionalError):
+    """An attempt read other records than an earlier attempt of the same plan: the source changed
+    under the plan (compacted, truncated), and a transactional topology cannot take either."""
+
+
 class StaleAttempt(TransactionalError):
     """An attempt was made for a plan that has since been re-planned, or was superseded."""
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -25,7 +26,7 @@ from typing import Any
 
 from . import limits
 from .coordinator import Coordinator
-from .core.attempts import StagedEvent
+from .core.attempts import StagedEvent, read_digest
 from .core.model import Attempt
 from .exceptions import BadRecord, ConfigError
 from .sources.base import Record
@@ -227,9 +228,10 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
     with coordinator.processing(topology_id, txid) as run:
         batch = _Batch(coordinator, spec)
         bad: list[tuple[str, str | None, str, str | None]] = []
-        read = 0
+        read = crcs = 0
         for rec in coordinator.read_batch(run.txn):
             read += 1
+            crcs += zlib.crc32(rec.offset.encode())
             try:
                 too_deep = limits.nesting_refusal(rec.payload) if parse is json.loads else None
                 if too_deep is not None:
@@ -244,7 +246,7 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
                                     "(on_bad_record='fail'; use 'quarantine' to set it aside)") from exc
                 bad.append((rec.offset, rec.event_id, reason[:1000], rec.payload))
         counts = batch.stage(coordinator, run.attempt)
-        run.finish(counts, records_read=read, bad=bad)
+        run.finish(counts, records_read=read, bad=bad, read_digest=read_digest(read, crcs))
     if bad:
         log.warning("topology %s txid %d: %d bad records quarantined", topology_id, txid, len(bad))
     return ProcessResult(txid, run.attempt.attempt, read, counts, len(bad))

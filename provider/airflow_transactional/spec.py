@@ -14,7 +14,7 @@ from typing import Any
 from . import identifiers
 from .exceptions import ConfigError
 from .limits import value_range
-from .sources import PostgresLogSource, Source, source_from_config
+from .sources import KafkaSource, PostgresLogSource, Source, source_from_config
 from .values import Combiner, ValueKind
 
 DEFAULT_STATE_SCHEMA = "public"
@@ -115,11 +115,17 @@ class OutputSpec:
     ``log`` is the :class:`~airflow_transactional.EventLog` (default: ``name``), kept in the state
     store's schema; it is created with ``partitions`` when missing (an existing log keeps its
     own). An event goes to the partition of its key (``partition_of``), or of its id.
+
+    ``kafka_topic``: the committed events are also published to that Kafka topic (through the
+    ``kafka_conn_id`` connection), each txid's in one Kafka transaction, in txid order, after its
+    commit (README "Publishing to Kafka").
     """
 
     name: str
     log: str | None = None
     partitions: int = 1
+    kafka_topic: str | None = None
+    kafka_conn_id: str = "kafka_default"
 
     def __post_init__(self) -> None:
         identifiers.name("output name", self.name)
@@ -128,13 +134,16 @@ class OutputSpec:
                 or not 1 <= self.partitions <= MAX_OUTPUT_PARTITIONS):
             raise ConfigError(f"output {self.name!r}: partitions must be an integer from 1 to "
                               f"{MAX_OUTPUT_PARTITIONS}, got {self.partitions!r}")
+        if self.kafka_topic is not None:  # a topic's and a connection's names, checked as a source's
+            KafkaSource(self.kafka_topic, kafka_conn_id=self.kafka_conn_id)
 
     @property
     def log_name(self) -> str:
         return self.log or self.name
 
     def to_config(self) -> dict[str, Any]:
-        return {"name": self.name, "log": self.log_name, "partitions": self.partitions}
+        published = {"kafka_topic": self.kafka_topic, "kafka_conn_id": self.kafka_conn_id} if self.kafka_topic else {}
+        return {"name": self.name, "log": self.log_name, "partitions": self.partitions, **published}
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> OutputSpec:
@@ -344,56 +353,3 @@ def _named(topology_id: str, kind: str, declared: Sequence[Any], name: str) -> A
             return d
     raise ConfigError(f"topology {topology_id!r} has no {kind} {name!r} "
                       f"({kind}s: {', '.join(d.name for d in declared) or 'none'})")
-
-
-# Settings a topology may change between deployments: they shape future batches only. Anything
-# else -- where the source is, the states' keys, types, rules and tables -- decides what the
-# committed offsets and state values *mean*, and may not change under them. (The DAG that runs a
-# topology may never change: see other_owner.)
-MUTABLE_SOURCE_SETTINGS = frozenset({"max_files", "settle_seconds"})
-_STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database", "schema")
-
-
-def _identity(config: Mapping[str, Any]) -> dict[str, Any]:
-    source = {k: v for k, v in dict(config["source"]).items() if k not in MUTABLE_SOURCE_SETTINGS}
-    states = {s["name"]: {k: s.get(k) for k in _STATE_IDENTITY} for s in config["states"]}
-    outputs = {o["name"]: o["log"] for o in config.get("outputs", ())}
-    # A decision's rule (floor, headroom) may change for later requests; the state it keeps may not.
-    decisions = {d["name"]: d["state"] for d in config.get("decisions", ())}
-    return {"source": source, "states": states, "outputs": outputs, "decisions": decisions}
-
-
-def incompatible_changes(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> list[str]:
-    """What ``declared`` changes of ``stored`` that committed progress depends on (empty: none)."""
-    old, new = _identity(stored), _identity(declared)
-    changes = []
-    if old["source"] != new["source"]:
-        changes.append(f"source {old['source']} -> {new['source']}")
-    for name in sorted(set(old["states"]) | set(new["states"])):
-        before, after = old["states"].get(name), new["states"].get(name)
-        if before is None:
-            changes.append(f"state {name!r} added")
-        elif after is None:
-            changes.append(f"state {name!r} removed")
-        else:
-            changes += [f"state {name!r} {k} {before[k]!r} -> {after[k]!r}" for k in _STATE_IDENTITY
-                        if before[k] != after[k]]
-    # An output may be added (later batches append to it) but not moved or dropped: staged and
-    # downstream readers count on it.
-    for name, log in sorted(old["outputs"].items()):
-        if new["outputs"].get(name) != log:
-            changes.append(f"output {name!r} (log {log!r}) " + ("removed" if name not in new["outputs"]
-                                                               else f"now appends to {new['outputs'][name]!r}"))
-    for name, state in sorted(old["decisions"].items()):
-        if new["decisions"].get(name) != state:
-            changes.append(f"decision {name!r} (state {state!r}) " + ("removed" if name not in new["decisions"]
-                                                                     else f"now keeps {new['decisions'][name]!r}"))
-    return changes
-
-
-def other_owner(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> str | None:
-    """The DAG that runs the stored topology when ``declared`` comes from another one (else None).
-
-    Compared only when both declarations name their DAG (older ones do not)."""
-    old, new = (dict(c.get("extra") or {}).get("dag_id") for c in (stored, declared))
-    return str(old) if old and new and old != new else None

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bench.chaos import ChaosConfig, write_dag
+from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack, RestClient
 
 # The chaos harness's CI sizes; the words topology is deployed with the others (payments is an
@@ -82,7 +83,8 @@ def statsd() -> Iterator[StatsdListener]:
 
 
 @pytest.fixture(scope="package")
-def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener) -> Iterator[LocalStack]:
+def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
+          kafka_broker: KafkaBroker) -> Iterator[LocalStack]:
     base = tmp_path_factory.mktemp("airflow")
     landing = base / "landing"
     landing.mkdir()
@@ -111,7 +113,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener) -> I
     }
     # Four worker slots: waiting plans and commits wait in the triggerer, holding none of them
     # (test_deferred_waits.py would starve if they slept in workers).
-    st = LocalStack(base, dags, env=env, parallelism=4)
+    st = LocalStack(base, dags, env=env, parallelism=4, kafka=kafka_broker)  # kafka_default: the session's broker
     try:
         st.start()
         yield st

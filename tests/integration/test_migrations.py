@@ -91,11 +91,12 @@ def test_a_next_version_applies_once_on_top_of_the_baseline(dsn: str, monkeypatc
     """The runner stays for the releases to come: a new file is one more version, applied once."""
     db = Database(dsn)
     try:
-        assert migrate(db, "grown") == [1]
+        assert migrate(db, "grown") == [v for v, _, _ in MIGRATIONS]
+        following = MIGRATIONS[-1][0] + 1
         monkeypatch.setattr("airflow_transactional.store.migrations.MIGRATIONS",
-                            [*MIGRATIONS, (2, "a note per topology",
+                            [*MIGRATIONS, (following, "a note per topology",
                                            "ALTER TABLE {s}.topologies ADD COLUMN note text")])
-        assert migrate(db, "grown") == [2] and migrate(db, "grown") == []
+        assert migrate(db, "grown") == [following] and migrate(db, "grown") == []
         assert query(dsn, "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'grown' "
                           "AND table_name = 'topologies' AND column_name = 'note'") == [(1,)]
     finally:

@@ -59,7 +59,7 @@ def test_every_example_dag_loads_without_import_errors(tmp_path: Path, monkeypat
     monkeypatch.setenv("AIRFLOW_TXN_LANDING_DIR", str(tmp_path))
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"words", "global_count", "landing_orders", "payments", "settlement"}
+    assert set(bag.dag_ids) == {"words", "kafka_words", "global_count", "landing_orders", "payments", "settlement"}
     for dag in bag.dags.values():
         assert [t.task_id for t in dag.tasks] == ["plan", "process", "commit"]
 

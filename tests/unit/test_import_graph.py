@@ -6,7 +6,8 @@ Airflow, Spark, pyarrow -- so the core loads neither, ``test_core_imports.py``);
 * the bottom -- ``exceptions``, ``identifiers``, ``values``, ``limits``, ``files``, ``faults`` --
   imports nothing of the package above it;
 * ``store`` imports only the bottom and itself (a declaration it takes is a type, not an import);
-* ``sources`` and the declaration (``spec``) import the store and the bottom;
+* ``sources`` and the declaration (``spec``) import the store and the bottom; ``sinks`` (where
+  committed output goes beyond the store) only the bottom;
 * ``core`` and ``coordinator`` import neither the Airflow layer (``airflow/``) nor the Spark layer
   (``spark/``), which sit on top with the CLI and the pure-Python processor.
 """
@@ -32,8 +33,9 @@ ALLOWED = {
     f"{P}.store": BOTTOM,
     f"{P}.sources": BOTTOM | {f"{P}.store", f"{P}.spec"},
     f"{P}.spec": BOTTOM | {f"{P}.store", f"{P}.sources"},
-    f"{P}.core": BOTTOM | {f"{P}.store", f"{P}.sources", f"{P}.spec"},
-    f"{P}.coordinator": BOTTOM | {f"{P}.store", f"{P}.sources", f"{P}.spec", f"{P}.core"},
+    f"{P}.sinks": BOTTOM,
+    f"{P}.core": BOTTOM | {f"{P}.store", f"{P}.sources", f"{P}.sinks", f"{P}.spec"},
+    f"{P}.coordinator": BOTTOM | {f"{P}.store", f"{P}.sources", f"{P}.sinks", f"{P}.spec", f"{P}.core"},
 }
 
 

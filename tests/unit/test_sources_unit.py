@@ -10,20 +10,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_transactional.sources.pglog import _fair_shares, partition_of
+from airflow_transactional.sources.base import fair_shares
+from airflow_transactional.sources.pglog import partition_of
 
 pytestmark = pytest.mark.unit
 
 
 def test_fair_shares_split_evenly_then_give_leftovers_to_the_fuller() -> None:
-    assert _fair_shares({0: 100, 1: 100, 2: 100}, 30) == {0: 10, 1: 10, 2: 10}
-    assert _fair_shares({0: 2, 1: 100, 2: 100}, 30) == {0: 2, 1: 14, 2: 14}
-    assert _fair_shares({0: 0, 1: 5}, 30) == {0: 0, 1: 5}
+    assert fair_shares({0: 100, 1: 100, 2: 100}, 30) == {0: 10, 1: 10, 2: 10}
+    assert fair_shares({0: 2, 1: 100, 2: 100}, 30) == {0: 2, 1: 14, 2: 14}
+    assert fair_shares({0: 0, 1: 5}, 30) == {0: 0, 1: 5}
 
 
 @given(st.dictionaries(st.integers(0, 15), st.integers(0, 1000), min_size=1), st.integers(1, 5000))
 def test_fair_shares_never_exceed_the_cap_or_what_is_there(avail: dict[int, int], cap: int) -> None:
-    take = _fair_shares(avail, cap)
+    take = fair_shares(avail, cap)
     assert all(0 <= take[p] <= avail[p] for p in avail)
     assert sum(take.values()) == min(cap, sum(avail.values()))
 

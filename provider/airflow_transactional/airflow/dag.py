@@ -29,7 +29,7 @@ from ..spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
 from ..values import Combiner, ValueKind
 from .assets import topology_assets
 from .deadlines import late_commit
-from .operators import CommitOperator, PlanOperator, TransactionalSparkSubmitOperator
+from .operators import CommitOperator, PlanOperator, PublishOperator, TransactionalSparkSubmitOperator
 
 __all__ = ["LOCAL_SPARK_CONF", "transactional_dag"]
 
@@ -211,6 +211,8 @@ def _add_tasks(dag: DAG, spec: TopologySpec, config: dict[str, Any], *, transact
                             outlets=topology_assets(spec) if emit_assets else [], **waits,
                             execution_timeout=commit_timeout + timedelta(minutes=5), **common)
     plan >> process >> commit
+    if any(o.kafka_topic for o in spec.outputs):  # committed output published to Kafka, after the commit
+        commit >> PublishOperator(task_id="publish", **common)
 
 
 def _check_spark_connect(conn_id: Any, spark_conf: Mapping[str, Any] | None) -> None:

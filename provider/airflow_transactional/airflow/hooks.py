@@ -15,6 +15,8 @@ from psycopg2.extensions import make_dsn
 
 from .. import CONNECTION_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
 from ..coordinator import Coordinator
+from ..exceptions import ConfigError
+from ..sources import kafka
 from ..store.migrations import DEFAULT_SCHEMA
 
 # libpq keywords an Airflow connection's extras may set; everything else is ignored.
@@ -33,6 +35,21 @@ def dsn_from_fields(*, host: str | None, port: int | None, login: str | None, pa
         params["password"] = password
     params.update({k: extras[k] for k in ALLOWED_EXTRAS if extras.get(k) not in (None, "")})
     return make_dsn(**params)
+
+
+def kafka_settings(conn_id: str) -> dict[str, Any]:
+    """The librdkafka settings of Airflow connection ``conn_id`` (a ``kafka`` connection of the Apache
+    Kafka provider keeps them in its extra), from wherever Airflow keeps connections."""
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except Exception as exc:  # AirflowNotFoundException, a secrets backend's own errors
+        raise ConfigError(f"no Airflow connection {conn_id!r} for the Kafka source ({type(exc).__name__}): add one "
+                          "of type kafka whose extra holds the librdkafka settings, e.g. "
+                          '{"bootstrap.servers": "broker:9092"}') from None
+    extra = conn.extra_dejson
+    if not isinstance(extra, dict):
+        raise ConfigError(f"the extra of Airflow connection {conn_id!r} must be an object of librdkafka settings")
+    return dict(extra)
 
 
 class TransactionalHook(BaseHook):
@@ -69,6 +86,7 @@ class TransactionalHook(BaseHook):
         return str(self._extras().get("state_schema") or DEFAULT_SCHEMA)
 
     def get_coordinator(self, **kwargs: Any) -> Coordinator:
+        kafka.use_resolver(kafka_settings)  # a Kafka source's connection, from Airflow's connections
         return Coordinator(self.get_dsn(), schema=self.state_schema(), **kwargs)
 
     def test_connection(self) -> tuple[bool, str]:

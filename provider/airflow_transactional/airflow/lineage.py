@@ -30,6 +30,8 @@ from typing import Any
 
 from psycopg2.extensions import parse_dsn
 
+from ..exceptions import TransactionalError
+from ..sources import kafka
 from ..spec import TopologySpec
 
 #: The run facet's key in an OpenLineage event.
@@ -60,12 +62,14 @@ def store_namespace(dsn: str) -> tuple[str, str]:
 
 def dataset_names(spec: TopologySpec, store_schema: str, database: str) -> tuple[tuple[str, str] | None,
                                                                                list[tuple[str, str, str]]]:
-    """The source as (namespace kind, name) -- kind ``postgres`` or ``file`` -- and the outputs as
+    """The source as (namespace kind, name) -- kind ``postgres``, ``file`` or a Kafka namespace -- and the outputs as
     (kind ``state`` or ``log``, its name in the topology, dataset name)."""
     config = spec.source.to_config()
     source: tuple[str, str] | None = None
     if config["kind"] == "postgres_log":
         source = ("postgres", f"{database}.{config.get('schema') or store_schema}.log.{config['log']}")
+    elif config["kind"] == "kafka":
+        source = (kafka_namespace(str(config["kafka_conn_id"])), str(config["topic"]))
     elif config.get("path"):
         source = ("file", str(config["path"]))
     outputs = []
@@ -75,6 +79,15 @@ def dataset_names(spec: TopologySpec, store_schema: str, database: str) -> tuple
     for out in spec.outputs:
         outputs.append(("log", out.name, f"{database}.{store_schema}.log.{out.log_name}"))
     return source, outputs
+
+
+def kafka_namespace(conn_id: str) -> str:
+    """OpenLineage's namespace of a Kafka topic: ``kafka://<first bootstrap server>`` of the connection."""
+    try:
+        servers = str(kafka.client_config(conn_id)["bootstrap.servers"])
+    except TransactionalError:
+        return "kafka://unknown"
+    return "kafka://" + servers.split(",")[0].strip().removeprefix("PLAINTEXT://").removeprefix("SSL://")
 
 
 @functools.cache
@@ -113,7 +126,7 @@ def operator_lineage(topology: Mapping[str, Any], dsn: str, store_schema: str, t
     spec = TopologySpec.from_config(topology)
     namespace, database = store_namespace(dsn)
     source, outputs = dataset_names(spec, store_schema, database)
-    inputs = [] if source is None else [InputDataset(namespace=namespace if source[0] == "postgres" else "file",
+    inputs = [] if source is None else [InputDataset(namespace=namespace if source[0] == "postgres" else source[0],
                                                 name=source[1])]
     out: list[Any] = []
     if writes:

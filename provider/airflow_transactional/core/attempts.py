@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from ..exceptions import (
     BatchUnavailable,
     ConfigError,
+    SourceChanged,
     StaleAttempt,
 )
 from ..limits import printable
@@ -23,6 +24,7 @@ from ..store import sql as q
 from ..store.attempts import Finished
 from ..store.connection import Database
 from ..store.copy import copy_line
+from ..store.rows import Cursor
 from . import planning
 from .context import StateStore
 from .model import (
@@ -68,14 +70,16 @@ class AttemptRun:
         self.store, self.attempt, self.txn = store, attempt, txn
 
     def finish(self, row_counts: Mapping[str, int], *, records_read: int,
-               bad: Iterable[tuple[str, str | None, str, str | None]] = (), quarantined: int | None = None) -> None:
+               bad: Iterable[tuple[str, str | None, str, str | None]] = (), quarantined: int | None = None,
+               read_digest: str | None = None) -> None:
         """End the attempt well: check its batch is still whole, quarantine ``bad`` records
         ``(offset, event_id, reason, raw)``, and mark it complete with what it staged.
-        ``quarantined`` counts bad records set aside otherwise too (a Spark job streams them)."""
+        ``quarantined`` counts bad records set aside otherwise too (a Spark job streams them);
+        ``read_digest`` says which records it read (:func:`read_digest`)."""
         check_still_readable(self.store, self.attempt.topology_id, self.txn)
         n_bad = quarantine(self.store, self.attempt, bad)
         finish_attempt(self.store, self.attempt, row_counts, records_read=records_read,
-                       quarantined=n_bad if quarantined is None else quarantined)
+                       quarantined=n_bad if quarantined is None else quarantined, read_digest=read_digest)
 
 
 @contextmanager
@@ -229,21 +233,50 @@ def stage_requests(store: StateStore, attempt: Attempt, decision: str,
     return n
 
 
+def read_digest(records: int, offset_crcs: int) -> str:
+    """Which records an attempt read: how many, and the sum of the CRC-32s of their offsets (the same
+    in the Spark helper and the pure-Python processor)."""
+    return f"{records}:{offset_crcs}"
+
+
 def finish_attempt(store: StateStore, attempt: Attempt, row_counts: Mapping[str, int], *,
-                   records_read: int, quarantined: int = 0) -> None:
-    """Mark an attempt complete with what it staged; refused if it was discarded meanwhile."""
+                   records_read: int, quarantined: int = 0, read_digest: str | None = None) -> None:
+    """Mark an attempt complete with what it staged; refused if it was discarded meanwhile, or if
+    it read other records than the first complete attempt of its plan (a transactional topology)."""
     with store.db.transaction() as cur:
         if not attempts.complete(cur, store.schema, attempt.topology_id, attempt.txid, attempt.attempt,
-                                 row_counts, records_read, quarantined):
+                                 row_counts, records_read, quarantined, read_digest):
             raise StaleAttempt(
                 f"attempt {attempt.attempt} of txid {attempt.txid} ({attempt.topology_id}) can no "
                 "longer complete: the txid was re-planned, committed, or the attempt was discarded; "
                 "its output will not be committed (process the txid again if it is uncommitted)")
         num, spec, committed, _o = store.load(cur, attempt.topology_id)
+        if read_digest is not None:
+            _same_records(store, cur, attempt, read_digest, opaque=spec.opaque)
         for d in spec.decisions:  # recorded now, in parallel with other txids, so the commit is per key
             decisions.prepare(cur, store.schema, attempt.topology_id, d, spec.state(d.state),
                               store.dec_staging(num, d), store.dec_runs(num, d), attempt.txid, attempt.attempt,
                               int(committed))
+
+
+def _same_records(store: StateStore, cur: Cursor, attempt: Attempt, digest: str, *, opaque: bool) -> None:
+    """Refuse an attempt that read other records than the first complete attempt of its plan (a
+    transactional topology's batch is fixed); an opaque one takes the batch as it is now."""
+    fixed = transactions.fix_digest(cur, store.schema, attempt.topology_id, attempt.txid, attempt.plan_version,
+                                    digest)
+    if fixed is None or fixed == digest:
+        return
+    if opaque:
+        log.warning("topology %s txid %d: attempt %d read other records than an earlier attempt of the same plan "
+                    "(%s, was %s): the source changed under the plan; an opaque topology takes the batch as it is "
+                    "now", attempt.topology_id, attempt.txid, attempt.attempt, digest, fixed)
+        transactions.take_digest(cur, store.schema, attempt.topology_id, attempt.txid, attempt.plan_version, digest)
+        return
+    raise SourceChanged(
+        f"topology {attempt.topology_id!r} txid {attempt.txid}: attempt {attempt.attempt} read other records than "
+        f"an earlier attempt of the same plan (records:offset-CRC sum {digest}, was {fixed}): the source changed "
+        "under the plan (a compacted or truncated topic). A transactional topology commits only a batch that reads "
+        "the same every time: stop compaction on its source, or declare it opaque=True")
 
 
 def fail_attempt(store: StateStore, attempt: Attempt, error: str) -> None:

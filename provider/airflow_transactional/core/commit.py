@@ -28,6 +28,7 @@ import psycopg2.extensions
 from .. import faults
 from ..exceptions import (
     NotProcessed,
+    SourceChanged,
     StagedOutputIncomplete,
     StaleAttempt,
     WaitingForPredecessor,
@@ -151,9 +152,15 @@ def choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Tran
 
 def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
                    txn: Transaction, attempt: int | None, row_counts: Mapping[str, int]) -> None:
-    """Refuse a commit whose staged rows are not what the attempt reported staging."""
+    """Refuse a commit whose staged rows are not what the attempt reported staging, or whose
+    attempt read other records than its plan's first (a transactional topology's batch is fixed)."""
     if attempt is None:
         return
+    differs = None if spec.opaque else attempts.digest_differs(cur, store.schema, txn.topology_id, txn.txid, attempt)
+    if differs is not None:
+        raise SourceChanged(f"topology {txn.topology_id!r} txid {txn.txid}: attempt {attempt} read other records "
+                            f"({differs.attempt_digest}) than its plan's first attempt ({differs.plan_digest}); the "
+                            "source changed under the plan: process the txid again, or declare the topology opaque")
     found: dict[str, tuple[str, int]] = {}
     for state in spec.states:
         cur.execute(q.count_staged(store.staging(num, state)), (txn.txid, attempt))

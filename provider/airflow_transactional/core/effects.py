@@ -31,7 +31,8 @@ def append_outputs(store: StateStore, cur: psycopg2.extensions.cursor, num: int,
     targets = [outputs.Target(o.name, o.log_name) for o in spec.outputs]
     try:
         return outputs.append(cur, store.schema, store.out_staging(num), targets, txid, attempt,
-                              only=decisions.output_filter(store.schema, spec.topology_id) if spec.decisions else None)
+                              only=decisions.output_filter(store.schema, spec.topology_id) if spec.decisions else None,
+                              topology_id=spec.topology_id)
     except IdCollision as exc:
         raise StagedOutputIncomplete(
             f"topology {spec.topology_id!r} txid {txid} attempt {attempt}: output event {exc}. Its id is the "

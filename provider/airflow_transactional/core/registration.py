@@ -17,13 +17,14 @@ from ..exceptions import (
     SchemaMismatch,
     TopologyOfAnotherDag,
 )
-from ..spec import StateSpec, TopologySpec, incompatible_changes, other_owner
+from ..spec import StateSpec, TopologySpec
 from ..store import catalog, commits, decisions, outputs, privileges
 from ..store import logs as event_logs
 from ..store import sql as q
 from ..store import topologies as topology_rows
 from ..store.migrations import migrate as migrate_schema
 from .context import StateStore
+from .redeclaration import incompatible_changes, other_owner
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Sources (spouts): the Postgres event log and the landing directory."""
+"""Sources (spouts): the Postgres event log, the landing directory, and a Kafka topic."""
 
 from __future__ import annotations
 
@@ -8,15 +8,17 @@ from typing import Any
 from ..exceptions import ConfigError
 from .base import BatchPlan, Offsets, Record, Source
 from .eventlog import EventLog
+from .kafka import KafkaSource
 from .landing import LandingDirectory
 from .pglog import PostgresLogSource
 
-__all__ = ["BatchPlan", "EventLog", "LandingDirectory", "Offsets", "PostgresLogSource", "Record",
+__all__ = ["BatchPlan", "EventLog", "KafkaSource", "LandingDirectory", "Offsets", "PostgresLogSource", "Record",
            "Source", "source_from_config"]
 
 _KINDS: dict[str, type[Source]] = {
     PostgresLogSource.kind: PostgresLogSource,
     LandingDirectory.kind: LandingDirectory,
+    KafkaSource.kind: KafkaSource,
 }
 
 

@@ -3,7 +3,7 @@
 A source must be *transactional*: reading a stored plan again yields the identical batch. When
 retention makes that impossible the topology may be declared opaque: the batch is re-planned
 from the committed checkpoint, skipping what is gone, and the loss is recorded and reported.
-A Kafka source fits the same interface (offsets per partition, like the Postgres log).
+A Kafka topic fits the same interface (offsets per partition, like the Postgres log).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import psycopg2.extensions
 
 from ..store.rows import Offsets  # the store keeps them; every source speaks them
 
-__all__ = ["BatchPlan", "Offsets", "Record", "Source"]
+__all__ = ["BatchPlan", "Offsets", "Record", "Source", "fair_shares"]
 
 
 @dataclass(frozen=True)
@@ -100,3 +100,21 @@ class Source(ABC):
         """A batch of everything committed so far (for audits and rebuilds), or an empty batch and
         why it cannot be recomputed. ``lost`` are the ``lost_ranges`` of committed batches: records
         retention removed before they committed, which the state never counted."""
+
+
+def fair_shares(avail: Mapping[int, int], cap: int) -> dict[int, int]:
+    """Split ``cap`` over partitions holding ``avail``: equal shares, leftovers to those with more."""
+    take = dict.fromkeys(avail, 0)
+    remaining = cap
+    open_parts = [p for p in sorted(avail) if avail[p] > 0]
+    while remaining > 0 and open_parts:
+        share = max(1, remaining // len(open_parts))
+        for p in list(open_parts):
+            n = min(share, avail[p] - take[p], remaining)
+            take[p] += n
+            remaining -= n
+            if take[p] >= avail[p]:
+                open_parts.remove(p)
+            if remaining == 0:
+                break
+    return take

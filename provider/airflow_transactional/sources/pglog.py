@@ -27,7 +27,7 @@ import psycopg2.extensions
 from .. import identifiers
 from ..exceptions import BatchUnavailable, ConfigError
 from ..store import logs
-from .base import BatchPlan, Offsets, Record, Source
+from .base import BatchPlan, Offsets, Record, Source, fair_shares
 from .eventlog import SOURCE_KIND, AppendResult, EventLog, partition_of
 
 # The producer side is re-exported where it was first published.
@@ -84,7 +84,7 @@ class PostgresLogSource(Source):
                 head = min(head, max(begin, int(until.get(str(p), 0))))
             lo[p] = begin
             avail[p] = max(0, head - begin)
-        take = _fair_shares(avail, max_records)
+        take = fair_shares(avail, max_records)
         end = {str(p): lo[p] + take[p] for p in lo}
         ranges = [[p, lo[p], lo[p] + take[p]] for p in sorted(lo) if take[p] > 0]
         return BatchPlan(
@@ -155,21 +155,3 @@ class PostgresLogSource(Source):
             if age is not None:
                 oldest = max(oldest, age)
         return oldest
-
-
-def _fair_shares(avail: Mapping[int, int], cap: int) -> dict[int, int]:
-    """Split ``cap`` records over partitions: equal shares, leftovers to those with more."""
-    take = dict.fromkeys(avail, 0)
-    remaining = cap
-    open_parts = [p for p in sorted(avail) if avail[p] > 0]
-    while remaining > 0 and open_parts:
-        share = max(1, remaining // len(open_parts))
-        for p in list(open_parts):
-            n = min(share, avail[p] - take[p], remaining)
-            take[p] += n
-            remaining -= n
-            if take[p] >= avail[p]:
-                open_parts.remove(p)
-            if remaining == 0:
-                break
-    return take

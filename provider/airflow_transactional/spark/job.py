@@ -50,17 +50,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import faults
 from ..coordinator import Coordinator
-from ..core.attempts import OutputStaging
+from ..core.attempts import OutputStaging, read_digest
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
+from ..sources.kafka import use_connections
 from ..spec import TopologySpec
 from ..store.connection import redact
 from ..store.migrations import DEFAULT_SCHEMA
+from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
 from .fused import FusedFolds, fuse
 from .profile import Phases
 from .read import raw_records, readable_batch
 from .stage import copy_dataframe, decision_requests, fold, output_events, stage_fold
-from .submit import DSN_FILE_ARG, driver_dsn, provider_zip
+from .submit import DSN_FILE_ARG, driver_secrets, provider_zip
 from .validate import Prepared, cache, prepare
 
 if TYPE_CHECKING:
@@ -214,7 +216,8 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             faults.point("spark.after_stage", scope=scope)
             n_bad += _quarantine(spark, dsn, spec, read, set_aside, txid, phases)
             work.finish(counts, records_read=records_read, quarantined=n_bad,
-                        bad=[(path, None, why, None) for path, why in unreadable])
+                        bad=[(path, None, why, None) for path, why in unreadable],
+                        read_digest=read_digest(read.records, read.prepared.offset_crcs()))
             phases.lap("finish the attempt")
     finally:
         if cached is not None:
@@ -338,7 +341,9 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
     phases = Phases()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    coordinator = Coordinator(driver_dsn(args.dsn_file), schema=args.schema)
+    dsn, connections = driver_secrets(args.dsn_file)
+    use_connections(connections)
+    coordinator = Coordinator(dsn, schema=args.schema)
     mode = "audit" if args.audit else "rebuild" if args.rebuild else None
     spark = _session(f"txn:{args.topology}:{mode or args.txid}")
     phases.lap("session")

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 # Columns the helper adds to every record: where it came from.
 OFFSET_COL, EVENT_ID_COL = "_offset", "_event_id"
+#: A reader's verdict on a record it could read but not make text of (a TEXT reader may add it).
+INVALID_COL = "_invalid"
 #: The column Spark's JSON parser puts a malformed record's raw text in.
 CORRUPT_COL = "_corrupt_record"
 NEEDS_SCHEMA = "text sources need a record schema: run(transform, schema='field type, ...')"

@@ -11,9 +11,11 @@ import tempfile
 from typing import Any
 
 from ..exceptions import TransactionalError
+from ..sources.kafka import KafkaSource, connections_for
 from ..spec import TopologySpec
 from ..store.connection import redact
 from . import cds
+from .jars import kafka_jars
 from .submit import deliver_dsn, provider_zip, spark_submit_argv, with_quiet_driver_logs
 
 
@@ -33,8 +35,11 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
         settings = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
                                            **dict(c.split("=", 1) for c in conf)})
         settings = cds.with_archive(settings, cds.current())
-        delivery = deliver_dsn(dsn, master, None)  # a driver here: a private file, never argv
+        # A driver here: the DSN (and the source's connection) in a private file, never argv.
+        delivery = deliver_dsn(dsn, master, None, connections=connections_for(spec.source))
         argv = spark_submit_argv(master, settings)
+        connector = kafka_jars(settings) if isinstance(spec.source, KafkaSource) else []
+        argv += ["--jars", ",".join(connector)] if connector else []
         argv += ["--py-files", provider_zip(), application, *spark.get("application_args", []),
                  "--topology", topology_id, "--schema", schema, f"--{mode}", "--result-file", result_file,
                  *delivery.app_args]

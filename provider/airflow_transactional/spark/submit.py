@@ -27,12 +27,18 @@ cluster mode). So the DSN travels the way each cluster manager keeps a secret:
   read -- put ``AIRFLOW_TXN_CACHE_DIR`` on storage the workers share, as the application is.
 
 Executors never need the file: the driver hands them the DSN inside the tasks it ships.
+
+The same file carries the settings of the source's connection when the job needs them (a Kafka
+topic's broker and credentials): then it holds JSON, ``{"dsn": ..., "connections": {id: extra}}``
+-- also the form to put in the Kubernetes secret.
 """
 
 from __future__ import annotations
 
 import functools
 import io
+import json
+import logging
 import os
 import re
 import shutil
@@ -47,6 +53,8 @@ from typing import Any
 
 from .. import files
 from ..exceptions import ConfigError, TransactionalError
+
+log = logging.getLogger(__name__)
 
 # Spark settings for small batches on one machine (``local[N]``): no UI, few shuffle partitions,
 # and a JVM tuned for a short life: only the C1 JIT and the serial GC cut a small batch's CPU
@@ -87,8 +95,14 @@ class DsnDelivery:
             self.local_file.unlink(missing_ok=True)
 
 
+def secrets_text(dsn: str, connections: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """What a DSN file holds: the DSN, or JSON of it and the source connections' settings."""
+    return json.dumps({"dsn": dsn, "connections": dict(connections)}) if connections else dsn
+
+
 def write_dsn_file(dsn: str) -> Path:
-    """A new file, mode 0600 from creation, holding ``dsn``, in the provider's private directory."""
+    """A new file, mode 0600 from creation, holding ``dsn`` (see :func:`secrets_text`), in the
+    provider's private directory."""
     home = files.private_dir(files.cache_dir() / "dsn")
     stale = time.time() - STALE_DSN_FILE_SECONDS
     for old in home.glob("dsn-*"):  # left by a job whose task was killed before it could remove it
@@ -100,18 +114,22 @@ def write_dsn_file(dsn: str) -> Path:
     return Path(name)
 
 
-def deliver_dsn(dsn: str, master: str, deploy_mode: str | None, *,
-                kubernetes_dsn_secret: str | None = None) -> DsnDelivery:
-    """How the DSN reaches a driver of ``master`` in ``deploy_mode`` (see the module docstring)."""
+def deliver_dsn(dsn: str, master: str, deploy_mode: str | None, *, kubernetes_dsn_secret: str | None = None,
+                connections: Mapping[str, Mapping[str, Any]] | None = None) -> DsnDelivery:
+    """How the DSN (and the source ``connections`` the job reads with) reach a driver of
+    ``master`` in ``deploy_mode`` (see the module docstring)."""
     cluster = deploy_mode == "cluster"
     if master.startswith("k8s://") and cluster:
+        if connections and kubernetes_dsn_secret:
+            log.info("the driver takes the source connections %s from the Kubernetes secret %s: put "
+                     '{"dsn": ..., "connections": {...}} in it', sorted(connections), kubernetes_dsn_secret)
         if not kubernetes_dsn_secret:
             raise ConfigError("a k8s:// master in cluster mode needs the DSN in a Kubernetes secret: create one "
                               "(kubectl create secret generic txn-store --from-literal=dsn='postgresql://...') "
                               "and pass kubernetes_dsn_secret='txn-store:dsn'")
         check_kubernetes_secret(kubernetes_dsn_secret)
         return DsnDelivery(conf={K8S_SECRET_CONF: kubernetes_dsn_secret})
-    path = write_dsn_file(dsn)
+    path = write_dsn_file(secrets_text(dsn, connections))
     if master.startswith("yarn") and cluster:
         return DsnDelivery([DSN_FILE_ARG, YARN_DSN_NAME], [f"{path}#{YARN_DSN_NAME}"], local_file=path)
     return DsnDelivery([DSN_FILE_ARG, str(path)], local_file=path)
@@ -144,15 +162,28 @@ def read_dsn_file(path: str, *, owner_only: bool = True, unreadable_hint: str = 
 
 def driver_dsn(dsn_file: str | None) -> str:
     """The DSN inside a driver: ``--dsn-file``, else ``$AIRFLOW_TXN_DSN_FILE``, else ``$AIRFLOW_TXN_DSN``."""
+    return driver_secrets(dsn_file)[0]
+
+
+def driver_secrets(dsn_file: str | None) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The DSN inside a driver and the source connections' settings that came with it (see
+    :func:`secrets_text`): ``--dsn-file``, else ``$AIRFLOW_TXN_DSN_FILE``, else ``$AIRFLOW_TXN_DSN``."""
     path = dsn_file or os.environ.get(DSN_FILE_ENV)
     if path:
-        return read_dsn_file(path, owner_only=False, unreadable_hint=" (a standalone master in cluster mode "
+        text = read_dsn_file(path, owner_only=False, unreadable_hint=" (a standalone master in cluster mode "
                              "needs AIRFLOW_TXN_CACHE_DIR on storage its workers share)")
-    from_env = os.environ.get(DSN_ENV)
-    if not from_env:
-        raise ConfigError(f"no state store DSN: the processing operator passes {DSN_FILE_ARG}; when running a job "
-                          f"by hand set ${DSN_ENV} or ${DSN_FILE_ENV}")
-    return from_env
+    else:
+        text = os.environ.get(DSN_ENV, "")
+        if not text:
+            raise ConfigError(f"no state store DSN: the processing operator passes {DSN_FILE_ARG}; when running a "
+                              f"job by hand set ${DSN_ENV} or ${DSN_FILE_ENV}")
+    if not text.lstrip().startswith("{"):
+        return text, {}
+    try:
+        held = json.loads(text)
+        return str(held["dsn"]), {str(k): dict(v) for k, v in (held.get("connections") or {}).items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError('the DSN file holds JSON that is not {"dsn": ..., "connections": {...}}') from None
 
 
 # -- the command line ---------------------------------------------------------------------
@@ -286,13 +317,15 @@ def spark_connect_url(port: int, token: str) -> str:
     return f"sc://localhost:{port}/;token={token}"
 
 
-def spark_connect_server_argv(port: int, master: str = "local[2]") -> list[str]:
-    """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server).
-    Start it with :func:`spark_connect_server_env`: a server without a token serves any local user."""
+def spark_connect_server_argv(port: int, master: str = "local[2]", jars: list[str] | None = None) -> list[str]:
+    """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server),
+    with ``jars`` on its classpath (Spark's Kafka connector, for Kafka topologies). Start it with
+    :func:`spark_connect_server_env`: a server without a token serves any local user."""
     conf = with_quiet_driver_logs({**LOCAL_SPARK_CONF, "spark.driver.memory": "2g",
                                    # a long-lived JVM: let the JIT optimise fully
                                    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
                                    "spark.connect.grpc.binding.address": "127.0.0.1",
-                                   "spark.connect.grpc.binding.port": str(port)})
+                                   "spark.connect.grpc.binding.port": str(port),
+                                   **({"spark.jars": ",".join(jars)} if jars else {})})
     return [*spark_submit_argv(master, conf, "--class", SPARK_CONNECT_SERVER, "--name", "spark-connect"),
             "spark-internal"]

@@ -10,10 +10,21 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
-from .read import COLUMNS, CORRUPT_COL, EVENT_ID_COL, NEEDS_SCHEMA, OFFSET_COL, PARSED, TEXT, Records, spark_schema
+from .read import (
+    COLUMNS,
+    CORRUPT_COL,
+    EVENT_ID_COL,
+    INVALID_COL,
+    NEEDS_SCHEMA,
+    OFFSET_COL,
+    PARSED,
+    TEXT,
+    Records,
+    spark_schema,
+)
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Observation
+    from pyspark.sql import Column, DataFrame, Observation
 
 __all__ = ["Prepared", "Validated", "cache", "prepare", "spark_schema", "validate"]
 
@@ -32,6 +43,11 @@ class Prepared(NamedTuple):
         """(records, bad records), once a job has read the whole batch."""
         metrics = self.counts.get
         return int(metrics["records"]), int(metrics["bad"])
+
+    def offset_crcs(self) -> int:
+        """The sum of the CRC-32s of the records' offsets, once a job has read the whole batch:
+        with the count, which records were read (:func:`..core.attempts.read_digest`)."""
+        return int(self.counts.get["offset_crcs"] or 0)
 
 
 class Validated(NamedTuple):
@@ -62,15 +78,9 @@ def cache(prepared: Prepared) -> Validated:
     return Validated(prepared.good, prepared.bad, *prepared.totals(), flat)
 
 
-def prepare(records: Records, schema: str | None, required: Sequence[str],
-            checks: Mapping[str, str] | None = None) -> Prepared:
-    """Parse records and judge each one: a bad one gets the reason, and its raw text for the
-    quarantine. Nothing is read yet; the first job that reads the batch also counts it.
-
-    The raw record is the text as read, except for a record Spark's JSON reader parsed but that
-    lacks a required field: that one is kept as its parsed fields, in JSON.
-    """
-    from pyspark.sql import Observation
+def _flatten(records: Records, schema: str | None) -> tuple[DataFrame, list[str], list[str], Column]:
+    """The batch as columns: (the records with ``_malformed`` and, for text, ``_invalid``; the
+    record schema's fields; what the reader adds besides them; the raw record of each)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -82,26 +92,48 @@ def prepare(records: Records, schema: str | None, required: Sequence[str],
         options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COL}
         parsed = df.withColumn("_r", F.from_json("payload", parsed_schema, options))
         fields = [f.name for f in parsed_schema.fields if f.name != CORRUPT_COL]
+        # What the reader knows of a record besides its text (a Kafka record's partition, key...).
+        meta = [c for c in df.columns if c not in (OFFSET_COL, EVENT_ID_COL, "payload", INVALID_COL, *fields)]
+        invalid = F.col(INVALID_COL) if INVALID_COL in df.columns else F.lit(None).cast("string")
         # A payload that is not a JSON object (or not JSON at all) parses to nothing at all.
         malformed = F.col(f"_r.{CORRUPT_COL}").isNotNull() | F.col("_r").isNull()
         flat = parsed.select(OFFSET_COL, EVENT_ID_COL, "payload", *[F.col(f"_r.{f}").alias(f) for f in fields],
-                             malformed.alias("_malformed"))
-        record = F.col("payload")
+                             *meta, malformed.alias("_malformed"), invalid.alias(INVALID_COL))
+        record = F.coalesce(F.col("payload"), F.lit(""))
     elif records.form == PARSED:
+        meta = []
         fields = [c for c in df.columns if c not in (OFFSET_COL, EVENT_ID_COL, CORRUPT_COL)]
         flat = df.withColumn("_malformed", F.col(CORRUPT_COL).isNotNull())
         record = F.coalesce(F.col(CORRUPT_COL), F.to_json(F.struct(*[F.col(c) for c in fields])))
     elif records.form == COLUMNS:
+        meta = []
         fields = [c for c in df.columns if c not in (OFFSET_COL,)]
         flat = df.withColumn(EVENT_ID_COL, F.lit(None).cast("string")).withColumn("_malformed", F.lit(False))
         record = F.to_json(F.struct(*[F.col(c) for c in fields]))
     else:
         raise ConfigError(f"a reader returned records of unknown form {records.form!r}: use {TEXT}, {PARSED} or "
                           f"{COLUMNS}")
+    return flat, fields, meta, record
+
+
+def prepare(records: Records, schema: str | None, required: Sequence[str],
+            checks: Mapping[str, str] | None = None) -> Prepared:
+    """Parse records and judge each one: a bad one gets the reason, and its raw text for the
+    quarantine. Nothing is read yet; the first job that reads the batch also counts it.
+
+    The raw record is the text as read, except for a record Spark's JSON reader parsed but that
+    lacks a required field: that one is kept as its parsed fields, in JSON.
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    flat, fields, meta, record = _flatten(records, schema)
     unknown = [r for r in required if r not in fields]
     if unknown:
         raise ConfigError(f"required fields {unknown} are not in the record schema ({', '.join(fields)})")
-    reason = F.when(F.col("_malformed"), F.lit("malformed record: not a JSON object of the schema"))
+    not_json = F.lit("malformed record: not a JSON object of the schema")
+    reason = (F.when(F.col(INVALID_COL).isNotNull(), F.col(INVALID_COL)).when(F.col("_malformed"), not_json)
+              if records.form == TEXT else F.when(F.col("_malformed"), not_json))
     for r in required:
         reason = reason.when(F.col(r).isNull(), F.lit(f"missing required field {r!r}"))
     for why, condition in (checks or {}).items():
@@ -115,10 +147,11 @@ def prepare(records: Records, schema: str | None, required: Sequence[str],
     is_bad = F.col("_reason").isNotNull()
     flat = (flat.withColumn("_record", F.when(is_bad, F.substring(record, 1, QUARANTINE_RECORD_CHARS)))
             .withColumn("_record_length", F.when(is_bad, F.length(record)))
-            .select(OFFSET_COL, EVENT_ID_COL, *fields, "_reason", "_record", "_record_length"))
+            .select(OFFSET_COL, EVENT_ID_COL, *fields, *meta, "_reason", "_record", "_record_length"))
     counts = Observation(f"airflow_transactional_records_{uuid.uuid4().hex}")  # unique in any plan
-    flat = flat.observe(counts, F.count(F.lit(1)).alias("records"), F.count("_reason").alias("bad"))
-    good = flat.where(F.col("_reason").isNull()).select(OFFSET_COL, EVENT_ID_COL, *fields)
+    flat = flat.observe(counts, F.count(F.lit(1)).alias("records"), F.count("_reason").alias("bad"),
+                        F.sum(F.crc32(F.col(OFFSET_COL).cast("binary")).cast("decimal(38,0)")).alias("offset_crcs"))
+    good = flat.where(F.col("_reason").isNull()).select(OFFSET_COL, EVENT_ID_COL, *fields, *meta)
     bad = flat.where(is_bad).select(
         F.coalesce(F.col(OFFSET_COL), F.lit("?")).alias("offset"), F.col(EVENT_ID_COL).alias("event_id"),
         F.col("_reason").alias("reason"), F.col("_record").alias("record"),

@@ -40,11 +40,11 @@ def insert(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int, 
 
 
 def complete(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int, row_counts: Mapping[str, int],
-             records_read: int, quarantined: int) -> bool:
+             records_read: int, quarantined: int, read_digest: str | None = None) -> bool:
     """Mark a running attempt of the txid's current, uncommitted plan complete; False when it is not one."""
     cur.execute(query("attempt_complete", schema), {
         "topology": topology_id, "txid": txid, "attempt": attempt, "row_counts": Json(dict(row_counts)),
-        "records_read": records_read, "quarantined": quarantined})
+        "records_read": records_read, "quarantined": quarantined, "read_digest": read_digest})
     return cur.rowcount == 1
 
 
@@ -98,3 +98,14 @@ def delete_unusable_staged(cur: Cursor, schema: str, staging: sql.Composed, topo
 def delete_committed_staged(cur: Cursor, schema: str, staging: sql.Composed, topology_id: str) -> None:
     """Delete the staged rows of every committed txid (a finished rebuild's journal)."""
     cur.execute(query("attempt_delete_committed_staged", schema, staging=staging), {"topology": topology_id})
+
+
+class DigestPair(NamedTuple):
+    attempt_digest: str
+    plan_digest: str
+
+
+def digest_differs(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int) -> DigestPair | None:
+    """The attempt's digest and its plan's, when they differ (None: the same, or one unknown)."""
+    cur.execute(query("attempt_digest_differs", schema), {"topology": topology_id, "txid": txid, "attempt": attempt})
+    return one(cur, DigestPair)

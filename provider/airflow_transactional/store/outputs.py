@@ -17,7 +17,7 @@ from psycopg2 import sql
 
 from ..exceptions import IdCollision
 from .queries import query
-from .rows import Cursor
+from .rows import Cursor, every
 
 #: Columns of a topology's output staging table, in COPY order. An event with a ``request`` is
 #: appended only if that request of ``decision`` got the verdict ``granted`` (true or false).
@@ -52,7 +52,7 @@ def staged_counts(cur: Cursor, staging: sql.Composed, txid: int, attempt: int) -
 
 
 def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Target], txid: int,
-           attempt: int, *, only: sql.Composable | None = None) -> dict[str, int]:
+           attempt: int, *, only: sql.Composable | None = None, topology_id: str | None = None) -> dict[str, int]:
     """Append the events staged by ``attempt`` of ``txid`` to their logs; events appended, by output.
 
     Per partition they go in ``seq`` order (then id order), after every event already there.
@@ -80,4 +80,21 @@ def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Ta
             raise IdCollision(log, str(clash))
         cur.execute(query("log_partition_advance", schema), {**where, "n": int(handed_out)})
         appended[output] += int(inserted)
+        if topology_id is not None and handed_out:  # where this txid's events are, for a publisher
+            cur.execute(query("output_range_record", schema), {**where, "topology": topology_id, "txid": txid,
+                                                               "output": output, "first": int(row[0]),
+                                                               "last": int(row[0]) + int(handed_out) - 1})
     return appended
+
+
+class Event(NamedTuple):
+    partition: int
+    lsn: int
+    event_id: str
+    payload: str
+
+
+def events_of_txid(cur: Cursor, schema: str, topology_id: str, txid: int, output: str) -> list[Event]:
+    """The events the commit of ``txid`` appended to ``output``, partition by partition, in order."""
+    cur.execute(query("output_events_of_txid", schema), {"topology": topology_id, "txid": txid, "output": output})
+    return every(cur, Event)

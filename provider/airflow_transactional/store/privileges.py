@@ -45,6 +45,8 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("decision_checks", "INSERT, DELETE"),
     ("decision_conflicts", "INSERT, DELETE"),
     ("decision_runs", "INSERT"),
+    ("output_ranges", "INSERT"),  # the commit records where it appended
+    ("publications", "INSERT, UPDATE"),  # the publish task records how far it published
 )
 APPEND_FUNCTION = "append_events(text, integer[], text[], text[])"
 #: Row-level security on the logs: who sees which log's row (every other log table is out of a

@@ -173,3 +173,30 @@ def planned_through(cur: Cursor, schema: str, topology_id: str) -> int:
     """The highest file sequence number a plan of a landing topology took (0: none)."""
     cur.execute(query("transaction_planned_through", schema), {"topology": topology_id})
     return int(scalar(cur))
+
+
+def last_batch(cur: Cursor, schema: str, topology_id: str) -> dict[str, Any] | None:
+    """The batch of the latest plan (None: nothing planned yet)."""
+    cur.execute(query("transaction_last_batch", schema), {"topology": topology_id})
+    row = cur.fetchone()
+    return None if row is None else dict(row[0] or {})
+
+
+def range_origins(cur: Cursor, schema: str, topology_id: str) -> dict[str, int]:
+    """Where the topology began reading each partition: the lowest start of its plans' batch ranges."""
+    cur.execute(query("transaction_range_origins", schema), {"topology": topology_id})
+    return {str(p): int(o) for p, o in cur.fetchall()}
+
+
+def fix_digest(cur: Cursor, schema: str, topology_id: str, txid: int, plan_version: int, digest: str) -> str | None:
+    """Fix what plan ``plan_version`` of ``txid`` reads, if nothing did yet; the plan's digest now
+    (None: the txid has another plan now)."""
+    cur.execute(query("transaction_fix_digest", schema), {"topology": topology_id, "txid": txid,
+                                                          "plan_version": plan_version, "digest": digest})
+    row = cur.fetchone()
+    return None if row is None else str(row[0])
+
+
+def take_digest(cur: Cursor, schema: str, topology_id: str, txid: int, plan_version: int, digest: str) -> None:
+    cur.execute(query("transaction_take_digest", schema), {"topology": topology_id, "txid": txid,
+                                                           "plan_version": plan_version, "digest": digest})

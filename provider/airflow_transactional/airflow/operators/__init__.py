@@ -1,4 +1,5 @@
-"""The three tasks of a transaction run: plan, process (spark-submit), commit.
+"""The tasks of a transaction run: plan, process (spark-submit), commit -- and publish, when its
+outputs go to Kafka.
 
 Operators keep their arguments in ``__init__`` and build hooks in ``execute``; nothing here
 touches a database at DAG-parse time. Order is enforced in PostgreSQL, not by
@@ -9,6 +10,7 @@ from .base import DELETED, TopologyTask, WaitingTask
 from .commit import CommitOperator
 from .plan import PlanOperator
 from .process import TransactionalSparkSubmitOperator
+from .publish import PublishOperator
 
-__all__ = ["DELETED", "CommitOperator", "PlanOperator", "TopologyTask", "TransactionalSparkSubmitOperator",
-           "WaitingTask"]
+__all__ = ["DELETED", "CommitOperator", "PlanOperator", "PublishOperator", "TopologyTask",
+           "TransactionalSparkSubmitOperator", "WaitingTask"]

@@ -18,7 +18,10 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from ... import faults
+from ...sources import KafkaSource, Source, source_from_config
+from ...sources.kafka import connections_for
 from ...spark import cds
+from ...spark.jars import kafka_jars
 from ...spark.job import REMOTE_ENV
 from ...spark.submit import (
     DSN_ENV,
@@ -26,6 +29,7 @@ from ...spark.submit import (
     DsnDelivery,
     deliver_dsn,
     provider_zip,
+    secrets_text,
     with_jit_for_batch,
     with_quiet_driver_logs,
 )
@@ -136,7 +140,11 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         (:func:`submit.with_jit_for_batch`)."""
         probe = self._get_hook()  # resolves the Spark connection: its master and deploy mode
         master, deploy_mode = str(probe._connection["master"]), probe._connection["deploy_mode"]
-        delivery = deliver_dsn(dsn, master, deploy_mode, kubernetes_dsn_secret=self.kubernetes_dsn_secret)
+        source = self.source()
+        delivery = deliver_dsn(dsn, master, deploy_mode, kubernetes_dsn_secret=self.kubernetes_dsn_secret,
+                               connections=connections_for(source) if source else None)
+        if isinstance(source, KafkaSource):  # Spark's Kafka connector, unless the settings bring the cluster's
+            self.jars = ",".join(filter(None, [self.jars, *kafka_jars(self.conf or {})])) or None
         self.application_args = [*self.job_args(txid, schema), *delivery.app_args]
         if deploy_mode != "cluster":  # this machine's Python and loopback, for a driver on this machine
             python = os.environ.get("PYSPARK_PYTHON", sys.executable)
@@ -154,6 +162,11 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
             conf = cds.with_archive(with_quiet_driver_logs(conf), self.startup_archive())
         self.conf = conf
         return delivery
+
+    def source(self) -> Source | None:
+        """The topology's source, as declared (None for a declaration without one: a test's)."""
+        config = self.topology.get("source")
+        return source_from_config(config) if config else None
 
     def startup_archive(self) -> Path | None:
         """The class-data-sharing archive for a driver that runs on this machine, if one was built."""
@@ -173,7 +186,8 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
         url = SparkConnectHook(conn_id).get_connection_url()
-        env = {**os.environ, **(self.env_vars or {}), REMOTE_ENV: url, DSN_ENV: dsn,
+        env = {**os.environ, **(self.env_vars or {}), REMOTE_ENV: url,
+               DSN_ENV: secrets_text(dsn, connections_for(source) if (source := self.source()) else None),
                "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         argv = [sys.executable, self.application, *(self.application_args or [])]
         self._client = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

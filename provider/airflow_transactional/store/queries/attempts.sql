@@ -11,7 +11,7 @@ VALUES (%(topology)s, %(txid)s, %(attempt)s, %(plan_version)s, 'running', %(work
 -- name: attempt_complete
 -- Only a running attempt of the txid's current, uncommitted plan completes.
 UPDATE {s}.attempts a SET status = 'complete', finished_at = clock_timestamp(), row_counts = %(row_counts)s,
-       records_read = %(records_read)s, quarantined = %(quarantined)s
+       records_read = %(records_read)s, quarantined = %(quarantined)s, read_digest = %(read_digest)s
 FROM {s}.transactions t
 WHERE a.topology_id = %(topology)s AND a.txid = %(txid)s AND a.attempt = %(attempt)s AND a.status = 'running'
   AND t.topology_id = a.topology_id AND t.txid = a.txid AND t.plan_version = a.plan_version AND t.status = 'planned'
@@ -74,3 +74,10 @@ DELETE FROM {staging} s WHERE NOT EXISTS (
 -- A finished rebuild's journal: the staged rows of every committed txid.
 DELETE FROM {staging} s USING {s}.transactions t
 WHERE t.topology_id = %(topology)s AND t.txid = s.txid AND t.status = 'committed'
+
+-- name: attempt_digest_differs
+-- The committed attempt read other records than its plan's first complete attempt (none: NULL).
+SELECT a.read_digest AS attempt_digest, t.read_digest AS plan_digest FROM {s}.attempts a
+JOIN {s}.transactions t USING (topology_id, txid)
+WHERE a.topology_id = %(topology)s AND a.txid = %(txid)s AND a.attempt = %(attempt)s
+  AND a.read_digest IS DISTINCT FROM t.read_digest AND a.read_digest IS NOT NULL AND t.read_digest IS NOT NULL

@@ -40,3 +40,17 @@ ins AS (
     ON CONFLICT (log_name, event_id) DO NOTHING RETURNING 1)
 SELECT (SELECT count(*) FROM numbered) AS handed_out, (SELECT count(*) FROM ins) AS inserted,
        (SELECT event_id FROM staged WHERE held <> payload ORDER BY event_id LIMIT 1) AS clash
+
+-- name: output_range_record
+-- Where the commit of a txid appended an output's events in one partition (its LSNs, held under the
+-- partition's lock: no other writer's event is among them).
+INSERT INTO {s}.output_ranges (topology_id, txid, output, log_name, partition, first_lsn, last_lsn)
+VALUES (%(topology)s, %(txid)s, %(output)s, %(log)s, %(p)s, %(first)s, %(last)s)
+
+-- name: output_events_of_txid
+-- The events a txid's commit appended to an output, partition by partition, in LSN order.
+SELECT e.partition, e.lsn, e.event_id, e.payload FROM {s}.output_ranges r
+JOIN {s}.log_events e ON e.log_name = r.log_name AND e.partition = r.partition
+                     AND e.lsn BETWEEN r.first_lsn AND r.last_lsn
+WHERE r.topology_id = %(topology)s AND r.txid = %(txid)s AND r.output = %(output)s
+ORDER BY e.partition, e.lsn

@@ -25,7 +25,7 @@ VALUES (%(topology)s, %(txid)s, %(run_key)s, %(start)s, %(end)s, %(batch)s, %(pl
 -- A new version of the plan: the earlier attempts can no longer be committed.
 UPDATE {s}.transactions SET plan_version = plan_version + 1, start_offsets = %(start)s, end_offsets = %(end)s,
        batch = %(batch)s, planned_records = %(planned_records)s, replanned_at = clock_timestamp(),
-       replan_reason = %(reason)s
+       replan_reason = %(reason)s, read_digest = NULL
 WHERE topology_id = %(topology)s AND txid = %(txid)s
 
 -- name: transaction_hand_over
@@ -79,3 +79,25 @@ WHERE topology_id = %(topology)s AND txid <= %(txid)s AND status = 'committed' A
 -- name: transaction_planned_through
 -- The highest file sequence number a plan of a landing topology took.
 SELECT coalesce(max((end_offsets->>'seq')::bigint), 0) FROM {s}.transactions WHERE topology_id = %(topology)s
+
+-- name: transaction_last_batch
+-- The batch of the latest plan: what a source compares the source it reads now with.
+SELECT batch FROM {s}.transactions WHERE topology_id = %(topology)s ORDER BY txid DESC LIMIT 1
+
+-- name: transaction_range_origins
+-- Where a topology began reading each partition of its source: the lowest offset any stored plan's
+-- batch ranges ([partition, from, to]) start at.
+SELECT r ->> 0 AS partition, min((r ->> 1)::bigint) AS origin
+FROM {s}.transactions t, jsonb_array_elements(coalesce(t.batch -> 'ranges', '[]'::jsonb)) r
+WHERE t.topology_id = %(topology)s GROUP BY r ->> 0
+
+-- name: transaction_fix_digest
+-- The first complete attempt of a plan fixes what the plan reads; later ones are compared with it.
+UPDATE {s}.transactions SET read_digest = coalesce(read_digest, %(digest)s)
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND plan_version = %(plan_version)s
+RETURNING read_digest
+
+-- name: transaction_take_digest
+-- An opaque topology takes what its source holds now: the plan's digest becomes the new one.
+UPDATE {s}.transactions SET read_digest = %(digest)s
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND plan_version = %(plan_version)s

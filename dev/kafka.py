@@ -1,0 +1,184 @@
+"""A real Apache Kafka broker started by the project itself, for the demo, the tests and the
+benchmarks: one KRaft node (broker and controller in one process, no ZooKeeper), its jars
+fetched from Maven Central once per machine, listening on free loopback ports.
+
+Layout under ``base_dir``: ``server.properties``, ``log4j2.properties``, ``data/`` (the logs and
+the cluster's metadata), ``broker.log`` (the JVM's output), ``kafka.json`` (the port, for a
+process that finds the broker later). ``stop(remove=True)`` deletes it all.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from airflow_transactional import files
+from airflow_transactional.spark.jars import JarSet
+from dev.embedded import free_port
+
+log = logging.getLogger(__name__)
+
+#: The broker's version: Kafka 4 (KRaft only). Its clients of 3.9 (Spark's connector) speak to it.
+KAFKA_VERSION = "4.1.1"
+BROKER = JarSet("kafka-broker", (("org.apache.kafka", "kafka_2.13", KAFKA_VERSION),))
+
+# Small segments and a quick retention check: tests delete records and watch retention act.
+SERVER = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.segment.bytes=1048576
+log.retention.check.interval.ms=5000
+transaction.abort.timed.out.transaction.cleanup.interval.ms=5000
+"""
+
+LOG4J = """\
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d %p %c{{1}} - %m%n
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+def cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid text)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class KafkaBroker:
+    """One KRaft node on 127.0.0.1: ``start()``, ``bootstrap``, ``kill()``/``restart()`` for the
+    fault tests, ``stop(remove=True)``."""
+
+    def __init__(self, base_dir: str | os.PathLike[str], *, heap: str = "512m") -> None:
+        self.base_dir = Path(base_dir)
+        self.heap = heap
+        self.port = 0
+        self.controller = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def client_config(self) -> dict[str, Any]:
+        """What a client sets to reach the broker (the ``extra`` of a ``kafka`` connection)."""
+        return {"bootstrap.servers": self.bootstrap}
+
+    def start(self, timeout: float = 120) -> KafkaBroker:
+        jars = BROKER.fetch()
+        files.private_dir(self.base_dir)
+        data = self.base_dir / "data"
+        fresh = not (data / "meta.properties").exists()
+        if not self.port:
+            self.port, self.controller = free_port(), free_port()
+        (self.base_dir / "server.properties").write_text(SERVER.format(port=self.port, controller=self.controller,
+                                                                       data=data))
+        (self.base_dir / "log4j2.properties").write_text(LOG4J.format(path=self.base_dir / "server.log"))
+        classpath = os.pathsep.join(str(j) for j in jars)
+        if fresh:
+            self._java(classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c",
+                       str(self.base_dir / "server.properties"), check=True)
+        out = files.open_private_log(self.base_dir / "broker.log")
+        try:
+            self.proc = subprocess.Popen(self._argv(classpath, "kafka.Kafka", str(self.base_dir / "server.properties")),
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            os.close(out)
+        files.write_private(self.base_dir / "kafka.json", json.dumps({"port": self.port, "pid": self.proc.pid}))
+        self._wait(timeout)
+        return self
+
+    def _argv(self, classpath: str, main: str, *args: str) -> list[str]:
+        return ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                f"-Dlog4j2.configurationFile={self.base_dir / 'log4j2.properties'}", "-cp", classpath, main, *args]
+
+    def _java(self, classpath: str, main: str, *args: str, check: bool) -> subprocess.CompletedProcess[str]:
+        run = subprocess.run(self._argv(classpath, main, *args), capture_output=True, text=True, timeout=300)
+        if check and run.returncode:
+            raise RuntimeError(f"{main} {' '.join(args[:1])} failed: {(run.stdout + run.stderr)[-2000:]}")
+        return run
+
+    def _wait(self, timeout: float) -> None:
+        """Until the broker answers a metadata request (it serves once the controller elected itself)."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        admin = AdminClient({**self.client_config(), "socket.timeout.ms": 2000})
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"the Kafka broker exited ({self.proc.returncode}): "
+                                   f"{(self.base_dir / 'broker.log').read_text(errors='replace')[-3000:]}")
+            try:
+                admin.list_topics(timeout=2)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the Kafka broker did not serve within {timeout:.0f} s (see "
+                                       f"{self.base_dir / 'broker.log'})") from None
+                time.sleep(0.5)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash: nothing flushed, nothing closed)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def restart(self, *, kill: bool = False, timeout: float = 120) -> None:
+        """Stop (or kill) the broker and start it again on the same ports, with its data."""
+        if kill:
+            self.kill()
+        else:
+            self._terminate()
+        self.start(timeout)
+
+    def _terminate(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def stop(self, *, remove: bool = False) -> None:
+        self._terminate()
+        self.proc = None
+        if remove:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":  # python -m dev.kafka fetch: the broker's jars, once per machine
+    import sys
+
+    if sys.argv[1:] != ["fetch"]:
+        raise SystemExit("usage: python -m dev.kafka fetch")
+    print(f"Kafka {KAFKA_VERSION}: {len(BROKER.fetch())} jars in {BROKER.directory}")

@@ -1,0 +1,108 @@
+"""Publishing committed output to Kafka, exactly once for read_committed consumers.
+
+An output declared with ``kafka_topic`` is published after its commits: each committed txid's
+events in one Kafka transaction, strictly in txid order, by one publisher per topology and output
+(a fixed ``transactional.id``: a second one fences the first; here a session lock keeps a second
+from starting at all). After the Kafka transaction commits, the txid is recorded in
+``publications``. A publisher that died between the two finds the txid in the topic itself (its
+records' headers, read at read_committed past the offsets last recorded), so nothing is published
+twice and nothing skipped.
+
+What is promised: each committed txid's events appear in the topic once, all together, in txid
+order, to consumers that read committed records. What is not: publishing is after the Postgres
+commit, with a lag (a failed publish is retried by the next run), not atomic with it; a consumer at
+read_uncommitted may see an aborted attempt's records. (Kafka's part in an external two-phase
+commit, KIP-939, is not released.)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import NamedTuple
+
+from .. import faults
+from ..exceptions import ConfigError, TransactionalError
+from ..sinks.kafka import KafkaPublisher, PublishedEvent
+from ..sources.kafka import client_config
+from ..spec import OutputSpec, TopologySpec
+from ..store import outputs, publications
+from .context import StateStore
+
+log = logging.getLogger(__name__)
+
+#: How long a publisher waits for another one of the same output to finish.
+LOCK_WAIT = 300.0
+
+
+class Publication(NamedTuple):
+    output: str
+    topic: str
+    published_through: int  # the last txid published (before: the first of this call's minus one)
+    txids: list[int]  # published by this call
+
+
+def publish(store: StateStore, topology_id: str, through_txid: int | None = None) -> list[Publication]:
+    """Publish every committed txid up to ``through_txid`` (default: the last committed) not yet
+    published, of every output of ``topology_id`` declared with a Kafka topic."""
+    with store.db.transaction() as cur:
+        _num, spec, committed, _offsets = store.load(cur, topology_id)
+    target = committed if through_txid is None else min(int(through_txid), committed)
+    return [_publish_output(store, spec, out, target) for out in spec.outputs if out.kafka_topic]
+
+
+def _publish_output(store: StateStore, spec: TopologySpec, out: OutputSpec, target: int) -> Publication:
+    topic = out.kafka_topic
+    if topic is None:
+        raise ConfigError(f"output {out.name!r} of topology {spec.topology_id!r} publishes to no Kafka topic")
+    key = f"{store.schema}.{spec.topology_id}.{out.name}"
+    _take_turn(store, key)
+    try:
+        with store.db.transaction() as cur:
+            recorded = publications.get(cur, store.schema, spec.topology_id, out.name)
+        if recorded.published_txid >= target:
+            return Publication(out.name, topic, recorded.published_txid, [])
+        publisher = KafkaPublisher(client_config(out.kafka_conn_id), topic=topic, topology_id=spec.topology_id,
+                                   output=out.name, transactional_id=f"airflow-txn.{key}")
+        offsets = dict(recorded.topic_offsets)
+        found = publisher.last_published(offsets)
+        done = max(recorded.published_txid, found or 0)
+        if done > recorded.published_txid:  # published before, not recorded: the publisher died between
+            log.warning("topology %s output %s: txids through %d were published to %s before this publisher "
+                        "started (found in the topic); they are not published again", spec.topology_id, out.name,
+                        done, topic)
+            with store.db.transaction() as cur:
+                publications.record(cur, store.schema, spec.topology_id, out.name, topic, done, offsets)
+        published = []
+        for txid in range(done + 1, target + 1):
+            with store.db.transaction() as cur:
+                events = [PublishedEvent(e.partition, e.event_id, e.payload)
+                          for e in outputs.events_of_txid(cur, store.schema, spec.topology_id, txid, out.name)]
+            scope = (spec.topology_id, str(txid))
+            if events:
+                offsets.update(publisher.publish(txid, events, before_commit=lambda scope=scope: faults.point(
+                    "publish.before_kafka_commit", scope=scope)))
+                faults.point("publish.after_kafka_commit", scope=scope)
+            with store.db.transaction() as cur:
+                publications.record(cur, store.schema, spec.topology_id, out.name, topic, txid, offsets)
+            published.append(txid)
+        if published:
+            log.info("topology %s output %s: published txids %d..%d to Kafka topic %s", spec.topology_id, out.name,
+                     published[0], published[-1], topic)
+        return Publication(out.name, topic, done, published)
+    finally:
+        with store.db.transaction() as cur:
+            publications.unlock(cur, key)
+
+
+def _take_turn(store: StateStore, key: str) -> None:
+    """Hold the session lock of one output's publisher, waiting for another to finish."""
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        with store.db.transaction() as cur:
+            if publications.try_lock(cur, key):
+                return
+        if time.monotonic() > deadline:
+            raise TransactionalError(f"another publisher of {key} held its lock for {LOCK_WAIT:.0f} s: retry when it "
+                                     "has finished")
+        time.sleep(1.0)

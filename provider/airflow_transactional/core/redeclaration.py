@@ -1,0 +1,60 @@
+"""A stored declaration and the one a DAG file declares now: what may change between them
+(outputs added, the source's tuning), what may not (a state's keys or table, the source), and
+whose a topology is (one DAG runs it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# Settings a topology may change between deployments: they shape future batches only. Anything
+# else -- where the source is, the states' keys, types, rules and tables -- decides what the
+# committed offsets and state values *mean*, and may not change under them. (The DAG that runs a
+# topology may never change: see other_owner.)
+MUTABLE_SOURCE_SETTINGS = frozenset({"max_files", "settle_seconds"})
+_STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database", "schema")
+
+
+def _identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    source = {k: v for k, v in dict(config["source"]).items() if k not in MUTABLE_SOURCE_SETTINGS}
+    states = {s["name"]: {k: s.get(k) for k in _STATE_IDENTITY} for s in config["states"]}
+    outputs = {o["name"]: o["log"] for o in config.get("outputs", ())}
+    # A decision's rule (floor, headroom) may change for later requests; the state it keeps may not.
+    decisions = {d["name"]: d["state"] for d in config.get("decisions", ())}
+    return {"source": source, "states": states, "outputs": outputs, "decisions": decisions}
+
+
+def incompatible_changes(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> list[str]:
+    """What ``declared`` changes of ``stored`` that committed progress depends on (empty: none)."""
+    old, new = _identity(stored), _identity(declared)
+    changes = []
+    if old["source"] != new["source"]:
+        changes.append(f"source {old['source']} -> {new['source']}")
+    for name in sorted(set(old["states"]) | set(new["states"])):
+        before, after = old["states"].get(name), new["states"].get(name)
+        if before is None:
+            changes.append(f"state {name!r} added")
+        elif after is None:
+            changes.append(f"state {name!r} removed")
+        else:
+            changes += [f"state {name!r} {k} {before[k]!r} -> {after[k]!r}" for k in _STATE_IDENTITY
+                        if before[k] != after[k]]
+    # An output may be added (later batches append to it) but not moved or dropped: staged and
+    # downstream readers count on it.
+    for name, log in sorted(old["outputs"].items()):
+        if new["outputs"].get(name) != log:
+            changes.append(f"output {name!r} (log {log!r}) " + ("removed" if name not in new["outputs"]
+                                                               else f"now appends to {new['outputs'][name]!r}"))
+    for name, state in sorted(old["decisions"].items()):
+        if new["decisions"].get(name) != state:
+            changes.append(f"decision {name!r} (state {state!r}) " + ("removed" if name not in new["decisions"]
+                                                                     else f"now keeps {new['decisions'][name]!r}"))
+    return changes
+
+
+def other_owner(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> str | None:
+    """The DAG that runs the stored topology when ``declared`` comes from another one (else None).
+
+    Compared only when both declarations name their DAG (older ones do not)."""
+    old, new = (dict(c.get("extra") or {}).get("dag_id") for c in (stored, declared))
+    return str(old) if old and new and old != new else None

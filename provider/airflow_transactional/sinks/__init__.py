@@ -1,0 +1,1 @@
+"""Sinks: where committed output goes beyond the state store -- a Kafka topic."""

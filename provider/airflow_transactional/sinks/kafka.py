@@ -1,0 +1,130 @@
+"""Publishing a txid's committed output events to a Kafka topic in one Kafka transaction.
+
+One publisher per topology and output, with a fixed ``transactional.id``: starting one fences any
+other (a zombie's open transaction is aborted), so at most one publishes at a time. Each record
+carries headers naming its topology, output, txid and place in the txid, which is how a publisher
+that restarts finds, in the topic itself, the last txid it published -- even one it could not
+record in Postgres before it died.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from ..exceptions import ConfigError, SourceUnreachable
+
+__all__ = ["HEADERS", "KafkaPublisher", "PublishedEvent"]
+
+log = logging.getLogger(__name__)
+
+#: The headers every published record carries.
+HEADERS = ("airflow-txn-topology", "airflow-txn-output", "airflow-txn-txid", "airflow-txn-seq")
+TIMEOUT = 60.0
+
+
+class PublishedEvent(NamedTuple):
+    partition: int  # of the output log: the record goes to this partition modulo the topic's
+    event_id: str
+    payload: str
+
+
+class KafkaPublisher:
+    """A transactional producer for one topology's output (see the module docstring)."""
+
+    def __init__(self, config: Mapping[str, Any], *, topic: str, topology_id: str, output: str,
+                 transactional_id: str) -> None:
+        from confluent_kafka import Producer
+
+        self.config, self.topic, self.topology_id, self.output = dict(config), topic, topology_id, output
+        self.producer = Producer({**self.config, "transactional.id": transactional_id, "enable.idempotence": True,
+                                  "transaction.timeout.ms": 300_000},
+                                 logger=logging.getLogger(f"{__name__}.librdkafka"))
+        try:
+            self.producer.init_transactions(TIMEOUT)  # fences an older publisher, aborts what it left open
+        except Exception as exc:
+            raise SourceUnreachable(f"Kafka at {self.config.get('bootstrap.servers')} did not start the publisher of "
+                                    f"output {output!r} ({exc}): check the broker and the connection") from None
+        metadata = self.producer.list_topics(topic, timeout=TIMEOUT).topics.get(topic)
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            raise ConfigError(f"Kafka has no topic {topic!r} to publish output {output!r} to: create it (its "
+                              "partitions are the consumers' parallelism), or fix the output's kafka_topic")
+        self.partitions = len(metadata.partitions)
+
+    def last_published(self, since: Mapping[str, int]) -> int | None:
+        """The highest txid this topology's output published in the topic past the offsets ``since``
+        (by partition; from each partition's start when missing), read at read_committed."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({**self.config, "group.id": "airflow-transactional-publisher", "enable.auto.commit": False,
+                             "isolation.level": "read_committed", "enable.partition.eof": True},
+                            logger=logging.getLogger(f"{__name__}.librdkafka"))
+        found: int | None = None
+        try:
+            ends = {}
+            for p in range(self.partitions):
+                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=TIMEOUT)
+                start = max(int(since.get(str(p), low)), low)
+                if start < high:
+                    ends[p] = (start, high)
+            consumer.assign([TopicPartition(self.topic, p, start) for p, (start, _high) in ends.items()])
+            open_partitions = set(ends)
+            while open_partitions:
+                msg = consumer.poll(TIMEOUT)
+                if msg is None:
+                    raise SourceUnreachable(f"Kafka topic {self.topic!r}: no record within {TIMEOUT:.0f} s while "
+                                            "looking for what this publisher published")
+                error, partition, offset = msg.error(), int(msg.partition() or 0), int(msg.offset() or 0)
+                if error is not None:
+                    if error.name() == "_PARTITION_EOF":
+                        open_partitions.discard(partition)
+                        continue
+                    raise SourceUnreachable(f"Kafka topic {self.topic!r}: {error}")
+                headers = dict(msg.headers() or [])
+                txid_header = headers.get(HEADERS[2])
+                if headers.get(HEADERS[0]) == self.topology_id.encode() and \
+                        headers.get(HEADERS[1]) == self.output.encode() and isinstance(txid_header, bytes):
+                    txid = int(txid_header)
+                    found = txid if found is None else max(found, txid)
+                if offset + 1 >= ends[partition][1]:
+                    open_partitions.discard(partition)
+        finally:
+            consumer.close()
+        return found
+
+    def publish(self, txid: int, events: Iterable[PublishedEvent], *, before_commit: Any = None) -> dict[str, int]:
+        """Publish ``events`` of ``txid`` in one Kafka transaction; the topic's end offsets after it
+        (by partition written). ``before_commit`` is called between producing and committing."""
+        written: dict[str, int] = {}
+        failures: list[str] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                failures.append(str(err))
+            else:
+                key = str(msg.partition())
+                written[key] = max(written.get(key, 0), msg.offset() + 1)
+
+        self.producer.begin_transaction()
+        try:
+            for seq, event in enumerate(events):
+                headers: list[tuple[str, str | bytes | None]] = [
+                    (HEADERS[0], self.topology_id), (HEADERS[1], self.output), (HEADERS[2], str(txid)),
+                    (HEADERS[3], str(seq))]
+                self.producer.produce(self.topic, key=event.event_id, value=event.payload, headers=headers,
+                                      partition=event.partition % self.partitions, on_delivery=delivered)
+                self.producer.poll(0)
+            self.producer.flush(TIMEOUT)
+            if failures:
+                raise SourceUnreachable(f"Kafka refused records of txid {txid}: {failures[0]}")
+            if before_commit is not None:
+                before_commit()
+            self.producer.commit_transaction(TIMEOUT)
+        except BaseException:
+            try:
+                self.producer.abort_transaction(TIMEOUT)
+            except Exception as exc:  # fenced, or the broker gone: the transaction dies with the producer
+                log.warning("could not abort the Kafka transaction of txid %d: %s", txid, exc)
+            raise
+        return written

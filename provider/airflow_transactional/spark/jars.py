@@ -1,0 +1,131 @@
+"""Jars from Maven Central that the provider hands to a JVM: Spark's Kafka connector (and, for the
+development stack, the Kafka broker itself).
+
+A jar set is fetched once per machine by Maven (``mvn dependency:copy-dependencies`` with strict
+checksums, pinned versions) into the provider's private cache directory, and its manifest -- the
+SHA-256 of every jar -- is written beside it. Every use checks the directory's whole way and every
+jar against the manifest (:mod:`..files`): a jar is code a driver runs with the state store's DSN
+in its environment. Where Maven cannot reach Central, a cluster gets the connector its own way
+(``spark.jars.packages``, or jars on its classpath) and the provider passes none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .. import files
+from ..exceptions import ConfigError
+
+__all__ = ["JarSet", "kafka_connector", "kafka_jars"]
+
+MANIFEST = "manifest.json"
+
+POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>airflow-transactional</groupId><artifactId>{name}</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+{dependencies}
+  </dependencies>
+</project>
+"""
+
+
+@dataclass(frozen=True)
+class JarSet:
+    """Maven artifacts and what of their runtime closure a JVM needs (``keep``: artifact names
+    without version; empty: all of it)."""
+
+    name: str
+    artifacts: tuple[tuple[str, str, str], ...]  # (group, artifact, version)
+    keep: tuple[str, ...] = ()
+
+    @property
+    def directory(self) -> Path:
+        tag = hashlib.sha256(json.dumps([self.artifacts, self.keep]).encode()).hexdigest()[:12]
+        return files.cache_dir() / "jars" / f"{self.name}-{tag}"
+
+    def find(self) -> list[Path] | None:
+        """The set's jars, each checked against the manifest; None when it was never fetched."""
+        home = self.directory
+        files._check_chain(home)
+        manifest = home / MANIFEST
+        if not manifest.is_file():
+            return None
+        digests: dict[str, str] = json.loads(manifest.read_text())
+        jars = []
+        for name, digest in sorted(digests.items()):
+            path = home / name
+            if not files._trusted(path, digest):
+                raise ConfigError(f"{path} is not the jar Maven fetched (its digest, owner or mode changed): remove "
+                                  f"{home} and fetch it again (airflow-txn fetch-jars {self.name})")
+            jars.append(path)
+        return jars
+
+    def fetch(self, *, mvn: str = "mvn") -> list[Path]:
+        """The set's jars, fetched with Maven first when missing."""
+        found = self.find()
+        if found is not None:
+            return found
+        if shutil.which(mvn) is None:
+            raise ConfigError(f"fetching {self.name} needs Maven (mvn) on the PATH: install it (apt-get install "
+                              "maven), or give the cluster the jars its own way (spark.jars.packages)")
+        home = files.private_dir(self.directory)
+        with tempfile.TemporaryDirectory(prefix="fetch-", dir=home) as work:
+            dependencies = "\n".join(f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+                                     f"<version>{v}</version></dependency>" for g, a, v in self.artifacts)
+            Path(work, "pom.xml").write_text(POM.format(name=self.name, dependencies=dependencies))
+            out = Path(work, "jars")
+            run = subprocess.run([mvn, "-q", "-B", "--strict-checksums", "dependency:copy-dependencies",
+                                  f"-DoutputDirectory={out}", "-DincludeScope=runtime"], cwd=work,
+                                 capture_output=True, text=True, timeout=1800)
+            if run.returncode:
+                tail = (run.stdout + run.stderr).strip().splitlines()[-15:]
+                wanted = ", ".join(":".join(a) for a in self.artifacts)
+                raise ConfigError(f"Maven could not fetch {self.name} ({wanted}); it said:\n" + "\n".join(tail))
+            digests = {}
+            for jar in sorted(out.glob("*.jar")):
+                if self.keep and not any(jar.name.startswith(f"{k}-") for k in self.keep):
+                    continue
+                target = home / jar.name
+                files.write_private(target, jar.read_bytes())
+                digests[jar.name] = hashlib.sha256(target.read_bytes()).hexdigest()
+            files.write_private(home / MANIFEST, json.dumps(digests, indent=1))
+        found = self.find()
+        assert found is not None
+        return found
+
+
+def spark_version() -> str:
+    """The installed PySpark's version: the connector must match it."""
+    return metadata.version("pyspark")
+
+
+def kafka_connector() -> JarSet:
+    """Spark's Kafka connector for the installed Spark, without what Spark ships already."""
+    return JarSet("spark-kafka", (("org.apache.spark", "spark-sql-kafka-0-10_2.13", spark_version()),),
+                  keep=("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients",
+                        "commons-pool2"))
+
+
+def kafka_jars(conf: Mapping[str, Any]) -> list[str]:
+    """The connector's jars for a Kafka topology's ``spark-submit`` (``--jars``): none when the
+    Spark settings give the cluster its own (``spark.jars.packages`` or ``spark.jars`` naming it)."""
+    given = " ".join(str(conf.get(key, "")) for key in ("spark.jars.packages", "spark.jars"))
+    if "spark-sql-kafka" in given:
+        return []
+    found = kafka_connector().find()
+    if found is None:
+        raise ConfigError("a Kafka topology's Spark job needs Spark's Kafka connector: run 'airflow-txn fetch-jars' "
+                          "on this machine (it uses Maven), or set spark_conf={'spark.jars.packages': "
+                          f"'org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version()}'}}")
+    return [str(p) for p in found]

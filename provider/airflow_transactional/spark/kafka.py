@@ -1,0 +1,99 @@
+"""Spark's side of a Kafka source: reading a planned batch by its offsets, and the connection's
+librdkafka settings as the options of Spark's Kafka reader (a Java client)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..exceptions import ConfigError
+from ..sources import KafkaSource, Source
+from .read import EVENT_ID_COL, INVALID_COL, OFFSET_COL, TEXT, Records, raw_schema, reader
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@reader(KafkaSource.kind)
+def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **_: Any) -> Records:
+    """A Kafka batch: exactly its offsets, by Spark's Kafka reader (``assign`` and per-partition
+    start and end, ``read_committed``, ``failOnDataLoss``). A record's offset is ``partition:offset``
+    and its id ``topic:partition:offset``; a record without a value, or whose value is not UTF-8
+    text, is judged bad by :func:`..validate.prepare`; the record's topic, partition, offset, key,
+    timestamp and headers go to the transform as the ``kafka_*`` columns."""
+    from pyspark.sql import functions as F
+
+    if not isinstance(source, KafkaSource):
+        raise ConfigError(f"the Kafka reader got a {source.kind!r} source")
+    ranges = [(int(p), int(lo), int(hi)) for p, lo, hi in batch.get("ranges", []) if int(hi) > int(lo)]
+    if not ranges:
+        return Records(spark.createDataFrame([], raw_schema()), TEXT)
+    topic = str(batch["topic"])
+    # Spark's redaction hides options by name: the JAAS line carries a password in its value.
+    spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|secret|key\\.password")
+    df = (spark.read.format("kafka").options(**kafka_options(source.config()))
+          .option("assign", json.dumps({topic: [p for p, _lo, _hi in ranges]}))
+          .option("startingOffsets", json.dumps({topic: {str(p): lo for p, lo, _hi in ranges}}))
+          .option("endingOffsets", json.dumps({topic: {str(p): hi for p, _lo, hi in ranges}}))
+          .option("kafka.isolation.level", "read_committed").option("failOnDataLoss", "true")
+          .option("includeHeaders", "true").load())
+    invalid = (F.when(F.col("value").isNull(), F.lit("the record has no value (a tombstone)"))
+               .when(~F.is_valid_utf8(F.col("value")), F.lit("the record's value is not UTF-8 text")))
+    return Records(df.select(
+        F.concat_ws(":", F.col("partition").cast("string"), F.col("offset").cast("string")).alias(OFFSET_COL),
+        F.concat_ws(":", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
+        .alias(EVENT_ID_COL),
+        F.when(invalid.isNull(), F.col("value").cast("string")).alias("payload"),
+        invalid.alias(INVALID_COL),
+        F.col("topic").alias("kafka_topic"), F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"), F.col("key").alias("kafka_key"),
+        F.col("timestamp").alias("kafka_timestamp"), F.col("headers").alias("kafka_headers")), TEXT)
+
+
+#: librdkafka settings (a ``kafka`` connection's extra) that mean the same to Spark's Java client.
+KAFKA_SAME = ("bootstrap.servers", "security.protocol", "client.id", "ssl.endpoint.identification.algorithm",
+              "request.timeout.ms", "reconnect.backoff.ms", "retry.backoff.ms", "metadata.max.age.ms")
+#: The JAAS login module of each SASL mechanism a username and password log in with.
+SASL_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+def kafka_options(config: Mapping[str, Any]) -> dict[str, str]:
+    """Spark's ``kafka.*`` options for a connection's librdkafka settings, through an explicit
+    allow-list: settings named alike pass as they are, a SASL username and password become the
+    JAAS line, a CA file a PEM truststore; a setting with no Java counterpart is refused by name
+    (never its value) when it would change how the broker is reached, and left out otherwise."""
+    options: dict[str, str] = {}
+    rest = dict(config)
+    for key in KAFKA_SAME:
+        if key in rest:
+            options[f"kafka.{key}"] = str(rest.pop(key))
+    if options.get("kafka.ssl.endpoint.identification.algorithm") == "none":
+        options["kafka.ssl.endpoint.identification.algorithm"] = ""
+    mechanism = rest.pop("sasl.mechanism", None) or rest.pop("sasl.mechanisms", None)
+    user, password = rest.pop("sasl.username", None), rest.pop("sasl.password", None)
+    if mechanism:
+        options["kafka.sasl.mechanism"] = str(mechanism)
+    if user is not None or password is not None:
+        module = SASL_MODULES.get(str(mechanism or "PLAIN").upper())
+        if module is None:
+            raise ConfigError(f"SASL mechanism {mechanism!r} with a username and password has no Java login module "
+                              f"here: use one of {', '.join(SASL_MODULES)}")
+        quoted = [str(v).replace("\\", "\\\\").replace('"', '\\"') for v in (user or "", password or "")]
+        options["kafka.sasl.jaas.config"] = f'{module} required username="{quoted[0]}" password="{quoted[1]}";'
+    if "ssl.ca.location" in rest:
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = str(rest.pop("ssl.ca.location"))
+    refused = sorted(k for k in rest if k.startswith(("sasl.", "ssl.", "oauthbearer")))
+    if refused:
+        raise ConfigError(f"Kafka settings {refused} have no counterpart Spark's Kafka reader takes here: give the "
+                          "cluster's truststore and keystore by path (ssl.ca.location) and SASL by sasl.username / "
+                          "sasl.password, or read with a Kafka client of the cluster's own configuration")
+    if rest:
+        log.info("Kafka settings left out of Spark's reader (librdkafka only): %s", ", ".join(sorted(rest)))
+    return options

@@ -1,0 +1,89 @@
+"""The Kafka-fed example on a real Airflow, a real broker and real Spark: runs triggered over REST,
+a failed processing retried, a committed run cleared and a backfill over new dates -- the counts
+are those of the records producers committed (their own ledger), never an aborted one."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional.cli import main as cli
+from airflow_transactional.coordinator import Coordinator
+from dev.kafka import KafkaBroker
+from dev.localstack import LocalStack, RestClient
+from tests.e2e.conftest import REPO, task_log, wait_for_runs
+from tests.e2e.operating import set_faults
+from tests.helpers import query
+from tests.kafka_helpers import TransactionalProducer, create_topic
+
+pytestmark = pytest.mark.e2e
+
+DAG = "kafka_words"
+DAY0 = datetime(2025, 9, 1, tzinfo=UTC)
+
+
+def tweet(i: int) -> dict[str, str]:
+    return {"url": f"https://{['apache.org', 'Example.com', 'www.kafka.apache.org'][i % 3]}/p/{i % 11}",
+            "user": f"u{i % 7}"}
+
+
+def test_the_kafka_topology_commits_what_producers_committed_through_retries_clears_and_backfills(
+        stack: LocalStack, client: RestClient, kafka: KafkaBroker) -> None:
+    dsn = stack.state_dsn
+    create_topic(kafka, 3, name="tweets")
+    ledger: list[dict[str, str]] = []  # what the producers committed: the oracle
+    producer = TransactionalProducer(kafka)
+    for chunk in range(6):
+        records = [tweet(chunk * 400 + i) for i in range(400)]
+        producer.send("tweets", [(None, r) for r in records])
+        if chunk % 3 == 2:
+            producer.abort()  # never counted
+        else:
+            producer.commit()
+            ledger += records
+    client.wait_for_dag(DAG)
+    client.unpause(DAG)  # Airflow's scheduled run: txid 1
+    deadline = datetime.now(UTC) + timedelta(minutes=3)
+    while not client.runs(DAG):
+        assert datetime.now(UTC) < deadline, "Airflow scheduled no run of kafka_words"
+        time.sleep(2)
+    wait_for_runs(stack, DAG, [r["dag_run_id"] for r in client.runs(DAG)])
+    # txid 2's processing fails on its first try; Airflow retries it.
+    once = stack.base_dir / "kafka-once"
+    set_faults(stack, f"process.begin:{DAG}:2=raise@once:{once}")
+    runs = [client.trigger(DAG, (DAY0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(3)]
+    wait_for_runs(stack, DAG, runs)
+    set_faults(stack)
+    assert once.exists()
+    coord = Coordinator(dsn)
+    # A committed run cleared: a no-op. A backfill over later dates: new runs, new txids, the rest of the topic.
+    client.clear(DAG, runs[0])
+    more = [tweet(10_000 + i) for i in range(500)]
+    producer.send("tweets", [(None, r) for r in more])
+    producer.commit()
+    ledger += more
+    backfill = client.post("/api/v2/backfills", {"dag_id": DAG, "from_date": (DAY0 + timedelta(days=10)).isoformat(),
+                                                 "to_date": (DAY0 + timedelta(days=12)).isoformat(),
+                                                 "max_active_runs": 3, "reprocess_behavior": "none"})
+    assert backfill["dag_id"] == DAG
+    deadline = datetime.now(UTC) + timedelta(minutes=5)
+    while len(client.runs(DAG)) < 1 + len(runs) + 2:
+        assert datetime.now(UTC) < deadline, "the backfill made no runs"
+        time.sleep(2)
+    wait_for_runs(stack, DAG, [r["dag_run_id"] for r in client.runs(DAG)])
+    while coord.status(DAG).lag:  # whatever the backfill's batches left
+        run = client.trigger(DAG, None)["dag_run_id"]
+        wait_for_runs(stack, DAG, [run])
+    assert "already committed" in task_log(stack, DAG, runs[0], "commit")
+    commits = coord.commits(DAG)
+    assert [c["txid"] for c in commits] == list(range(1, len(commits) + 1))
+    assert dict(query(dsn, "SELECT url, value FROM kafka_url_counts")) == Counter(r["url"] for r in ledger)
+    assert sum(c["records_read"] for c in commits) == len(ledger)
+    tries = {t["task_id"]: t["try_number"] for t in client.task_instances(DAG, coord.transaction(DAG, 2).run_key)}
+    assert tries["process"] == 2
+    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(Path(REPO) / "dags" / "kafka_words.py")]) == 0
+    coord.close()

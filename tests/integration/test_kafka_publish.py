@@ -1,0 +1,137 @@
+"""Committed output published to a real Kafka topic: each txid's events in one Kafka transaction,
+in txid order, exactly once for read_committed consumers -- also when the publisher dies before
+or after the Kafka commit, and when a second publisher starts beside a stale one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from airflow_transactional import OutputEvent, OutputSpec, StateSpec, TopologySpec
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.processing import process_batch
+from airflow_transactional.sinks.kafka import HEADERS, KafkaPublisher, PublishedEvent
+from airflow_transactional.sources import PostgresLogSource
+from airflow_transactional.sources.kafka import client_config
+from dev import faults
+from dev.kafka import KafkaBroker
+from tests.helpers import click, make_log, query
+from tests.kafka_helpers import create_topic, read_topic
+
+pytestmark = pytest.mark.integration
+
+
+def topology(topic: str) -> TopologySpec:
+    return TopologySpec("big", PostgresLogSource("clicks"), [StateSpec("big_count", {"user_id": "text"})],
+                        outputs=[OutputSpec("big", partitions=2, kafka_topic=topic)], max_batch_size=10)
+
+
+def big_fn(rec: dict[str, Any]) -> list[Any]:
+    out: list[Any] = [("big_count", (rec["user"],), 1)]
+    if int(rec["amount"]) >= 5:
+        out.append(OutputEvent("big", {"user": rec["user"], "amount": int(rec["amount"])}, key=rec["user"]))
+    return out
+
+
+def commit_all(coord: Coordinator, prefix: str) -> list[int]:
+    txids = []
+    while True:
+        txn = coord.plan("big", f"{prefix}{len(txids)}")
+        process_batch(coord, "big", txn.txid, big_fn)
+        coord.commit("big", txn.txid)
+        if txn.empty:
+            return txids
+        txids.append(txn.txid)
+
+
+def published(kafka: KafkaBroker, topic: str) -> list[tuple[int, int, str]]:
+    """(txid, seq, event id) of every record a read_committed consumer sees, in (txid, seq) order."""
+    out = []
+    for msg in read_topic(kafka, topic):
+        headers = dict(msg.headers() or [])
+        assert headers[HEADERS[0]] == b"big" and headers[HEADERS[1]] == b"big"
+        out.append((int(headers[HEADERS[2]]), int(headers[HEADERS[3]]), msg.key().decode()))
+    return sorted(out)
+
+
+def expected(dsn: str) -> list[str]:
+    return [e for (e,) in query(dsn, "SELECT event_id FROM airflow_txn.log_events WHERE log_name = 'big' "
+                                     "ORDER BY event_id")]
+
+
+def test_each_committed_txid_is_published_once_in_one_kafka_transaction_in_txid_order(
+        dsn: str, kafka: KafkaBroker) -> None:
+    topic = create_topic(kafka, 3)
+    make_log(dsn).append([click(i) for i in range(60)])
+    coord = Coordinator(dsn)
+    coord.register(topology(topic))
+    txids = commit_all(coord, "r")
+    [first] = coord.publish("big", through_txid=2)
+    assert first.txids == [1, 2]
+    [rest] = coord.publish("big")
+    assert rest.txids == list(range(3, txids[-1] + 2)) and coord.publish("big")[0].txids == []
+    seen = published(kafka, topic)
+    assert sorted(e for _t, _s, e in seen) == expected(dsn)
+    assert len({e for _t, _s, e in seen}) == len(seen)  # none twice
+    # Every txid's records are one Kafka transaction: its seq numbers run 0..n-1 without a gap.
+    by_txid = Counter(t for t, _s, _e in seen)
+    assert all(sorted(s for t2, s, _e in seen if t2 == t) == list(range(n)) for t, n in by_txid.items())
+    assert query(dsn, "SELECT published_txid FROM airflow_txn.publications") == [(txids[-1] + 1,)]
+    coord.close()
+
+
+@pytest.mark.parametrize("point", ["publish.before_kafka_commit", "publish.after_kafka_commit"])
+def test_a_publisher_killed_around_the_kafka_commit_publishes_nothing_twice_and_skips_nothing(
+        dsn: str, kafka: KafkaBroker, point: str) -> None:
+    topic = create_topic(kafka, 2)
+    make_log(dsn).append([click(i) for i in range(40)])
+    coord = Coordinator(dsn)
+    coord.register(topology(topic))
+    commit_all(coord, "r")
+    # A publisher process dies at the point, on txid 2: its Kafka transaction is open (before) or
+    # committed but not recorded in Postgres (after).
+    script = ("import sys; from airflow_transactional.coordinator import Coordinator; "
+              "Coordinator(sys.argv[1]).publish('big')")
+    died = subprocess.run([sys.executable, "-c", script, dsn], env=faults.child_env(faults=f"{point}:big:2=exit"),
+                          capture_output=True, text=True, timeout=300)
+    assert died.returncode != 0 and "Traceback" not in died.stderr, died.stderr[-2000:]
+    recorded = query(dsn, "SELECT published_txid FROM airflow_txn.publications")
+    assert recorded == [(1,)]
+    [again] = coord.publish("big")  # a new publisher fences the dead one and carries on
+    assert again.published_through == (2 if point == "publish.after_kafka_commit" else 1)
+    seen = published(kafka, topic)
+    assert sorted(e for _t, _s, e in seen) == expected(dsn)
+    assert len({e for _t, _s, e in seen}) == len(seen)
+    coord.close()
+
+
+def test_a_second_publisher_fences_a_stale_one(dsn: str, kafka: KafkaBroker) -> None:
+    topic = create_topic(kafka, 1)
+    make_log(dsn).append([click(i) for i in range(20)])
+    coord = Coordinator(dsn)
+    coord.register(topology(topic))
+    commit_all(coord, "r")
+    config = client_config("kafka_default")
+    stale = KafkaPublisher(config, topic=topic, topology_id="big", output="big",
+                           transactional_id="airflow-txn.airflow_txn.big.big")
+    coord.publish("big")  # starts a publisher with the same transactional id: the stale one is fenced
+    with pytest.raises(Exception, match=r"(?i)fenc"):
+        stale.publish(99, [PublishedEvent(0, "zombie", json.dumps({"late": True}))])
+    assert "zombie" not in {e for _t, _s, e in published(kafka, topic)}
+    coord.close()
+
+
+def test_an_output_published_to_a_missing_topic_is_a_clear_error(dsn: str, kafka: KafkaBroker) -> None:
+    make_log(dsn).append([click(i) for i in range(10)])
+    coord = Coordinator(dsn)
+    coord.register(topology("no-such-topic"))
+    commit_all(coord, "r")
+    with pytest.raises(ConfigError, match="no topic 'no-such-topic' to publish output 'big' to: create it"):
+        coord.publish("big")
+    coord.close()

@@ -1,0 +1,123 @@
+"""What the Kafka tests do to a real broker: make topics, produce -- plainly or in producer
+transactions that commit, abort or stay open -- delete records, add partitions, read a topic back."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from dev.kafka import KafkaBroker
+
+QUIET = logging.getLogger("tests.kafka.librdkafka")
+QUIET.setLevel(logging.CRITICAL)
+
+
+def admin(broker: KafkaBroker) -> AdminClient:
+    return AdminClient(broker.client_config(), logger=QUIET)
+
+
+def create_topic(broker: KafkaBroker, partitions: int = 3, name: str | None = None, **config: str) -> str:
+    """A new topic (a fresh name unless given), ready for producers."""
+    topic = name or f"t-{uuid.uuid4().hex[:10]}"
+    client = admin(broker)  # kept until the futures are done: a dropped client cancels them
+    client.create_topics([NewTopic(topic, partitions, 1, config=config)], operation_timeout=30)[topic].result(60)
+    return topic
+
+
+def delete_topic(broker: KafkaBroker, topic: str) -> None:
+    client = admin(broker)
+    client.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+
+
+def add_partitions(broker: KafkaBroker, topic: str, total: int) -> None:
+    client = admin(broker)
+    client.create_partitions([NewPartitions(topic, total)])[topic].result(timeout=60)
+
+
+def delete_records(broker: KafkaBroker, topic: str, before: dict[int, int]) -> None:
+    """Remove every record of each partition below the given offset (what retention does)."""
+    client = admin(broker)
+    found = client.delete_records([TopicPartition(topic, p, o) for p, o in before.items()],
+                                         request_timeout=30)
+    for future in found.values():
+        future.result(timeout=60)
+
+
+def topic_id(broker: KafkaBroker, topic: str) -> str:
+    client = admin(broker)
+    described = client.describe_topics(TopicCollection([topic]), request_timeout=30)
+    return str(described[topic].result(timeout=60).topic_id)
+
+
+def produce(broker: KafkaBroker, topic: str, records: Iterable[tuple[str | None, Any]], *,
+            partition: int | None = None) -> int:
+    """Produce (key, value) records, a value given as an object sent as JSON; flushed. Returns how many."""
+    producer = Producer({**broker.client_config(), "enable.idempotence": True}, logger=QUIET)
+    n = 0
+    for key, value in records:
+        raw = value if isinstance(value, (bytes, type(None))) else (value if isinstance(value, str)
+                                                                    else json.dumps(value))
+        kwargs = {} if partition is None else {"partition": partition}
+        producer.produce(topic, key=key, value=raw, **kwargs)
+        n += 1
+    if producer.flush(60):
+        raise KafkaException("records were not delivered within 60 s")
+    return n
+
+
+class TransactionalProducer:
+    """A producer using Kafka transactions: ``send`` records, then ``commit`` or ``abort`` them --
+    or leave the transaction open (the last stable offset then stays below it)."""
+
+    def __init__(self, broker: KafkaBroker, transactional_id: str | None = None) -> None:
+        self.producer = Producer({**broker.client_config(), "transactional.id": transactional_id or uuid.uuid4().hex,
+                                  "transaction.timeout.ms": 60_000}, logger=QUIET)
+        self.producer.init_transactions(60)
+        self.open = False
+
+    def send(self, topic: str, records: Iterable[tuple[str | None, Any]], *, partition: int | None = None) -> None:
+        if not self.open:
+            self.producer.begin_transaction()
+            self.open = True
+        for key, value in records:
+            kwargs = {} if partition is None else {"partition": partition}
+            self.producer.produce(topic, key=key, value=value if isinstance(value, (bytes, str)) else json.dumps(value),
+                                  **kwargs)
+        self.producer.flush(60)
+
+    def commit(self) -> None:
+        self.producer.commit_transaction(60)
+        self.open = False
+
+    def abort(self) -> None:
+        self.producer.abort_transaction(60)
+        self.open = False
+
+
+def read_topic(broker: KafkaBroker, topic: str, *, committed_only: bool = True) -> list[Any]:
+    """Every record of the topic a reader of the given isolation sees, as consumer messages."""
+    consumer = Consumer({**broker.client_config(), "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "enable.partition.eof": True,
+                         "isolation.level": "read_committed" if committed_only else "read_uncommitted"},
+                        logger=QUIET)
+    md = consumer.list_topics(topic, timeout=30).topics[topic]
+    consumer.assign([TopicPartition(topic, p, -2) for p in md.partitions])
+    done: set[int] = set()
+    out = []
+    while len(done) < len(md.partitions):
+        msg = consumer.poll(10)
+        if msg is None:
+            break
+        if msg.error():
+            if msg.error().name() == "_PARTITION_EOF":
+                done.add(msg.partition())
+            continue
+        out.append(msg)
+    consumer.close()
+    return out

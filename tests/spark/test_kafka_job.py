@@ -1,0 +1,100 @@
+"""The words job reading a Kafka topic under real spark-submit: exactly the planned offsets, by
+Spark's Kafka reader at read_committed, out of order and replayed, committed in order -- the
+numbers those of the records producers committed, the rest quarantined, none lost."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional import KafkaSource, StateSpec, TopologySpec
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core.attempts import read_digest
+from airflow_transactional.spark.jars import kafka_connector
+from dev.kafka import KafkaBroker
+from tests.helpers import query, spark_submit
+from tests.kafka_helpers import TransactionalProducer, create_topic, produce
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+WORDS = str(REPO / "spark_jobs" / "words.py")
+
+
+def tweets(n: int, start: int = 0) -> list[tuple[str, dict[str, str]]]:
+    hosts = ["www.apache.org", "Spark.Apache.org", "example.com", "www.example.com"]
+    return [(f"tw{i}", {"url": f"https://{hosts[i % 4]}/p{i % 13}", "user": f"u{i % 5}"})
+            for i in range(start, start + n)]
+
+
+def words(topic: str, max_batch_size: int = 400) -> TopologySpec:
+    return TopologySpec("kwords", KafkaSource(topic), [
+        StateSpec("url_counts", {"url": "text"}, combiner="count", table="kurl_counts"),
+        StateSpec("domain_counts", {"domain": "text"}, combiner="count", kind="opaque", table="kdomain_counts"),
+    ], max_batch_size=max_batch_size, max_in_flight=5, extra={"spark": {"application": WORDS}})
+
+
+def submit(dsn: str, txid: int) -> None:
+    res = spark_submit(dsn, WORDS, "--topology", "kwords", "--txid", str(txid),
+                       jars=[str(p) for p in kafka_connector().fetch()])
+    assert res.returncode == 0, res.stderr[-4000:]
+
+
+def test_the_words_job_reads_exactly_the_planned_offsets_of_a_kafka_topic(dsn: str, kafka: KafkaBroker) -> None:
+    topic = create_topic(kafka, 3)
+    committed, aborted = tweets(900), tweets(150, start=5000)
+    producer = TransactionalProducer(kafka)
+    for chunk in range(0, 900, 300):
+        producer.send(topic, committed[chunk:chunk + 300])
+        producer.commit()
+        producer.send(topic, aborted[chunk // 6:chunk // 6 + 50])
+        producer.abort()
+    produce(kafka, topic, [("bad", b"\xc3\x28 not utf-8"), ("gone", None), ("junk", "{not json")])
+    coord = Coordinator(dsn)
+    coord.register(words(topic))
+    txids = []
+    while (txn := coord.plan("kwords", f"r{len(txids)}")).planned_records:
+        txids.append(txn.txid)
+    # Out of order, one of them twice (a replay), committed in order.
+    for t in [txids[-1], *txids[:-1], txids[0]]:
+        submit(dsn, t)
+    for t in txids:
+        assert coord.commit("kwords", t).committed
+    urls = Counter(v["url"] for _k, v in committed)
+    assert dict(query(dsn, "SELECT url, value FROM kurl_counts")) == urls
+    assert sum(c["records_read"] for c in coord.commits("kwords")) == len(committed) + 3
+    bad = dict(query(dsn, "SELECT event_id, reason FROM airflow_txn.quarantine WHERE committed"))
+    assert len(bad) == 3 and all(e.startswith(f"{topic}:") for e in bad)
+    assert sorted(bad.values()) == ["malformed record: not a JSON object of the schema",
+                                    "the record has no value (a tombstone)", "the record's value is not UTF-8 text"]
+    assert coord.status("kwords").lag == 0
+    # The replay read what the first attempt read, by the digest both wrote -- the same the pure-Python
+    # reader of those offsets makes.
+    digests = query(dsn, "SELECT read_digest FROM airflow_txn.attempts WHERE topology_id = 'kwords' AND txid = %s "
+                         "ORDER BY attempt", (txids[0],))
+    batch = coord.transaction("kwords", txids[0]).batch
+    python_read = list(KafkaSource(topic).read(None, "airflow_txn", "kwords", batch))  # type: ignore[arg-type]
+    expected = read_digest(len(python_read), sum(zlib.crc32(r.offset.encode()) for r in python_read))
+    assert digests == [(expected,), (expected,)]
+    coord.close()
+
+
+def test_kafka_options_map_librdkafka_settings_and_refuse_what_has_no_java_counterpart() -> None:
+    from airflow_transactional.exceptions import ConfigError
+    from airflow_transactional.spark.kafka import kafka_options
+
+    options = kafka_options({"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL",
+                             "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "ann", "sasl.password": 'p"w',
+                             "ssl.ca.location": "/etc/ca.pem", "linger.ms": 5})
+    assert options["kafka.bootstrap.servers"] == "b:9093"
+    assert options["kafka.sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                                 'username="ann" password="p\\"w";')
+    assert options["kafka.ssl.truststore.type"] == "PEM" and "kafka.linger.ms" not in options
+    with pytest.raises(ConfigError, match=r"\['ssl.keystore.password'\]") as refused:
+        kafka_options({"bootstrap.servers": "b:9093", "ssl.keystore.password": "secret-value"})
+    assert "secret-value" not in str(refused.value)
+    assert json.dumps(kafka_options({"bootstrap.servers": "b"})) == '{"kafka.bootstrap.servers": "b"}'
