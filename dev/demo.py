@@ -185,11 +185,28 @@ State        {env_line}
              .venv/bin/airflow-txn status kafka_words  # the same topology fed by the Kafka topic tweets
              .venv/bin/airflow-txn audit words --dag-file dags/words.py   # recompute with Spark and diff
              psql service=airflow_txn -c 'SELECT * FROM domain_counts ORDER BY value DESC'
-Payments     payments decides each request in its commit; settlement credits the payees:
+Payments     payments decides each request in its commit (and publishes them to the Kafka topic ledger);
+             settlement credits the payees:
              psql service=airflow_txn -c 'SELECT granted, count(*) FROM airflow_txn.verdicts GROUP BY 1'
              psql service=airflow_txn -c 'SELECT * FROM credits ORDER BY account'
 Logs         {base}/*.log    Ctrl-C stops everything.
 """
+
+
+def start_producers(stack: LocalStack, landing: Path, rate: int) -> tuple[Producer, KafkaTweets, PaymentRequests]:
+    """The demo's producers, each on its thread: tweets to the event log and order files, tweets to
+    Kafka in transactions, payment requests."""
+    EventLog(stack.state_dsn, "tweets").create(4)
+    producer = Producer(stack.state_dsn, landing, rate)
+    producer.start()
+    assert stack.kafka is not None
+    create_topic(stack.kafka, "tweets", 3)
+    create_topic(stack.kafka, "ledger", 4)  # where payments publishes its decisions
+    kafka_tweets = KafkaTweets(stack.kafka, rate)
+    kafka_tweets.start()
+    requests = PaymentRequests(stack.state_dsn, per_second=max(1.0, rate / 10))
+    requests.start()
+    return producer, kafka_tweets, requests
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     landing = base / "landing"
     landing.mkdir(parents=True, exist_ok=True)
     stack = LocalStack(base, DAGS_DIR, port=_port(args.port), kafka=True,
-                       env={"AIRFLOW_TXN_LANDING_DIR": str(landing)})
+                       env={"AIRFLOW_TXN_LANDING_DIR": str(landing), "AIRFLOW_TXN_PAYMENTS_KAFKA_TOPIC": "ledger"})
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     producer: Producer | None = None
@@ -215,15 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         print("starting PostgreSQL, Kafka and Airflow (api-server, scheduler, dag-processor, triggerer)...",
               flush=True)
         stack.start()
-        EventLog(stack.state_dsn, "tweets").create(4)
-        producer = Producer(stack.state_dsn, landing, args.rate)
-        producer.start()
-        assert stack.kafka is not None
-        create_topic(stack.kafka, "tweets", 3)
-        kafka_tweets = KafkaTweets(stack.kafka, args.rate)
-        kafka_tweets.start()
-        requests = PaymentRequests(stack.state_dsn, per_second=max(1.0, args.rate / 10))
-        requests.start()
+        producer, kafka_tweets, requests = start_producers(stack, landing, args.rate)
         client = stack.client()
         for dag_id in DAGS:
             client.wait_for_dag(dag_id)

@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 # deferred-waits test's (slots_0 ... slots_5).
 OPS_DAGS = Path(__file__).resolve().parent / "dags" / "ops_dags.py"
 SLOTS_DAGS = OPS_DAGS.with_name("slots_dags.py")
+KAFKA_DAGS = OPS_DAGS.with_name("kafka_dags.py")
 # Where the stack's OpenLineage file transport writes, in its base directory.
 LINEAGE_FILE = "openlineage.jsonl"
 
@@ -92,7 +93,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
     dags.mkdir()
     for dag_file in (REPO / "dags").glob("*.py"):  # the examples, as a user would deploy them
         (dags / dag_file.name).symlink_to(dag_file)
-    for own in (OPS_DAGS, SLOTS_DAGS):
+    for own in (OPS_DAGS, SLOTS_DAGS, KAFKA_DAGS):
         (dags / own.name).symlink_to(own)
     write_dag(dags, CHAOS_CI)
     env = {

@@ -4,6 +4,7 @@ are those of the records producers committed (their own ledger), never an aborte
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -18,7 +19,7 @@ from dev.localstack import LocalStack, RestClient
 from tests.e2e.conftest import REPO, task_log, wait_for_runs
 from tests.e2e.operating import set_faults
 from tests.helpers import query
-from tests.kafka_helpers import TransactionalProducer, create_topic
+from tests.kafka_helpers import TransactionalProducer, create_topic, read_topic
 
 pytestmark = pytest.mark.e2e
 
@@ -60,6 +61,9 @@ def test_the_kafka_topology_commits_what_producers_committed_through_retries_cle
     set_faults(stack)
     assert once.exists()
     coord = Coordinator(dsn)
+    failed_once = coord.transaction(DAG, 2).run_key  # whichever triggered run planned txid 2
+    tries = {t["task_id"]: t["try_number"] for t in client.task_instances(DAG, failed_once)}
+    assert tries["process"] == 2  # failed once, retried once
     # A committed run cleared: a no-op. A backfill over later dates: new runs, new txids, the rest of the topic.
     client.clear(DAG, runs[0])
     more = [tweet(10_000 + i) for i in range(500)]
@@ -83,7 +87,54 @@ def test_the_kafka_topology_commits_what_producers_committed_through_retries_cle
     assert [c["txid"] for c in commits] == list(range(1, len(commits) + 1))
     assert dict(query(dsn, "SELECT url, value FROM kafka_url_counts")) == Counter(r["url"] for r in ledger)
     assert sum(c["records_read"] for c in commits) == len(ledger)
-    tries = {t["task_id"]: t["try_number"] for t in client.task_instances(DAG, coord.transaction(DAG, 2).run_key)}
-    assert tries["process"] == 2
     assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(Path(REPO) / "dags" / "kafka_words.py")]) == 0
+    coord.close()
+
+
+def test_a_kafka_to_kafka_topology_relays_each_committed_record_once_per_txid_transaction(
+        stack: LocalStack, client: RestClient, kafka: KafkaBroker) -> None:
+    """The publish task after each commit: each txid's output in one Kafka transaction, in txid
+    order, read back by a plain read_committed consumer -- also after a publish task is cleared."""
+    create_topic(kafka, 2, name="relay-in")
+    create_topic(kafka, 2, name="relay-out")
+    producer = TransactionalProducer(kafka)
+    kept = []
+    for chunk in range(4):
+        records = [tweet(20_000 + chunk * 200 + i) for i in range(200)]
+        producer.send("relay-in", [(None, r) for r in records])
+        if chunk == 1:
+            producer.abort()
+        else:
+            producer.commit()
+            kept += records
+    client.wait_for_dag("kafka_relay")
+    client.unpause("kafka_relay")
+    deadline = time.monotonic() + 180
+    while not client.runs("kafka_relay"):
+        assert time.monotonic() < deadline, "Airflow scheduled no run of kafka_relay"
+        time.sleep(2)
+    runs = [r["dag_run_id"] for r in client.runs("kafka_relay")]
+    runs += [client.trigger("kafka_relay", (DAY0 + timedelta(days=20 + k)).isoformat())["dag_run_id"]
+             for k in range(3)]
+    wait_for_runs(stack, "kafka_relay", runs)
+    coord = Coordinator(stack.state_dsn)
+    while coord.status("kafka_relay").lag:
+        extra = client.trigger("kafka_relay", None)["dag_run_id"]
+        wait_for_runs(stack, "kafka_relay", [extra])
+        runs.append(extra)
+    client.clear("kafka_relay", runs[1], ["publish"])  # published again? nothing new: nothing twice
+    wait_for_runs(stack, "kafka_relay", [runs[1]])
+    assert "nothing new to publish" in task_log(stack, "kafka_relay", runs[1], "publish")
+    relayed = read_topic(kafka, "relay-out")
+    txids = [int(dict(m.headers())["airflow-txn-txid"]) for m in relayed]
+    assert len(relayed) == len(kept)  # every committed record once; no aborted one
+    assert Counter(json.loads(m.value())["url"] for m in relayed) == Counter(r["url"] for r in kept)
+    assert len({m.key() for m in relayed}) == len(relayed)
+    for txid in set(txids):  # one Kafka transaction per txid: its seq numbers 0..n-1
+        seqs = sorted(int(dict(m.headers())["airflow-txn-seq"]) for m in relayed
+                      if int(dict(m.headers())["airflow-txn-txid"]) == txid)
+        assert seqs == list(range(len(seqs)))
+    committed = coord.status("kafka_relay").committed_txid
+    assert query(stack.state_dsn, "SELECT published_txid FROM airflow_txn.publications "
+                                  "WHERE topology_id = 'kafka_relay'") == [(committed,)]
     coord.close()

@@ -264,3 +264,17 @@ def test_an_attempt_that_read_other_records_than_its_plan_first_did_cannot_compl
     result = coord.commit("spend", txn.txid)
     assert result.committed and result.attempt == (2 if opaque else first.attempt)
     coord.close()
+
+
+def test_the_status_of_a_topology_whose_broker_is_gone_says_so_and_keeps_the_rest(
+        dsn: str, kafka: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = create_topic(kafka, 1)
+    coord = Coordinator(dsn)
+    coord.register(spend(topic))
+    produce(kafka, topic, payments(5))
+    drain(coord)
+    monkeypatch.setattr("airflow_transactional.sources.kafka.TIMEOUT", 2.0)
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"extra": {"bootstrap.servers": "127.0.0.1:9"}}))
+    status = coord.status("spend")
+    assert status.committed_txid >= 1 and status.source_error and "127.0.0.1:9" in status.source_error
+    coord.close()

@@ -62,6 +62,7 @@ class TopologyStatus:
     quarantined_pending: int
     lost_records: int
     lag_seconds: float | None = None  # the oldest waiting record's age; None: the source cannot tell
+    source_error: str | None = None  # why the source could not say its lag now (a Kafka cluster out of reach)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +77,7 @@ class TopologyStatus:
             "quarantined_pending": self.quarantined_pending,
             "lost_records": self.lost_records,
             "lag_seconds": self.lag_seconds,
+            "source_error": self.source_error,
         }
 
 

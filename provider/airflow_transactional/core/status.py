@@ -11,6 +11,7 @@ import psycopg2.errors
 import psycopg2.extensions
 from psycopg2 import sql
 
+from ..exceptions import SourceUnreachable
 from ..spec import StateSpec
 from ..store import attempts, catalog, decisions, topologies, transactions
 from ..store import commits as commit_log
@@ -39,8 +40,12 @@ def status(store: StateStore, topology_id: str) -> TopologyStatus:
             in_flight.append(InFlight(int(row.txid), row.run_key, phase, int(row.plan_version), int(row.attempts),
                                       row.latest_error if phase == "failed" else None))
         quarantined = commit_log.quarantine_counts(cur, store.schema, topology_id)
-        lag = spec.source.lag(cur, store.schema, topology_id, offsets)
-        lag_seconds = spec.source.lag_seconds(cur, store.schema, topology_id, offsets) if lag else 0.0
+        source_error = None
+        try:
+            lag = spec.source.lag(cur, store.schema, topology_id, offsets)
+            lag_seconds = spec.source.lag_seconds(cur, store.schema, topology_id, offsets) if lag else 0.0
+        except SourceUnreachable as exc:  # the rest of the status still stands; the lag is unknown
+            lag, lag_seconds, source_error = 0, None, str(exc)
     blocked = liveness.blocker(store, topology_id, committed + 2)
     nxt = next((f for f in in_flight if f.txid == committed + 1), None)
     if blocked is None and nxt is not None and nxt.phase == "failed":
@@ -48,7 +53,7 @@ def status(store: StateStore, topology_id: str) -> TopologyStatus:
                    "backfill that run to process it again (Airflow retries it first if retries are left)")
     return TopologyStatus(topology_id, committed, offsets, progress.last_commit_at, in_flight, int(lag),
                           blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
-                          lag_seconds)
+                          lag_seconds, source_error)
 
 
 def recover(store: StateStore, topology_id: str) -> RecoverResult:

@@ -41,6 +41,7 @@ def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) 
                        "phase": phase(f.phase, f.txid, st.committed_txid)} for f in st.in_flight],
         "lag_records": st.lag,
         "lag_seconds": st.lag_seconds,
+        "source_error": st.source_error,
         "last_commit_at": _iso(st.last_commit_at),
         "last_commit_age_seconds": (now - st.last_commit_at).total_seconds() if st.last_commit_at else None,
         "commits_per_minute": rate,

@@ -137,7 +137,9 @@ def _bars(txns: list[dict[str, Any]], now: datetime) -> str:
 
 
 def _waited(summary: dict[str, Any]) -> str:
-    """How long the oldest record behind has waited, where the source knows."""
+    """How long the oldest record behind has waited, where the source knows (or why it cannot say now)."""
+    if summary.get("source_error"):
+        return f" (unknown now: {e(summary['source_error'])})"
     waited = summary.get("lag_seconds")
     return f" (the oldest waiting {age(waited).removesuffix(' ago')})" if summary["lag_records"] and waited else ""
 

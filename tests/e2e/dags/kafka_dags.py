@@ -1,0 +1,21 @@
+"""A Kafka-to-Kafka topology for the end-to-end tests: records of topic relay-in counted per url,
+and relayed -- once each, per committed txid in one Kafka transaction -- to topic relay-out."""
+
+from __future__ import annotations
+
+import os
+
+from airflow_transactional import LOCAL_SPARK_CONF, KafkaSource, OutputSpec, StateSpec, transactional_dag
+
+relay = transactional_dag(
+    "kafka_relay",
+    source=KafkaSource("relay-in"),
+    states=[StateSpec("url_counts", keys={"url": "text"}, combiner="count", table="relay_url_counts")],
+    outputs=[OutputSpec("relayed", partitions=2, kafka_topic="relay-out")],
+    application="relay_job.py",
+    schedule="@daily",
+    max_in_flight=3,
+    max_batch_size=300,
+    spark_conf=LOCAL_SPARK_CONF,
+    spark_pool=os.environ.get("AIRFLOW_TXN_SPARK_POOL"),
+)
