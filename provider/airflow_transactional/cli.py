@@ -117,6 +117,20 @@ def recover(args: argparse.Namespace, coord: Coordinator) -> int:
     return 0
 
 
+def publish(args: argparse.Namespace, coord: Coordinator) -> int:
+    if args.mark_published is not None:
+        outputs = [args.output] if args.output else [o.name for o in coord.spec(args.topology).outputs if o.kafka_topic]
+        for output in outputs:
+            before = coord.mark_published(args.topology, output, args.mark_published)
+            print(f"{args.topology} output {output}: marked published through txid {args.mark_published} "
+                  f"(was {before}); nothing was sent to Kafka")
+        return 0
+    for done in coord.publish(args.topology, args.through):
+        sent = f"txids {done.txids[0]}..{done.txids[-1]}" if done.txids else "nothing new"
+        print(f"{args.topology} output {done.output} -> Kafka topic {done.topic}: published {sent}")
+    return 0
+
+
 def audit(args: argparse.Namespace, coord: Coordinator) -> int:
     spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "audit")
     result = recompute(coord.dsn, coord.schema, spec, "audit", master=args.master, conf=args.conf)
@@ -216,40 +230,57 @@ def parser() -> argparse.ArgumentParser:
                    help="Airflow connection of the store (when --dsn and $AIRFLOW_TXN_DSN are not set)")
     p.add_argument("--schema", default=DEFAULT_SCHEMA, help="the provider's schema")
     sub = p.add_subparsers(dest="command", required=True)
+    _operating_commands(sub)
+    _spark_commands(sub)
+    return p
 
-    def command(name: str, func: Command | Callable[[argparse.Namespace], int], text: str,
-                topology: bool = True) -> argparse.ArgumentParser:
-        one = sub.add_parser(name, help=text, description=text)
-        one.set_defaults(func=func)
-        if topology:
-            one.add_argument("topology")
-        return one
 
-    command("status", status, "committed txid, in-flight txids, lag, blockers").add_argument(
+def _command(sub: Any, name: str, func: Command | Callable[[argparse.Namespace], int], text: str,
+             topology: bool = True) -> argparse.ArgumentParser:
+    one: argparse.ArgumentParser = sub.add_parser(name, help=text, description=text)
+    one.set_defaults(func=func)
+    if topology:
+        one.add_argument("topology")
+    return one
+
+
+def _operating_commands(sub: Any) -> None:
+    """What an operator runs against the state store: status, registration, grants, repairs."""
+    _command(sub, "status", status, "committed txid, in-flight txids, lag, blockers").add_argument(
         "--json", action="store_true")
-    command("commits", commits, "the audit log of commits, in txid order").add_argument(
+    _command(sub, "commits", commits, "the audit log of commits, in txid order").add_argument(
         "--json", action="store_true", help="one JSON object per line")
-    one = command("verdict", verdict, "a decision's verdict on requests (granted, declined, or not yet decided): "
-                  "what a requester asks")
+    one = _command(sub, "verdict", verdict, "a decision's verdict on requests (granted, declined, or not yet "
+                   "decided): what a requester asks")
     one.add_argument("decision")
     one.add_argument("request_ids", nargs="+", metavar="REQUEST_ID")
-    command("register", register, "register the topologies that DAG files declare (as the schema's owner: creates "
-            "their tables; the run-time role then needs no DDL rights)", topology=False).add_argument(
+    _command(sub, "register", register, "register the topologies that DAG files declare (as the schema's owner: "
+             "creates their tables; the run-time role then needs no DDL rights)", topology=False).add_argument(
         "dag_files", nargs="+", metavar="DAG_FILE")
-    one = command("grant", grant, "grant a run-time role (and a producer role) what they need, no more; run as the "
-                  "schema's owner after registering", topology=False)
+    one = _command(sub, "grant", grant, "grant a run-time role (and a producer role) what they need, no more; run "
+                   "as the schema's owner after registering", topology=False)
     one.add_argument("--runtime-role", required=True, help="the role Airflow's tasks connect as")
     one.add_argument("--producer-role", help="a role that may only append to the logs given with --log")
     one.add_argument("--log", action="append", default=[], help="a log the producer role may append to")
     one.add_argument("--print", action="store_true", help="print the SQL instead of running it")
-    command("reset", reset, "forget a topology's progress and drop its state tables: its next run starts over "
-            "from the beginning of its source (after a changed declaration)").add_argument(
+    _command(sub, "reset", reset, "forget a topology's progress and drop its state tables: its next run starts "
+             "over from the beginning of its source (after a changed declaration)").add_argument(
         "--yes", action="store_true", help="really do it (pause the DAG first)")
-    command("recover", recover, "discard staged output that can never commit")
+    _command(sub, "recover", recover, "discard staged output that can never commit")
+    one = _command(sub, "publish", publish, "publish the committed txids not yet published of the outputs declared "
+                   "with a Kafka topic (what the DAG's publish task does), or --mark-published")
+    one.add_argument("--through", type=int, help="publish no further than this txid")
+    one.add_argument("--mark-published", type=int, metavar="TXID", help="record the txids through TXID as "
+                     "published without sending them (after you published them yourself)")
+    one.add_argument("--output", help="with --mark-published: only this output (default: every published one)")
+
+
+def _spark_commands(sub: Any) -> None:
+    """What runs Spark: audit and rebuild, and the per-machine set-up of Spark."""
     master = os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]")
     for name, func, text in (("audit", audit, "recompute the state from the source in one Spark pass and diff it"),
                              ("rebuild", rebuild, "recompute the state from the source and swap it in, live")):
-        one = command(name, func, text)
+        one = _command(sub, name, func, text)
         one.add_argument("--dag-file", help="the DAG file that declares the topology: its Spark job is run from it "
                          "(a store whose declaration differs is refused)" +
                          (" (not needed with --abort)" if name == "rebuild" else ""))
@@ -260,12 +291,12 @@ def parser() -> argparse.ArgumentParser:
     rebuild_parser = sub.choices["rebuild"]
     rebuild_parser.add_argument("--abort", action="store_true", help="forget a rebuild that died half-way")
     rebuild_parser.add_argument("--force", action="store_true", help="with --abort: abort a rebuild still running")
-    command("spark-cds", spark_cds, "build the class-data-sharing archive that saves a small batch's spark-submit "
-            "about a fifth of its CPU and time (once per machine; needs no state store)", topology=False).add_argument(
-        "--force", action="store_true", help="build it again even if a verified one exists")
-    command("fetch-jars", fetch_jars, "fetch Spark's Kafka connector for the installed Spark with Maven (once per "
-            "machine; needs no state store)", topology=False)
-    return p
+    _command(sub, "spark-cds", spark_cds, "build the class-data-sharing archive that saves a small batch's "
+             "spark-submit about a fifth of its CPU and time (once per machine; needs no state store)",
+             topology=False).add_argument("--force", action="store_true",
+                                          help="build it again even if a verified one exists")
+    _command(sub, "fetch-jars", fetch_jars, "fetch Spark's Kafka connector for the installed Spark with Maven (once "
+             "per machine; needs no state store)", topology=False)
 
 
 #: Commands that need no state store.

@@ -242,6 +242,10 @@ class Coordinator:
         with a Kafka topic that are not published yet, each in one Kafka transaction (``core/publish.py``)."""
         return publish.publish(self.store, topology_id, through_txid)
 
+    def mark_published(self, topology_id: str, output: str, txid: int) -> int:
+        """Record an output's txids through ``txid`` as published to Kafka, publishing nothing."""
+        return publish.mark_published(self.store, topology_id, output, txid)
+
     def recover(self, topology_id: str) -> RecoverResult:
         """Discard staged output that can never be committed; safe to run at any time."""
         return status.recover(self.store, topology_id)

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from airflow_transactional import OutputEvent, OutputSpec, StateSpec, TopologySpec
+from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.exceptions import ConfigError, TransactionalError
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sinks.kafka import HEADERS, KafkaPublisher, PublishedEvent
-from airflow_transactional.sources import PostgresLogSource
+from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.sources.kafka import client_config
 from dev import faults
 from dev.kafka import KafkaBroker
@@ -134,4 +135,32 @@ def test_an_output_published_to_a_missing_topic_is_a_clear_error(dsn: str, kafka
     commit_all(coord, "r")
     with pytest.raises(ConfigError, match="no topic 'no-such-topic' to publish output 'big' to: create it"):
         coord.publish("big")
+    coord.close()
+
+
+def test_retention_waits_for_the_publisher_and_forced_retention_stops_it_with_the_way_out(
+        dsn: str, kafka: KafkaBroker, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = create_topic(kafka, 2)
+    make_log(dsn).append([click(i) for i in range(40)])
+    coord = Coordinator(dsn)
+    coord.register(topology(topic))
+    txids = commit_all(coord, "r")
+    coord.publish("big", through_txid=1)
+    out = EventLog(dsn, "big")
+    [(head,)] = query(dsn, "SELECT next_lsn - 1 FROM airflow_txn.log_partitions WHERE log_name = 'big' "
+                           "AND partition = 0")
+    with pytest.raises(ConfigError, match="output 'big' has published to Kafka only through LSN"):
+        out.truncate(0, head)  # no consumer reads the output log, but the publisher has not sent it all
+    assert out.truncate(0, head, force=True) > 0
+    with pytest.raises(TransactionalError, match=r"removed from the log .* airflow-txn publish big --mark-published"):
+        coord.publish("big")
+    assert query(dsn, "SELECT published_txid FROM airflow_txn.publications") == [(1,)]  # nothing half-sent
+    # The operator's way out: mark what retention took as published, and publishing goes on.
+    assert cli(["--dsn", dsn, "publish", "big", "--mark-published", str(txids[-1] + 1)]) == 0
+    assert "marked published through txid" in capsys.readouterr().out
+    make_log(dsn).append([click(i) for i in range(40, 60)])
+    later = commit_all(coord, "s")
+    assert cli(["--dsn", dsn, "publish", "big"]) == 0
+    assert f"published txids {later[0]}..{later[-1] + 1}" in capsys.readouterr().out
+    assert {t for t, _s, _e in published(kafka, topic)} == {1, *later}
     coord.close()

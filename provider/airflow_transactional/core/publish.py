@@ -51,6 +51,24 @@ def publish(store: StateStore, topology_id: str, through_txid: int | None = None
     return [_publish_output(store, spec, out, target) for out in spec.outputs if out.kafka_topic]
 
 
+def mark_published(store: StateStore, topology_id: str, output: str, txid: int) -> int:
+    """Record ``output``'s txids through ``txid`` as published without publishing them (after an
+    operator published them by other means); the txid recorded before. Never moves backwards."""
+    with store.db.transaction() as cur:
+        _num, spec, committed, _offsets = store.load(cur, topology_id)
+        out = spec.output(output)
+        if out.kafka_topic is None:
+            raise ConfigError(f"output {output!r} of topology {topology_id!r} publishes to no Kafka topic")
+        if not 0 < txid <= committed:
+            raise ConfigError(f"topology {topology_id!r} has committed txids 1..{committed}: cannot mark txid {txid} "
+                              "published")
+        recorded = publications.get(cur, store.schema, topology_id, output)
+        publications.record(cur, store.schema, topology_id, output, out.kafka_topic, txid, recorded.topic_offsets)
+    log.warning("topology %s output %s: txids through %d marked published to %s by hand", topology_id, output, txid,
+                out.kafka_topic)
+    return recorded.published_txid
+
+
 def _publish_output(store: StateStore, spec: TopologySpec, out: OutputSpec, target: int) -> Publication:
     topic = out.kafka_topic
     if topic is None:
@@ -75,9 +93,7 @@ def _publish_output(store: StateStore, spec: TopologySpec, out: OutputSpec, targ
                 publications.record(cur, store.schema, spec.topology_id, out.name, topic, done, offsets)
         published = []
         for txid in range(done + 1, target + 1):
-            with store.db.transaction() as cur:
-                events = [PublishedEvent(e.partition, e.event_id, e.payload)
-                          for e in outputs.events_of_txid(cur, store.schema, spec.topology_id, txid, out.name)]
+            events = _events(store, spec.topology_id, out.name, txid)
             scope = (spec.topology_id, str(txid))
             if events:
                 offsets.update(publisher.publish(txid, events, before_commit=lambda scope=scope: faults.point(
@@ -93,6 +109,22 @@ def _publish_output(store: StateStore, spec: TopologySpec, out: OutputSpec, targ
     finally:
         with store.db.transaction() as cur:
             publications.unlock(cur, key)
+
+
+def _events(store: StateStore, topology_id: str, output: str, txid: int) -> list[PublishedEvent]:
+    """What the commit of ``txid`` appended to ``output``: every event, or an error if retention
+    (forced past this publisher) removed some before they were published."""
+    with store.db.transaction() as cur:
+        events = outputs.events_of_txid(cur, store.schema, topology_id, txid, output)
+        appended = publications.appended_count(cur, store.schema, topology_id, txid, output)
+    if len(events) < appended:
+        raise TransactionalError(
+            f"topology {topology_id!r} output {output!r}: txid {txid} appended {appended} events, "
+            f"{appended - len(events)} of them removed from the log (retention forced past what was published) "
+            f"before they were published to Kafka. Nothing of txid {txid} is published. Publish those events from a "
+            f"backup yourself, then record the txid as published: "
+            f"`airflow-txn publish {topology_id} --mark-published {txid}`")
+    return [PublishedEvent(e.partition, e.event_id, e.payload) for e in events]
 
 
 def _take_turn(store: StateStore, key: str) -> None:

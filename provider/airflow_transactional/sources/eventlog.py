@@ -17,7 +17,7 @@ import psycopg2.extensions
 from .. import faults, identifiers
 from ..exceptions import ConfigError
 from ..limits import id_refusal
-from ..store import logs, topologies
+from ..store import logs, publications, topologies
 from ..store.connection import CONNECTION_ERRORS, Database, lost_connection, redact
 from ..store.migrations import DEFAULT_SCHEMA, migrate
 
@@ -178,17 +178,21 @@ class EventLog:
             if behind and not force:
                 raise ConfigError(
                     f"log {self.name!r} partition {partition}: "
-                    + ", ".join(f"topology {t!r} has committed only through LSN {c}" for t, c in behind)
-                    + f"; truncating through {through_lsn} would remove events it has not read. Truncate through "
-                    f"{min(c for _t, c in behind)} at most, or pass force=True (they then lose those events)")
+                    + ", ".join(f"{who} through LSN {c}" for who, c in behind)
+                    + f"; truncating through {through_lsn} would remove events not yet read or published. Truncate "
+                    f"through {min(c for _w, c in behind)} at most, or pass force=True (they then lose those events)")
             if behind:
                 log.warning("log %s partition %d truncated through LSN %d by force: %s lose the events past "
-                            "what they committed", self.name, partition, through_lsn,
-                            ", ".join(f"{t} (committed through {c})" for t, c in behind))
+                            "that", self.name, partition, through_lsn,
+                            ", ".join(f"{who} through {c}" for who, c in behind))
             return logs.truncate(cur, self.schema, self.name, partition, through_lsn)
 
     def _readers_behind(self, cur: psycopg2.extensions.cursor, partition: int, lsn: int) -> list[tuple[str, int]]:
-        """(topology, committed LSN) of the topologies of this store reading this log that have
-        not committed ``partition`` through ``lsn``."""
-        return [(t, c) for t, c in topologies.readers_of_log(cur, self.schema, self.name, partition, SOURCE_KIND)
-                if c < lsn]
+        """(who, LSN) of the topologies of this store reading this log that have not committed
+        ``partition`` through ``lsn``, and of the outputs appending to it that have not published
+        to Kafka what they appended there through ``lsn``."""
+        readers = [(f"topology {t!r} has committed only", c)
+                   for t, c in topologies.readers_of_log(cur, self.schema, self.name, partition, SOURCE_KIND)]
+        publishers = [(f"topology {t!r} output {o!r} has published to Kafka only", c)
+                      for t, o, c in publications.unpublished_in_log(cur, self.schema, self.name, partition)]
+        return [(who, c) for who, c in readers + publishers if c < lsn]

@@ -33,3 +33,16 @@ def try_lock(cur: Cursor, key: str) -> bool:
 
 def unlock(cur: Cursor, key: str) -> None:
     cur.execute(query("publication_unlock"), {"key": key})
+
+
+def unpublished_in_log(cur: Cursor, schema: str, log: str, partition: int) -> list[tuple[str, str, int]]:
+    """(topology, output, LSN published through) of the outputs published to Kafka whose events in
+    ``partition`` of ``log`` are not all published yet."""
+    cur.execute(query("publication_unpublished_in_log", schema), {"log": log, "p": partition})
+    return [(str(t), str(o), int(lsn)) for t, o, lsn in cur.fetchall()]
+
+
+def appended_count(cur: Cursor, schema: str, topology_id: str, txid: int, output: str) -> int:
+    """How many events the commit of ``txid`` appended to ``output``."""
+    cur.execute(query("publication_range_size", schema), {"topology": topology_id, "txid": txid, "output": output})
+    return int(scalar(cur) or 0)

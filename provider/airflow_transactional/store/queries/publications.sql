@@ -17,3 +17,20 @@ SELECT pg_try_advisory_lock(hashtext(%(key)s))
 
 -- name: publication_unlock
 SELECT pg_advisory_unlock(hashtext(%(key)s))
+
+-- name: publication_unpublished_in_log
+-- The outputs published to Kafka that appended events to one partition of a log which are not
+-- published yet: the last LSN before the first of them (retention must not pass it).
+SELECT r.topology_id, r.output, min(r.first_lsn) - 1 FROM {s}.output_ranges r
+JOIN {s}.topologies t ON t.topology_id = r.topology_id
+LEFT JOIN {s}.publications p ON p.topology_id = r.topology_id AND p.output = r.output
+WHERE r.log_name = %(log)s AND r.partition = %(p)s AND r.txid > coalesce(p.published_txid, 0)
+  AND EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(t.spec->'outputs', '[]')) o
+              WHERE o->>'name' = r.output AND o->>'kafka_topic' IS NOT NULL)
+GROUP BY r.topology_id, r.output
+ORDER BY r.topology_id, r.output
+
+-- name: publication_range_size
+-- How many events the commit of a txid appended to an output (its ranges' LSN counts).
+SELECT coalesce(sum(last_lsn - first_lsn + 1), 0) FROM {s}.output_ranges
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND output = %(output)s
