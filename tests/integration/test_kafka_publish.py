@@ -152,7 +152,7 @@ def test_retention_waits_for_the_publisher_and_forced_retention_stops_it_with_th
     with pytest.raises(ConfigError, match="output 'big' has published to Kafka only through LSN"):
         out.truncate(0, head)  # no consumer reads the output log, but the publisher has not sent it all
     assert out.truncate(0, head, force=True) > 0
-    with pytest.raises(TransactionalError, match=r"removed from the log .* airflow-txn publish big --mark-published"):
+    with pytest.raises(TransactionalError, match=r"removed .*`airflow-txn publish big --mark-published 2`"):
         coord.publish("big")
     assert query(dsn, "SELECT published_txid FROM airflow_txn.publications") == [(1,)]  # nothing half-sent
     # The operator's way out: mark what retention took as published, and publishing goes on.
