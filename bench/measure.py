@@ -64,13 +64,14 @@ class Sizes:
     decision_accounts: int = 20_000
     decision_trials: int = 5
     latency_transactions: int = 30
+    publish_events: int = 200_000
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(commit_large_state=1_000_000, commit_trials=2, plan_large_log=2_000_000, plan_trials=9,
                    peer_batches=(1_000_000,), peer_batch_count=2, peer_backends=("Spark Connect",),
                    overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2,
-                   work_trials=2, decision_trials=2, latency_transactions=8)
+                   work_trials=2, decision_trials=2, latency_transactions=8, publish_events=50_000)
 
 
 @dataclass

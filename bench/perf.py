@@ -17,6 +17,9 @@ and every result is a ratio against a baseline measured in the same run:
 - ``work``: CPU-seconds of the processing job on one batch minus an empty batch, vs the peer
   minus an empty directory; the event-log source vs the landing directory; the job's per-phase
   profile (``bench/work.py``).
+- ``kafka``: on a real broker, one N-event batch read from a Kafka topic vs the same events in
+  the landing directory; vs Structured Streaming's ``foreachBatch`` recipe on the same topic;
+  publishing committed output to Kafka vs a plain transactional producer (``bench/kafka_sections.py``).
 - ``overhead``: an empty transaction (run start to committed) vs a no-op 3-task DAG run.
 - ``pipelining``: N transactions of ``words`` with ``max_in_flight=3`` vs a serial run.
 - ``waits``: commits waiting for txid-1 deferred to the triggerer vs sleeping in workers: worker
@@ -44,14 +47,17 @@ from airflow_transactional.sources import EventLog
 from bench import airflow_sections, waits
 from bench.decide import bench_decisions
 from bench.harness import Harness
+from bench.kafka_sections import bench_kafka_read, bench_publish
 from bench.latency import bench_latency
 from bench.measure import BACKENDS, BIG_BATCH_CONF, SCHEMA, Report, Sizes, machine
 from bench.store_sections import bench_commit, bench_plan, bench_startup
 from bench.work import bench_work
+from dev.kafka import KafkaBroker
 
 log = logging.getLogger("bench.perf")
 
-SECTIONS = ("commit", "decisions", "plan", "startup", "work", "peer", "overhead", "pipelining", "waits", "latency")
+SECTIONS = ("commit", "decisions", "plan", "startup", "work", "kafka", "peer", "overhead", "pipelining", "waits",
+            "latency")
 #: The sections that need the benchmark's Airflow running.
 ON_AIRFLOW = {"peer", "overhead", "pipelining", "waits"}
 
@@ -79,6 +85,8 @@ def run(h: Harness) -> Report:
         if "work" in chosen:
             bench_work(dsn, SCHEMA, h.base / "work", h.batch_files(sizes.work_batch)[0], sizes, report,
                        BIG_BATCH_CONF)
+        if "kafka" in chosen:
+            bench_kafka(dsn, h, sizes, report)
         peer = airflow_sections.bench_peer_alone(h) if "peer" in chosen else {}
         if ON_AIRFLOW & chosen:
             h.stack.start()
@@ -100,6 +108,17 @@ def run(h: Harness) -> Report:
         bench_latency(h.base / "latency", sizes, report)
     report.wall_seconds = time.monotonic() - started
     return report
+
+
+def bench_kafka(dsn: str, h: Harness, sizes: Sizes, report: Report) -> None:
+    """The ``kafka`` section, on a broker of its own, removed afterwards."""
+    broker = KafkaBroker(h.base / "kafka").start()
+    try:
+        bench_kafka_read(dsn, SCHEMA, h.base / "kafka-work", h.batch_files(sizes.work_batch)[0], sizes, report,
+                         BIG_BATCH_CONF, broker)
+        bench_publish(dsn, sizes, report, broker)
+    finally:
+        broker.stop(remove=True)
 
 
 def plot(report: Report, path: Path) -> None:

@@ -1,13 +1,14 @@
 """The peer the benchmark measures against: Spark Structured Streaming with a ``foreachBatch`` sink.
 
 Reads the same JSON-lines files as the provider's landing topology (one file per micro-batch,
-``maxFilesPerTrigger=1``), computes the same two aggregates as ``spark_jobs/words.py`` (the
+``maxFilesPerTrigger=1``) -- or, given ``kafka://SERVERS/TOPIC``, the same events in a Kafka topic
+(read_committed, all of it in one micro-batch) -- computes the same two aggregates as ``spark_jobs/words.py`` (the
 same Column expressions), and writes them to Postgres exactly once the way Spark's guide
 recommends for ``foreachBatch``: the batch's rows and its ``batchId`` in one database
 transaction, a ``batchId`` already recorded is skipped. Run by ``bench.perf`` under
 ``spark-submit``; prints nothing but a JSON result file.
 
-    spark-submit bench/sss_peer.py INPUT_DIR CHECKPOINT_DIR TABLE_PREFIX RESULT_FILE
+    spark-submit bench/sss_peer.py INPUT_DIR|kafka://SERVERS/TOPIC CHECKPOINT_DIR TABLE_PREFIX RESULT_FILE
 """
 
 from __future__ import annotations
@@ -80,7 +81,14 @@ def main(argv: list[str]) -> int:
                 cur.execute(f"INSERT INTO {t['batches']} (batch_id, rows) VALUES (%s, %s)", (batch_id, events))
         batches.append({"batch_id": batch_id, "events": events, "seconds": time.monotonic() - t0})
 
-    stream = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(input_dir))
+    if input_dir.startswith("kafka://"):  # the same events in a topic: all of it in one micro-batch
+        servers, topic = input_dir[len("kafka://"):].split("/", 1)
+        raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers)
+               .option("subscribe", topic).option("startingOffsets", "earliest")
+               .option("kafka.isolation.level", "read_committed").option("failOnDataLoss", "true").load())
+        stream = raw.select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("e")).select("e.*")
+    else:
+        stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(input_dir)
     query_started = time.monotonic()
     query = (stream.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())

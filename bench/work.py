@@ -27,7 +27,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -159,13 +159,14 @@ class Work:
         finally:
             coord.close()
 
-    def ours(self, topology: str, job: Path = WORDS_JOB,
-             jit_of: str | None = None) -> tuple[float, float, dict[str, Any]]:
+    def ours(self, topology: str, job: Path = WORDS_JOB, jit_of: str | None = None,
+             jars: Sequence[str] = ()) -> tuple[float, float, dict[str, Any]]:
         """(CPU-s, wall s, the job's result) of processing the planned batch of ``topology`` with ``job``,
         its driver's JIT chosen as the process task chooses it for the batch of ``jit_of`` (default: its own)."""
         result_file = self.base / f"{topology}.result.json"
         conf = with_jit_for_batch(self.conf, *self.batches[jit_of or topology])
-        argv = [*spark_submit_argv("local[2]", conf, "--name", f"work-{topology}"), "--py-files", provider_zip(),
+        argv = [*spark_submit_argv("local[2]", conf, "--name", f"work-{topology}"),
+                *(["--jars", ",".join(jars)] if jars else []), "--py-files", provider_zip(),
                 str(job), "--topology", topology, "--txid", str(self.txids[topology]), "--schema", self.schema,
                 "--result-file", str(result_file)]
         cpu, wall = run_measured(argv, self.env, f"work: the words job on {topology}")

@@ -131,15 +131,6 @@ class KafkaTweets(threading.Thread):
                 logging.warning("kafka producer: %s", exc)
 
 
-def create_topic(broker: KafkaBroker, name: str, partitions: int) -> None:
-    """The topic, if it is not there yet (a restarted demo keeps its broker's data)."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient(broker.client_config(), logger=logging.getLogger("demo.kafka"))
-    if name not in admin.list_topics(timeout=30).topics:
-        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
-
-
 class PaymentRequests(threading.Thread):
     """Appends payment requests (a few invalid) for the payments example, after one deposit per account."""
 
@@ -200,8 +191,8 @@ def start_producers(stack: LocalStack, landing: Path, rate: int) -> tuple[Produc
     producer = Producer(stack.state_dsn, landing, rate)
     producer.start()
     assert stack.kafka is not None
-    create_topic(stack.kafka, "tweets", 3)
-    create_topic(stack.kafka, "ledger", 4)  # where payments publishes its decisions
+    stack.kafka.create_topic("tweets", 3)
+    stack.kafka.create_topic("ledger", 4)  # where payments publishes its decisions
     kafka_tweets = KafkaTweets(stack.kafka, rate)
     kafka_tweets.start()
     requests = PaymentRequests(stack.state_dsn, per_second=max(1.0, rate / 10))

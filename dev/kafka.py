@@ -93,6 +93,14 @@ class KafkaBroker:
         """What a client sets to reach the broker (the ``extra`` of a ``kafka`` connection)."""
         return {"bootstrap.servers": self.bootstrap}
 
+    def create_topic(self, name: str, partitions: int, **config: str) -> None:
+        """The topic, if it is not there yet (a restarted demo keeps its broker's data)."""
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient(self.client_config(), logger=logging.getLogger("dev.kafka.librdkafka"))
+        if name not in admin.list_topics(timeout=30).topics:
+            admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(60)
+
     def start(self, timeout: float = 120) -> KafkaBroker:
         jars = BROKER.fetch()
         files.private_dir(self.base_dir)

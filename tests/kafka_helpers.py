@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from dev.kafka import KafkaBroker
 
@@ -25,8 +25,7 @@ def admin(broker: KafkaBroker) -> AdminClient:
 def create_topic(broker: KafkaBroker, partitions: int = 3, name: str | None = None, **config: str) -> str:
     """A new topic (a fresh name unless given), ready for producers."""
     topic = name or f"t-{uuid.uuid4().hex[:10]}"
-    client = admin(broker)  # kept until the futures are done: a dropped client cancels them
-    client.create_topics([NewTopic(topic, partitions, 1, config=config)], operation_timeout=30)[topic].result(60)
+    broker.create_topic(topic, partitions, **config)
     return topic
 
 

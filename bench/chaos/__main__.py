@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="words: the words topology against an oracle of its events; payments: both "
                         "stages of the payments example against its invariants (dev/payments.py)")
     parser.add_argument("--quick", action="store_true",
-                        help="the size CI runs: 12 transactions, 10 faults (payments: 6 and 5)")
+                        help="the size CI runs: 8 transactions, 6 faults (payments: 4 and 4)")
     parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200; quick 20)")
     parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400; quick 10)")
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}; "

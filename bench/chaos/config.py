@@ -45,17 +45,17 @@ class ChaosConfig:
 
     @classmethod
     def quick(cls, seed: int = 1, mode: str = "words") -> ChaosConfig:
-        """The size CI runs inside ``make test``: for ``words`` 12 transactions and 10 faults in
-        four minutes; for ``payments`` 6 transactions of stage 1 (each followed by stage 2: twice
-        the Spark work per transaction) and 5 faults, one of each kind, striking either stage.
+        """The size CI runs inside ``make test``: for ``words`` 8 transactions and 6 faults (every
+        kind at least once); for ``payments`` 4 transactions of stage 1 (each followed by stage 2:
+        twice the Spark work per transaction) and 4 faults, striking either stage.
 
         Without the final ``airflow-txn audit`` (a Spark pass over every event, a minute here):
         the oracle is the independent check, and the audit has tests of its own."""
         kinds = ("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear")
         if mode == "payments":
-            return cls(seed=seed, mode=mode, transactions=6, faults=5, producers=2, rate=6, drain_timeout=420,
+            return cls(seed=seed, mode=mode, transactions=4, faults=4, producers=2, rate=6, drain_timeout=420,
                        audit=False, kinds=kinds)
-        return cls(seed=seed, mode=mode, transactions=12, faults=10, producers=2, rate=6, drain_timeout=420,
+        return cls(seed=seed, mode=mode, transactions=8, faults=6, producers=2, rate=6, drain_timeout=420,
                    audit=False, kinds=kinds)
 
     @property
