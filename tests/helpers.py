@@ -15,18 +15,26 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spark import cds as spark_cds
-from airflow_transactional.spark.submit import provider_zip
+from airflow_transactional.spark.submit import LOCAL_SPARK_CONF, provider_zip
 from airflow_transactional.spec import StateSpec, TopologySpec
+
+
+def local_conf(conf: dict[str, str] | None = None, java_options: str | None = None) -> list[str]:
+    """``--conf`` arguments of a small job on this machine, as the process task sets them
+    (``LOCAL_SPARK_CONF``: C1 only, which halves a small job's CPU; the class-data-sharing archive
+    when one was built), with ``conf`` and ``java_options`` added."""
+    jvm = " ".join(filter(None, [LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"], java_options]))
+    settings = spark_cds.with_archive({**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": jvm,
+                                       **(conf or {})}, spark_cds.current())
+    return [x for k, v in settings.items() for x in ("--conf", f"{k}={v}")]
 
 
 def spark_submit(dsn: str, application: str, *args: str, env: dict[str, str] | None = None,
                  java_options: str | None = None, jars: list[str] | None = None) -> subprocess.CompletedProcess[str]:
-    """A job under spark-submit (local[2]); its driver starts from the class-data-sharing archive
-    when one was built (``airflow-txn spark-cds``), as the process task's does."""
-    conf = spark_cds.with_archive({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
-                                   **({"spark.driver.extraJavaOptions": java_options} if java_options else {})},
-                                  spark_cds.current())
-    argv = ["spark-submit", "--master", "local[2]", *(x for k, v in conf.items() for x in ("--conf", f"{k}={v}")),
+    """A job under spark-submit (local[2]) with the process task's settings for a small batch
+    (``LOCAL_SPARK_CONF``: C1 only, which halves a small job's CPU); its driver starts from the
+    class-data-sharing archive when one was built (``airflow-txn spark-cds``), as the task's does."""
+    argv = ["spark-submit", "--master", "local[2]", *local_conf(java_options=java_options),
             *(["--jars", ",".join(jars)] if jars else []), "--py-files", provider_zip(), application, *args]
     return subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
                                      **(env or {})}, capture_output=True, text=True, timeout=300)

@@ -42,15 +42,15 @@ def test_words_commits_in_txid_order_exactly_once_and_pipelines(stack: LocalStac
     log = EventLog(dsn, "tweets")
     log.create(4)
     good = [(f"tw{i}", json.dumps({"url": f"https://{DOMAINS[i % 4]}/p/{i % 17}", "user": f"u{i % 9}"}))
-            for i in range(3200)]
+            for i in range(2000)]
     bad = [(f"bad{i}", "{truncated" if i % 2 else json.dumps({"user": "no url"})) for i in range(8)]
     bad.append(("bad-markup", XSS))  # shown escaped by the Transactions views (test below)
-    log.append(good[:1600] + bad + good[1600:])
+    log.append(good[:1000] + bad + good[1000:])
 
     client.wait_for_dag("words")
     client.unpause("words")
     start = datetime.now(UTC) - timedelta(hours=2)
-    runs = _trigger(client, "words", 8, start)
+    runs = _trigger(client, "words", 5, start)  # batches of 400: five full ones
     runs.append(client.trigger("words", None)["dag_run_id"])  # no logical date: order still from Postgres
     wait_for_runs(stack, "words", runs)
 
@@ -62,7 +62,7 @@ def test_words_commits_in_txid_order_exactly_once_and_pipelines(stack: LocalStac
     # Every planned txid committed exactly once, in txid order (the audit log's timestamps).
     assert [c["txid"] for c in commits] == list(range(1, status.committed_txid + 1))
     assert [c["committed_at"] for c in commits] == sorted(c["committed_at"] for c in commits)
-    assert sum(1 for c in commits if c["records_read"]) >= 8
+    assert sum(1 for c in commits if c["records_read"]) >= 5
     assert status.lag == 0 and not status.in_flight
 
     # The oracle, straight from the events appended.

@@ -23,7 +23,7 @@ import pytest
 from airflow_transactional import LandingDirectory, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.spark.submit import provider_zip
-from tests.helpers import query
+from tests.helpers import local_conf, query
 
 pytestmark = pytest.mark.spark
 
@@ -122,8 +122,8 @@ def test_states_declared_per_record_fold_in_one_pass_exactly_as_state_by_state(d
     (tmp_path / "rows.json").write_text(json.dumps(rows))
     job, out = tmp_path / "fold_every_way.py", tmp_path / "out.json"
     job.write_text(FOLD_EVERY_WAY)
-    argv = ["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
-            "spark.sql.shuffle.partitions=3", "--py-files", provider_zip(), str(job), dsn,
+    argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.sql.shuffle.partitions": "3"}),
+            "--py-files", provider_zip(), str(job), dsn,
             str(tmp_path / "rows.json"), str(out)]
     res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
                          timeout=300)
@@ -179,8 +179,8 @@ def test_a_batch_with_bad_records_commits_the_same_either_way(dsn: str, tmp_path
     txid = coord.plan("orders", "r1").txid
     job, result = tmp_path / "orders.py", tmp_path / "result.json"
     job.write_text(ORDERS_JOB.format(body=body))
-    argv = ["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
-            "spark.sql.shuffle.partitions=2", "--py-files", provider_zip(), str(job), "--topology", "orders",
+    argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.sql.shuffle.partitions": "2"}),
+            "--py-files", provider_zip(), str(job), "--topology", "orders",
             "--txid", str(txid), "--result-file", str(result)]
     res = subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
                          capture_output=True, text=True, timeout=300)

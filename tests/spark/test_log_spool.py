@@ -16,7 +16,7 @@ import pytest
 from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spark.submit import provider_zip
 from airflow_transactional.store.connection import connect
-from tests.helpers import AWKWARD_PAYLOADS, make_log
+from tests.helpers import AWKWARD_PAYLOADS, local_conf, make_log
 
 pytestmark = pytest.mark.spark
 
@@ -67,8 +67,8 @@ def test_a_log_batch_spooled_for_the_jvm_reads_the_sources_own_records(dsn: str,
     job, out, scratch = tmp_path / "read_every_way.py", tmp_path / "out.json", tmp_path / "scratch"
     job.write_text(READ_EVERY_WAY)
     (tmp_path / "a_file").write_text("")
-    argv = ["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
-            f"spark.local.dir={scratch}", "--py-files", provider_zip(), str(job), dsn, str(out),
+    argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.local.dir": str(scratch)}),
+            "--py-files", provider_zip(), str(job), dsn, str(out),
             str(tmp_path / "a_file" / "spool")]
     res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
                          timeout=300)

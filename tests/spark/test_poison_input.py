@@ -15,7 +15,7 @@ from airflow_transactional import LandingDirectory, StateSpec, TopologySpec
 from airflow_transactional.coordinator import QUARANTINE_RECORD_CHARS, Coordinator
 from airflow_transactional.sources.landing import write_json_lines
 from airflow_transactional.spark.submit import provider_zip
-from tests.helpers import query
+from tests.helpers import local_conf, query
 
 pytestmark = pytest.mark.spark
 
@@ -34,8 +34,8 @@ if __name__ == "__main__":
 
 
 def _submit(dsn: str, job: str, topology: str, txid: int) -> subprocess.CompletedProcess[str]:
-    argv = ["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
-            "spark.sql.shuffle.partitions=2", "--py-files", provider_zip(), job, "--topology", topology,
+    argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.sql.shuffle.partitions": "2"}),
+            "--py-files", provider_zip(), job, "--topology", topology,
             "--txid", str(txid)]
     return subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
                           capture_output=True, text=True, timeout=300)
@@ -130,8 +130,8 @@ def test_a_fold_is_staged_the_same_from_the_driver_and_from_the_executors(dsn: s
     query(dsn, "CREATE TABLE staged (way integer NOT NULL, k text NOT NULL, value bigint NOT NULL)")
     job = tmp_path / "stage_both_ways.py"
     job.write_text(STAGE_BOTH_WAYS)
-    argv = ["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf",
-            "spark.sql.shuffle.partitions=3", "--py-files", provider_zip(), str(job), dsn,
+    argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.sql.shuffle.partitions": "3"}),
+            "--py-files", provider_zip(), str(job), dsn,
             "COPY staged (way, k, value) FROM STDIN WITH (FORMAT csv)"]
     res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
                          timeout=300)
