@@ -131,9 +131,15 @@ def publish(args: argparse.Namespace, coord: Coordinator) -> int:
     return 0
 
 
+def _committed_records(coord: Coordinator, topology_id: str) -> int:
+    """The records the topology's commits read: what a recomputation reads again."""
+    return sum(int(c.get("records_read") or 0) for c in coord.commits(topology_id))
+
+
 def audit(args: argparse.Namespace, coord: Coordinator) -> int:
     spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "audit")
-    result = recompute(coord.dsn, coord.schema, spec, "audit", master=args.master, conf=args.conf)
+    result = recompute(coord.dsn, coord.schema, spec, "audit", master=args.master, conf=args.conf,
+                       records=_committed_records(coord, args.topology))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     elif not result.get("auditable"):
@@ -156,7 +162,8 @@ def rebuild(args: argparse.Namespace, coord: Coordinator) -> int:
             args.topology, force=args.force) else f"{args.topology} has no rebuild to abort")
         return 0
     spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "rebuild")
-    result = recompute(coord.dsn, coord.schema, spec, "rebuild", master=args.master, conf=args.conf)
+    result = recompute(coord.dsn, coord.schema, spec, "rebuild", master=args.master, conf=args.conf,
+                       records=_committed_records(coord, args.topology))
     print(f"rebuilt {args.topology} from its source as of txid {result['rebuilt_at_txid']}, replayed "
           f"{result['journal_txids']} txids committed meanwhile (now at txid {result['caught_up_to_txid']})")
     return 0

@@ -16,11 +16,14 @@ from ..spec import TopologySpec
 from ..store.connection import redact
 from . import cds
 from .jars import kafka_jars
-from .submit import deliver_dsn, provider_zip, spark_submit_argv, with_quiet_driver_logs
+from .submit import deliver_dsn, provider_zip, spark_submit_argv, with_jit_for_batch, with_quiet_driver_logs
 
 
-def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: str, conf: list[str]) -> dict[str, Any]:
-    """Run ``spec``'s Spark job in ``mode`` (``audit`` or ``rebuild``) on ``master``; its summary."""
+def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: str, conf: list[str],
+              records: int | None = None) -> dict[str, Any]:
+    """Run ``spec``'s Spark job in ``mode`` (``audit`` or ``rebuild``) on ``master``; its summary.
+    ``records`` (what the topology committed, if known) picks a local driver's JIT as the process
+    task picks it for a batch of that size."""
     topology_id = spec.topology_id
     spark = spec.extra.get("spark") or {}
     application = spark.get("application")
@@ -34,6 +37,8 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
         result_file = os.path.join(tmp, "result.json")
         settings = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
                                            **dict(c.split("=", 1) for c in conf)})
+        if records is not None and master.startswith("local"):
+            settings = with_jit_for_batch(settings, {}, records)
         settings = cds.with_archive(settings, cds.current())
         # A driver here: the DSN (and the source's connection) in a private file, never argv.
         delivery = deliver_dsn(dsn, master, None, connections=connections_for(spec.source))
