@@ -115,12 +115,14 @@ class KafkaWork(Work):
 
 
 def differences(dsn: str, ours: str, theirs: str) -> int:
-    """Rows in one table and not the other, both ways (url counts and domain counts)."""
+    """Rows in one table and not the other, both ways (url counts and domain counts); an empty
+    table counts as every row of the other differing."""
     n = 0
     for kind in ("url", "domain"):
         a, b = f"{ours}_{kind}_counts", f"{theirs}_{kind}_counts"
-        [(d,)] = execute(dsn, f"SELECT (SELECT count(*) FROM (TABLE {a} EXCEPT TABLE {b}) x) + "
-                              f"(SELECT count(*) FROM (TABLE {b} EXCEPT TABLE {a}) y)")
+        one, other = f"SELECT {kind}, value FROM {a}", f"SELECT {kind}, value FROM {b}"
+        [(d,)] = execute(dsn, f"SELECT (SELECT count(*) FROM ({one} EXCEPT {other}) x) + "
+                              f"(SELECT count(*) FROM ({other} EXCEPT {one}) y)")
         n += int(d)
     return n
 
@@ -141,6 +143,12 @@ def bench_kafka_read(dsn: str, schema: str, base: Path, events_file: Path, sizes
                 cpu, wall, result = work.ours(what, jars=work.jars if what == "bench_kafka" else ())
             took.setdefault(what, []).append((cpu, wall))
             log.info("kafka: %s, trial %d: %.1f CPU-s, %.1f s wall", what, trial, cpu, wall)
+    coord = Coordinator(dsn, schema=schema)  # commit ours, so that the final states can be compared
+    try:
+        for name in ("bench_kafka", "bench_kafka_landing"):
+            assert coord.commit(name, work.txids[name]).committed, name
+    finally:
+        coord.close()
     cpu_of = {k: median([c for c, _ in v]) for k, v in took.items()}
     wall_of = {k: median([w for _, w in v]) for k, v in took.items()}
     rate = {k: size / wall_of[k] for k in ("bench_kafka", "bench_kafka_landing")}
