@@ -34,6 +34,7 @@ It prints the table and writes a PNG plot of the ratios against their targets.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import shutil
@@ -164,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in args.pg_setting if "=" not in x]
     if bad:
         parser.error(f"--pg-setting takes NAME=VALUE, got {bad[0]!r} (e.g. --pg-setting shared_buffers=4GB)")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # before the run, not after it
+        parser.error("--plot needs matplotlib: pip install -c requirements/constraints.txt -e '.[bench]' (make "
+                     "bench does), or pass --plot ''")
     pg_settings = dict(x.split("=", 1) for x in args.pg_setting)
     sizes = Sizes.quick() if args.quick else Sizes()
     if args.backends:
