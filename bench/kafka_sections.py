@@ -19,12 +19,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import psycopg2
 from confluent_kafka import Producer
 
 from airflow_transactional import OutputEvent, OutputSpec, StateSpec, TopologySpec
@@ -32,10 +31,10 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sinks.kafka import HEADERS
 from airflow_transactional.sources import EventLog, KafkaSource, LandingDirectory, PostgresLogSource
-from airflow_transactional.spark import cds
 from airflow_transactional.spark.jars import kafka_connector
-from airflow_transactional.spark.submit import spark_submit_argv, with_jit_for_batch, with_quiet_driver_logs
-from bench.measure import Report, Row, Sizes, execute, median
+from airflow_transactional.spark.submit import spark_submit_argv, with_jit_for_batch
+from airflow_transactional.store import outputs
+from bench.measure import SCHEMA, Report, Row, Sizes, execute, median
 from bench.work import PEER_JOB, Work, run_measured, words_topology
 from dev.kafka import KafkaBroker
 
@@ -76,21 +75,13 @@ class KafkaWork(Work):
 
     def __init__(self, dsn: str, schema: str, base: Path, events_file: Path, size: int, conf: dict[str, str],
                  broker: KafkaBroker) -> None:
-        self.dsn, self.schema, self.base, self.size, self.broker = dsn, schema, base, size, broker
-        self.conf = cds.with_archive(with_quiet_driver_logs(conf), cds.current())
-        use_broker(broker)
-        self.env = {**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
-                    "SPARK_LOCAL_IP": "127.0.0.1"}
-        self.jars = [str(p) for p in kafka_connector().fetch()]
+        use_broker(broker)  # before the jobs' environment is taken
+        self._prepare(dsn, schema, base, events_file, size, conf)
+        self.broker, self.jars = broker, [str(p) for p in kafka_connector().fetch()]
         landing = base / "landing"
-        landing.mkdir(parents=True, exist_ok=True)
-        if not (landing / events_file.name).exists():  # a copy: the landing directory refuses hard links
-            shutil.copyfile(events_file, landing / events_file.name)
         broker.create_topic(TOPIC, PARTITIONS)
         produced = produce_file(broker, TOPIC, events_file)
         assert produced == size, (produced, size)
-        self.txids: dict[str, int] = {}
-        self.batches: dict[str, tuple[dict[str, Any], int]] = {}
         coord = Coordinator(dsn, schema=schema)
         try:
             for name, source in (("bench_kafka", KafkaSource(TOPIC, kafka_conn_id=CONN_ID)),
@@ -205,10 +196,10 @@ def bench_publish(dsn: str, sizes: Sizes, report: Report, broker: KafkaBroker) -
         t0 = time.perf_counter()
         [done] = coord.publish("bench_publish")
         ours = time.perf_counter() - t0
-        by_txid = execute(dsn, "SELECT r.txid, e.partition, e.event_id, e.payload FROM airflow_txn.output_ranges r "
-                               "JOIN airflow_txn.log_events e ON e.log_name = r.log_name AND e.partition = r.partition "
-                               "AND e.lsn BETWEEN r.first_lsn AND r.last_lsn WHERE r.topology_id = 'bench_publish' "
-                               "ORDER BY r.txid, e.partition, e.lsn")
+        with psycopg2.connect(dsn) as conn, conn.cursor() as cur:  # what it sent: the same events, in txid order
+            by_txid = [(txid, e.partition, e.event_id, e.payload) for txid in done.txids
+                       for e in outputs.events_of_txid(cur, SCHEMA, "bench_publish", txid, "bench_publish")]
+        conn.close()
     finally:
         coord.close()
     plain = plain_publish(broker, "bench-plain", by_txid)

@@ -132,17 +132,8 @@ class Work:
     """One batch file of ``size`` events and the three topologies that process it."""
 
     def __init__(self, dsn: str, schema: str, base: Path, events_file: Path, size: int, conf: dict[str, str]) -> None:
-        self.dsn, self.schema, self.base, self.size = dsn, schema, base, size
-        self.conf = cds.with_archive(with_quiet_driver_logs(conf), cds.current())
-        self.env = {**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
-                    "SPARK_LOCAL_IP": "127.0.0.1"}
-        (base / "landing").mkdir(parents=True, exist_ok=True)
+        self._prepare(dsn, schema, base, events_file, size, conf)
         (base / "empty").mkdir(parents=True, exist_ok=True)
-        landing_file = base / "landing" / events_file.name
-        if not landing_file.exists():  # a copy: the landing directory refuses hard-linked files
-            shutil.copyfile(events_file, landing_file)
-        self.txids: dict[str, int] = {}
-        self.batches: dict[str, tuple[dict[str, Any], int]] = {}
         coord = Coordinator(dsn, schema=schema)
         try:
             for name, source in (
@@ -159,6 +150,21 @@ class Work:
                 self.batches[name] = (txn.batch, txn.planned_records)
         finally:
             coord.close()
+
+    def _prepare(self, dsn: str, schema: str, base: Path, events_file: Path, size: int,
+                 conf: dict[str, str]) -> None:
+        """What every batch of the section shares: the Spark settings and environment of its jobs,
+        and the events file in ``base/landing``."""
+        self.dsn, self.schema, self.base, self.size = dsn, schema, base, size
+        self.conf = cds.with_archive(with_quiet_driver_logs(conf), cds.current())
+        self.env = {**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
+                    "SPARK_LOCAL_IP": "127.0.0.1"}
+        (base / "landing").mkdir(parents=True, exist_ok=True)
+        landing_file = base / "landing" / events_file.name
+        if not landing_file.exists():  # a copy: the landing directory refuses hard-linked files
+            shutil.copyfile(events_file, landing_file)
+        self.txids: dict[str, int] = {}
+        self.batches: dict[str, tuple[dict[str, Any], int]] = {}
 
     def ours(self, topology: str, job: Path = WORDS_JOB, jit_of: str | None = None,
              jars: Sequence[str] = ()) -> tuple[float, float, dict[str, Any]]:
