@@ -255,3 +255,34 @@ def test_spark_connect_process_runs_the_job_as_a_client_and_reports_its_failure(
     assert got["remote"].startswith("sc://spark.example:15002/") and "token=s3cret" in got["remote"]
     assert got["argv"] == ["--topology", "t_words", "--txid", "7"]  # no URL, no token, no DSN in argv
     assert got["dsn"] == "host=db password=pw"  # in the client's environment only
+
+
+def test_py_files_resolve_against_the_dag_file_reach_audits_and_a_spark_connect_client(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's own modules (``py_files``) are found wherever the job runs: spark-submit's
+    --py-files (relative paths taken from the DAG file, like ``application``), the record that
+    audit and rebuild ship with the job, and a Spark Connect client's import path."""
+    from airflow_transactional.airflow.operators.process import client_path
+
+    dag = _dag(py_files="../../spark_jobs/words.py, s3://bucket/lib.zip")
+    process = dag.get_task("process")
+    assert process.py_files == f"{WORDS_JOB},s3://bucket/lib.zip"
+    assert process.topology["extra"]["spark"]["py_files"] == process.py_files  # audit and rebuild: --py-files
+    assert "py_files" not in _dag().get_task("process").topology["extra"]["spark"]  # none: nothing recorded
+    assert client_path(process.py_files) == [str(REPO / "spark_jobs")]
+    assert client_path("/lib/a.zip,/jobs/x.py,/jobs/y.py") == ["/lib/a.zip", "/jobs"]
+    with pytest.raises(ConfigError, match="py_files must be comma-separated paths"):
+        _dag(py_files=" ")
+
+    # The client imports the job's module from py_files, as a driver under spark-submit would.
+    monkeypatch.setenv("AIRFLOW_CONN_SC_TEST", json.dumps(
+        {"conn_type": "spark_connect", "host": "sc://spark.example", "port": 15002, "password": "t"}))
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "helper_mod.py").write_text("ANSWER = 42\n")
+    job = tmp_path / "job.py"
+    job.write_text("import sys\nfrom helper_mod import ANSWER\nsys.exit(0 if ANSWER == 42 else 1)\n")
+    client = _dag(application=str(job), spark_connect_conn_id="sc_test",
+                  py_files=str(lib / "helper_mod.py")).get_task("process")
+    client.application_args = []
+    client.run_connect_client("sc_test", "host=db")  # raises if the client could not import it

@@ -51,6 +51,18 @@ def _resolve_application(application: str, base_dir: str) -> str:
     return path
 
 
+def _resolve_py_files(py_files: Any, base_dir: str) -> str | None:
+    """``py_files`` (comma-separated, as spark-submit takes it) with each local path made absolute
+    relative to the DAG file, as ``application`` is; URLs (``s3://``, ``hdfs://``) as given."""
+    if py_files is None:
+        return None
+    if not isinstance(py_files, str) or not py_files.strip():
+        raise ConfigError(f"py_files must be comma-separated paths of .py, .zip or .egg files, got {py_files!r}")
+    items = [p.strip() for p in py_files.split(",") if p.strip()]
+    return ",".join(p if "://" in p or os.path.isabs(p) else os.path.normpath(os.path.join(base_dir, p))
+                    for p in items)
+
+
 def transactional_dag(
     topology_id: str,
     *,
@@ -97,7 +109,10 @@ def transactional_dag(
     ``reuse_staged_output``: a cleared or backfilled run whose batch was already processed
     completely (and is unchanged) commits that output instead of running ``spark-submit`` again.
     ``application`` is a PySpark job built on :func:`airflow_transactional.spark_job.run` (a path
-    relative to the DAG file, or absolute). ``spark_connect_conn_id`` names a ``spark_connect``
+    relative to the DAG file, or absolute); ``py_files`` (comma-separated, as spark-submit takes
+    it; local paths likewise relative to the DAG file) are the modules it imports, shipped with it
+    to ``spark-submit``, to ``airflow-txn audit`` and ``rebuild``, and onto a Spark Connect
+    client's import path. ``spark_connect_conn_id`` names a ``spark_connect``
     connection: batches then run on that long-lived Spark (Spark Connect) instead of one
     ``spark-submit`` each -- no JVM start-up per batch (``spark_conf`` is then the server's business).
     ``deferrable`` (default True): a commit waiting for txid-1 and a plan waiting for a slot, once
@@ -120,11 +135,14 @@ def transactional_dag(
         raise ConfigError(
             f"topology {topology_id!r}: give a periodic schedule (e.g. timedelta(minutes=1) or '*/5 * * * *'), "
             f"not {schedule!r}: it is the batch-emit interval, and Airflow can only backfill DAGs with a schedule")
+    py_files = _resolve_py_files(py_files, _caller_dir())
     spec = TopologySpec(topology_id, source, states, max_in_flight=max_in_flight,
                         max_batch_size=max_batch_size, opaque=opaque, on_bad_record=on_bad_record, outputs=outputs,
                         decisions=decisions,
                         extra={"spark": {"application": _resolve_application(application, _caller_dir()),
-                                         "application_args": list(application_args)},
+                                         "application_args": list(application_args),
+                                         # what the job imports besides itself (audit and rebuild ship it too)
+                                         **({"py_files": py_files} if py_files else {})},
                                # One DAG runs a topology: a second one would claim its runs' txids.
                                "dag_id": dag_id or topology_id})
     if commit_deadline is not None and (not isinstance(commit_deadline, timedelta)

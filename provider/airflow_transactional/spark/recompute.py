@@ -45,7 +45,8 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
         argv = spark_submit_argv(master, settings)
         connector = kafka_jars(settings) if isinstance(spec.source, KafkaSource) else []
         argv += ["--jars", ",".join(connector)] if connector else []
-        argv += ["--py-files", provider_zip(), application, *spark.get("application_args", []),
+        py_files = ",".join(filter(None, [provider_zip(), spark.get("py_files")]))  # the job's own modules too
+        argv += ["--py-files", py_files, application, *spark.get("application_args", []),
                  "--topology", topology_id, "--schema", schema, f"--{mode}", "--result-file", result_file,
                  *delivery.app_args]
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}

@@ -189,6 +189,9 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         env = {**os.environ, **(self.env_vars or {}), REMOTE_ENV: url,
                DSN_ENV: secrets_text(dsn, connections_for(source) if (source := self.source()) else None),
                "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+        path = client_path(self.py_files)  # what spark-submit's --py-files would put on the driver's path
+        if path:
+            env["PYTHONPATH"] = os.pathsep.join([*path, *filter(None, [env.get("PYTHONPATH")])])
         argv = [sys.executable, self.application, *(self.application_args or [])]
         self._client = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
@@ -214,3 +217,16 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         super().on_kill()
 
 
+
+
+def client_path(py_files: str | None) -> list[str]:
+    """The import path a job's ``py_files`` give a Spark Connect client on this machine: the folder
+    of each ``.py`` file, each archive itself (URLs are the server's business)."""
+    out: list[str] = []
+    for item in filter(None, (p.strip() for p in (py_files or "").split(","))):
+        if "://" in item:
+            continue
+        entry = os.path.dirname(item) if item.endswith(".py") else item
+        if entry not in out:
+            out.append(entry)
+    return out
