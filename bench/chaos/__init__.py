@@ -27,17 +27,28 @@ faults strike either stage, and the checks are the example's invariants -- every
 exactly once, no account below its limit at any commit, each grant once outgoing and once
 incoming, money conserved, statements equal to balances -- plus both topologies' commit order.
 
+``--mode kafka`` reads ``words`` from a Kafka topic (``kafka.py``): producers send in Kafka
+transactions and abort some, and the broker's own faults strike too --
+
+  kafka_kill_processing   the broker SIGKILLed (and restarted) while a batch is processed
+  kafka_kill_commit       ... while a commit transaction is open
+  delete_records          records deleted up to the middle of a planned, uncommitted range
+  add_partition           a partition added to the topic
+
+-- and the checks are the words checks on the records the producers committed, less those the
+(opaque) topology reported skipped, each skipped range lying below a deletion the harness made.
+
 ``python -m bench.chaos --quick`` is the size CI runs; ``python -m bench.chaos`` the soak.
 
 Its parts: ``config.py`` (what a run is asked, what it found), ``workload.py`` (the producers and
 the ledger, the oracle's input), ``faults.py`` (the fault lanes), ``supervisor.py`` (restarting
-what died), ``checker.py`` (the checks), ``payments.py`` (the payments mode's producers, set-up and checks),
-``harness.py`` (one run), ``__main__.py`` (the command).
+what died), ``checker.py`` (the checks), ``payments.py`` and ``kafka.py`` (each mode's producers,
+set-up and checks), ``harness.py`` (one run), ``__main__.py`` (the command).
 """
 
-from .config import KINDS, LEDGER, LOG, MODES, TOPOLOGY, ChaosConfig, ChaosReport, dag_env, write_dag
+from .config import KAFKA_KINDS, KINDS, LEDGER, LOG, MODES, TOPOLOGY, ChaosConfig, ChaosReport, dag_env, write_dag
 from .harness import Chaos, chaos_stack, recheck
 from .workload import Ledger, Producer, domain_of
 
-__all__ = ["KINDS", "LEDGER", "LOG", "MODES", "TOPOLOGY", "Chaos", "ChaosConfig", "ChaosReport", "Ledger",
-           "Producer", "chaos_stack", "dag_env", "domain_of", "recheck", "write_dag"]
+__all__ = ["KAFKA_KINDS", "KINDS", "LEDGER", "LOG", "MODES", "TOPOLOGY", "Chaos", "ChaosConfig",
+           "ChaosReport", "Ledger", "Producer", "chaos_stack", "dag_env", "domain_of", "recheck", "write_dag"]

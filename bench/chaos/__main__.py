@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from .config import KINDS, LEDGER, MODES, ChaosConfig
+from .config import KAFKA_KINDS, KINDS, LEDGER, MODES, ChaosConfig
 from .harness import Chaos, chaos_stack, recheck
 
 
@@ -20,13 +20,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--mode", choices=sorted(MODES), default="words",
                         help="words: the words topology against an oracle of its events; payments: both "
-                        "stages of the payments example against its invariants (dev/payments.py)")
+                        "stages of the payments example against its invariants (dev/payments.py); kafka: words "
+                        "read from a Kafka topic (opaque) against the records its producers committed, with "
+                        "the broker's own faults")
     parser.add_argument("--quick", action="store_true",
-                        help="the size CI runs: 8 transactions, 6 faults (payments: 4 and 4)")
+                        help="the size CI runs: 8 transactions, 6 faults (payments: 3 and 3; kafka: 6 and 6)")
     parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200; quick 20)")
     parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400; quick 10)")
-    parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}; "
-                        "quick: the ones that cost no restart)")
+    parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}, and "
+                        f"in kafka mode {', '.join(KAFKA_KINDS)}; quick: the ones that cost no restart)")
     parser.add_argument("--audit", action=argparse.BooleanOptionalAction, default=None,
                         help="run `airflow-txn audit` at the end (default: yes for the soak, no with --quick)")
     parser.add_argument("--dir", help="where to keep Postgres, Airflow, logs and the producers' ledger "
@@ -43,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg.kinds = tuple(k for k in args.kinds.split(",") if k)
     cfg.transactions = args.transactions or cfg.transactions
     cfg.faults = args.faults if args.faults is not None else cfg.faults
-    unknown = set(cfg.kinds) - set(KINDS)
-    if unknown:
-        parser.error(f"unknown fault kinds {sorted(unknown)}: choose from {', '.join(KINDS)}")
+    known = KINDS + KAFKA_KINDS if cfg.mode == "kafka" else KINDS
+    if unknown := set(cfg.kinds) - set(known):
+        parser.error(f"unknown fault kinds {sorted(unknown)} in {cfg.mode} mode: choose from {', '.join(known)}")
     if args.check:
         base = Path(args.check).resolve()
         if not (base / LEDGER).exists():

@@ -1,8 +1,9 @@
 """The checks, independent of the provider's code paths: the state tables against the oracle the
 ledger gives (by event id), the audit log's order, the quarantine against the malformed records
 injected, and ``airflow-txn audit`` -- or in payments mode the invariants of ``dev/payments.py``
-(``payments.py``). They need only the run's Postgres and its ledger, so a run whose harness
-died can be judged after the fact (``--check DIR``)."""
+(``payments.py``); in kafka mode the words checks on the records the producers committed, less
+those the topology reported skipped after a deletion (``kafka.py``). They need only the run's
+Postgres and its ledger, so a run whose harness died can be judged after the fact (``--check DIR``)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,18 @@ from pathlib import Path
 import psycopg2
 from psycopg2 import sql
 
-from . import payments
+from dev.kafka import KafkaBroker
+
+from . import kafka, payments
 from .config import LOG, TOPOLOGY, ChaosConfig, ChaosReport, dag_env, dag_file
 from .workload import Ledger
 
 
-def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger, dags_folder: Path | None = None) -> None:
+def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger, dags_folder: Path | None = None,
+          broker: KafkaBroker | None = None) -> None:
     """Fill ``report``'s outcome from the state in ``dsn`` and the ``ledger`` (the audit runs the
-    topologies from their DAG file as deployed in ``dags_folder``, else from the repository)."""
+    topologies from their DAG file as deployed in ``dags_folder``, else from the repository; in
+    kafka mode what was published is read from ``broker``, when given)."""
     report.mode = cfg.mode
     driven, *downstream = cfg.topologies
     orders = {t: commit_order(dsn, t) for t in cfg.topologies}
@@ -34,6 +39,11 @@ def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger, dags_
         report.order_violations += bool(order) and order[0] != 1
     if cfg.mode == "payments":
         payments.check(dsn, report, ledger)
+    elif cfg.mode == "kafka":
+        expected = kafka.expected(dsn, report, ledger)
+        compare_words(dsn, report, expected, kafka.TOPOLOGY)
+        if broker is not None and not report.post_mortem:
+            kafka.check_published(broker, report, expected)
     else:
         check_words(dsn, report, ledger)
     if cfg.audit:
@@ -69,13 +79,20 @@ def check_words(dsn: str, report: ChaosReport, ledger: Ledger) -> None:
         due = committed_event_ids(dsn)
         r.events_pending = r.events_appended - len(due & (set(ledger.valid) | ledger.malformed))
         ledger = ledger.restricted_to(due)
+    compare_words(dsn, report, ledger, TOPOLOGY)
+
+
+def compare_words(dsn: str, report: ChaosReport, ledger: Ledger, topology: str) -> None:
+    """``topology``'s url and domain counts against the ledger's, and its quarantine against the
+    ledger's malformed records (each exactly once)."""
+    r = report
     with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-        cur.execute(sql.SQL("SELECT url, value FROM {}").format(sql.Identifier(f"{TOPOLOGY}_url_counts")))
+        cur.execute(sql.SQL("SELECT url, value FROM {}").format(sql.Identifier(f"{topology}_url_counts")))
         urls = {u: int(v) for u, v in cur.fetchall()}
-        cur.execute(sql.SQL("SELECT domain, value FROM {}").format(sql.Identifier(f"{TOPOLOGY}_domain_counts")))
+        cur.execute(sql.SQL("SELECT domain, value FROM {}").format(sql.Identifier(f"{topology}_domain_counts")))
         domains = {d: int(v) for d, v in cur.fetchall()}
         cur.execute("SELECT event_id FROM airflow_txn.quarantine WHERE topology_id = %s AND committed",
-                    (TOPOLOGY,))
+                    (topology,))
         quarantined = Counter(e for (e,) in cur.fetchall())
     conn.close()
     want = ledger.url_counts()

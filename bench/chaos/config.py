@@ -1,6 +1,7 @@
 """What a chaos run is asked to do (:class:`ChaosConfig`), what it found (:class:`ChaosReport`),
-and how its topologies are deployed: ``bench/dags/chaos_words.py`` (mode ``words``), or the
-payments example itself, both stages (``dags/payments.py``, mode ``payments``)."""
+and how its topologies are deployed: ``bench/dags/chaos_words.py`` (mode ``words``),
+``bench/dags/chaos_kafka.py`` (mode ``kafka``), or the payments example itself, both stages
+(``dags/payments.py``, mode ``payments``)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,20 @@ DAG_FILE = REPO / "bench" / "dags" / "chaos_words.py"
 TOPOLOGY = DAG_FILE.stem
 LOG = "chaos_tweets"
 PAYMENTS_DAG_FILE = REPO / "dags" / "payments.py"
+KAFKA_DAG_FILE = REPO / "bench" / "dags" / "chaos_kafka.py"
+KAFKA_TOPIC = "chaos-tweets"
 # The topologies of each mode; the harness triggers the first, the others follow its commits.
-MODES = {"words": (TOPOLOGY,), "payments": ("payments", "settlement")}
+MODES = {"words": (TOPOLOGY,), "payments": ("payments", "settlement"), "kafka": (KAFKA_DAG_FILE.stem,)}
 KINDS = ("spark_kill", "commit_kill_before", "commit_kill_after", "pg_restart_processing",
          "pg_restart_commit", "scheduler_restart", "api_restart", "clear")
+# What only a Kafka-fed topology meets: the broker SIGKILLed (and restarted) while a batch is processed
+# or a commit is open, records deleted under a plan, a partition added to the topic.
+KAFKA_KINDS = ("kafka_kill_processing", "kafka_kill_commit", "delete_records", "add_partition")
 # Faults of one lane strike one at a time; the lanes run side by side.
 LANES = {"spark": ("spark_kill", "pg_restart_processing"),
          "commit": ("commit_kill_before", "commit_kill_after", "pg_restart_commit"),
-         "control": ("scheduler_restart", "api_restart", "clear")}
+         "control": ("scheduler_restart", "api_restart", "clear"),
+         "kafka": KAFKA_KINDS}
 TASKS = ("plan", "process", "commit")
 LEDGER = "ledger.jsonl"  # under the run's directory: what the producers appended
 DEPOSITS = "deposits.json"  # payments: what the bank deposited before the requests
@@ -32,8 +39,8 @@ class ChaosConfig:
     seed: int = 1
     mode: str = "words"            # which pipeline runs under the faults: a key of MODES
     transactions: int = 200
-    faults: int = 400              # balanced: 50 of each of the eight kinds
-    kinds: tuple[str, ...] = KINDS
+    faults: int = 400              # balanced: 50 of each of the eight kinds (kafka: 33 of twelve)
+    kinds: tuple[str, ...] = ()    # default: every kind the mode has (KINDS, and KAFKA_KINDS for kafka)
     producers: int = 3
     rate: int = 8                  # events per second per producer (well below what commits absorb)
     duplicate_rate: float = 0.02   # chance an append also re-sends an earlier event id
@@ -42,19 +49,33 @@ class ChaosConfig:
     batch: int = 2000              # a backlog after a stall is caught up in a few transactions
     audit: bool = True             # also run `airflow-txn audit` (one more Spark pass)
     drain_timeout: float = 900
+    aborted_rate: float = 0.1      # kafka: chance a producer transaction is aborted (never to be counted)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown chaos mode {self.mode!r}: one of {', '.join(sorted(MODES))}")
+        self.kinds = self.kinds or (KINDS + KAFKA_KINDS if self.mode == "kafka" else KINDS)
+        if self.mode != "kafka" and set(self.kinds) & set(KAFKA_KINDS):
+            raise ValueError(f"fault kinds {sorted(set(self.kinds) & set(KAFKA_KINDS))} strike a Kafka broker: "
+                             "only --mode kafka has one")
 
     @classmethod
     def quick(cls, seed: int = 1, mode: str = "words") -> ChaosConfig:
         """The size CI runs inside ``make test``: for ``words`` 8 transactions and 6 faults (every
-        kind at least once); for ``payments`` 4 transactions of stage 1 (each followed by stage 2:
-        twice the Spark work per transaction) and 4 faults, striking either stage.
+        kind at least once); for ``payments`` 3 transactions of stage 1 (each followed by stage 2:
+        twice the Spark work per transaction) and 3 faults (a Spark kill, a commit kill, a clear),
+        striking either stage; for ``kafka``
+        6 transactions and 6 faults: the four Kafka kinds, a Spark kill and a clear.
 
         Without the final ``airflow-txn audit`` (a Spark pass over every event, a minute here):
         the oracle is the independent check, and the audit has tests of its own."""
         kinds = ("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear")
         if mode == "payments":
-            return cls(seed=seed, mode=mode, transactions=4, faults=4, producers=2, rate=6, drain_timeout=420,
-                       audit=False, kinds=kinds)
+            return cls(seed=seed, mode=mode, transactions=3, faults=3, producers=2, rate=6, drain_timeout=420,
+                       audit=False, kinds=("spark_kill", "commit_kill_after", "clear"))
+        if mode == "kafka":
+            return cls(seed=seed, mode=mode, transactions=6, faults=6, producers=2, rate=6, drain_timeout=420,
+                       audit=False, kinds=("spark_kill", "clear", *KAFKA_KINDS))
         return cls(seed=seed, mode=mode, transactions=8, faults=6, producers=2, rate=6, drain_timeout=420,
                    audit=False, kinds=kinds)
 
@@ -80,6 +101,11 @@ class ChaosReport:
     events_appended: int = 0
     duplicate_deliveries: int = 0
     malformed_injected: int = 0
+    aborted_records: int = 0    # kafka: records of producer transactions that aborted (never to be counted)
+    skipped_records: int = 0    # kafka: committed records deleted before the topology read them (reported lost)
+    published_records: int = 0  # kafka: records a read_committed consumer reads of the published topic
+    publish_lost: int = 0       # kafka: committed by the topology, never published
+    publish_duplicated: int = 0  # kafka: published more than once, or never committed
     events_lost: int = 0
     events_duplicated: int = 0
     domain_mismatches: int = 0
@@ -96,6 +122,7 @@ class ChaosReport:
     @property
     def violations(self) -> int:
         return (self.events_lost + self.events_duplicated + self.domain_mismatches + self.order_violations
+                + self.publish_lost + self.publish_duplicated
                 + self.quarantine_mismatches + self.stuck_runs + (self.audit_clean is False) + len(self.problems)
                 + len(self.invariant_failures))
 
@@ -114,9 +141,12 @@ class ChaosReport:
         rows += [(f"fault: {k}", v) for k, v in sorted(self.faults.items())]
         rows += [(f"fault: {k} (moment never came)", v) for k, v in sorted(self.faults_missed.items())]
         rows += [(f"spark_kill of a {k}", v) for k, v in sorted(self.spark_kill_targets.items())]
+        if self.mode == "kafka":
+            rows += [("fault: records in aborted producer transactions", self.aborted_records)]
         rows += [("fault: duplicate_delivery", self.duplicate_deliveries),
                  ("fault: malformed_record", self.malformed_injected),
-                 ("faults total", sum(self.faults.values()) + self.duplicate_deliveries + self.malformed_injected),
+                 ("faults total", sum(self.faults.values()) + self.duplicate_deliveries + self.malformed_injected
+                  + self.aborted_records),
                  ("component restarts (supervisor)", self.component_restarts),
                  ("failed runs cleared (operator)", self.operator_clears),
                  *self._outcome(),
@@ -135,7 +165,11 @@ class ChaosReport:
                     *[(f"transactions committed by {t}", n) for t, n in sorted(self.commits_downstream.items())],
                     ("invariants of dev/payments.py", "VIOLATED" if self.invariant_failures else "all held"),
                     ("order violations", self.order_violations)]
+        kafka = [("records deleted before they were read (skipped, reported lost)", self.skipped_records),
+                 ("records published (read_committed) / not published / published twice or uncommitted",
+                  f"{self.published_records} / {self.publish_lost} / {self.publish_duplicated}")]
         return [("events appended (unique)", self.events_appended),
+                *(kafka if self.mode == "kafka" else []),
                 ("events lost", self.events_lost),
                 ("events duplicated", self.events_duplicated),
                 ("domain counts wrong", self.domain_mismatches),
@@ -152,21 +186,23 @@ class ChaosReport:
 
 def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
     """Deploy the run's topologies into ``dags_dir``: a symlink to their DAG file (and for
-    ``words`` the run's parameters beside it; the payments example reads :func:`dag_env`)."""
+    ``words`` and ``kafka`` the run's parameters beside it; the payments example reads
+    :func:`dag_env`)."""
     if cfg.mode == "payments":
         link = dags_dir / PAYMENTS_DAG_FILE.name
         if not link.is_symlink():
             os.symlink(PAYMENTS_DAG_FILE, link)
         return
-    link = dags_dir / DAG_FILE.name
+    target = dag_file(cfg)
+    link = dags_dir / target.name
     if not link.is_symlink():
-        os.symlink(DAG_FILE, link)
+        os.symlink(target, link)
     link.with_suffix(".json").write_text(json.dumps({"max_in_flight": cfg.max_in_flight, "batch": cfg.batch}))
 
 
 def dag_file(cfg: ChaosConfig) -> Path:
     """The DAG file that declares the run's topologies (what ``airflow-txn audit`` runs them from)."""
-    return PAYMENTS_DAG_FILE if cfg.mode == "payments" else DAG_FILE
+    return {"payments": PAYMENTS_DAG_FILE, "kafka": KAFKA_DAG_FILE}.get(cfg.mode, DAG_FILE)
 
 
 def dag_env(cfg: ChaosConfig) -> dict[str, str]:

@@ -3,7 +3,7 @@ fault at a moment worth breaking (a Spark batch in the middle, a commit about to
 
 Commit faults are armed in the running tasks through the fault engine's file
 (``dev/faults.py``); the others are done from here: a SIGKILL, a Postgres restart, a component
-killed and restarted, a clear over REST."""
+killed and restarted, a clear over REST -- and in kafka mode the broker's (``kafka.py``)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import psutil
 from dev import faults as engine
 from dev.localstack import LocalStack, RestClient
 
-from .config import KINDS, LANES, TASKS, ChaosConfig, ChaosReport
+from .config import KAFKA_KINDS, KINDS, LANES, TASKS, ChaosConfig, ChaosReport
+from .kafka import BrokerFaults
 from .supervisor import Supervisor, rest
 
 
@@ -31,8 +32,10 @@ class Faults:
     topologies (in payments mode either stage)."""
 
     def __init__(self, stack: LocalStack, cfg: ChaosConfig, report: ChaosReport, supervisor: Supervisor,
-                 runs: list[str], states: Callable[[], dict[tuple[str, str], str]]) -> None:
+                 runs: list[str], states: Callable[[], dict[tuple[str, str], str]],
+                 broker: BrokerFaults | None = None) -> None:
         self.stack, self.cfg, self.report, self.supervisor = stack, cfg, report, supervisor
+        self.broker = broker  # kafka mode: the broker's faults
         self.runs, self.states = runs, states
         self.rng = random.Random(cfg.seed)
         self.client: RestClient = stack.client()
@@ -68,7 +71,14 @@ class Faults:
                 time.sleep(0.5)
             if self.aborted.is_set():
                 return
-            if self.inject(kind):
+            try:
+                struck = self.inject(kind)
+            except Exception as exc:  # reported, and the lane goes on: a silent dead lane strikes nothing
+                logging.exception("fault %s failed", kind)
+                with self.counting:
+                    self.report.problems.append(f"fault {kind} failed: {exc!r}")
+                continue
+            if struck:
                 with self.counting:
                     self.report.faults[kind] = self.report.faults.get(kind, 0) + 1
                 continue
@@ -83,8 +93,10 @@ class Faults:
         logging.info("fault: %s", kind)
         if kind in ("spark_kill", "pg_restart_processing"):
             return self._spark(kind)
-        if kind in ("commit_kill_before", "commit_kill_after", "pg_restart_commit"):
+        if kind in ("commit_kill_before", "commit_kill_after", "pg_restart_commit", "kafka_kill_commit"):
             return self._commit(kind)
+        if kind in KAFKA_KINDS:
+            return self._kafka(kind)
         if kind in ("scheduler_restart", "api_restart"):
             name = "scheduler" if kind == "scheduler_restart" else "api-server"
             with self.supervisor.components:
@@ -94,7 +106,7 @@ class Faults:
             return True
         if kind == "clear":
             return self._clear()
-        raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(KINDS)}")
+        raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(KINDS + KAFKA_KINDS)}")
 
     def arm(self, line: str | None) -> None:
         """Arm one fault point in every running task (None: disarm)."""
@@ -139,7 +151,8 @@ class Faults:
         marker = self.markers / f"{kind}-{time.monotonic_ns()}"
         point, action = {"commit_kill_before": ("commit.before_commit", "exit"),
                          "commit_kill_after": ("commit.after_commit", "exit"),
-                         "pg_restart_commit": ("commit.after_apply", "pause:6")}[kind]
+                         "pg_restart_commit": ("commit.after_apply", "pause:6"),
+                         "kafka_kill_commit": ("commit.after_apply", "pause:6")}[kind]
         topology = self.rng.choice(self.cfg.topologies)
         self.arm(f"{point}:{topology}={action}@once:{marker}")
         try:
@@ -151,7 +164,28 @@ class Faults:
             time.sleep(1)  # the commit holds its transaction open for six seconds
             with self.supervisor.components:
                 self.stack.pg.restart("fast")
+        elif kind == "kafka_kill_commit":
+            time.sleep(1)
+            self._broker().kill_and_restart()
         return True
+
+    def _broker(self) -> BrokerFaults:
+        if self.broker is None:
+            raise ValueError("the kafka fault kinds need --mode kafka (a topology that reads the broker)")
+        return self.broker
+
+    def _kafka(self, kind: str) -> bool:
+        """The broker killed while a batch is processed; records deleted under a plan; a partition added."""
+        broker = self._broker()
+        if kind == "kafka_kill_processing":
+            if wait_for(lambda: spark_driver(self.cfg.topologies), 240) is None:
+                return False
+            time.sleep(self.rng.uniform(1, 4))  # the batch's reading under way
+            broker.kill_and_restart()
+            return True
+        if kind == "delete_records":
+            return broker.delete_under_a_plan()
+        return broker.add_partition()
 
     def _clear(self) -> bool:
         states = self.states()

@@ -2,11 +2,13 @@
 (the UI's API) and plays the operator (a failed run is cleared), the fault lanes strike, the
 supervisor restarts what died; then the log is drained and the checks run. In payments mode the
 driver triggers stage 1 (``payments``); stage 2 (``settlement``) follows its commits' asset
-events, and both are operated, struck and drained alike."""
+events, and both are operated, struck and drained alike. In kafka mode the producers send to a
+Kafka topic in transactions, and the broker is struck too."""
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -18,7 +20,7 @@ from airflow_transactional.store.connection import CONNECTION_ERRORS
 from dev import faults as engine
 from dev.localstack import AirflowStackError, LocalStack, RestClient
 
-from . import checker, payments
+from . import checker, kafka, payments
 from .config import LEDGER, LOG, ChaosConfig, ChaosReport, dag_env, write_dag
 from .faults import Faults
 from .supervisor import Supervisor, rest, riding_out
@@ -36,7 +38,10 @@ class Chaos:
         self.extra_runs = 0        # runs of the others triggered while draining
         self.day0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
         self.supervisor = Supervisor(stack, self.report)
-        self.faults = Faults(stack, cfg, self.report, self.supervisor, self.runs, self.states)
+        self.gate = threading.Lock()  # kafka: a producer transaction and a broker kill never overlap
+        broker = (kafka.BrokerFaults(kafka.broker_of(stack), stack.state_dsn, self.supervisor.components, self.ledger,
+                                     self.gate, random.Random(cfg.seed + 1)) if cfg.mode == "kafka" else None)
+        self.faults = Faults(stack, cfg, self.report, self.supervisor, self.runs, self.states, broker)
 
     # -- the operator --------------------------------------------------------------------------
 
@@ -85,17 +90,9 @@ class Chaos:
     # -- the run -------------------------------------------------------------------------------
 
     def run(self) -> ChaosReport:
-        cfg, started = self.cfg, time.monotonic()
-        if cfg.mode == "payments":
-            payments.setup(self.stack, self.client, self.ledger)
-            kind: type[Producer] = payments.PaymentsProducer
-        else:
-            EventLog(self.stack.state_dsn, LOG).create(4)
-            rest(self.client.wait_for_dag, self.driven)
-            rest(self.client.unpause, self.driven)
-            kind = Producer
+        started = time.monotonic()
         stop = threading.Event()
-        producers = [kind(self.stack.state_dsn, i, cfg, self.ledger, stop) for i in range(cfg.producers)]
+        producers = self.set_up(stop)
         for p in producers:
             p.start()
         lanes = [threading.Thread(target=self.faults.lane, args=(kinds,), name=f"faults-{name}", daemon=True)
@@ -136,6 +133,23 @@ class Chaos:
         self.check()
         self.report.wall_seconds = time.monotonic() - started
         return self.report
+
+    def set_up(self, stop: threading.Event) -> list[Producer] | list[kafka.TweetTransactions]:
+        """The mode's source and first runs; its producers (not started), which stop at ``stop``."""
+        cfg, dsn = self.cfg, self.stack.state_dsn
+        if cfg.mode == "kafka":
+            kafka.setup(self.stack, self.client)
+            broker = kafka.broker_of(self.stack)
+            return [kafka.TweetTransactions(broker, i, cfg, self.ledger, stop, self.gate) for i in range(cfg.producers)]
+        if cfg.mode == "payments":
+            payments.setup(self.stack, self.client, self.ledger)
+            kind: type[Producer] = payments.PaymentsProducer
+        else:
+            EventLog(dsn, LOG).create(4)
+            rest(self.client.wait_for_dag, self.driven)
+            rest(self.client.unpause, self.driven)
+            kind = Producer
+        return [kind(dsn, i, cfg, self.ledger, stop) for i in range(cfg.producers)]
 
     def drive(self, lanes: list[threading.Thread]) -> None:
         """Keep the pipeline full while faults strike: trigger runs, clear failed runs.
@@ -185,7 +199,8 @@ class Chaos:
         self.report.transactions_triggered = sum(1 for t, _ in states if t == self.driven)
 
     def check(self) -> None:
-        checker.check(self.stack.state_dsn, self.cfg, self.report, self.ledger, self.stack.dags_folder)
+        checker.check(self.stack.state_dsn, self.cfg, self.report, self.ledger, self.stack.dags_folder,
+                      self.stack.kafka)
 
 
 def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
@@ -193,7 +208,8 @@ def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
     dags = base / "dags"
     dags.mkdir(parents=True, exist_ok=True)
     write_dag(dags, cfg)
-    return LocalStack(base, dags, env=engine.child_env(dag_env(cfg), faults_file=str(base / "faults.txt")))
+    return LocalStack(base, dags, env=engine.child_env(dag_env(cfg), faults_file=str(base / "faults.txt")),
+                      kafka=cfg.mode == "kafka")
 
 
 def recheck(base: Path, cfg: ChaosConfig) -> ChaosReport:

@@ -41,6 +41,8 @@ class Ledger:
         self.duplicates = 0
         self.deposits: dict[str, int] = {}   # payments: account -> what the bank deposited first
         self.appended_at: dict[str, float] = {}  # event id -> when its append was acknowledged (epoch s)
+        self.aborted = 0                     # kafka: records sent in producer transactions that aborted
+        self.deleted: dict[int, int] = {}    # kafka: partition -> offset below which records were deleted
         self._file = open(path, "a", encoding="utf-8") if path else None  # closed by close()
 
     def record(self, fresh: list[tuple[str, str, Any]], duplicates: int) -> None:
@@ -70,6 +72,22 @@ class Ledger:
                 self._file.write(json.dumps({"deposits": deposits}) + "\n")
                 self._file.flush()
 
+    def record_aborted(self, records: int) -> None:
+        """A producer transaction of ``records`` aborted (kafka mode). Call with ``lock`` held."""
+        self.aborted += records
+        self._write({"aborted": records})
+
+    def record_deleted(self, partition: int, before: int) -> None:
+        """The records of ``partition`` below offset ``before`` were deleted (kafka mode). Call
+        with ``lock`` held."""
+        self.deleted[partition] = max(before, self.deleted.get(partition, 0))
+        self._write({"deleted": [partition, before]})
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(entry) + "\n")
+            self._file.flush()
+
     @classmethod
     def load(cls, path: Path) -> Ledger:
         ledger = cls()
@@ -78,6 +96,11 @@ class Ledger:
                 entry = json.loads(line)
                 if entry.get("duplicate"):
                     ledger.duplicates += 1
+                elif "aborted" in entry:
+                    ledger.aborted += entry["aborted"]
+                elif "deleted" in entry:
+                    p, before = entry["deleted"]
+                    ledger.deleted[p] = max(before, ledger.deleted.get(p, 0))
                 elif "deposits" in entry:
                     for account, amount in entry["deposits"].items():
                         ledger.deposits[account] = ledger.deposits.get(account, 0) + amount
@@ -103,6 +126,7 @@ class Ledger:
         part.valid = {e: u for e, u in self.valid.items() if e in ids}
         part.malformed = self.malformed & ids
         part.duplicates, part.deposits = self.duplicates, self.deposits
+        part.aborted, part.deleted = self.aborted, self.deleted
         return part
 
 

@@ -17,10 +17,11 @@ from bench.chaos import ChaosConfig, write_dag
 from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack, RestClient
 
-# The chaos harness's CI sizes; the words topology is deployed with the others (payments is an
-# example: deployed already).
+# The chaos harness's CI sizes; the words and kafka topologies are deployed with the others
+# (payments is an example: deployed already).
 CHAOS_CI = ChaosConfig.quick(seed=7)
 CHAOS_PAYMENTS_CI = ChaosConfig.quick(seed=7, mode="payments")
+CHAOS_KAFKA_CI = ChaosConfig.quick(seed=7, mode="kafka")
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,6 +97,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
     for own in (OPS_DAGS, SLOTS_DAGS, KAFKA_DAGS):
         (dags / own.name).symlink_to(own)
     write_dag(dags, CHAOS_CI)
+    write_dag(dags, CHAOS_KAFKA_CI)
     env = {
         # Runs are triggered over REST with explicit logical dates; the daily schedule only adds
         # the one scheduled run Airflow creates on unpause.
@@ -114,7 +116,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
     }
     # Four worker slots: waiting plans and commits wait in the triggerer, holding none of them
     # (test_deferred_waits.py would starve if they slept in workers).
-    st = LocalStack(base, dags, env=env, parallelism=4, kafka=kafka_broker)  # kafka_default: the session's broker
+    # A Spark Connect server beside Airflow (spark_connect_default) for the tests' own topologies.
+    st = LocalStack(base, dags, env=env, parallelism=4, kafka=kafka_broker,  # kafka_default: the session's broker
+                    spark_connect=True)
     try:
         st.start()
         yield st

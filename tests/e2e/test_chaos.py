@@ -1,14 +1,17 @@
 """The chaos harness at CI size: faults of every cheap kind while ``words`` commits, then the
-oracle; and the payments example's two stages under the same faults, then its invariants."""
+oracle; the payments example's two stages under the same faults, then its invariants; and
+``words`` read from a Kafka topic while the broker is killed, records are deleted under a plan and
+a partition is added, against the records its producers committed."""
 
 from __future__ import annotations
 
 import pytest
 
 from airflow_transactional.airflow.lineage import RUN_FACET, store_namespace
-from bench.chaos import KINDS, Chaos
+from bench.chaos import KAFKA_KINDS, KINDS, Chaos
+from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack
-from tests.e2e.conftest import CHAOS_CI, CHAOS_PAYMENTS_CI, lineage_events
+from tests.e2e.conftest import CHAOS_CI, CHAOS_KAFKA_CI, CHAOS_PAYMENTS_CI, lineage_events
 
 pytestmark = pytest.mark.e2e
 
@@ -49,3 +52,20 @@ def test_chaos_payments_keep_every_invariant_across_both_stages(stack: LocalStac
     assert read and all([(d["namespace"], d["name"]) for d in e["inputs"]] == [ledger] for e in read)
     settled = report.commits_downstream["settlement"]
     assert {e["run"]["facets"][RUN_FACET]["txid"] for e in read} <= set(range(1, settled + 1))
+
+
+def test_chaos_kafka_commits_what_the_producers_committed_through_the_broker_s_faults(
+        stack: LocalStack, kafka: KafkaBroker) -> None:
+    # Producers send in Kafka transactions and abort some; the broker is SIGKILLed while a batch is
+    # read and while a commit is open, records are deleted under a plan, a partition is added. The
+    # opaque topology's state must equal the committed records less those it reported skipped --
+    # and it may skip only what was deleted.
+    report = Chaos(stack, CHAOS_KAFKA_CI).run()
+    print(report.table())
+    assert report.violations == 0, report.table()
+    assert report.events_lost == report.events_duplicated == report.order_violations == report.stuck_runs == 0
+    assert report.transactions_committed >= CHAOS_KAFKA_CI.transactions
+    injected = {k for k, n in report.faults.items() if n}
+    assert set(KAFKA_KINDS) <= injected <= set(KINDS + KAFKA_KINDS), report.table()
+    assert report.aborted_records > 0 and report.malformed_injected > 0, report.table()
+    assert report.events_appended > report.skipped_records, report.table()

@@ -5,6 +5,7 @@ damaged state is caught."""
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from pathlib import Path
@@ -19,7 +20,10 @@ from airflow_transactional.sources.eventlog import partition_of
 from airflow_transactional.spec import StateSpec, TopologySpec
 from bench.chaos import LEDGER, LOG, TOPOLOGY, ChaosConfig, ChaosReport, Ledger, domain_of
 from bench.chaos.checker import check as check_run
+from bench.chaos.config import KAFKA_TOPIC
+from dev.kafka import KafkaBroker
 from tests.helpers import query
+from tests.kafka_helpers import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -111,3 +115,85 @@ def test_payments_producers_route_by_payer_and_a_broken_invariant_is_reported(ds
     assert damaged.violations == 1 and "decided that nobody sent" in damaged.table(), damaged.table()
     requests.close()
     ledger_log.close()
+
+
+def _fresh_topic(kafka: KafkaBroker, name: str, partitions: int) -> None:
+    """``name`` with no records (an earlier test's chaos run may have left it on the session's broker)."""
+    from tests.kafka_helpers import admin, delete_topic
+
+    if name in admin(kafka).list_topics(timeout=30).topics:
+        delete_topic(kafka, name)
+        deadline = time.monotonic() + 60
+        while name in admin(kafka).list_topics(timeout=30).topics:
+            assert time.monotonic() < deadline, f"topic {name} was not deleted within a minute"
+            time.sleep(0.5)
+    deadline = time.monotonic() + 60
+    while True:  # a name being deleted is refused for a moment
+        try:
+            kafka.create_topic(name, partitions)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def test_kafka_check_holds_the_committed_records_less_only_what_a_deletion_skipped(
+        dsn: str, kafka: KafkaBroker, tmp_path: Path) -> None:
+    from airflow_transactional.sources import KafkaSource
+    from bench.chaos import kafka as mode
+
+    _fresh_topic(kafka, KAFKA_TOPIC, 2)
+    cfg = ChaosConfig(mode="kafka", rate=20, aborted_rate=0.3, malformed_rate=0.03, audit=False)
+    ledger = Ledger(tmp_path / LEDGER)
+    stop, gate = threading.Event(), threading.Lock()
+    producer = mode.TweetTransactions(kafka, 0, cfg, ledger, stop, gate)
+    producer.start()
+    time.sleep(5)
+    stop.set()
+    producer.join(60)
+    assert producer.error is None
+    assert ledger.aborted and ledger.malformed and len(ledger.valid) > 20, (ledger.aborted, len(ledger.valid))
+    committed = {m.value() for m in read_topic(kafka, KAFKA_TOPIC)}  # what a read_committed consumer sees
+    assert len(committed - {None}) <= len(ledger.valid) + len(ledger.malformed)
+
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec(mode.TOPOLOGY, KafkaSource(KAFKA_TOPIC), [
+        StateSpec("url_counts", {"url": "text"}, combiner="count", kind="opaque", table=f"{mode.TOPOLOGY}_url_counts"),
+        StateSpec("domain_counts", {"domain": "text"}, combiner="count", kind="opaque",
+                  table=f"{mode.TOPOLOGY}_domain_counts")], opaque=True, max_batch_size=30, max_in_flight=5))
+    first = coord.plan(mode.TOPOLOGY, "r0").txid
+    process_batch(coord, mode.TOPOLOGY, first, words)
+    coord.commit(mode.TOPOLOGY, first)
+    second = coord.plan(mode.TOPOLOGY, "r1").txid
+    faults = mode.BrokerFaults(kafka, dsn, threading.Lock(), ledger, gate, random.Random(3))
+    assert faults.delete_under_a_plan(timeout=10)  # half of one of txid 2's ranges
+    process_batch(coord, mode.TOPOLOGY, second, words)  # re-planned without what is gone
+    coord.commit(mode.TOPOLOGY, second)
+    for k in range(2, 40):
+        txn = coord.plan(mode.TOPOLOGY, f"r{k}")
+        process_batch(coord, mode.TOPOLOGY, txn.txid, words)
+        coord.commit(mode.TOPOLOGY, txn.txid)
+        if txn.empty:
+            break
+    ledger.close()
+
+    def check() -> ChaosReport:
+        report = ChaosReport(seed=1)
+        check_run(dsn, cfg, report, Ledger.load(tmp_path / LEDGER))
+        return report
+
+    report = check()
+    assert report.violations == 0, report.table()
+    assert report.skipped_records > 0 and report.aborted_records == ledger.aborted, report.table()
+    # The topology counts offsets lost (transaction markers and aborted records among them).
+    assert 0 < report.skipped_records <= coord.status(mode.TOPOLOGY).lost_records
+    # A skip nobody caused (a range claimed lost beyond the deletion) and a count off by one are caught.
+    query(dsn, "UPDATE airflow_txn.transactions SET batch = jsonb_set(batch, '{lost,ranges}', "
+               "jsonb_build_array(jsonb_build_array(0, 0, 100000))) WHERE topology_id = %s AND txid = %s",
+          (mode.TOPOLOGY, second))
+    query(dsn, f"UPDATE {mode.TOPOLOGY}_url_counts SET value = value + 1 "
+               f"WHERE url = (SELECT min(url) FROM {mode.TOPOLOGY}_url_counts)")
+    damaged = check()
+    assert any("skipped partition 0 offsets 0..99999" in p for p in damaged.problems), damaged.table()
+    coord.close()

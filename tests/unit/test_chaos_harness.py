@@ -7,6 +7,7 @@ harness runs in ``tests/e2e/test_chaos.py``.
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from pathlib import Path
@@ -189,3 +190,20 @@ def test_a_supervisor_restart_that_fails_is_tried_again(tmp_path: Path) -> None:
     c.supervisor.finished.set()
     supervisor.join(10)
     assert stack.started == ["scheduler"]
+
+
+def test_the_kafka_kinds_belong_to_the_kafka_mode_and_its_ci_size_strikes_each() -> None:
+    from bench.chaos import KAFKA_KINDS, KINDS
+    from bench.chaos.faults import Faults
+
+    assert ChaosConfig(mode="kafka").kinds == KINDS + KAFKA_KINDS  # the soak: every kind the mode has
+    assert ChaosConfig().kinds == KINDS
+    quick = ChaosConfig.quick(mode="kafka")
+    assert set(KAFKA_KINDS) <= set(quick.kinds) and quick.faults >= len(quick.kinds)
+    with pytest.raises(ValueError, match="only --mode kafka has one"):
+        ChaosConfig(kinds=("spark_kill", "delete_records"))
+    with pytest.raises(ValueError, match="unknown chaos mode 'kafak'"):
+        ChaosConfig(mode="kafak")
+    # The kafka kinds share one lane: the broker is struck by one fault at a time.
+    lanes = Faults.plan(SimpleNamespace(cfg=quick, rng=random.Random(1)))  # type: ignore[arg-type]
+    assert sorted(lanes["kafka"]) == sorted(KAFKA_KINDS)

@@ -1,6 +1,10 @@
 """The operations tests' own topologies, each on its own log: no scheduled runs in the way (the
 first, scheduled run is empty), one retry, a short retry delay. ``global_count.py``'s state, kept
-in a table of each topology's own. Deployed into the test stack's DAGs folder as a symlink."""
+in a table of each topology's own. Deployed into the test stack's DAGs folder as a symlink.
+
+Their batches run on the stack's Spark Connect server (``spark_connect_default``): what these
+tests operate is Airflow's side, and a warm server spares each batch a driver JVM's start-up.
+The examples, the chaos runs and the spark tier keep ``spark-submit``."""
 
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -8,7 +12,7 @@ from typing import Any
 
 from airflow.sdk import DAG, PartitionedAssetTimetable, task
 
-from airflow_transactional import LOCAL_SPARK_CONF, PostgresLogSource, StateSpec, state_asset, transactional_dag
+from airflow_transactional import PostgresLogSource, StateSpec, state_asset, transactional_dag
 
 REPO = Path(__file__).resolve().parents[3]  # the symlink's target: tests/e2e/dags/ of the repository
 
@@ -29,7 +33,7 @@ for name, (log, opaque) in OPS.items():
         max_batch_size=400,
         retries=1,
         retry_delay=timedelta(seconds=3),
-        spark_conf=LOCAL_SPARK_CONF,
+        spark_connect_conn_id="spark_connect_default",
         spark_pool="spark",
     )
 
