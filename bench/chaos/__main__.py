@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
                         "read from a Kafka topic (opaque) against the records its producers committed, with "
                         "the broker's own faults")
     parser.add_argument("--quick", action="store_true",
-                        help="the size CI runs: 8 transactions, 6 faults (payments: 3 and 3; kafka: 6 and 6)")
+                        help="the size CI runs: 6 transactions, 5 faults (payments: 3 and 3; kafka: 6 and 6)")
     parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200; quick 20)")
     parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400; quick 10)")
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}, and "

@@ -61,8 +61,8 @@ class ChaosConfig:
 
     @classmethod
     def quick(cls, seed: int = 1, mode: str = "words") -> ChaosConfig:
-        """The size CI runs inside ``make test``: for ``words`` 8 transactions and 6 faults (every
-        kind at least once); for ``payments`` 3 transactions of stage 1 (each followed by stage 2:
+        """The size CI runs inside ``make test``: for ``words`` 6 transactions and 5 faults (each
+        kind once); for ``payments`` 3 transactions of stage 1 (each followed by stage 2:
         twice the Spark work per transaction) and 3 faults (a Spark kill, a commit kill, a clear),
         striking either stage; for ``kafka``
         6 transactions and 6 faults: the four Kafka kinds, a Spark kill and a clear.
@@ -76,7 +76,7 @@ class ChaosConfig:
         if mode == "kafka":
             return cls(seed=seed, mode=mode, transactions=6, faults=6, producers=2, rate=6, drain_timeout=420,
                        audit=False, kinds=("spark_kill", "clear", *KAFKA_KINDS))
-        return cls(seed=seed, mode=mode, transactions=8, faults=6, producers=2, rate=6, drain_timeout=420,
+        return cls(seed=seed, mode=mode, transactions=6, faults=5, producers=2, rate=6, drain_timeout=420,
                    audit=False, kinds=kinds)
 
     @property
