@@ -26,6 +26,9 @@ from airflow_transactional.spark.jars import JarSet
 from dev.embedded import free_port
 
 log = logging.getLogger(__name__)
+#: librdkafka's own log lines (a broker restarting is loud), for the clients below
+QUIET = logging.getLogger("dev.kafka.librdkafka")
+QUIET.setLevel(logging.CRITICAL)
 
 #: The broker's version: Kafka 4 (KRaft only). Its clients of 3.9 (Spark's connector) speak to it.
 KAFKA_VERSION = "4.1.1"
@@ -182,6 +185,57 @@ class KafkaBroker:
         self.proc = None
         if remove:
             shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+def admin(broker: KafkaBroker) -> Any:
+    """An admin client of the broker (librdkafka's own logging kept quiet)."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(broker.client_config(), logger=QUIET)
+
+
+def add_partitions(broker: KafkaBroker, topic: str, total: int) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    client = admin(broker)
+    client.create_partitions([NewPartitions(topic, total)])[topic].result(timeout=60)
+
+
+def delete_records(broker: KafkaBroker, topic: str, before: dict[int, int]) -> None:
+    """Remove every record of each partition below the given offset (what retention does)."""
+    from confluent_kafka import TopicPartition
+
+    client = admin(broker)
+    found = client.delete_records([TopicPartition(topic, p, o) for p, o in before.items()],
+                                         request_timeout=30)
+    for future in found.values():
+        future.result(timeout=60)
+
+
+def read_topic(broker: KafkaBroker, topic: str, *, committed_only: bool = True) -> list[Any]:
+    """Every record of the topic a reader of the given isolation sees, as consumer messages."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**broker.client_config(), "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "enable.partition.eof": True,
+                         "isolation.level": "read_committed" if committed_only else "read_uncommitted"},
+                        logger=QUIET)
+    md = consumer.list_topics(topic, timeout=30).topics[topic]
+    consumer.assign([TopicPartition(topic, p, -2) for p in md.partitions])
+    done: set[int] = set()
+    out = []
+    while len(done) < len(md.partitions):
+        msg = consumer.poll(10)
+        if msg is None:
+            break
+        error = msg.error()
+        if error is not None:
+            if error.name() == "_PARTITION_EOF":
+                done.add(int(msg.partition() or 0))
+            continue
+        out.append(msg)
+    consumer.close()
+    return out
 
 
 if __name__ == "__main__":  # python -m dev.kafka fetch: the broker's jars, once per machine

@@ -4,22 +4,16 @@ transactions that commit, abort or stay open -- delete records, add partitions, 
 from __future__ import annotations
 
 import json
-import logging
 import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions
+from confluent_kafka import KafkaException, Producer, TopicCollection
 
-from dev.kafka import KafkaBroker
+from dev.kafka import QUIET, KafkaBroker, add_partitions, admin, delete_records, read_topic
 
-QUIET = logging.getLogger("tests.kafka.librdkafka")
-QUIET.setLevel(logging.CRITICAL)
-
-
-def admin(broker: KafkaBroker) -> AdminClient:
-    return AdminClient(broker.client_config(), logger=QUIET)
+__all__ = ["TransactionalProducer", "add_partitions", "admin", "create_topic", "delete_records", "delete_topic",
+           "produce", "read_topic", "topic_id"]
 
 
 def create_topic(broker: KafkaBroker, partitions: int = 3, name: str | None = None, **config: str) -> str:
@@ -32,20 +26,6 @@ def create_topic(broker: KafkaBroker, partitions: int = 3, name: str | None = No
 def delete_topic(broker: KafkaBroker, topic: str) -> None:
     client = admin(broker)
     client.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
-
-
-def add_partitions(broker: KafkaBroker, topic: str, total: int) -> None:
-    client = admin(broker)
-    client.create_partitions([NewPartitions(topic, total)])[topic].result(timeout=60)
-
-
-def delete_records(broker: KafkaBroker, topic: str, before: dict[int, int]) -> None:
-    """Remove every record of each partition below the given offset (what retention does)."""
-    client = admin(broker)
-    found = client.delete_records([TopicPartition(topic, p, o) for p, o in before.items()],
-                                         request_timeout=30)
-    for future in found.values():
-        future.result(timeout=60)
 
 
 def topic_id(broker: KafkaBroker, topic: str) -> str:
@@ -97,26 +77,3 @@ class TransactionalProducer:
     def abort(self) -> None:
         self.producer.abort_transaction(60)
         self.open = False
-
-
-def read_topic(broker: KafkaBroker, topic: str, *, committed_only: bool = True) -> list[Any]:
-    """Every record of the topic a reader of the given isolation sees, as consumer messages."""
-    consumer = Consumer({**broker.client_config(), "group.id": uuid.uuid4().hex, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "enable.partition.eof": True,
-                         "isolation.level": "read_committed" if committed_only else "read_uncommitted"},
-                        logger=QUIET)
-    md = consumer.list_topics(topic, timeout=30).topics[topic]
-    consumer.assign([TopicPartition(topic, p, -2) for p in md.partitions])
-    done: set[int] = set()
-    out = []
-    while len(done) < len(md.partitions):
-        msg = consumer.poll(10)
-        if msg is None:
-            break
-        if msg.error():
-            if msg.error().name() == "_PARTITION_EOF":
-                done.add(msg.partition())
-            continue
-        out.append(msg)
-    consumer.close()
-    return out

@@ -32,15 +32,13 @@ from typing import Any
 import psycopg2
 import psycopg2.errors
 
-from dev.kafka import KafkaBroker
+from dev.kafka import QUIET, KafkaBroker, add_partitions, admin, delete_records, read_topic
 from dev.localstack import LocalStack, RestClient
 
 from .config import KAFKA_TOPIC, MODES, ChaosConfig, ChaosReport
 from .supervisor import rest
 from .workload import DOMAINS, Ledger
 
-QUIET = logging.getLogger("bench.chaos.librdkafka")
-QUIET.setLevel(logging.CRITICAL)
 TOPOLOGY = MODES["kafka"][0]
 PUBLISHED = "chaos-relayed"  # the topic its committed records are published to
 PARTITIONS = 3       # at the start; add_partition grows the topic
@@ -209,25 +207,16 @@ class BrokerFaults:
         return None
 
     def _delete(self, partition: int, before: int) -> None:
-        from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient(self.broker.client_config(), logger=QUIET)
-        found = admin.delete_records([TopicPartition(KAFKA_TOPIC, partition, before)], request_timeout=30)
-        for future in found.values():
-            future.result(timeout=60)
+        delete_records(self.broker, KAFKA_TOPIC, {partition: before})
         with self.ledger.lock:
             self.ledger.record_deleted(partition, before)
         logging.info("fault: records of partition %d below offset %d deleted", partition, before)
 
     def add_partition(self) -> bool:
-        from confluent_kafka.admin import AdminClient, NewPartitions
-
-        admin = AdminClient(self.broker.client_config(), logger=QUIET)
-        count = len(admin.list_topics(KAFKA_TOPIC, timeout=30).topics[KAFKA_TOPIC].partitions)
+        count = len(admin(self.broker).list_topics(KAFKA_TOPIC, timeout=30).topics[KAFKA_TOPIC].partitions)
         if count >= MAX_PARTITIONS:
             return False
-        admin.create_partitions([NewPartitions(KAFKA_TOPIC, count + 1)])[KAFKA_TOPIC].result(timeout=60)
+        add_partitions(self.broker, KAFKA_TOPIC, count + 1)
         logging.info("fault: partition %d added to %s", count, KAFKA_TOPIC)
         return True
 
@@ -270,33 +259,13 @@ def expected(dsn: str, report: ChaosReport, ledger: Ledger) -> Ledger:
 def check_published(broker: KafkaBroker, report: ChaosReport, expected: Ledger) -> None:
     """What a read_committed consumer reads of :data:`PUBLISHED`: each expected record once (its
     id is the record's key), and within each txid the sequence numbers 0..n-1."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({**broker.client_config(), "group.id": f"chaos-check-{time.monotonic_ns()}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True}, logger=QUIET)
-    try:
-        partitions = consumer.list_topics(PUBLISHED, timeout=30).topics[PUBLISHED].partitions
-        consumer.assign([TopicPartition(PUBLISHED, p, -2) for p in partitions])  # from the start
-        keys: Counter[str] = Counter()
-        seqs: dict[int, list[int]] = {}
-        ended: set[int] = set()
-        while len(ended) < len(partitions):
-            msg = consumer.poll(30)
-            if msg is None:
-                report.problems.append(f"{PUBLISHED}: no record and no end of partition within 30 s")
-                break
-            error = msg.error()
-            if error is not None:
-                if error.name() == "_PARTITION_EOF":
-                    ended.add(int(msg.partition() or 0))
-                continue
-            headers = dict(msg.headers() or [])
-            key = msg.key()  # the output event's id: the topology, then the source record's id
-            keys[(key.decode() if isinstance(key, bytes) else str(key)).removeprefix(f"{TOPOLOGY}:")] += 1
-            seqs.setdefault(int(headers["airflow-txn-txid"] or 0), []).append(int(headers["airflow-txn-seq"] or -1))
-    finally:
-        consumer.close()
+    keys: Counter[str] = Counter()
+    seqs: dict[int, list[int]] = {}
+    for msg in read_topic(broker, PUBLISHED):
+        headers = dict(msg.headers() or [])
+        key = msg.key()  # the output event's id: the topology, then the source record's id
+        keys[(key.decode() if isinstance(key, bytes) else str(key)).removeprefix(f"{TOPOLOGY}:")] += 1
+        seqs.setdefault(int(headers["airflow-txn-txid"] or 0), []).append(int(headers["airflow-txn-seq"] or -1))
     want = set(expected.valid)
     report.published_records = sum(keys.values())
     report.publish_lost = len(want - set(keys))
