@@ -27,10 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 # The operations tests' own topologies (ops_count, ops_opaque, ops_killed, ops_deleted), and the
-# deferred-waits test's (slots_0 ... slots_5).
+# deferred-waits test's (slots_0 ... slots_5), the liveness test's (busy_*).
 OPS_DAGS = Path(__file__).resolve().parent / "dags" / "ops_dags.py"
 SLOTS_DAGS = OPS_DAGS.with_name("slots_dags.py")
 KAFKA_DAGS = OPS_DAGS.with_name("kafka_dags.py")
+BUSY_DAGS = OPS_DAGS.with_name("busy_dags.py")
 # Where the stack's OpenLineage file transport writes, in its base directory.
 LINEAGE_FILE = "openlineage.jsonl"
 
@@ -94,7 +95,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
     dags.mkdir()
     for dag_file in (REPO / "dags").glob("*.py"):  # the examples, as a user would deploy them
         (dags / dag_file.name).symlink_to(dag_file)
-    for own in (OPS_DAGS, SLOTS_DAGS, KAFKA_DAGS):
+    for own in (OPS_DAGS, SLOTS_DAGS, KAFKA_DAGS, BUSY_DAGS):
         (dags / own.name).symlink_to(own)
     write_dag(dags, CHAOS_CI)
     write_dag(dags, CHAOS_KAFKA_CI)

@@ -286,3 +286,30 @@ def test_py_files_resolve_against_the_dag_file_reach_audits_and_a_spark_connect_
                   py_files=str(lib / "helper_mod.py")).get_task("process")
     client.application_args = []
     client.run_connect_client("sc_test", "host=db")  # raises if the client could not import it
+
+
+def test_asset_triggered_runs_go_first_and_a_run_finishes_before_the_next_starts() -> None:
+    """The weight the scheduler orders waiting tasks by, computed as Airflow does it: on the
+    serialized DAG (the strategy stored by name, loaded from the provider's plugin), when the task
+    instance of a run is created."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from airflow_transactional.airflow.priority import ASSET_TRIGGERED_BOOST
+
+    served = DagSerialization.from_dict(DagSerialization.to_dict(_dag()))
+
+    def weight(task_id: str, run_id: str) -> int:
+        ti = TaskInstance(task=served.get_task(task_id), run_id=run_id, dag_version_id=None)
+        return int(ti.priority_weight)
+
+    scheduled = {t: weight(t, "scheduled__2025-01-01T00:00:00+00:00") for t in ("plan", "process", "commit")}
+    assert scheduled == {"plan": 1, "process": 2, "commit": 3}  # finish a transaction before starting one
+    assert weight("process", "manual__2025-01-01T00:00:00+00:00") == 2
+    assert weight("process", "backfill__2025-01-01T00:00:00+00:00") == 2
+    # A run started by an asset event has no logical date, which Airflow sorts after every dated
+    # run: its tasks outweigh any scheduled run's instead.
+    for t in ("plan", "process", "commit"):
+        assert weight(t, "asset_triggered__2025-01-01T00:00:00+00:00") == scheduled[t] + ASSET_TRIGGERED_BOOST
+    assert min(weight(t, "asset_triggered__x") for t in scheduled) > max(scheduled.values())
+

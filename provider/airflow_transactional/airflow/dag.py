@@ -30,6 +30,7 @@ from ..values import Combiner, ValueKind
 from .assets import topology_assets
 from .deadlines import late_commit
 from .operators import CommitOperator, PlanOperator, PublishOperator, TransactionalSparkSubmitOperator
+from .priority import TransactionalPriority
 
 __all__ = ["LOCAL_SPARK_CONF", "transactional_dag"]
 
@@ -215,7 +216,9 @@ def _add_tasks(dag: DAG, spec: TopologySpec, config: dict[str, Any], *, transact
                plan_timeout: timedelta, deferrable: bool, defer_after: timedelta, emit_assets: bool) -> None:
     """plan >> process >> commit, in ``dag``."""
     topology_id = spec.topology_id
-    common: dict[str, Any] = {"topology": config, "transactional_conn_id": transactional_conn_id, "dag": dag}
+    # Asset-triggered runs (the later stages of a pipeline) are not starved by other DAGs' scheduled runs.
+    common: dict[str, Any] = {"topology": config, "transactional_conn_id": transactional_conn_id, "dag": dag,
+                              "weight_rule": TransactionalPriority()}
     waits: dict[str, Any] = {"deferrable": deferrable, "defer_after": defer_after}
     plan = PlanOperator(task_id="plan", wait_timeout=plan_timeout, **waits, **common)
     process = TransactionalSparkSubmitOperator(

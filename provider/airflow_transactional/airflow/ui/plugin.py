@@ -13,11 +13,14 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+from ..priority import TransactionalPriority
 from .app import PREFIX, create_app
 
 
 class TransactionalPlugin(AirflowPlugin):
     name = "transactional"
+    # The weight rule of every topology's tasks (see airflow/priority.py): Airflow loads it by name.
+    priority_weight_strategies = [TransactionalPriority]
     fastapi_apps = [{"app": create_app(), "url_prefix": PREFIX, "name": "Transactional"}]
     external_views = [
         {"name": "Transactions", "href": f"{PREFIX}/", "destination": "nav", "url_route": "transactions",
