@@ -28,7 +28,9 @@ from airflow_transactional import (
           transactional_dag,
 )
 
-SCHEDULE = os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or timedelta(minutes=1)
+# Every minute on the minute (cron): a run's logical date is a whole minute, so Airflow's Backfill
+# dialog over a failed minute finds that very run (a timedelta would start from the unpause time).
+SCHEDULE = os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or "* * * * *"
 OVERDRAFT = 100  # no account goes below -OVERDRAFT, at any commit
 LEDGER_PARTITIONS = 4
 common = {"max_in_flight": 3, "spark_conf": LOCAL_SPARK_CONF, "spark_pool": os.environ.get("AIRFLOW_TXN_SPARK_POOL"),

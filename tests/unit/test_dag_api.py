@@ -313,3 +313,24 @@ def test_asset_triggered_runs_go_first_and_a_run_finishes_before_the_next_starts
         assert weight(t, "asset_triggered__2025-01-01T00:00:00+00:00") == scheduled[t] + ASSET_TRIGGERED_BOOST
     assert min(weight(t, "asset_triggered__x") for t in scheduled) > max(scheduled.values())
 
+
+def test_the_examples_runs_fall_on_whole_minutes_so_a_backfill_finds_them(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """Airflow's Backfill dialog creates runs at the schedule's own times and reprocesses the runs
+    already there: a timedelta schedule (without catch-up) starts from the unpause time, at odd
+    seconds, and a backfill over a failed minute would make new runs beside the failed one."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.timetables.base import TimeRestriction
+
+    monkeypatch.setenv("AIRFLOW_TXN_LANDING_DIR", str(tmp_path))
+    monkeypatch.delenv("AIRFLOW_TXN_EXAMPLE_SCHEDULE", raising=False)
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.dags
+    for dag_id, dag in bag.dags.items():
+        served = DagSerialization.from_dict(DagSerialization.to_dict(dag))  # as the scheduler sees it
+        info = served.timetable.next_dagrun_info(
+            last_automated_data_interval=None,
+            restriction=TimeRestriction(earliest=served.start_date, latest=None, catchup=False))
+        assert info is not None and info.logical_date is not None, dag_id
+        assert (info.logical_date.second, info.logical_date.microsecond) == (0, 0), (dag_id, info.logical_date)
