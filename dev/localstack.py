@@ -143,6 +143,10 @@ class LocalStack:
         self.home.mkdir(parents=True, exist_ok=True)
         return files.write_private(self.home / "airflow.cfg", text)
 
+    @property
+    def scratch_dir(self) -> Path:
+        return self.base_dir / "tmp"
+
     def env(self) -> dict[str, str]:
         s = self._secrets()
         store = {"conn_type": "transactional", "host": "127.0.0.1", "port": self.pg.port,
@@ -177,6 +181,11 @@ class LocalStack:
             "AIRFLOW_TXN_SPARK_POOL": "spark",
             "PYSPARK_PYTHON": sys.executable,
             "NO_PROXY": "*",
+            # Scratch files of every component and Spark driver (spark-*, blockmgr-*, artifacts-*)
+            # in the stack's own directory: a driver killed mid-batch leaves nothing elsewhere.
+            "TMPDIR": str(self.scratch_dir),
+            "SPARK_LOCAL_DIRS": str(self.scratch_dir),
+            "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={self.scratch_dir}",
         }
         if self.kafka is not None:
             env["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka", "extra": self.kafka.client_config()})
@@ -201,6 +210,7 @@ class LocalStack:
     def start(self, timeout: float = 240) -> LocalStack:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         (self.base_dir / "logs").mkdir(exist_ok=True)
+        self.scratch_dir.mkdir(exist_ok=True)
         self.pg.start()
         if self._own_kafka and self.kafka is not None:
             self.kafka.start()

@@ -26,3 +26,18 @@ def test_rest_client_lists_every_run_past_the_apis_page_cap(monkeypatch: pytest.
     monkeypatch.setattr(client, "get", get, raising=False)
     assert client.runs("d") == every
     assert client.runs("d", limit=120) == every[:120]
+
+
+def test_every_component_and_spark_driver_keeps_its_scratch_files_in_the_stacks_directory(tmp_path: object) -> None:
+    """A Spark driver killed mid-batch leaves its spark-*, blockmgr-* and artifacts-* directories
+    behind: under the stack's own directory (removed with it), not the system's temp directory."""
+    from pathlib import Path
+
+    from dev.localstack import LocalStack
+
+    base = Path(str(tmp_path))
+    (base / "stack").mkdir()
+    env = LocalStack(base / "stack", base / "dags").env()
+    scratch = str((base / "stack" / "tmp").resolve())
+    assert env["TMPDIR"] == env["SPARK_LOCAL_DIRS"] == scratch  # Python's tempfile; Spark's local dirs
+    assert env["SPARK_SUBMIT_OPTS"] == f"-Djava.io.tmpdir={scratch}"  # the driver JVM's own temp files
