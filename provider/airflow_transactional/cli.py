@@ -212,8 +212,9 @@ def _print_status(st: TopologyStatus) -> None:
         print("in flight:")
         for f in st.in_flight:
             extra = f"  error: {f.error}" if f.error else ""
+            tries = f", {f.failed_tries} failed tries" if f.failed_tries else ""
             print(f"  txid {f.txid:<6} {f.phase:<10} run {f.run_key}  plan v{f.plan_version}, "
-                  f"{f.attempts} attempt(s){extra}")
+                  f"{f.attempts} attempt(s){tries}{extra}")
 
 
 def _print_commits(rows: list[dict[str, Any]]) -> None:

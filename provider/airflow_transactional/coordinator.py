@@ -223,6 +223,10 @@ class Coordinator:
         """Record that ``txid`` failed for good (no retries left), so later commits fail fast."""
         return liveness.mark_failed(self.store, topology_id, txid, reason)
 
+    def note_failed_try(self, topology_id: str, txid: int, reason: str) -> None:
+        """A try of ``txid``'s processing failed (Airflow may retry it); ``reason`` in one line."""
+        return liveness.note_failed_try(self.store, topology_id, txid, reason)
+
     def last_error(self, topology_id: str, txid: int) -> str | None:
         """How the latest attempt of ``txid`` failed, in one line (None: it did not)."""
         return liveness.last_error(self.store, topology_id, txid)

@@ -96,10 +96,10 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     client.unpause(REPORT)  # runs once per txid ops_count commits, on its asset events
     log, coord = start_topology(stack, client, DAG, "ops", partitions=4)
     log.append([(f"ops{i}", json.dumps({"url": f"https://example.com/{i}"})) for i in range(2000)])
-    # txid 2's driver is killed once after staging (a transient failure); txid 3's processing
-    # fails on every try (a permanent one).
+    # txid 2's driver is killed once after staging (a transient failure); txid 3's dies on every
+    # try before it registers an attempt (a permanent one, that only the process task can tell).
     set_faults(stack, f"spark.after_stage:{DAG}:2=exit@once:{stack.base_dir / 'kill-2.once'}",
-            f"spark.begin:{DAG}:3=raise")
+               f"spark.start:{DAG}:3=exit")
     # Daily-aligned logical dates, so a backfill over the range finds these very runs.
     runs = [client.trigger(DAG, (DAY0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(5)]
     cascade = _Cascade(stack, client, coord, log, runs, events=2000)
@@ -140,7 +140,8 @@ def _a_failed_txid_blocks_the_later_ones(c: _Cascade, statsd: StatsdListener) ->
                                   "WHERE topology_id = %s AND txid = 2 ORDER BY attempt", (DAG,)) == [(1, False),
                                                                                                       (2, True)]
     assert {states[c.by_txid[t]] for t in (3, *c.blocked)} == {"failed"}
-    assert "InjectedFault" in task_log(stack, DAG, c.by_txid[3], "process")
+    killed = "process: the Spark Connect job exited with code 137 (killed by SIGKILL"
+    assert killed in task_log(stack, DAG, c.by_txid[3], "process")  # the log's last word, in one line
     for t in c.blocked:  # they failed fast, naming the txid that blocks them and what to do
         text = task_log(stack, DAG, c.by_txid[t], "commit")
         assert "blocked by failed txid 3" in text and "Clear that run's tasks" in text, text[-3000:]
@@ -154,6 +155,14 @@ def _a_failed_txid_blocks_the_later_ones(c: _Cascade, statsd: StatsdListener) ->
     status = coord.status(DAG)
     assert status.committed_txid == 2
     assert status.blocked_by and "blocked by failed txid 3" in status.blocked_by
+    # No attempt was ever registered, yet txid 3 shows as failed, both tries counted, what happened
+    # said in one line -- in the status the CLI prints and on the run's Transaction page.
+    [failed] = [f for f in status.in_flight if f.txid == 3]
+    assert (failed.phase, failed.attempts, failed.failed_tries) == ("failed", 0, 2), failed
+    assert failed.error and failed.error.startswith(killed) and "\n" not in failed.error, failed.error
+    page = browser(stack, "GET", f"/transactional/dags/{DAG}/runs/{urllib.parse.quote(c.by_txid[3], safe='')}",
+                   c.client.token())[1]
+    assert f"Failed for good after 2 failed tries: {killed}" in page, page
     # The monitoring heard it: a commit that failed fast set the topology's blocked gauge.
     assert (1.0, "g") in statsd.values(DAG, "blocked")
 

@@ -245,6 +245,33 @@ def test_status_reports_phases_lag_and_last_commit(coordinator: Coordinator, top
     assert st.to_dict()["in_flight"][0]["run_key"] == "b"
 
 
+def test_tries_whose_driver_died_before_registering_an_attempt_show_as_failed(  # type: ignore[no-untyped-def]
+        coordinator: Coordinator, topo) -> None:
+    """A driver killed before it registered an attempt leaves no attempt row: the process task's
+    failed tries say what happened, until an attempt begins after them."""
+    topo.append([click(i) for i in range(30)])
+    t1 = coordinator.plan("clicks", "a")
+    killed = "process: spark-submit exited with code -9 (killed by SIGKILL: out of memory (the OOM killer), ...)"
+    coordinator.note_failed_try("clicks", t1.txid, "process: spark-submit exited with code 1")
+    coordinator.note_failed_try("clicks", t1.txid, killed)
+    [f] = coordinator.status("clicks").in_flight
+    assert (f.phase, f.attempts, f.failed_tries, f.error) == ("failed", 0, 2, killed)
+    [shown] = coordinator.timeline("clicks", 5)
+    assert (shown["failed_tries"], shown["last_try_failure"]) == (2, killed)
+    assert coordinator.last_error("clicks", t1.txid) == killed  # what a waiting commit reports as the blocker
+    # The next try registers an attempt: it is what the status shows now, the count stays.
+    coordinator.begin_attempt("clicks", t1.txid)
+    [f] = coordinator.status("clicks").in_flight
+    assert (f.phase, f.attempts, f.failed_tries, f.error) == ("processing", 1, 2, None)
+    # A task that fails after its attempt completed leaves the batch processed: the commit can use it.
+    process_batch(coordinator, "clicks", t1.txid, click_fn)
+    coordinator.note_failed_try("clicks", t1.txid, "process: the task was killed after its job finished")
+    assert coordinator.status("clicks").in_flight[0].phase == "processed"
+    assert coordinator.commit("clicks", t1.txid).committed
+    coordinator.note_failed_try("clicks", t1.txid, "late")  # a committed txid keeps its record
+    assert coordinator.timeline("clicks", 5)[0]["failed_tries"] == 3
+
+
 @pytest.mark.parametrize("run_key", ["a\0b", "", "r" * 251, None])
 def test_a_run_key_postgres_cannot_store_is_refused_naming_the_rule(coordinator: Coordinator, topo,  # type: ignore[no-untyped-def]
                                                                      run_key: object) -> None:

@@ -34,7 +34,8 @@ def test_views_follow_a_topology_through_its_phases(coordinator: Coordinator, ds
     assert summary["committed_txid"] == 1 and summary["dag_id"] == "clicks_dag"
     assert [(f["txid"], f["phase"]) for f in summary["in_flight"]] == [(2, "planned"),
                                                                          (3, "staged, waiting for txid 2")]
-    assert summary["commits_per_minute"] == pytest.approx(0.1)
+    # One commit, just now: one per minute (not one per ten-minute window, 0.1, a minute in).
+    assert summary["commits_per_minute"] == pytest.approx(1.0)
     # How long the oldest uncommitted event has waited: the first one past the committed offset
     # of each partition, by the time the log stamped on it.
     assert summary["lag_records"] == 62 and 0 <= summary["lag_seconds"] < 60
@@ -49,6 +50,11 @@ def test_views_follow_a_topology_through_its_phases(coordinator: Coordinator, ds
     assert phases == ["staged, next to commit", "staged, waiting for txid 2"]
     coordinator.commit("clicks", 2)
     coordinator.commit("clicks", 3)
+
+    # Three commits since the first, four minutes ago: 0.75 per minute.
+    query(dsn, "UPDATE airflow_txn.commits SET committed_at = now() - interval '4 minutes' WHERE txid = 1")
+    rate = coordinator.summary("clicks", dag_id="clicks_dag", now=now)["commits_per_minute"]
+    assert rate == pytest.approx(0.75, abs=0.01)
 
     timeline = coordinator.timeline("clicks", limit=2)
     assert [t["txid"] for t in timeline] == [3, 2]
@@ -66,6 +72,7 @@ def test_views_follow_a_topology_through_its_phases(coordinator: Coordinator, ds
     html = pages.run("/transactional", "clicks_dag", t2.run_key, run, bad, None)
     assert MARKUP not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     assert "txid 2" in html and "Download CSV" in html
+    assert "offsets partition 1: 0 &#8594; 50" in html  # txid 2's batch: 50 records of partition 1
     html = pages.topology("/transactional", coordinator.summary("clicks", dag_id="clicks_dag", now=now),
                           coordinator.timeline("clicks"), now)
     assert html.count("<rect") == 3 * 3 and "<script" not in html  # plan, attempt, commit per txid
@@ -82,3 +89,15 @@ def test_a_long_record_is_shown_truncated() -> None:
            "quarantine_reasons": [{"reason": "r", "records": 1}]}
     html = pages.run("/transactional", "d", "r", txn, [record], None)
     assert "x" * pages.RECORD_CHARS + "&#8230;" in html and "x" * (pages.RECORD_CHARS + 1) not in html
+
+
+def test_tries_that_failed_before_an_attempt_are_told_on_the_run_page() -> None:
+    txn = {"txid": 4, "run_id": "r", "status": "planned", "planned_at": None, "planned_records": 1,
+           "start_offsets": {}, "end_offsets": {}, "files": [], "failure": None, "attempts": [], "commit": None,
+           "quarantine_reasons": [], "failed_tries": 2,
+           "last_try_failure": "process: spark-submit exited with code -9 (killed by SIGKILL: <oom>)"}
+    html = pages.run("/transactional", "d", "r", txn, [], None)
+    assert "Processing failed 2 time(s), the last: process: spark-submit exited with code -9 (killed by " \
+           "SIGKILL: &lt;oom&gt;)" in html
+    html = pages.run("/transactional", "d", "r", {**txn, "failure": "process: ... code -9 ..."}, [], None)
+    assert "Failed for good after 2 failed tries: process: ... code -9 ..." in html and "Processing failed" not in html

@@ -175,3 +175,44 @@ def test_airflow_is_asked_at_most_every_interval() -> None:
     for _ in range(5):
         assert w.still_blocked(coord, 9) is None
     assert len(ti.asked) == 1
+
+
+@pytest.mark.parametrize(("script", "reason"), [
+    # The driver killed (the OOM killer's signal): the exit code by name, not the command line.
+    ('echo "24/01/01 INFO SparkContext: Running Spark version"; kill -9 $$',
+     "spark-submit exited with code -9 (killed by SIGKILL: out of memory (the OOM killer), or killed by someone)"),
+    # The job raised: the line of spark-submit's output that names the cause.
+    ('echo "Traceback (most recent call last):"; echo "  File \\"job.py\\", line 3"; '
+     'echo "pyspark.errors.exceptions.captured.ArithmeticException: [ARITHMETIC_OVERFLOW] long overflow"; '
+     'echo "26/11/26 INFO ShutdownHookManager: Shutdown hook called"; exit 1',
+     "spark-submit exited with code 1: pyspark.errors.exceptions.captured.ArithmeticException: "
+     "[ARITHMETIC_OVERFLOW] long overflow"),
+])
+def test_a_failed_spark_submit_is_told_in_one_line(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
+                                                   script: str, reason: str) -> None:
+    """The Spark provider's own hook runs a stand-in ``spark-submit`` and raises its message (the
+    whole command line first); what the task records and logs is the one line that matters."""
+    import os
+    from pathlib import Path
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from airflow_transactional.airflow.operators.base import failure_reason
+
+    bin_dir = Path(str(tmp_path))
+    (bin_dir / "spark-submit").write_text(f"#!/bin/sh\n{script}\n")
+    (bin_dir / "spark-submit").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", '{"conn_type": "spark", "host": "local[1]"}')
+    hook = SparkSubmitHook(conn_id="spark_local", name="txn-words", conf={"spark.driver.extraJavaOptions": "-Xss4m"},
+                           application_args=["--dsn-file", "/tmp/x/dsn", "--txid", "7"])
+    with pytest.raises(Exception) as raised:
+        hook.submit("/opt/jobs/words.py")
+    assert "Cannot execute: spark-submit" in str(raised.value)  # the provider's message, as it comes
+    assert failure_reason("spark-submit", raised.value) == reason
+    assert failure_reason("the commit", ValueError("boom\nmore")) == "the commit failed: boom"
+    # A Spark Connect client (operators/process.py says how it ended) reads the same way.
+    connect = Exception("the Spark Connect job words.py exited with 137:\nreading txid 7\nValueError: bad row")
+    assert failure_reason("the Spark Connect job", connect) == (
+        "the Spark Connect job exited with code 137 (killed by SIGKILL: out of memory (the OOM killer), or killed "
+        "by someone): ValueError: bad row")

@@ -37,6 +37,13 @@ def mark_failed(store: StateStore, topology_id: str, txid: int, reason: str) -> 
         transactions.mark_failed(cur, store.schema, topology_id, txid, reason)
 
 
+def note_failed_try(store: StateStore, topology_id: str, txid: int, reason: str) -> None:
+    """A try of ``txid``'s processing failed (Airflow may retry it): counted, with its reason, so
+    the status says "failed" even when the driver died before registering an attempt."""
+    with store.db.transaction() as cur:
+        transactions.note_failed_try(cur, store.schema, topology_id, txid, reason)
+
+
 def blocker(store: StateStore, topology_id: str, txid: int) -> str | None:
     """Why the commit of ``txid`` can never happen as things stand, or None.
 
@@ -57,10 +64,14 @@ def blocker(store: StateStore, topology_id: str, txid: int) -> str | None:
 
 
 def last_error(store: StateStore, topology_id: str, txid: int) -> str | None:
-    """How the latest attempt of ``txid`` failed, in one line (None: it did not, or left no error)."""
+    """How the latest attempt of ``txid`` failed, in one line -- else how its process task's last
+    failed try did (a driver killed before registering an attempt); None: nothing recorded."""
     with store.db.transaction() as cur:
         found = transactions.last_attempt_error(cur, store.schema, topology_id, txid)
-    return None if found is None else f"attempt {found[0]} failed: {one_line(found[1])}"
+        tried = None if found is not None else transactions.last_try_failure(cur, store.schema, topology_id, txid)
+    if found is not None:
+        return f"attempt {found[0]} failed: {one_line(found[1])}"
+    return None if tried is None else one_line(tried)
 
 
 def one_line(error: str, limit: int = 300) -> str:

@@ -47,6 +47,7 @@ class InFlight:
     plan_version: int
     attempts: int
     error: str | None = None
+    failed_tries: int = 0  # tries of its process task that failed (attempts registered or not)
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,11 @@ def status(store: StateStore, topology_id: str) -> TopologyStatus:
         in_flight = []
         for row in transactions.in_flight(cur, store.schema, topology_id):
             phase = PHASES.get(row.latest_status or "", "planned")
+            error = row.latest_error if phase == "failed" else None
+            if row.try_failure is not None and phase != "processed":  # the task failed after the attempt began
+                phase, error = "failed", row.try_failure
             in_flight.append(InFlight(int(row.txid), row.run_key, phase, int(row.plan_version), int(row.attempts),
-                                      row.latest_error if phase == "failed" else None))
+                                      error, int(row.failed_tries)))
         quarantined = commit_log.quarantine_counts(cur, store.schema, topology_id)
         source_error = None
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from ..spec import TopologySpec
 from ..store import views
 from . import status as status_
 from .context import StateStore
@@ -32,12 +33,13 @@ def phase(in_flight_phase: str, txid: int, committed_txid: int) -> str:
 def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) -> dict[str, Any]:
     st = status_.status(store, topology_id)
     with store.db.transaction() as cur:
-        rate = views.commits_since(cur, store.schema, topology_id, RATE_MINUTES) / RATE_MINUTES
+        rate = views.commit_rate(cur, store.schema, topology_id, RATE_MINUTES)
     return {
         "topology_id": topology_id,
         "dag_id": dag_id,
         "committed_txid": st.committed_txid,
         "in_flight": [{"txid": f.txid, "run_id": f.run_key, "attempts": f.attempts, "error": f.error,
+                       "failed_tries": f.failed_tries,
                        "phase": phase(f.phase, f.txid, st.committed_txid)} for f in st.in_flight],
         "lag_records": st.lag,
         "lag_seconds": st.lag_seconds,
@@ -58,25 +60,51 @@ def _attempt(a: views.AttemptRow) -> dict[str, Any]:
             "row_counts": a.row_counts or {}, "quarantined": a.quarantined, "worker": a.worker, "error": a.error}
 
 
-def _transaction(t: views.TxnRow, attempts: list[views.AttemptRow]) -> dict[str, Any]:
+class _Committed:
+    """What the commits of some txids did beyond their staged rows: the events each appended per
+    output, the requests each granted and declined per decision (staged counts say neither: a
+    decision's output stages an event for each verdict a request could get)."""
+
+    def __init__(self, cur: Any, store: StateStore, topology_id: str, txids: list[int]) -> None:
+        self.appended = views.appended(cur, store.schema, topology_id, txids)
+        self.decided = views.verdict_counts(cur, store.schema, topology_id, txids)
+
+    def of(self, t: views.TxnRow, states: list[str], outputs: list[str], decisions: list[str]) -> dict[str, Any]:
+        staged = t.row_counts or {}
+        appended, decided = self.appended.get(t.txid, {}), self.decided.get(t.txid, {})
+        return {"rows": {s: int(staged.get(s, 0)) for s in states},
+                "appended": {o: appended.get(o, 0) for o in outputs},
+                "decided": {d: dict(zip(("granted", "declined"), decided.get(d, (0, 0)), strict=True))
+                            for d in decisions}}
+
+
+def _transaction(t: views.TxnRow, attempts: list[views.AttemptRow],
+                 committed: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"txid": t.txid, "run_id": t.run_key, "status": t.status, "planned_at": _iso(t.planned_at),
             "planned_records": t.planned_records, "start_offsets": t.start_offsets, "end_offsets": t.end_offsets,
             "files": [f.get("path") for f in (t.batch or {}).get("files", []) if isinstance(f, dict)],
-            "failure": t.failure,
+            "failure": t.failure, "failed_tries": t.failed_tries, "last_try_failure": t.last_try_failure,
             "attempts": [_attempt(a) for a in attempts if a.txid == t.txid],
             "commit": None if t.committed_at is None else {
                 "attempt": t.committed_attempt, "started_at": _iso(t.commit_started_at),
                 "committed_at": _iso(t.committed_at), "records_read": t.records_read,
-                "row_counts": t.row_counts or {}, "quarantined": t.quarantined}}
+                "row_counts": t.row_counts or {}, "quarantined": t.quarantined, **(committed or {})}}
 
 
 def timeline(store: StateStore, topology_id: str, limit: int) -> list[dict[str, Any]]:
     """The ``limit`` latest txids, latest first, each with its attempts and commit."""
     with store.db.transaction() as cur:
-        store.load(cur, topology_id)  # an unknown topology says so
+        spec = store.load(cur, topology_id).spec  # an unknown topology says so
         txns = views.recent(cur, store.schema, topology_id, limit)
         attempts = views.attempts(cur, store.schema, topology_id, [t.txid for t in txns])
-    return [_transaction(t, attempts) for t in txns]
+        committed = _Committed(cur, store, topology_id, [t.txid for t in txns if t.committed_at is not None])
+    names = _names(spec)
+    return [_transaction(t, attempts, committed.of(t, *names)) for t in txns]
+
+
+def _names(spec: TopologySpec) -> tuple[list[str], list[str], list[str]]:
+    """(states, outputs, decisions) of a declaration."""
+    return ([s.name for s in spec.states], [o.name for o in spec.outputs], [d.name for d in spec.decisions])
 
 
 def run(store: StateStore, topology_id: str, run_key: str) -> dict[str, Any] | None:
@@ -86,9 +114,11 @@ def run(store: StateStore, topology_id: str, run_key: str) -> dict[str, Any] | N
         t = views.of_run(cur, store.schema, topology_id, run_key)
         if t is None:
             return None
+        spec = store.load(cur, topology_id).spec
         attempts = views.attempts(cur, store.schema, topology_id, [t.txid])
         reasons = views.quarantine_reasons(cur, store.schema, topology_id, t.txid)
-    out = _transaction(t, attempts)
+        committed = _Committed(cur, store, topology_id, [t.txid] if t.committed_at is not None else [])
+    out = _transaction(t, attempts, committed.of(t, *_names(spec)))
     out["quarantine_reasons"] = [{"reason": r.reason, "records": r.records} for r in reasons]
     return out
 

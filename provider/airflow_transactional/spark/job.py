@@ -187,6 +187,7 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             phases: Phases | None = None) -> dict[str, Any]:
     """Process ``txid`` once, as a new attempt (see the module docstring)."""
     phases = phases or Phases()
+    faults.point("spark.start", scope=(topology_id, str(txid)))  # a driver that dies before it registers
     txn = coordinator.transaction(topology_id, txid)
     if txn.committed:
         return {"txid": txid, "skipped": f"txid {txid} already committed at {txn.committed_at}; nothing to do"}

@@ -68,6 +68,8 @@ class InFlightRow(NamedTuple):
     attempts: int
     latest_status: str | None
     latest_error: str | None
+    failed_tries: int
+    try_failure: str | None  # the last failed try's reason, when it came after the latest attempt began
 
 
 COLUMNS = column_list(f.name for f in fields(Transaction))
@@ -135,6 +137,11 @@ def mark_failed(cur: Cursor, schema: str, topology_id: str, txid: int, reason: s
     notices.send(cur, schema, topology_id, txid, "failed")
 
 
+def note_failed_try(cur: Cursor, schema: str, topology_id: str, txid: int, reason: str) -> None:
+    cur.execute(query("transaction_note_failed_try", schema), {"topology": topology_id, "txid": txid,
+                                                               "reason": reason[:2000]})
+
+
 def first_failed_before(cur: Cursor, schema: str, topology_id: str, txid: int) -> Failed | None:
     """The lowest uncommitted txid below ``txid`` that failed for good."""
     cur.execute(query("transaction_first_failed_before", schema), {"topology": topology_id, "txid": txid})
@@ -146,6 +153,12 @@ def last_attempt_error(cur: Cursor, schema: str, topology_id: str, txid: int) ->
     cur.execute(query("transaction_last_attempt_error", schema), {"topology": topology_id, "txid": txid})
     row = cur.fetchone()
     return None if row is None or row[1] is None else (int(row[0]), str(row[1]))
+
+
+def last_try_failure(cur: Cursor, schema: str, topology_id: str, txid: int) -> str | None:
+    cur.execute(query("transaction_last_try_failure", schema), {"topology": topology_id, "txid": txid})
+    row = cur.fetchone()
+    return None if row is None else str(row[0])
 
 
 def in_flight(cur: Cursor, schema: str, topology_id: str) -> list[InFlightRow]:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from .queries import query
-from .rows import Cursor, Offsets, every, scalar
+from .rows import Cursor, Offsets, every
 
 
 class TxnRow(NamedTuple):
@@ -23,6 +23,8 @@ class TxnRow(NamedTuple):
     end_offsets: Offsets
     batch: dict[str, Any]
     failure: str | None
+    failed_tries: int
+    last_try_failure: str | None
     committed_at: datetime | None
     commit_started_at: datetime | None
     committed_attempt: int | None
@@ -79,9 +81,31 @@ def attempts(cur: Cursor, schema: str, topology_id: str, txids: Sequence[int]) -
     return every(cur, AttemptRow)
 
 
-def commits_since(cur: Cursor, schema: str, topology_id: str, minutes: int) -> int:
-    cur.execute(query("view_commits_since", schema), {"topology": topology_id, "minutes": minutes})
-    return int(scalar(cur))
+def appended(cur: Cursor, schema: str, topology_id: str, txids: Sequence[int]) -> dict[int, dict[str, int]]:
+    """txid -> output -> events its commit appended."""
+    cur.execute(query("view_appended", schema), {"topology": topology_id, "txids": list(txids)})
+    out: dict[int, dict[str, int]] = {}
+    for txid, output, events in cur.fetchall():
+        out.setdefault(int(txid), {})[str(output)] = int(events)
+    return out
+
+
+def verdict_counts(cur: Cursor, schema: str, topology_id: str,
+                   txids: Sequence[int]) -> dict[int, dict[str, tuple[int, int]]]:
+    """txid -> decision -> (granted, declined) by its commit."""
+    cur.execute(query("view_verdict_counts", schema), {"topology": topology_id, "txids": list(txids)})
+    out: dict[int, dict[str, tuple[int, int]]] = {}
+    for txid, decision, granted, declined in cur.fetchall():
+        out.setdefault(int(txid), {})[str(decision)] = (int(granted), int(declined))
+    return out
+
+
+def commit_rate(cur: Cursor, schema: str, topology_id: str, minutes: int) -> float:
+    """Commits per minute over the last ``minutes`` -- or over the time since the first commit,
+    when that is shorter (at least a minute: one commit just now is one per minute, not sixty)."""
+    cur.execute(query("view_commit_rate", schema), {"topology": topology_id, "minutes": minutes})
+    commits, span = cur.fetchone()
+    return int(commits) / max(1.0, float(span or 0))
 
 
 def quarantined(cur: Cursor, schema: str, topology_id: str, txid: int, *, reason: str | None = None,

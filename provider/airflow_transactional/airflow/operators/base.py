@@ -4,6 +4,8 @@ and how they find out that the txid they wait for will never commit (:mod:`airfl
 
 from __future__ import annotations
 
+import re
+import signal
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -15,15 +17,46 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from ...coordinator import Coordinator, Transaction
+from ...core.liveness import one_line
 from ...exceptions import NotYourTurn
 from .. import lineage, metrics
 from ..hooks import TransactionalHook
 from ..triggers import TurnTrigger
 from ..watch import DELETED, Watch, run_state
 
-__all__ = ["DELETED", "TopologyTask", "WaitingTask"]
+__all__ = ["DELETED", "TopologyTask", "WaitingTask", "failure_reason"]
 
 T = TypeVar("T")
+
+# How a job's process failed, and the lines it printed last: the Spark provider's message for a
+# spark-submit (its whole command line first: JVM flags, paths, lineage ids), and ours for a
+# Spark Connect client (operators/process.py).
+_EXITED = (re.compile(r"Cannot execute: .*?\. Error code is: (-?\d+)\.(.*)", re.S),
+           re.compile(r"the Spark Connect job \S+ exited with (-?\d+):(.*)", re.S))
+_CAUSE = re.compile(r"(Error|Exception|error:|Killed|OutOfMemory)")
+_KILLED = {signal.SIGKILL: "killed by SIGKILL: out of memory (the OOM killer), or killed by someone",
+           signal.SIGTERM: "stopped by SIGTERM"}
+
+
+def failure_reason(what: str, exc: BaseException) -> str:
+    """Why a task's work failed, in one line an operator can act on: for a Spark job's process, its
+    exit code (a signal by name) and the line of its output that names the cause -- not its command
+    line; else the first line of the error that says something."""
+    text = str(exc)
+    found = next((m for m in (p.match(text) for p in _EXITED) if m is not None), None)
+    if found is None:
+        return f"{what} failed: {one_line(text) or type(exc).__name__}"
+    code, tail = int(found.group(1)), found.group(2)
+    how = f"exited with code {code}"
+    try:  # a negative code is the signal that ended it; a shell reports it as 128 + the signal
+        sig = signal.Signals(-code if code < 0 else code - 128)
+        how += f" ({_KILLED.get(sig, f'killed by {sig.name}')})"
+    except ValueError:
+        pass
+    lines = [line.strip() for line in tail.splitlines()
+             if line.strip() and line.strip() != "Last spark-submit output:" and not line.strip().startswith("at ")]
+    cause = next((line for line in reversed(lines) if _CAUSE.search(line)), None)
+    return f"{what} {how}" + (f": {one_line(cause)}" if cause else "")
 
 
 class TopologyTask(BaseOperator):
@@ -76,16 +109,20 @@ class TopologyTask(BaseOperator):
 
     @contextmanager
     def failing_for_good(self, coordinator: Coordinator, context: Mapping[str, Any], what: str) -> Iterator[None]:
-        """On the last try, record a failure so later commits fail fast instead of waiting (trap 2)."""
+        """Record a failed try with its reason in one line (the status shows it even when no attempt
+        was registered); on the last try, the failure for good, so later commits fail fast (trap 2)."""
         try:
             yield
         except NotYourTurn:  # not a failure: the task waits for its turn
             raise
         except Exception as exc:
-            if int(context["ti"].try_number) > int(self.retries or 0):
-                txn = coordinator.transaction_for_run(self.topology_id, context["run_id"])
-                if txn is not None and not txn.committed:
-                    coordinator.mark_failed(self.topology_id, txn.txid, f"{self.task_id}: {what} failed: {exc}")
+            reason = f"{self.task_id}: {failure_reason(what, exc)}"
+            self.log.error("%s", reason)  # the last line of the log says what happened, in one line
+            txn = coordinator.transaction_for_run(self.topology_id, context["run_id"])
+            if txn is not None and not txn.committed:
+                coordinator.note_failed_try(self.topology_id, txn.txid, reason)
+                if int(context["ti"].try_number) > int(self.retries or 0):
+                    coordinator.mark_failed(self.topology_id, txn.txid, reason)
             raise
 
 

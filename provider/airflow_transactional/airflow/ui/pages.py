@@ -65,6 +65,26 @@ def counts(row_counts: dict[str, int] | None) -> str:
     return ", ".join(f"{e(k)}: {int(v):,}" for k, v in sorted((row_counts or {}).items())) or "-"
 
 
+def committed(c: dict[str, Any]) -> str:
+    """What a commit changed: rows per state, events appended per output, verdicts per decision
+    (not the rows it staged: a decision's output stages an event for each verdict it could get)."""
+    parts = [f"{e(k)}: {int(v):,}" for k, v in sorted((c.get("rows", c.get("row_counts")) or {}).items())]
+    parts += [f"{e(o)}: {int(n):,} events appended" for o, n in sorted((c.get("appended") or {}).items())]
+    parts += [f"{e(d)}: {int(v['granted']):,} granted, {int(v['declined']):,} declined"
+              for d, v in sorted((c.get("decided") or {}).items())]
+    return ", ".join(parts) or "-"
+
+
+def spans(start: dict[str, Any], end: dict[str, Any]) -> str:
+    """A batch's offsets as a person reads them: ``start -> end`` per partition that moved."""
+    def order(key: str) -> tuple[int, str]:
+        return (int(key), "") if str(key).isdigit() else (1 << 62, str(key))
+
+    moved = [f"partition {e(k)}: {e(start.get(k, '-'))} &#8594; {e(end.get(k, '-'))}"
+             for k in sorted(set(start) | set(end), key=order) if start.get(k) != end.get(k)]
+    return ", ".join(moved) or "nothing new"
+
+
 def dag_path(dag_id: str) -> str:
     return f"/dags/{quote(dag_id, safe='')}"
 
@@ -154,11 +174,14 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
     if backfill is not None:
         blocked = (f"<p class=ok>Backfill {int(backfill)} created: Airflow reprocesses the failed runs; the "
                    "timeline below fills in as they commit.</p>") + blocked
+    def tries(t: dict[str, Any]) -> str:
+        return str(len(t["attempts"])) + (f" ({int(t['failed_tries'])} failed tries)" if t.get("failed_tries") else "")
+
     log_rows = [[f"<a href='{e(base)}/dags/{quote(dag, safe='')}/runs/{quote(t['run_id'], safe='')}'>"
                  f"{t['txid']}</a>", e(t["run_id"]), e(t["status"]),
-                 f"{t['planned_records']:,}", str(len(t["attempts"])),
+                 f"{t['planned_records']:,}", tries(t),
                  when(t["commit"]["committed_at"]) if t["commit"] else "-",
-                 counts(t["commit"]["row_counts"]) if t["commit"] else "-",
+                 committed(t["commit"]) if t["commit"] else "-",
                  f"{t['commit']['quarantined']:,}" if t["commit"] else "-"] for t in txns]
     body = (f"<h1>Topology {e(tid)}</h1>{blocked}"
             f"<p>Committed txid <b>{summary['committed_txid']}</b>, last commit "
@@ -196,7 +219,7 @@ def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records
     if txn["commit"] is not None:
         action = ""
     batch = (f"files: {', '.join(e(f) for f in txn['files'])}" if txn["files"] else
-             f"offsets {e(txn['start_offsets'])} &#8594; {e(txn['end_offsets'])}")
+             f"offsets {spans(txn['start_offsets'] or {}, txn['end_offsets'] or {})}")
     attempts = table(
         ["attempt", "status", "started", "finished", "records read", "rows staged", "quarantined", "error"],
         [[str(a["attempt"]), e(a["status"]), when(a["started_at"]), when(a["finished_at"]),
@@ -205,9 +228,15 @@ def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records
         numeric=(0, 4, 6))
     c = txn["commit"]
     commit = (f"<p class=ok>Committed at {when(c['committed_at'])} (attempt {e(c['attempt'])}, "
-              f"{e(c['records_read'])} records read; {counts(c['row_counts'])}).</p>" if c
+              f"{e(c['records_read'])} records read; {committed(c)}).</p>" if c
               else "<p class=muted>Not committed.</p>")
-    failure = f"<p class=blocked>Failed for good: {e(txn['failure'])}</p>" if txn["failure"] else ""
+    tries = int(txn.get("failed_tries") or 0)  # also the tries whose driver never registered an attempt
+    failure = ""
+    if txn["failure"]:
+        failure = (f"<p class=blocked>Failed for good{f' after {tries} failed tries' if tries else ''}: "
+                   f"{e(txn['failure'])}</p>")
+    elif tries and c is None:
+        failure = f"<p class=blocked>Processing failed {tries} time(s), the last: {e(txn['last_try_failure'])}</p>"
     reasons = "".join(f"<option value='{e(r['reason'])}'{' selected' if r['reason'] == reason else ''}>"
                       f"{e(r['reason'])} ({r['records']:,})</option>" for r in txn["quarantine_reasons"])
     if txn["quarantine_reasons"]:

@@ -40,6 +40,12 @@ WHERE topology_id = %(topology)s AND txid = %(txid)s AND failed_at IS NOT NULL
 UPDATE {s}.transactions SET failed_at = clock_timestamp(), failure = %(reason)s
 WHERE topology_id = %(topology)s AND txid = %(txid)s AND status = 'planned'
 
+-- name: transaction_note_failed_try
+-- A try of the txid's processing failed (retried or not): counted, with its reason in one line.
+UPDATE {s}.transactions SET failed_tries = failed_tries + 1, last_try_failure = %(reason)s,
+       last_try_failed_at = clock_timestamp()
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND status = 'planned'
+
 -- name: transaction_first_failed_before
 -- The lowest uncommitted txid below a txid that failed for good, with the error its latest attempt
 -- recorded (if that one failed with one).
@@ -53,14 +59,22 @@ ORDER BY t.txid LIMIT 1
 SELECT attempt, error FROM {s}.attempts WHERE topology_id = %(topology)s AND txid = %(txid)s
 ORDER BY attempt DESC LIMIT 1
 
+-- name: transaction_last_try_failure
+SELECT last_try_failure FROM {s}.transactions
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND last_try_failure IS NOT NULL
+
 -- name: transaction_in_flight
 -- Every planned txid, lowest first, with how many attempts it had and the latest of its current plan.
+-- A failed try of the process task later than the latest attempt began is what happened last (its
+-- driver died before registering one, or the task failed around it).
 SELECT t.txid, t.run_key, t.plan_version,
        (SELECT count(*) FROM {s}.attempts x WHERE x.topology_id = t.topology_id AND x.txid = t.txid) AS attempts,
-       l.status AS latest_status, l.error AS latest_error
+       l.status AS latest_status, l.error AS latest_error, t.failed_tries,
+       CASE WHEN t.last_try_failed_at > coalesce(l.started_at, '-infinity') THEN t.last_try_failure END
+           AS try_failure
 FROM {s}.transactions t LEFT JOIN LATERAL (
-    SELECT x.status, x.error FROM {s}.attempts x WHERE x.topology_id = t.topology_id AND x.txid = t.txid
-    AND x.plan_version = t.plan_version ORDER BY x.attempt DESC LIMIT 1) l ON true
+    SELECT x.status, x.error, x.started_at FROM {s}.attempts x WHERE x.topology_id = t.topology_id
+    AND x.txid = t.txid AND x.plan_version = t.plan_version ORDER BY x.attempt DESC LIMIT 1) l ON true
 WHERE t.topology_id = %(topology)s AND t.status = 'planned' ORDER BY t.txid
 
 -- name: transaction_mark_committed
