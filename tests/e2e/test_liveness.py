@@ -51,8 +51,8 @@ def _overtaken(mine: dict[str, Any], others: list[dict[str, Any]]) -> int:
 
 
 def _wait_for_second_stages(stack: LocalStack, client: RestClient) -> dict[str, list[dict[str, Any]]]:
-    """Every second stage's runs, once each has one asset-triggered run per busy_0 commit at most
-    and all have finished."""
+    """Every second stage's asset-triggered runs, once busy_0's commits (all made by now) have
+    started them all and they have finished."""
     deadline = time.monotonic() + 300
     while True:
         runs = {dag: [r for r in client.runs(dag) if r["run_type"] == "asset_triggered"] for dag in SECOND}
@@ -60,9 +60,15 @@ def _wait_for_second_stages(stack: LocalStack, client: RestClient) -> dict[str, 
             break
         assert time.monotonic() < deadline, f"busy_0's commits started no runs of {SECOND}: {runs}"
         time.sleep(3)
-    time.sleep(5)  # the scheduler queues the runs of a last event within a loop or two
-    for dag in SECOND:
-        wait_for_runs(stack, dag, [r["dag_run_id"] for r in client.runs(dag)], timeout=600)
+    seen: set[str] = set()
+    while True:  # until a look finds no run it had not waited for
+        time.sleep(5)  # the scheduler queues the runs of a last event within a loop or two
+        now = {r["dag_run_id"]: dag for dag in SECOND for r in client.runs(dag)}
+        if set(now) == seen:
+            break
+        for dag in SECOND:
+            wait_for_runs(stack, dag, [r for r, d in now.items() if d == dag], timeout=600)
+        seen = set(now)
     return {dag: [r for r in client.runs(dag) if r["run_type"] == "asset_triggered"] for dag in SECOND}
 
 
