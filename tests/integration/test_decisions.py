@@ -155,14 +155,6 @@ def test_payments_are_decided_in_log_order_on_committed_balances_and_conserve_mo
         balance[r["from"]] -= cost if expected[r["id"]] else 0
     assert dict(query(dsn, "SELECT request_id, granted FROM airflow_txn.verdicts")) == expected
     assert 0 < sum(expected.values()) < len(expected)  # the data makes both verdicts happen
-    # What the Transactions views say each commit did: the events it appended and the verdicts it
-    # gave -- not what it staged (an event for each verdict a request could get).
-    commits = [t["commit"] for t in coord.timeline("payments", 50) if t["commit"]]
-    appended = query(dsn, "SELECT count(*) FROM airflow_txn.log_events WHERE log_name = 'ledger'")[0][0]
-    assert sum(c["appended"]["ledger"] for c in commits) == appended
-    assert sum(c["decided"]["pay"]["granted"] for c in commits) == sum(expected.values())
-    assert sum(c["decided"]["pay"]["declined"] for c in commits) == len(expected) - sum(expected.values())
-    assert all(set(c["rows"]) == {"debits", "requests_seen"} for c in commits), commits[0]
     assert query(dsn, "SELECT reason FROM airflow_txn.quarantine")[0][0].startswith("ValueError: unknown or same")
     # Settled credits raise the headroom of later payments; stages now interleave.
     second = requests(150, seed=2, start=1000)

@@ -101,3 +101,23 @@ def test_tries_that_failed_before_an_attempt_are_told_on_the_run_page() -> None:
            "SIGKILL: &lt;oom&gt;)" in html
     html = pages.run("/transactional", "d", "r", {**txn, "failure": "process: ... code -9 ..."}, [], None)
     assert "Failed for good after 2 failed tries: process: ... code -9 ..." in html and "Processing failed" not in html
+
+
+def test_a_commit_is_counted_by_what_it_did_not_by_what_it_staged(dsn: str) -> None:
+    """The payments topology of test_decisions.py: per commit, the events it appended to its
+    output and the requests it granted and declined -- not its staged rows (a decision's output
+    stages an event for each verdict a request could get)."""
+    from tests.integration.test_decisions import drain, pay_fn, requests, send, setup
+
+    coord, log = setup(dsn)
+    send(log, requests(60, seed=3))
+    drain(coord, "payments", pay_fn, "p")
+    done = [t["commit"] for t in coord.timeline("payments", 50) if t["commit"]]
+    granted, declined = (sum(c["decided"]["pay"][v] for c in done) for v in ("granted", "declined"))
+    assert granted > 0 and declined > 0 and granted + declined == 60
+    assert query(dsn, "SELECT granted, count(*) FROM airflow_txn.verdicts GROUP BY 1 ORDER BY 1") == \
+        [(False, declined), (True, granted)]
+    ledger = query(dsn, "SELECT count(*) FROM airflow_txn.log_events WHERE log_name = 'ledger'")[0][0]
+    assert sum(c["appended"]["ledger"] for c in done) == ledger > 0
+    assert all(set(c["rows"]) == {"debits", "requests_seen"} for c in done)
+    log.close()
