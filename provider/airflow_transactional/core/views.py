@@ -69,7 +69,10 @@ class _Committed:
         self.appended = views.appended(cur, store.schema, topology_id, txids)
         self.decided = views.verdict_counts(cur, store.schema, topology_id, txids)
 
-    def of(self, t: views.TxnRow, states: list[str], outputs: list[str], decisions: list[str]) -> dict[str, Any]:
+    def of(self, t: views.TxnRow, states: list[str], outputs: list[str],
+           decisions: list[str]) -> dict[str, Any] | None:
+        if t.committed_at is None:
+            return None
         staged = t.row_counts or {}
         appended, decided = self.appended.get(t.txid, {}), self.decided.get(t.txid, {})
         return {"rows": {s: int(staged.get(s, 0)) for s in states},

@@ -68,7 +68,7 @@ def counts(row_counts: dict[str, int] | None) -> str:
 def committed(c: dict[str, Any]) -> str:
     """What a commit changed: rows per state, events appended per output, verdicts per decision
     (not the rows it staged: a decision's output stages an event for each verdict it could get)."""
-    parts = [f"{e(k)}: {int(v):,}" for k, v in sorted((c.get("rows", c.get("row_counts")) or {}).items())]
+    parts = [f"{e(k)}: {int(v):,}" for k, v in sorted(c["rows"].items())]
     parts += [f"{e(o)}: {int(n):,} events appended" for o, n in sorted((c.get("appended") or {}).items())]
     parts += [f"{e(d)}: {int(v['granted']):,} granted, {int(v['declined']):,} declined"
               for d, v in sorted((c.get("decided") or {}).items())]
