@@ -216,3 +216,44 @@ def test_a_failed_spark_submit_is_told_in_one_line(tmp_path: object, monkeypatch
     assert failure_reason("the Spark Connect job", connect) == (
         "the Spark Connect job exited with code 137 (killed by SIGKILL: out of memory (the OOM killer), or killed "
         "by someone): ValueError: bad row")
+
+
+class RecordingCoordinator(FakeCoordinator):
+    """What a failed try leaves in the store: each try noted, the failure for good marked."""
+
+    class Txn:
+        txid, committed = 4, False
+
+    def __init__(self) -> None:
+        super().__init__(None, own=4)
+        self.noted: list[tuple[int, str]] = []
+
+    def transaction_for_run(self, topology_id: str, run_key: str) -> object | None:
+        return self.Txn
+
+    def note_failed_try(self, topology_id: str, txid: int, reason: str) -> None:
+        self.noted.append((txid, reason))
+
+
+class TryTI(FakeTI):
+    try_number = 1
+
+
+def test_a_configuration_it_cannot_run_with_fails_for_good_at_once_and_a_crash_is_retried() -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_transactional.exceptions import ConfigError
+
+    task = PlanOperator(task_id="process", topology={"topology_id": "words"}, retries=3)
+    coord = RecordingCoordinator()
+    context = {"ti": TryTI(), "run_id": "r"}
+    with pytest.raises(AirflowFailException, match=r"^process: spark-submit failed: runs in client mode only$"):
+        with task.failing_for_good(coord, context, "spark-submit"):  # type: ignore[arg-type]
+            raise ConfigError("runs in client mode only")
+    assert coord.noted == coord.marked == [(4, "process: spark-submit failed: runs in client mode only")]
+    # A crash on try 1 of 4 is noted, not the failure for good: Airflow retries it.
+    coord = RecordingCoordinator()
+    with pytest.raises(RuntimeError):
+        with task.failing_for_good(coord, context, "spark-submit"):  # type: ignore[arg-type]
+            raise RuntimeError("driver lost")
+    assert coord.noted == [(4, "process: spark-submit failed: driver lost")] and coord.marked == []

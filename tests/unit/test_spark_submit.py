@@ -68,11 +68,13 @@ def test_a_standalone_master_in_client_and_cluster_mode(monkeypatch: pytest.Monk
     assert argv[:3] == ["spark-submit", "--master", "spark://h:7077"]
     assert argv[-11:] == ["--deploy-mode", "client", *job_args(str(dsn_file))]
     assert env == {"PYSPARK_PYTHON": "/venv/bin/python", "SPARK_LOCAL_IP": "127.0.0.1"}
-    # Cluster mode: the provider refuses env_vars there, so none are given (they used to fail every task).
-    argv, env, dsn_file = submit(monkeypatch, {"host": "spark://h", "port": 7077}, "cluster")
-    assert argv == ["spark-submit", "--master", "spark://h:7077", "--py-files", spark_job.provider_zip(),
-                    "--name", "txn-t", "--deploy-mode", "cluster", *job_args(str(dsn_file))]
-    assert env is None
+    # Cluster mode: Spark refuses a Python application there (tests/spark/test_standalone_cluster.py
+    # shows it on a real master), so the task does first, naming the fix -- from the connection or the conf.
+    with pytest.raises(ConfigError, match=r"standalone master \(spark://h:7077\) runs Python applications in "
+                       "client mode only: set deploy-mode to client in the Spark connection"):
+        submit(monkeypatch, {"host": "spark://h", "port": 7077}, "cluster")
+    with pytest.raises(ConfigError, match="client mode only"):
+        submit(monkeypatch, {"host": "spark://h", "port": 7077}, None, conf={"spark.submit.deployMode": "cluster"})
 
 
 def test_yarn_cluster_mode_ships_the_file_yarn_keeps_private(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,8 +23,9 @@ cluster mode). So the DSN travels the way each cluster manager keeps a secret:
 * Kubernetes, cluster mode: a Kubernetes secret the operator names (``kubernetes_dsn_secret=
   "name:key"``), mounted into the driver's environment by reference
   (``spark.kubernetes.driver.secretKeyRef``); the DSN itself never leaves the secret;
-* a standalone master in cluster mode: the file, at a path the worker that starts the driver can
-  read -- put ``AIRFLOW_TXN_CACHE_DIR`` on storage the workers share, as the application is.
+* a standalone master (``spark://``) runs a Python application in client mode only: Spark
+  itself refuses cluster mode there, so :func:`check_deploy_mode` refuses it first, naming the
+  fix (the driver then runs beside the task, the executors on the cluster's workers).
 
 Executors never need the file: the driver hands them the DSN inside the tasks it ships.
 
@@ -135,6 +136,18 @@ def deliver_dsn(dsn: str, master: str, deploy_mode: str | None, *, kubernetes_ds
     return DsnDelivery([DSN_FILE_ARG, str(path)], local_file=path)
 
 
+def check_deploy_mode(master: str, deploy_mode: str | None, conf: Mapping[str, Any], application: str) -> None:
+    """Refuse what spark-submit would refuse after a JVM start: a Python application in cluster
+    mode on a standalone master ("Cluster deploy mode is currently not supported for python
+    applications on standalone clusters", Spark 4.2's ``SparkSubmit``). The mode is the
+    connection's ``deploy-mode``, else ``spark.submit.deployMode`` in the conf, as spark-submit reads it."""
+    mode = deploy_mode or conf.get("spark.submit.deployMode")
+    if master.startswith("spark://") and mode == "cluster" and application.endswith(".py"):
+        raise ConfigError(f"a standalone master ({master}) runs Python applications in client mode only: set "
+                          "deploy-mode to client in the Spark connection (not spark.submit.deployMode=cluster); "
+                          "the driver then runs beside the task, the executors on the cluster")
+
+
 def check_kubernetes_secret(ref: Any) -> str:
     """``ref`` when it is ``'secret-name:key'`` as Kubernetes allows them, else a ConfigError."""
     if (not isinstance(ref, str) or not _K8S_SECRET_REF.fullmatch(ref)
@@ -170,8 +183,7 @@ def driver_secrets(dsn_file: str | None) -> tuple[str, dict[str, dict[str, Any]]
     :func:`secrets_text`): ``--dsn-file``, else ``$AIRFLOW_TXN_DSN_FILE``, else ``$AIRFLOW_TXN_DSN``."""
     path = dsn_file or os.environ.get(DSN_FILE_ENV)
     if path:
-        text = read_dsn_file(path, owner_only=False, unreadable_hint=" (a standalone master in cluster mode "
-                             "needs AIRFLOW_TXN_CACHE_DIR on storage its workers share)")
+        text = read_dsn_file(path, owner_only=False)
     else:
         text = os.environ.get(DSN_ENV, "")
         if not text:

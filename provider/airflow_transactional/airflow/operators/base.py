@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ...coordinator import Coordinator, Transaction
 from ...core.liveness import one_line
-from ...exceptions import NotYourTurn
+from ...exceptions import ConfigError, NotYourTurn
 from .. import lineage, metrics
 from ..hooks import TransactionalHook
 from ..triggers import TurnTrigger
@@ -110,7 +110,8 @@ class TopologyTask(BaseOperator):
     @contextmanager
     def failing_for_good(self, coordinator: Coordinator, context: Mapping[str, Any], what: str) -> Iterator[None]:
         """Record a failed try with its reason in one line (the status shows it even when no attempt
-        was registered); on the last try, the failure for good, so later commits fail fast (trap 2)."""
+        was registered); on the last try, the failure for good, so later commits fail fast (trap 2).
+        A configuration the task cannot run with fails for good at once: a retry would meet it again."""
         try:
             yield
         except NotYourTurn:  # not a failure: the task waits for its turn
@@ -118,11 +119,14 @@ class TopologyTask(BaseOperator):
         except Exception as exc:
             reason = f"{self.task_id}: {failure_reason(what, exc)}"
             self.log.error("%s", reason)  # the last line of the log says what happened, in one line
+            for_good = isinstance(exc, ConfigError) or int(context["ti"].try_number) > int(self.retries or 0)
             txn = coordinator.transaction_for_run(self.topology_id, context["run_id"])
             if txn is not None and not txn.committed:
                 coordinator.note_failed_try(self.topology_id, txn.txid, reason)
-                if int(context["ti"].try_number) > int(self.retries or 0):
+                if for_good:
                     coordinator.mark_failed(self.topology_id, txn.txid, reason)
+            if isinstance(exc, ConfigError):
+                raise AirflowFailException(reason) from exc
             raise
 
 

@@ -27,6 +27,7 @@ from ...spark.submit import (
     DSN_ENV,
     SHORT_JIT,
     DsnDelivery,
+    check_deploy_mode,
     deliver_dsn,
     provider_zip,
     secrets_text,
@@ -96,9 +97,9 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
                 with self.failing_for_good(coordinator, context, "the Spark Connect job"):
                     self.run_connect_client(self.spark_connect_conn_id, hook.get_dsn())
                 return
-            delivery = self.prepare_submit(txn.txid, coordinator.schema, hook.get_dsn(), batch=txn.batch,
-                                           planned_records=txn.planned_records)
             with self.failing_for_good(coordinator, context, "spark-submit"):
+                delivery = self.prepare_submit(txn.txid, coordinator.schema, hook.get_dsn(), batch=txn.batch,
+                                               planned_records=txn.planned_records)
                 super().execute(context)
         finally:
             if delivery is not None:
@@ -140,6 +141,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         (:func:`submit.with_jit_for_batch`)."""
         probe = self._get_hook()  # resolves the Spark connection: its master and deploy mode
         master, deploy_mode = str(probe._connection["master"]), probe._connection["deploy_mode"]
+        check_deploy_mode(master, deploy_mode, self.conf or {}, self.application)
         source = self.source()
         delivery = deliver_dsn(dsn, master, deploy_mode, kubernetes_dsn_secret=self.kubernetes_dsn_secret,
                                connections=connections_for(source) if source else None)
