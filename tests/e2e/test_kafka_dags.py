@@ -32,6 +32,37 @@ def tweet(i: int) -> dict[str, str]:
             "user": f"u{i % 7}"}
 
 
+def _a_failed_scheduled_run_is_reprocessed_in_place_by_airflows_backfill(stack: LocalStack,
+                                                                         client: RestClient) -> None:
+    """Airflow's scheduled run (txid 1) fails for good -- every try's processing fails -- and
+    Airflow's own Backfill (what its dialog posts) over that run's date, reprocessing failed runs,
+    reaches that very run, whose logical date is the schedule's: txid 1 commits, in the same run."""
+    set_faults(stack, f"process.begin:{DAG}:1=raise")
+    client.unpause(DAG)
+    deadline = datetime.now(UTC) + timedelta(minutes=3)
+    while not client.runs(DAG):
+        assert datetime.now(UTC) < deadline, "Airflow scheduled no run of kafka_words"
+        time.sleep(2)
+    [scheduled] = client.runs(DAG)
+    assert wait_for_runs(stack, DAG, [scheduled["dag_run_id"]], allow_failed=True) == {
+        scheduled["dag_run_id"]: "failed"}
+    set_faults(stack)
+    client.post("/api/v2/backfills", {"dag_id": DAG, "from_date": scheduled["logical_date"],
+                                      "to_date": scheduled["logical_date"], "max_active_runs": 1,
+                                      "reprocess_behavior": "failed"})
+    deadline = datetime.now(UTC) + timedelta(minutes=1)
+    while client.run(DAG, scheduled["dag_run_id"])["state"] == "failed":  # cleared as the backfill is created
+        assert datetime.now(UTC) < deadline, "the backfill did not reprocess the failed scheduled run"
+        time.sleep(1)
+    assert wait_for_runs(stack, DAG, [scheduled["dag_run_id"]]) == {scheduled["dag_run_id"]: "success"}
+    coord = Coordinator(stack.state_dsn)
+    try:
+        assert coord.transaction(DAG, 1).run_key == scheduled["dag_run_id"] and coord.status(DAG).committed_txid == 1
+    finally:
+        coord.close()
+    assert [r["dag_run_id"] for r in client.runs(DAG)] == [scheduled["dag_run_id"]]  # no new, empty txid beside it
+
+
 def test_the_kafka_topology_commits_what_producers_committed_through_retries_clears_and_backfills(
         stack: LocalStack, client: RestClient, kafka: KafkaBroker) -> None:
     dsn = stack.state_dsn
@@ -47,12 +78,8 @@ def test_the_kafka_topology_commits_what_producers_committed_through_retries_cle
             producer.commit()
             ledger += records
     client.wait_for_dag(DAG)
-    client.unpause(DAG)  # Airflow's scheduled run: txid 1
-    deadline = datetime.now(UTC) + timedelta(minutes=3)
-    while not client.runs(DAG):
-        assert datetime.now(UTC) < deadline, "Airflow scheduled no run of kafka_words"
-        time.sleep(2)
-    wait_for_runs(stack, DAG, [r["dag_run_id"] for r in client.runs(DAG)])
+    _a_failed_scheduled_run_is_reprocessed_in_place_by_airflows_backfill(stack, client)
+    coord = Coordinator(dsn)
     # txid 2's processing fails on its first try; Airflow retries it.
     once = stack.base_dir / "kafka-once"
     set_faults(stack, f"process.begin:{DAG}:2=raise@once:{once}")
@@ -60,7 +87,6 @@ def test_the_kafka_topology_commits_what_producers_committed_through_retries_cle
     wait_for_runs(stack, DAG, runs)
     set_faults(stack)
     assert once.exists()
-    coord = Coordinator(dsn)
     failed_once = coord.transaction(DAG, 2).run_key  # whichever triggered run planned txid 2
     tries = {t["task_id"]: t["try_number"] for t in client.task_instances(DAG, failed_once)}
     assert tries["process"] == 2  # failed once, retried once
