@@ -17,12 +17,14 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg2
 
 from .airflow.dagfile import declared_as_stored, declared_topologies
 from .coordinator import Coordinator, TopologyStatus
+from .core.liveness import duration
 from .exceptions import ConfigError, TransactionalError
 from .spark import cds, jars
 from .spark.recompute import recompute
@@ -210,10 +212,12 @@ def _print_status(st: TopologyStatus) -> None:
     print(f"blocked by      {st.blocked_by or '-'}")
     if st.in_flight:
         print("in flight:")
+        now = datetime.now(UTC)
         for f in st.in_flight:
             extra = f"  error: {f.error}" if f.error else ""
             tries = f", {f.failed_tries} failed tries" if f.failed_tries else ""
-            print(f"  txid {f.txid:<6} {f.phase:<10} run {f.run_key}  plan v{f.plan_version}, "
+            lasted = f" for {duration((now - f.since).total_seconds())}" if f.since else ""
+            print(f"  txid {f.txid:<6} {f.phase}{lasted}  run {f.run_key}  plan v{f.plan_version}, "
                   f"{f.attempts} attempt(s){tries}{extra}")
 
 

@@ -75,3 +75,24 @@ def test_register_of_a_dag_file_that_does_not_load_says_why_in_one_line(
     assert cli(["--dsn", dsn, "register", str(dag_file)]) == 1
     err = capsys.readouterr().err
     assert fix in err and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def test_cli_status_says_a_topology_is_stalled_and_how_long_its_next_txid_has_waited(
+        coordinator: Coordinator, dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+    import time
+
+    from airflow_transactional.core.liveness import STALL_AFTER
+
+    make_log(dsn).append([click(i) for i in range(30)])
+    coordinator.register(dataclasses.replace(counting_topology(), extra={STALL_AFTER: 1}))
+    coordinator.plan("clicks", "r1")
+    time.sleep(1.2)
+    assert cli(["--dsn", dsn, "status", "clicks"]) == 2  # blocked, as for a failed txid: a monitor's check fails
+    out = capsys.readouterr().out
+    assert "blocked by      stalled: no commit since txid 1 was planned 1 s ago (stall_after 1 s) while the " \
+           "source holds 30 records; txid 1 planned for 1 s" in out
+    assert "  txid 1      planned for 1 s  run r1  plan v1, 0 attempt(s)" in out
+    assert cli(["--dsn", dsn, "status", "clicks", "--json"]) == 2
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["stalled"] is True and shown["in_flight"][0]["since"].startswith("20")

@@ -278,3 +278,41 @@ def test_a_run_key_postgres_cannot_store_is_refused_naming_the_rule(coordinator:
     """Regression: a NUL in a run key reached psycopg2 and came back as a raw ValueError."""
     with pytest.raises(ConfigError, match="run key must be non-empty text of at most 250 characters without NUL"):
         coordinator.plan("clicks", run_key)  # type: ignore[arg-type]
+
+
+def test_a_topology_that_does_not_commit_while_records_wait_is_stalled_and_says_on_what(  # type: ignore[no-untyped-def]
+        coordinator: Coordinator, topo) -> None:
+    """The stall rule: no commit for the declared stall_after while the source holds records is
+    the blocker, with what the next txid is doing and for how long; a commit ends it, a failed
+    txid's blocker comes first, and a topology declared without the rule never stalls."""
+    import dataclasses
+    import time
+
+    from airflow_transactional.core.liveness import STALL_AFTER
+
+    coordinator.register(dataclasses.replace(counting_topology(), extra={STALL_AFTER: 1}))
+    topo.append([click(i) for i in range(120)])
+    t1 = coordinator.plan("clicks", "a")
+    assert not coordinator.status("clicks").stalled  # planned a moment ago
+    time.sleep(1.2)
+    st = coordinator.status("clicks")
+    [f, *_] = st.in_flight
+    assert f.since is not None and f.phase == "planned"
+    assert st.stalled and st.blocked_by is not None
+    assert st.blocked_by.startswith("stalled: no commit since txid 1 was planned 1 s ago (stall_after 1 s) while "
+                                    "the source holds 120 records; txid 1 planned for 1 s, its process task not "
+                                    "started (waiting for a pool slot, a worker or the scheduler)")
+    process_batch(coordinator, "clicks", t1.txid, click_fn)
+    assert coordinator.commit("clicks", t1.txid).committed
+    assert coordinator.status("clicks").blocked_by is None  # just committed
+    time.sleep(1.2)  # 70 records wait and nothing planned them
+    assert coordinator.status("clicks").blocked_by == (
+        "stalled: no commit for 1 s (stall_after 1 s) while the source holds 70 records; no run has planned txid 2: "
+        "is the DAG paused, or are its runs queued behind max_active_runs?")
+    t2 = coordinator.plan("clicks", "b")
+    coordinator.begin_attempt("clicks", t2.txid)
+    assert "; txid 2 processing for" in str(coordinator.status("clicks").blocked_by)
+    coordinator.mark_failed("clicks", t2.txid, "process: spark-submit exited with code 1")
+    assert str(coordinator.status("clicks").blocked_by).startswith("blocked by failed txid 2")
+    coordinator.register(counting_topology())  # declared without the rule
+    assert coordinator.status("clicks").stalled is False

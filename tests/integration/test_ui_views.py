@@ -99,8 +99,11 @@ def test_tries_that_failed_before_an_attempt_are_told_on_the_run_page() -> None:
     html = pages.run("/transactional", "d", "r", txn, [], None)
     assert "Processing failed 2 time(s), the last: process: spark-submit exited with code -9 (killed by " \
            "SIGKILL: &lt;oom&gt;)" in html
-    html = pages.run("/transactional", "d", "r", {**txn, "failure": "process: ... code -9 ..."}, [], None)
-    assert "Failed for good after 2 failed tries: process: ... code -9 ..." in html and "Processing failed" not in html
+    # The whole story -- command line, output, every try -- is the failed task's log in Airflow's UI.
+    assert "<a href='/dags/d/runs/r/tasks/process'>The process task's log in Airflow</a>" in html
+    html = pages.run("/airflow/transactional", "d", "r", {**txn, "failure": "commit: boom"}, [], None)
+    assert "Failed for good after 2 failed tries: commit: boom" in html and "Processing failed" not in html
+    assert "<a href='/airflow/dags/d/runs/r/tasks/commit'>The commit task's log in Airflow</a>" in html
 
 
 def test_a_commit_is_counted_by_what_it_did_not_by_what_it_staged(dsn: str) -> None:

@@ -35,12 +35,14 @@ def test_a_file_that_declares_none_is_refused_naming_it(tmp_path: Path) -> None:
 
 
 def test_the_stored_declaration_may_differ_in_batch_tuning_only() -> None:
-    """An example DAG reads its batch size from the environment, which the owner's shell need not
-    share with the scheduler's: that is no reason to refuse; what the job runs is."""
+    """An example DAG reads its batch size and schedule (so its stall rule) from the environment,
+    which the owner's shell need not share with the scheduler's: that is no reason to refuse; what
+    the job runs is."""
     words = str(REPO / "dags" / "words.py")
     [declared] = [s for s in declared_topologies([words]) if s.topology_id == "words"]
     config = declared.to_config()
-    tuned = TopologySpec.from_config({**config, "max_batch_size": 400, "max_in_flight": 9})
+    tuned = TopologySpec.from_config({**config, "max_batch_size": 400, "max_in_flight": 9,
+                                      "extra": {**config["extra"], "stall_after_seconds": 864000}})  # @daily's
     assert declared_as_stored(tuned, words, "audit").to_config() == config
     spark = {**config["extra"]["spark"], "application": "/tmp/another.py"}
     moved = TopologySpec.from_config({**config, "extra": {**config["extra"], "spark": spark}})

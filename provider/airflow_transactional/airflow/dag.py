@@ -15,13 +15,15 @@ failed txid N" when an earlier txid failed for good.
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from airflow.sdk import DAG
 
+from ..core.liveness import STALL_AFTER
 from ..exceptions import ConfigError
 from ..sources.base import Source
 from ..spark.submit import LOCAL_SPARK_CONF, check_kubernetes_secret
@@ -93,6 +95,7 @@ def transactional_dag(
     deferrable: bool = True,
     defer_after: timedelta = timedelta(seconds=10),
     emit_assets: bool = True,
+    stall_after: timedelta | Literal["auto"] | None = "auto",
     commit_deadline: timedelta | None = None,
     on_late_commit: Callable[..., Any] | str | None = None,
     start_date: datetime = DEFAULT_START,
@@ -126,10 +129,14 @@ def transactional_dag(
     ``emit_assets`` (default True): each commit updates one Airflow asset per state table
     (:func:`airflow_transactional.state_asset`) and per output log
     (:func:`airflow_transactional.output_asset`), with the txid as the event's partition key.
-    ``commit_deadline``: an Airflow deadline alert on every run -- not committed within this long
-    of being queued, it calls ``on_late_commit`` in the triggerer (a coroutine or its dotted path;
-    default :func:`airflow_transactional.deadlines.late_commit`: a warning and the metric
-    ``late_commits``).
+    ``stall_after``: the stall rule -- a topology that has not committed for this long while its
+    source holds records is *stalled*: its status and Transactions page say so as its blocker, with
+    what the next txid waits for. ``"auto"`` (the default): ten times the schedule's usual interval, at
+    least 5 minutes (30 minutes for a schedule without an interval, such as assets); None: no rule.
+    ``commit_deadline`` (default: ``stall_after``): an Airflow deadline alert on every run -- not
+    committed within this long of being queued, it calls ``on_late_commit`` in the triggerer (a
+    coroutine or its dotted path; default :func:`airflow_transactional.deadlines.late_commit`: a
+    warning with the topology's blocker, and the metrics ``late_commits`` and ``stalled``).
     Everything is validated here, at parse time, without touching a database.
     """
     if schedule is None or schedule in ("@once", "@continuous"):
@@ -145,20 +152,23 @@ def transactional_dag(
                                          # what the job imports besides itself (audit and rebuild ship it too)
                                          **({"py_files": py_files} if py_files else {})},
                                # One DAG runs a topology: a second one would claim its runs' txids.
-                               "dag_id": dag_id or topology_id})
-    if commit_deadline is not None and (not isinstance(commit_deadline, timedelta)
-                                        or commit_deadline <= timedelta(0)):
-        raise ConfigError(f"commit_deadline must be a positive timedelta (e.g. timedelta(minutes=10)), "
-                          f"got {commit_deadline!r}")
+                               "dag_id": dag_id or topology_id,
+                               **stall_rule(schedule, stall_after)})
+    for name, value in (("stall_after", stall_after), ("commit_deadline", commit_deadline)):
+        if value is not None and value != "auto" and (not isinstance(value, timedelta) or value <= timedelta(0)):
+            raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=10)), got {value!r}")
+    if commit_deadline is None and STALL_AFTER in spec.extra:
+        commit_deadline = timedelta(seconds=spec.extra[STALL_AFTER])
     if commit_deadline is None and on_late_commit is not None:
-        raise ConfigError("on_late_commit needs commit_deadline: say how long a run may take to commit")
+        raise ConfigError("on_late_commit needs commit_deadline or stall_after: say how long a run may take to commit")
     _check_settings(retries=retries, defer_after=defer_after, retry_delay=retry_delay,
                     commit_timeout=commit_timeout, plan_timeout=plan_timeout, deferrable=deferrable,
                     emit_assets=emit_assets, tags=tags, application_args=application_args,
                     spark_connect_conn_id=spark_connect_conn_id, spark_conf=spark_conf,
                     kubernetes_dsn_secret=kubernetes_dsn_secret)
     if commit_deadline is not None:
-        dag_kwargs["deadline"] = _deadlines(dag_kwargs.get("deadline"), topology_id, commit_deadline, on_late_commit)
+        dag_kwargs["deadline"] = _deadlines(dag_kwargs.get("deadline"), topology_id, commit_deadline, on_late_commit,
+                                            transactional_conn_id)
     config = spec.to_config()
     dag = DAG(
         dag_id=dag_id or topology_id,
@@ -266,9 +276,43 @@ def _check_late_commit(callback: Callable[..., Any] | str) -> None:
                           f"got {callback!r}")
 
 
-def _deadlines(given: Any, topology_id: str, interval: timedelta,
-               callback: Callable[..., Any] | str | None) -> list[Any]:
-    """The DAG's deadline alerts: the user's own (``deadline=``), and the commit deadline."""
+def stall_rule(schedule: Any, stall_after: Any) -> dict[str, int]:
+    """The declaration's stall rule (see :func:`transactional_dag`): ``{STALL_AFTER: seconds}``, or
+    nothing for ``stall_after=None``."""
+    if stall_after is None or (isinstance(stall_after, timedelta) and stall_after <= timedelta(0)):
+        return {}
+    if isinstance(stall_after, timedelta):
+        return {STALL_AFTER: int(stall_after.total_seconds())}
+    if stall_after != "auto":
+        return {}  # refused by the caller, with the fix
+    interval = schedule_interval(schedule)
+    seconds = 1800 if interval is None else max(300, 10 * int(interval.total_seconds()))
+    return {STALL_AFTER: seconds}
+
+
+def schedule_interval(schedule: Any) -> timedelta | None:
+    """The usual gap between two runs of ``schedule`` (a timedelta; a cron string or preset: the
+    median gap of its next ten runs), else None (assets, a timetable; a bad cron string is refused
+    later, with Airflow's message)."""
+    if isinstance(schedule, timedelta):
+        return schedule
+    if not isinstance(schedule, str):
+        return None
+    from airflow.sdk.definitions.timetables._cron import CRON_PRESETS
+    from croniter import croniter
+
+    try:
+        runs = croniter(CRON_PRESETS.get(schedule, schedule), DEFAULT_START)
+        times = [runs.get_next(datetime) for _ in range(11)]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return sorted(b - a for a, b in itertools.pairwise(times))[5]
+
+
+def _deadlines(given: Any, topology_id: str, interval: timedelta, callback: Callable[..., Any] | str | None,
+               conn_id: str) -> list[Any]:
+    """The DAG's deadline alerts: the user's own (``deadline=``), and the commit deadline (whose
+    default callback reads the topology's status through the DAG's connection)."""
     from airflow.sdk.definitions.callback import AsyncCallback
     from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
@@ -276,7 +320,8 @@ def _deadlines(given: Any, topology_id: str, interval: timedelta,
         _check_late_commit(callback)
     try:
         alert = DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=interval,
-                              callback=AsyncCallback(callback or late_commit, kwargs={"topology_id": topology_id}),
+                              callback=AsyncCallback(callback or late_commit, kwargs={
+                                  "topology_id": topology_id, **({} if callback else {"conn_id": conn_id})}),
                               name=f"{topology_id} commit deadline")
     except (AttributeError, ImportError, ValueError, TypeError) as exc:
         raise ConfigError(f"topology {topology_id!r}: on_late_commit must be a coroutine function (async def) "

@@ -8,6 +8,7 @@ import os
 import runpy
 from typing import Any
 
+from ..core.liveness import STALL_AFTER
 from ..exceptions import ConfigError, TransactionalError
 from ..spec import TopologySpec
 from ..store.connection import redact
@@ -54,10 +55,15 @@ def declared_as_stored(stored: TopologySpec, dag_file: str | None, command: str)
 #: or touches: how many batches are in flight, and how large (an example DAG reads them from the
 #: environment, which the scheduler's and the owner's shell need not share).
 TUNING = ("max_in_flight", "max_batch_size")
+#: The same in the declaration's ``extra``: when it counts as stalled (derived from the schedule,
+#: which an example DAG reads from the environment too).
+EXTRA_TUNING = (STALL_AFTER,)
 
 
 def _compared(spec: TopologySpec) -> dict[str, Any]:
-    return {k: v for k, v in spec.to_config().items() if k not in TUNING}
+    config = {k: v for k, v in spec.to_config().items() if k not in TUNING}
+    config["extra"] = {k: v for k, v in (config.get("extra") or {}).items() if k not in EXTRA_TUNING}
+    return config
 
 
 def _dags(names: dict[str, Any]) -> list[Any]:

@@ -16,9 +16,12 @@ backends that keep tags:
                                   sent only for sources that know when a record arrived)
 ``blocked``               gauge   1 while a failed txid blocks the topology, 0 after a commit
 ``late_commits``          count   runs that missed the topology's ``commit_deadline``
+``stalled``               gauge   1 once a run missed it while the topology is stalled (no commit
+                                  for ``stall_after`` with records waiting), 0 after a commit
 ========================  ======  ==============================================================
 
-Sent by the commit task after it commits (and ``blocked`` when it or a plan fails fast), so a
+Sent by the commit task after it commits (``blocked`` when it or a plan fails fast; ``late_commits``
+and ``stalled`` by the commit deadline's callback in the triggerer), so a
 backfill or a clear that commits nothing new sends nothing twice. A metric that cannot be sent
 never fails a commit.
 """
@@ -57,6 +60,7 @@ def committed(topology_id: str, *, txid: int, duration_ms: float, records: int, 
         if lag_seconds is not None:
             stats.gauge(name(topology_id, "lag_seconds"), round(lag_seconds, 3), tags=tags)
         stats.gauge(name(topology_id, "blocked"), 0, tags=tags)
+        stats.gauge(name(topology_id, "stalled"), 0, tags=tags)
     except Exception:  # a metric never fails a commit
         log.warning("topology %s: metrics of txid %d not sent", topology_id, txid, exc_info=True)
 
@@ -69,9 +73,13 @@ def blocked(topology_id: str) -> None:
         log.warning("topology %s: the blocked metric was not sent", topology_id, exc_info=True)
 
 
-def late(topology_id: str) -> None:
-    """A run missed the topology's commit deadline (sent by the deadline's callback)."""
+def late(topology_id: str, *, stalled: bool = False) -> None:
+    """A run missed the topology's commit deadline (sent by the deadline's callback); ``stalled``:
+    the topology's status says it is."""
     try:
-        _stats().incr(name(topology_id, "late_commits"), 1, tags={"topology_id": topology_id})
+        stats, tags = _stats(), {"topology_id": topology_id}
+        stats.incr(name(topology_id, "late_commits"), 1, tags=tags)
+        if stalled:
+            stats.gauge(name(topology_id, "stalled"), 1, tags=tags)
     except Exception:
         log.warning("topology %s: the late_commits metric was not sent", topology_id, exc_info=True)

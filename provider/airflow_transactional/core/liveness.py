@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from ..store import transactions
 from ..store.transactions import PlannedRun
 from .context import StateStore
+from .model import TopologyStatus
 
 log = logging.getLogger(__name__)
 
@@ -80,3 +82,35 @@ def one_line(error: str, limit: int = 300) -> str:
     lines = [line.strip() for line in error.splitlines() if line.strip()]
     line = next((x for x in lines if not x.startswith(("Traceback", "File "))), lines[0] if lines else "")
     return line if len(line) <= limit else f"{line[:limit - 3]}..."
+
+
+#: The declaration's key (``extra``) of how long a topology may go without committing while its
+#: source holds records before it counts as stalled (``transactional_dag(stall_after=...)``).
+STALL_AFTER = "stall_after_seconds"
+
+
+def duration(seconds: float) -> str:
+    """A wait in words: "40 s", "12 min", "3.5 h"."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 \
+        else f"{seconds / 3600:.1f} h"
+
+
+def stalled(status: TopologyStatus, stall_after: float | None, now: datetime) -> str | None:
+    """The stall rule: no commit for ``stall_after`` seconds while the source holds records, said
+    with what the next txid is doing (or that no run planned it); None when not stalled."""
+    nxt = next((f for f in status.in_flight if f.txid == status.committed_txid + 1), None)
+    since = status.last_commit_at or (nxt.since if nxt else None)
+    if not stall_after or status.lag <= 0 or since is None or (now - since).total_seconds() < stall_after:
+        return None
+    waited = duration((now - since).total_seconds())
+    quiet = (f"no commit for {waited}" if status.last_commit_at
+             else f"no commit since txid {status.committed_txid + 1} was planned {waited} ago")
+    head = f"stalled: {quiet} (stall_after {duration(stall_after)}) while the source holds {status.lag:,} records"
+    if nxt is None:
+        return (f"{head}; no run has planned txid {status.committed_txid + 1}: is the DAG paused, or are its "
+                "runs queued behind max_active_runs?")
+    for_ = f" for {duration((now - nxt.since).total_seconds())}" if nxt.since else ""
+    if nxt.phase == "planned":
+        return (f"{head}; txid {nxt.txid} planned{for_}, its process task not started (waiting for a pool slot, "
+                "a worker or the scheduler)")
+    return f"{head}; txid {nxt.txid} {nxt.phase}{for_}"

@@ -48,6 +48,7 @@ class InFlight:
     attempts: int
     error: str | None = None
     failed_tries: int = 0  # tries of its process task that failed (attempts registered or not)
+    since: datetime | None = None  # when its phase began (planned, attempt started or ended, try failed)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class TopologyStatus:
     lost_records: int
     lag_seconds: float | None = None  # the oldest waiting record's age; None: the source cannot tell
     source_error: str | None = None  # why the source could not say its lag now (a Kafka cluster out of reach)
+    stalled: bool = False  # no commit for the declared stall_after while the source holds records
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,7 +73,7 @@ class TopologyStatus:
             "committed_txid": self.committed_txid,
             "committed_offsets": self.committed_offsets,
             "last_commit_at": self.last_commit_at.isoformat() if self.last_commit_at else None,
-            "in_flight": [vars(f) for f in self.in_flight],
+            "in_flight": [{**vars(f), "since": f.since.isoformat() if f.since else None} for f in self.in_flight],
             "lag": self.lag,
             "blocked_by": self.blocked_by,
             "quarantined": self.quarantined,
@@ -79,6 +81,7 @@ class TopologyStatus:
             "lost_records": self.lost_records,
             "lag_seconds": self.lag_seconds,
             "source_error": self.source_error,
+            "stalled": self.stalled,
         }
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg2.errors
@@ -41,7 +43,7 @@ def status(store: StateStore, topology_id: str) -> TopologyStatus:
             if row.try_failure is not None and phase != "processed":  # the task failed after the attempt began
                 phase, error = "failed", row.try_failure
             in_flight.append(InFlight(int(row.txid), row.run_key, phase, int(row.plan_version), int(row.attempts),
-                                      error, int(row.failed_tries)))
+                                      error, int(row.failed_tries), row.since))
         quarantined = commit_log.quarantine_counts(cur, store.schema, topology_id)
         source_error = None
         try:
@@ -54,9 +56,11 @@ def status(store: StateStore, topology_id: str) -> TopologyStatus:
     if blocked is None and nxt is not None and nxt.phase == "failed":
         blocked = (f"blocked by failed txid {nxt.txid} (run {nxt.run_key}): {nxt.error}; clear or "
                    "backfill that run to process it again (Airflow retries it first if retries are left)")
-    return TopologyStatus(topology_id, committed, offsets, progress.last_commit_at, in_flight, int(lag),
-                          blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
-                          lag_seconds, source_error)
+    st = TopologyStatus(topology_id, committed, offsets, progress.last_commit_at, in_flight, int(lag),
+                        blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
+                        lag_seconds, source_error)
+    stall = None if blocked else liveness.stalled(st, spec.extra.get(liveness.STALL_AFTER), datetime.now(UTC))
+    return replace(st, blocked_by=stall, stalled=True) if stall else st  # nothing failed, and nothing moves
 
 
 def recover(store: StateStore, topology_id: str) -> RecoverResult:

@@ -39,7 +39,8 @@ def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) 
         "dag_id": dag_id,
         "committed_txid": st.committed_txid,
         "in_flight": [{"txid": f.txid, "run_id": f.run_key, "attempts": f.attempts, "error": f.error,
-                       "failed_tries": f.failed_tries,
+                       "failed_tries": f.failed_tries, "since": _iso(f.since),
+                       "for_seconds": (now - f.since).total_seconds() if f.since else None,
                        "phase": phase(f.phase, f.txid, st.committed_txid)} for f in st.in_flight],
         "lag_records": st.lag,
         "lag_seconds": st.lag_seconds,
@@ -51,6 +52,7 @@ def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) 
         "quarantined_pending": st.quarantined_pending,
         "lost_records": st.lost_records,
         "blocked_by": st.blocked_by,
+        "stalled": st.stalled,
     }
 
 

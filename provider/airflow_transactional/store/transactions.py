@@ -70,6 +70,7 @@ class InFlightRow(NamedTuple):
     latest_error: str | None
     failed_tries: int
     try_failure: str | None  # the last failed try's reason, when it came after the latest attempt began
+    since: datetime  # when what it is doing now began
 
 
 COLUMNS = column_list(f.name for f in fields(Transaction))

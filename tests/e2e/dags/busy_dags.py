@@ -6,6 +6,7 @@ second stages started by ``busy_0``'s commits (asset-triggered runs, which have 
 Their batches run on the stack's Spark Connect server. Deployed into the test stack's DAGs folder
 as a symlink."""
 
+from datetime import timedelta
 from pathlib import Path
 
 from airflow.sdk import PartitionedAssetTimetable
@@ -17,7 +18,7 @@ FIRST = [f"busy_{k}" for k in range(3)]
 SECOND = ["busy_after", "busy_after_fifo"]
 
 
-def _topology(name: str, schedule: object, in_flight: int = 4) -> object:
+def _topology(name: str, schedule: object, in_flight: int = 4, **more: object) -> object:
     return transactional_dag(
         name,
         source=PostgresLogSource(name.replace("_", "")),
@@ -28,13 +29,17 @@ def _topology(name: str, schedule: object, in_flight: int = 4) -> object:
         max_batch_size=10,
         spark_connect_conn_id="spark_connect_default",
         spark_pool="spark",
+        **more,  # type: ignore[arg-type]
     )
 
 
 for _name in FIRST:
     globals()[_name] = _topology(_name, "@daily")
-for _name in SECOND:
-    # A run per busy_0 commit (its state asset's events carry the txid as partition key).
-    globals()[_name] = _topology(_name, PartitionedAssetTimetable(assets=state_asset("busy_0", "busy_0")), 1)
-for _task in globals()["busy_after_fifo"].tasks:
+# A run per busy_0 commit (its state asset's events carry the txid as partition key). The starved
+# one stalls (no commit for 8 s with records waiting) and misses its commit deadline (20 s after
+# its run was queued) while it waits for the pool.
+busy_after = _topology("busy_after", PartitionedAssetTimetable(assets=state_asset("busy_0", "busy_0")), 1)
+busy_after_fifo = _topology("busy_after_fifo", PartitionedAssetTimetable(assets=state_asset("busy_0", "busy_0")), 1,
+                            stall_after=timedelta(seconds=8), commit_deadline=timedelta(seconds=20))
+for _task in busy_after_fifo.tasks:  # type: ignore[attr-defined]
     _task.weight_rule = "upstream"  # Airflow's own rule: asset-triggered runs sort after every dated run

@@ -27,10 +27,10 @@ from ...coordinator import Coordinator
 from ...exceptions import ActionRefused, UnknownTopology
 from ...store.connection import CONNECTION_ERRORS, redact
 from ..hooks import TransactionalHook
-from . import actions, pages
+from . import actions, pages, waits
 from .actions import AirflowApi
 
-PREFIX = "/transactional"
+PREFIX = pages.PLUGIN_PREFIX
 #: How many txids a topology's timeline shows.
 TIMELINE = 30
 
@@ -138,7 +138,15 @@ def overview(user: Any) -> list[dict[str, Any]]:
     with store() as coordinator:
         by_dag = {str(s.extra.get("dag_id") or s.topology_id): s.topology_id for s in coordinator.topologies()}
         allowed = set(by_dag) & auth_manager().get_authorized_dag_ids(user=user, method="GET")
-        return [coordinator.summary(by_dag[d], dag_id=d, now=now) for d in sorted(allowed)]
+        return [with_waits(coordinator.summary(by_dag[d], dag_id=d, now=now), now) for d in sorted(allowed)]
+
+
+def with_waits(summary: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A topology's summary with what Airflow holds each in-flight run for (``waiting``)."""
+    said = waits.waiting(summary["dag_id"], [f["run_id"] for f in summary["in_flight"]], now)
+    for f in summary["in_flight"]:
+        f["waiting"] = said.get(f["run_id"])
+    return summary
 
 
 def topology(user: Any, dag_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
@@ -147,7 +155,8 @@ def topology(user: Any, dag_id: str) -> tuple[dict[str, Any], list[dict[str, Any
         tid = _topology_of(coordinator, dag_id)
         if tid is None:
             return None
-        return (coordinator.summary(tid, dag_id=dag_id, now=datetime.now(UTC)),
+        now = datetime.now(UTC)
+        return (with_waits(coordinator.summary(tid, dag_id=dag_id, now=now), now),
                 coordinator.timeline(tid, TIMELINE))
 
 

@@ -85,6 +85,10 @@ def spans(start: dict[str, Any], end: dict[str, Any]) -> str:
     return ", ".join(moved) or "nothing new"
 
 
+#: Where the plugin is mounted in the api-server (app.py), beside Airflow's own UI.
+PLUGIN_PREFIX = "/transactional"
+
+
 def dag_path(dag_id: str) -> str:
     return f"/dags/{quote(dag_id, safe='')}"
 
@@ -97,7 +101,7 @@ def transactions(base: str, topologies: list[dict[str, Any]]) -> str:
     """The Transactions page: every topology the user may see."""
     rows = []
     for t in topologies:
-        flight = "<br>".join(f"txid {f['txid']}: {e(f['phase'])}" for f in t["in_flight"]) or "none"
+        flight = "<br>".join(flight_line(f) for f in t["in_flight"]) or "none"
         blocked = (f"<span class=blocked>{e(t['blocked_by'])}</span>" if t["blocked_by"]
                    else "<span class=ok>nothing</span>")
         rows.append([f"<a href='{e(base)}/dags/{quote(t['dag_id'], safe='')}'>{e(t['topology_id'])}</a>",
@@ -156,6 +160,24 @@ def _bars(txns: list[dict[str, Any]], now: datetime) -> str:
     return "".join(parts)
 
 
+def flight_line(f: dict[str, Any]) -> str:
+    """One txid in flight: its phase, for how long, and what Airflow holds its run for."""
+    lasted = f" for {age(f['for_seconds']).removesuffix(' ago')}" if f.get("for_seconds") is not None else ""
+    waiting = f" <span class=muted>&#8212; {e(f['waiting'])}</span>" if f.get("waiting") else ""
+    return f"txid {int(f['txid'])}: {e(f['phase'])}{lasted}{waiting}"
+
+
+def _blocked(base: str, summary: dict[str, Any]) -> str:
+    """What blocks a topology: a failed txid (with the way out), or the stall rule."""
+    if not summary["blocked_by"]:
+        return ""
+    if summary.get("stalled"):
+        return f"<p class=blocked>Stalled: {e(summary['blocked_by'].removeprefix('stalled: '))}</p>"
+    return (f"<p class=blocked>Blocked: {e(summary['blocked_by'])}</p>"
+            f"<p><a class=action href='{e(base)}{dag_path(summary['dag_id'])}/reprocess'>Reprocess the failed "
+            "runs&#8230;</a> <span class=muted>(a preview first)</span></p>")
+
+
 def _waited(summary: dict[str, Any]) -> str:
     """How long the oldest record behind has waited, where the source knows (or why it cannot say now)."""
     if summary.get("source_error"):
@@ -168,9 +190,7 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
              backfill: int | None = None) -> str:
     """A transactional DAG's page: where it stands, its timeline and its commit log."""
     tid, dag = summary["topology_id"], summary["dag_id"]
-    blocked = (f"<p class=blocked>Blocked: {e(summary['blocked_by'])}</p>"
-               f"<p><a class=action href='{e(base)}{dag_path(dag)}/reprocess'>Reprocess the failed runs&#8230;</a> "
-               "<span class=muted>(a preview first)</span></p>" if summary["blocked_by"] else "")
+    blocked = _blocked(base, summary)
     if backfill is not None:
         blocked = (f"<p class=ok>Backfill {int(backfill)} created: Airflow reprocesses the failed runs; the "
                    "timeline below fills in as they commit.</p>") + blocked
@@ -188,6 +208,7 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
             f"{age(summary['last_commit_age_seconds'])}, {summary['commits_per_minute']:.1f} commits/min, "
             f"{summary['lag_records']:,} records behind the source{_waited(summary)}, "
             f"{summary['quarantined']:,} records quarantined.</p>"
+            f"<p>In flight: {'<br>'.join(flight_line(f) for f in summary['in_flight']) or 'nothing'}</p>"
             "<h2>Timeline</h2><p class=muted>Each row is a txid: <span style='color:#a0aec0'>plan</span>, "
             "processing attempts (<span style='color:#48bb78'>complete</span>, "
             "<span style='color:#e53e3e'>failed</span>, <span style='color:#d69e2e'>running</span>) and the "
@@ -203,6 +224,15 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
 def not_transactional(dag_id: str) -> str:
     return page("Not transactional", f"<p class=muted>DAG {e(dag_id)} is not a transactional topology (or has not "
                                      "run yet): nothing to show here.</p>")
+
+
+def full_log(base: str, dag_id: str, run_id: str, reason: str) -> str:
+    """A link to the whole story of a failure the page tells in one line: the failed task's log in
+    Airflow's UI (mounted beside this plugin), every try with its command line and output."""
+    task = reason.split(":", 1)[0] if reason.split(":", 1)[0] in ("plan", "process", "commit", "publish") else "process"
+    airflow = base.removesuffix(PLUGIN_PREFIX)
+    return (f"<p><a href='{e(airflow)}{run_path(dag_id, run_id)}/tasks/{task}'>The {task} task's log in Airflow"
+            "</a> <span class=muted>(each try: the command line, the output, the whole error)</span></p>")
 
 
 def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records: list[dict[str, Any]],
@@ -234,9 +264,10 @@ def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records
     failure = ""
     if txn["failure"]:
         failure = (f"<p class=blocked>Failed for good{f' after {tries} failed tries' if tries else ''}: "
-                   f"{e(txn['failure'])}</p>")
+                   f"{e(txn['failure'])}</p>" + full_log(base, dag_id, run_id, txn["failure"]))
     elif tries and c is None:
-        failure = f"<p class=blocked>Processing failed {tries} time(s), the last: {e(txn['last_try_failure'])}</p>"
+        failure = (f"<p class=blocked>Processing failed {tries} time(s), the last: {e(txn['last_try_failure'])}</p>"
+                   + full_log(base, dag_id, run_id, txn["last_try_failure"] or ""))
     reasons = "".join(f"<option value='{e(r['reason'])}'{' selected' if r['reason'] == reason else ''}>"
                       f"{e(r['reason'])} ({r['records']:,})</option>" for r in txn["quarantine_reasons"])
     if txn["quarantine_reasons"]:

@@ -66,14 +66,17 @@ WHERE topology_id = %(topology)s AND txid = %(txid)s AND last_try_failure IS NOT
 -- name: transaction_in_flight
 -- Every planned txid, lowest first, with how many attempts it had and the latest of its current plan.
 -- A failed try of the process task later than the latest attempt began is what happened last (its
--- driver died before registering one, or the task failed around it).
+-- driver died before registering one, or the task failed around it). `since`: when what it is doing
+-- now began (planned or re-planned, its latest attempt started or ended, its last try failed).
 SELECT t.txid, t.run_key, t.plan_version,
        (SELECT count(*) FROM {s}.attempts x WHERE x.topology_id = t.topology_id AND x.txid = t.txid) AS attempts,
        l.status AS latest_status, l.error AS latest_error, t.failed_tries,
        CASE WHEN t.last_try_failed_at > coalesce(l.started_at, '-infinity') THEN t.last_try_failure END
-           AS try_failure
+           AS try_failure,
+       CASE WHEN t.last_try_failed_at > coalesce(l.started_at, '-infinity') THEN t.last_try_failed_at
+            ELSE coalesce(l.finished_at, l.started_at, t.replanned_at, t.planned_at) END AS since
 FROM {s}.transactions t LEFT JOIN LATERAL (
-    SELECT x.status, x.error, x.started_at FROM {s}.attempts x WHERE x.topology_id = t.topology_id
+    SELECT x.status, x.error, x.started_at, x.finished_at FROM {s}.attempts x WHERE x.topology_id = t.topology_id
     AND x.txid = t.txid AND x.plan_version = t.plan_version ORDER BY x.attempt DESC LIMIT 1) l ON true
 WHERE t.topology_id = %(topology)s AND t.status = 'planned' ORDER BY t.txid
 
