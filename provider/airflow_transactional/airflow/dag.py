@@ -133,10 +133,11 @@ def transactional_dag(
     source holds records is *stalled*: its status and Transactions page say so as its blocker, with
     what the next txid waits for. ``"auto"`` (the default): ten times the schedule's usual interval, at
     least 5 minutes (30 minutes for a schedule without an interval, such as assets); None: no rule.
-    ``commit_deadline`` (default: ``stall_after``): an Airflow deadline alert on every run -- not
-    committed within this long of being queued, it calls ``on_late_commit`` in the triggerer (a
-    coroutine or its dotted path; default :func:`airflow_transactional.deadlines.late_commit`: a
-    warning with the topology's blocker, and the metrics ``late_commits`` and ``stalled``).
+    ``commit_deadline``: an Airflow deadline alert on every run -- not committed within this long
+    of being queued, it calls ``on_late_commit`` in the triggerer (a coroutine or its dotted path;
+    default :func:`airflow_transactional.deadlines.late_commit`: a warning with the topology's
+    blocker, and the metrics ``late_commits`` and, when stalled, ``stalled``). Not on by default:
+    Airflow 3.3 fails to clear a run whose queued-at deadline has not passed yet (apache/airflow#70368).
     Everything is validated here, at parse time, without touching a database.
     """
     if schedule is None or schedule in ("@once", "@continuous"):
@@ -155,12 +156,11 @@ def transactional_dag(
                                "dag_id": dag_id or topology_id,
                                **stall_rule(schedule, stall_after)})
     for name, value in (("stall_after", stall_after), ("commit_deadline", commit_deadline)):
-        if value is not None and value != "auto" and (not isinstance(value, timedelta) or value <= timedelta(0)):
+        if value is not None and (value, name) != ("auto", "stall_after") and (
+                not isinstance(value, timedelta) or value <= timedelta(0)):
             raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=10)), got {value!r}")
-    if commit_deadline is None and STALL_AFTER in spec.extra:
-        commit_deadline = timedelta(seconds=spec.extra[STALL_AFTER])
     if commit_deadline is None and on_late_commit is not None:
-        raise ConfigError("on_late_commit needs commit_deadline or stall_after: say how long a run may take to commit")
+        raise ConfigError("on_late_commit needs commit_deadline: say how long a run may take to commit")
     _check_settings(retries=retries, defer_after=defer_after, retry_delay=retry_delay,
                     commit_timeout=commit_timeout, plan_timeout=plan_timeout, deferrable=deferrable,
                     emit_assets=emit_assets, tags=tags, application_args=application_args,

@@ -1,6 +1,6 @@
 """A topology's commit-latency deadline, on Airflow's deadline alerts: when a run has not
-committed its txid within ``commit_deadline`` of being queued (by default the topology's
-``stall_after``), Airflow calls back -- in the triggerer -- and the default callback here says so
+committed its txid within ``commit_deadline`` of being queued (the topology's ``stall_after`` is a
+good value), Airflow calls back -- in the triggerer -- and the default callback here says so
 in the triggerer's log with what the topology's status names as its blocker (a failed txid, or the
 stall: what the next txid waits for), and sends the metrics ``transactional.<topology>.late_commits``
 and, when stalled, ``stalled`` (see :mod:`airflow_transactional.metrics`).
