@@ -16,6 +16,7 @@ import pytest
 from bench.chaos import ChaosConfig, write_dag
 from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack, RestClient
+from tests.e2e.browsing import chromium
 
 # The chaos harness's CI sizes; the words and kafka topologies are deployed with the others
 # (payments is an example: deployed already).
@@ -168,3 +169,9 @@ def wait_for_runs(stack: LocalStack, dag_id: str, run_ids: list[str], timeout: f
                     details.append(f"--- {r} {ti['task_id']}:\n{task_log(stack, dag_id, r, ti['task_id'])[-4000:]}")
         raise AssertionError(f"runs of {dag_id} failed: {states}\n" + "\n".join(details))
     return states
+
+
+@pytest.fixture(scope="package")
+def chrome() -> Iterator[object]:
+    """One headless Chromium for the package's tests that use it (tests/e2e/browsing.py)."""
+    yield from chromium()

@@ -24,6 +24,7 @@ import pytest
 
 from airflow_transactional.cli import main as cli
 from dev.localstack import VIEWER, LocalStack, RestClient
+from tests.e2e.browsing import frame_text, shot, signed_in
 from tests.e2e.conftest import OPS_DAGS, StatsdListener, task_log, wait_for_runs
 from tests.e2e.operating import browser, cli_with_env, plugin_post, runs_by_txid, set_faults, start_topology
 from tests.helpers import query
@@ -91,7 +92,7 @@ class _Cascade:
 
 
 def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: LocalStack, client: RestClient,
-                                                                       statsd: StatsdListener) -> None:
+                                                                       statsd: StatsdListener, chrome: object) -> None:
     client.wait_for_dag(REPORT)
     client.unpause(REPORT)  # runs once per txid ops_count commits, on its asset events
     log, coord = start_topology(stack, client, DAG, "ops", partitions=4)
@@ -104,6 +105,7 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     runs = [client.trigger(DAG, (DAY0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(5)]
     cascade = _Cascade(stack, client, coord, log, runs, events=2000)
     _a_failed_txid_blocks_the_later_ones(cascade, statsd)
+    _a_person_sees_the_blocked_topology_and_why(cascade, chrome)
     _clearing_the_failed_run_recovers_through_a_scheduler_kill(cascade)
     _reprocessing_the_failed_runs_reuses_their_staged_output(cascade)
     _clearing_committed_runs_changes_nothing(cascade)
@@ -165,6 +167,22 @@ def _a_failed_txid_blocks_the_later_ones(c: _Cascade, statsd: StatsdListener) ->
     assert f"Failed for good after 2 failed tries: {killed}" in page, page
     # The monitoring heard it: a commit that failed fast set the topology's blocked gauge.
     assert (1.0, "g") in statsd.values(DAG, "blocked")
+
+
+def _a_person_sees_the_blocked_topology_and_why(c: _Cascade, chrome: object) -> None:
+    """In a real browser, signed in: the overview says what blocks the topology; the failed run's
+    Transaction tab says in one line how it failed, and links to the whole log (README's screenshots)."""
+    driver = signed_in(chrome, c.stack)
+    driver.get(f"{c.stack.url}/plugin/transactions")  # type: ignore[attr-defined]
+    text = frame_text(driver, f"blocked by failed txid 3 (run {c.by_txid[3]})")
+    assert "txid 3: failed for " in text and "process: the Spark Connect job exited with code 137" in text, text
+    shot(driver, "ui-blocked.png", c.stack.base_dir)
+    run = urllib.parse.quote(c.by_txid[3], safe="")
+    driver.get(f"{c.stack.url}/dags/{DAG}/runs/{run}/plugin/transactions-run")  # type: ignore[attr-defined]
+    text = frame_text(driver, "Failed for good after 2 failed tries: process: the Spark Connect job exited with "
+                      "code 137 (killed by SIGKILL")
+    assert "The process task's log in Airflow" in text, text
+    shot(driver, "ui-failed-run.png", c.stack.base_dir)
 
 
 def _clearing_the_failed_run_recovers_through_a_scheduler_kill(c: _Cascade) -> None:

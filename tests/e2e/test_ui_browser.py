@@ -6,100 +6,44 @@ README shows (docs/ui-*.png). Reads the words topology ``test_transactional_dags
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
-from dev.localstack import ADMIN, LocalStack
+from dev.localstack import LocalStack
+from tests.e2e.browsing import WAIT, frame_text, shot, signed_in
 from tests.helpers import query
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-WAIT = 60
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    missing = [p for p in (CHROMIUM, DRIVER) if not os.path.exists(p)]
-    assert not missing, (f"{missing} missing: install Debian's chromium and chromium-driver "
-                         "(make test does when it runs as root)")
-    options = Options()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1440,1000",
-                "--disable-gpu"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
-    driver.set_page_load_timeout(WAIT)
-    yield driver
-    driver.quit()
-
-
-def _frame_text(driver: object, expect: str) -> str:
-    """The text of the plugin page in the UI's frame, once it shows ``expect``."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    wait = WebDriverWait(driver, WAIT)  # type: ignore[arg-type]
-    driver.switch_to.default_content()  # type: ignore[attr-defined]
-    wait.until(ec.frame_to_be_available_and_switch_to_it((By.CSS_SELECTOR, "iframe")))
-    wait.until(lambda d: expect in d.find_element(By.TAG_NAME, "body").text)
-    return str(driver.find_element(By.TAG_NAME, "body").text)  # type: ignore[attr-defined]
-
-
-def _shot(driver: object, name: str, tmp: Path) -> None:
-    driver.switch_to.default_content()  # type: ignore[attr-defined]
-    path = tmp / name
-    assert driver.save_screenshot(str(path))  # type: ignore[attr-defined]
-    DOCS.mkdir(exist_ok=True)
-    shutil.copy(path, DOCS / name)  # what README shows
-
-
-def test_a_person_follows_a_topology_from_the_transactions_view(stack: LocalStack, browser: object,
+def test_a_person_follows_a_topology_from_the_transactions_view(stack: LocalStack, chrome: object,
                                                                 tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
-    driver: object = browser
+    driver: object = signed_in(chrome, stack)
     wait = WebDriverWait(driver, WAIT)  # type: ignore[arg-type]
-    # Sign in on Airflow's own login page, as a person would.
-    driver.get(f"{stack.url}/plugin/transactions")  # type: ignore[attr-defined]
-    user = wait.until(lambda d: d.find_element(By.NAME, "username"))
-    user.send_keys(ADMIN)
-    password = driver.find_element(By.NAME, "password")  # type: ignore[attr-defined]
-    password.send_keys(stack.admin_password, Keys.ENTER)
-    wait.until(lambda d: "/auth/" not in d.current_url)
     driver.get(f"{stack.url}/plugin/transactions")  # type: ignore[attr-defined]
 
     coord = Coordinator(stack.state_dsn)
     status = coord.status("words")
-    text = _frame_text(driver, "words")
+    text = frame_text(driver, "words")
     row = next(line for line in text.splitlines() if line.startswith("words "))
     assert row.split()[1] == str(status.committed_txid), row  # the committed txid column
     assert f"{status.quarantined:,}" in row and "nothing" in row  # quarantined, blocked by nothing
-    _shot(driver, "ui-transactions.png", tmp_path)
+    shot(driver, "ui-transactions.png", tmp_path)
 
     # The DAG's Transactions tab: the timeline and the transactions with what each committed.
     driver.get(f"{stack.url}/dags/words/plugin/transactions-dag")  # type: ignore[attr-defined]
-    text = _frame_text(driver, "Timeline")
+    text = frame_text(driver, "Timeline")
     assert f"Committed txid {status.committed_txid}," in text
     bars = driver.find_elements(By.CSS_SELECTOR, "svg rect")  # type: ignore[attr-defined]
     [(attempts,)] = query(stack.state_dsn, "SELECT count(*) FROM airflow_txn.attempts WHERE topology_id = 'words' "
                                            "AND txid > %s", (status.committed_txid - 30,))
     assert len(bars) == 2 * min(30, status.committed_txid) + attempts  # a plan and a commit per txid, each attempt
-    _shot(driver, "ui-topology.png", tmp_path)
+    shot(driver, "ui-topology.png", tmp_path)
 
     # A run whose batch held bad records: its Transaction tab, filtered to one reason.
     [(txid,)] = query(stack.state_dsn, "SELECT DISTINCT txid FROM airflow_txn.quarantine "
@@ -108,7 +52,7 @@ def test_a_person_follows_a_topology_from_the_transactions_view(stack: LocalStac
     reasons = dict(query(stack.state_dsn, "SELECT reason, count(*) FROM airflow_txn.quarantine "
                                           "WHERE topology_id = 'words' AND txid = %s GROUP BY reason", (txid,)))
     driver.get(f"{stack.url}/dags/words/runs/{quote(run_id, safe='')}/plugin/transactions-run")  # type: ignore[attr-defined]
-    text = _frame_text(driver, f"txid {txid}")
+    text = frame_text(driver, f"txid {txid}")
     assert "Committed at" in text and "Quarantined records" in text
     records = driver.find_elements(By.CSS_SELECTOR, "table:last-of-type tbody tr")  # type: ignore[attr-defined]
     assert len(records) == sum(reasons.values())
@@ -120,5 +64,5 @@ def test_a_person_follows_a_topology_from_the_transactions_view(stack: LocalStac
     driver.find_element(By.TAG_NAME, "button").click()  # type: ignore[attr-defined]
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "table:last-of-type tbody tr")) == reasons[reason])
     assert all(reason in r.text for r in driver.find_elements(By.CSS_SELECTOR, "table:last-of-type tbody tr"))  # type: ignore[attr-defined]
-    _shot(driver, "ui-run.png", tmp_path)
+    shot(driver, "ui-run.png", tmp_path)
     coord.close()

@@ -231,8 +231,8 @@ def full_log(base: str, dag_id: str, run_id: str, reason: str) -> str:
     Airflow's UI (mounted beside this plugin), every try with its command line and output."""
     task = reason.split(":", 1)[0] if reason.split(":", 1)[0] in ("plan", "process", "commit", "publish") else "process"
     airflow = base.removesuffix(PLUGIN_PREFIX)
-    return (f"<p><a href='{e(airflow)}{run_path(dag_id, run_id)}/tasks/{task}'>The {task} task's log in Airflow"
-            "</a> <span class=muted>(each try: the command line, the output, the whole error)</span></p>")
+    return (f"<p><a href='{e(airflow)}{run_path(dag_id, run_id)}/tasks/{task}'>The {task} task's log in Airflow</a> "
+            "<span class=muted>(each try: the command line, the output, the whole error)</span></p>")
 
 
 def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records: list[dict[str, Any]],
