@@ -38,6 +38,8 @@ def test_a_process_task_waiting_for_a_full_pool_says_so_with_the_pools_use() -> 
                   ti("commit", None))
     assert describe(waiting, run(), FULL, NOW) == (
         "process waits for a slot of pool spark for 12 min (2 running, 0 queued of 2; 7 waiting)")
+    # Its use (every DAG's tasks in it) is told only to whom may read the pool, as Airflow's pool pages are.
+    assert describe(waiting, run(), FULL, NOW, shown=set()) == "process waits for a slot of pool spark for 12 min"
     # A pool with room: something else holds it (the DAG's or the scheduler's limits).
     room = {"spark": {**FULL["spark"], "open": 1}}
     assert describe(waiting, run(), room, NOW) == (
@@ -80,3 +82,20 @@ def test_a_stalled_topology_is_shown_as_stalled_with_what_its_next_txid_waits_fo
     assert "Reprocess the failed runs" not in html  # nothing failed: nothing to reprocess
     failed = pages.topology("/transactional", summary(blocked_by="blocked by failed txid 14 ..."), [], NOW)
     assert "Blocked: blocked by failed txid 14" in failed and "Reprocess the failed runs" in failed
+
+
+def test_the_pools_use_is_told_to_whom_may_read_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_transactional.airflow.ui import waits
+
+    rows = tis(ti("plan", "success"), ti("process", "scheduled", scheduled_dttm=NOW - timedelta(minutes=2)))
+    monkeypatch.setattr(waits, "_read", lambda dag_id, run_ids: ({"r1": rows}, {"r1": run()}, FULL, {"spark": "ops"}))
+    asked: list[tuple[str, str | None]] = []
+
+    def nobody(name: str, team: str | None) -> bool:
+        asked.append((name, team))
+        return False
+
+    assert waits.waiting("d", ["r1"], NOW, nobody) == {"r1": "process waits for a slot of pool spark for 2 min"}
+    assert asked == [("spark", "ops")]  # the pool's team, as Airflow's own check takes it
+    assert waits.waiting("d", ["r1"], NOW, lambda name, team: True)["r1"].endswith("(2 running, 0 queued of 2; "
+                                                                                 "7 waiting)")

@@ -138,12 +138,19 @@ def overview(user: Any) -> list[dict[str, Any]]:
     with store() as coordinator:
         by_dag = {str(s.extra.get("dag_id") or s.topology_id): s.topology_id for s in coordinator.topologies()}
         allowed = set(by_dag) & auth_manager().get_authorized_dag_ids(user=user, method="GET")
-        return [with_waits(coordinator.summary(by_dag[d], dag_id=d, now=now), now) for d in sorted(allowed)]
+        return [with_waits(user, coordinator.summary(by_dag[d], dag_id=d, now=now), now) for d in sorted(allowed)]
 
 
-def with_waits(summary: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """A topology's summary with what Airflow holds each in-flight run for (``waiting``)."""
-    said = waits.waiting(summary["dag_id"], [f["run_id"] for f in summary["in_flight"]], now)
+def with_waits(user: Any, summary: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A topology's summary with what Airflow holds each in-flight run for (``waiting``); a
+    pool's use only for a user who may read that pool."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import PoolDetails
+
+    def may_read_pool(name: str, team: str | None) -> bool:
+        return bool(auth_manager().is_authorized_pool(method="GET", user=user,
+                                                      details=PoolDetails(name=name, team_name=team)))
+
+    said = waits.waiting(summary["dag_id"], [f["run_id"] for f in summary["in_flight"]], now, may_read_pool)
     for f in summary["in_flight"]:
         f["waiting"] = said.get(f["run_id"])
     return summary
@@ -156,7 +163,7 @@ def topology(user: Any, dag_id: str) -> tuple[dict[str, Any], list[dict[str, Any
         if tid is None:
             return None
         now = datetime.now(UTC)
-        return (with_waits(coordinator.summary(tid, dag_id=dag_id, now=now), now),
+        return (with_waits(user, coordinator.summary(tid, dag_id=dag_id, now=now), now),
                 coordinator.timeline(tid, TIMELINE))
 
 

@@ -229,7 +229,8 @@ def not_transactional(dag_id: str) -> str:
 def full_log(base: str, dag_id: str, run_id: str, reason: str) -> str:
     """A link to the whole story of a failure the page tells in one line: the failed task's log in
     Airflow's UI (mounted beside this plugin), every try with its command line and output."""
-    task = reason.split(":", 1)[0] if reason.split(":", 1)[0] in ("plan", "process", "commit", "publish") else "process"
+    named = reason.split(":", 1)[0]  # the reason starts with the task that failed
+    task = named if named in ("plan", "process", "commit", "publish") else "process"
     airflow = base.removesuffix(PLUGIN_PREFIX)
     return (f"<p><a href='{e(airflow)}{run_path(dag_id, run_id)}/tasks/{task}'>The {task} task's log in Airflow</a> "
             "<span class=muted>(each try: the command line, the output, the whole error)</span></p>")

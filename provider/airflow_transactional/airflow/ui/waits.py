@@ -7,7 +7,7 @@ worker, or in the triggerer -- what an operator needs to see when a topology doe
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -20,26 +20,31 @@ TASK_ORDER = ("plan", "process", "commit", "publish")
 FINISHED = {"success", "skipped", "removed"}
 
 
-def waiting(dag_id: str, run_ids: Sequence[str], now: datetime) -> dict[str, str]:
+def waiting(dag_id: str, run_ids: Sequence[str], now: datetime,
+            may_read_pool: Callable[[str, str | None], bool]) -> dict[str, str]:
     """``{run_id: what it waits for}`` for the runs of ``dag_id`` that wait on Airflow (a slot of
     a pool, a worker, the triggerer, a retry, ``max_active_runs``); runs whose task is running are
-    left out (the store says what it does). Empty when Airflow's tables cannot be read."""
+    left out (the store says what it does). A pool's use (its running, queued and waiting tasks, of
+    every DAG) is told only to whom ``may_read_pool(name, team)``, as Airflow's pool pages are.
+    Empty when Airflow's tables cannot be read."""
     if not run_ids:
         return {}
     try:
-        tis, runs, pools = _read(dag_id, list(run_ids))
+        tis, runs, pools, teams = _read(dag_id, list(run_ids))
     except Exception as exc:  # the page shows the store's view without Airflow's
         log.warning("what Airflow holds the runs of %s for could not be read: %s", dag_id, exc)
         return {}
+    shown = {name for name in pools if may_read_pool(name, teams.get(name))}
     found = {}
     for run_id in run_ids:
-        said = describe(tis.get(run_id, {}), runs.get(run_id), pools, now)
+        said = describe(tis.get(run_id, {}), runs.get(run_id), pools, now, shown)
         if said:
             found[run_id] = said
     return found
 
 
-def _read(dag_id: str, run_ids: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, Any]]:
+def _read(dag_id: str, run_ids: list[str]
+          ) -> tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, Any], dict[str, str | None]]:
     from airflow.models.dagrun import DagRun
     from airflow.models.pool import Pool
     from airflow.models.taskinstance import TaskInstance as TI
@@ -55,11 +60,14 @@ def _read(dag_id: str, run_ids: list[str]) -> tuple[dict[str, dict[str, Any]], d
         runs = {r.run_id: r for r in session.execute(select(DagRun.run_id, DagRun.state, DagRun.queued_at)
                                                       .where(DagRun.dag_id == dag_id, DagRun.run_id.in_(run_ids)))}
         pools = dict(Pool.slots_stats(session=session))
-    return tis, runs, pools
+        teams = {str(name): team for name, team in session.execute(select(Pool.pool, Pool.team_name))}
+    return tis, runs, pools, teams
 
 
-def describe(tis: dict[str, Any], run: Any, pools: dict[str, Any], now: datetime) -> str | None:
-    """What one run waits for, from its task instances, its row and the pools' use."""
+def describe(tis: dict[str, Any], run: Any, pools: dict[str, Any], now: datetime,
+             shown: set[str] | None = None) -> str | None:
+    """What one run waits for, from its task instances, its row and the pools' use (told for the
+    pools in ``shown``; all of them when None)."""
     def lasted(since: datetime | None) -> str:
         return f" for {duration((now - since).total_seconds())}" if since else ""
 
@@ -72,9 +80,12 @@ def describe(tis: dict[str, Any], run: Any, pools: dict[str, Any], now: datetime
     if state == "scheduled":
         pool = pools.get(ti.pool)
         if pool is not None and pool["open"] <= 0:
+            said = f"{task} waits for a slot of pool {ti.pool}{lasted(ti.scheduled_dttm)}"
+            if shown is not None and ti.pool not in shown:
+                return said
             total = "unlimited" if pool["total"] == float("inf") else int(pool["total"])
-            return (f"{task} waits for a slot of pool {ti.pool}{lasted(ti.scheduled_dttm)} ({int(pool['running'])} "
-                    f"running, {int(pool['queued'])} queued of {total}; {int(pool['scheduled'])} waiting)")
+            return (f"{said} ({int(pool['running'])} running, {int(pool['queued'])} queued of {total}; "
+                    f"{int(pool['scheduled'])} waiting)")
         return f"{task} is scheduled{lasted(ti.scheduled_dttm)}, not queued yet (the scheduler's limits)"
     if state == "queued":
         return f"{task} is queued{lasted(ti.queued_dttm)}, waiting for a worker to start it"
