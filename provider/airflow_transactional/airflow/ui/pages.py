@@ -9,6 +9,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from .waits import TASK_ORDER
+
 #: How much of a quarantined record a page shows (the CSV download has all of it).
 RECORD_CHARS = 200
 
@@ -230,7 +232,7 @@ def full_log(base: str, dag_id: str, run_id: str, reason: str) -> str:
     """A link to the whole story of a failure the page tells in one line: the failed task's log in
     Airflow's UI (mounted beside this plugin), every try with its command line and output."""
     named = reason.split(":", 1)[0]  # the reason starts with the task that failed
-    task = named if named in ("plan", "process", "commit", "publish") else "process"
+    task = named if named in TASK_ORDER else "process"
     airflow = base.removesuffix(PLUGIN_PREFIX)
     return (f"<p><a href='{e(airflow)}{run_path(dag_id, run_id)}/tasks/{task}'>The {task} task's log in Airflow</a> "
             "<span class=muted>(each try: the command line, the output, the whole error)</span></p>")
