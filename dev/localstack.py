@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from airflow_transactional import files
@@ -37,6 +38,15 @@ SPARK_CONNECT = "spark-connect"  # the optional long-lived Spark (a Spark Connec
 ADMIN = "admin"
 #: A second user with Airflow's read-only Viewer role: sees everything, may change nothing.
 VIEWER = "viewer"
+
+
+def quiet_daily_schedule(now: datetime | None = None) -> str:
+    """A daily cron schedule whose next firing is twelve hours from ``now``: unpaused, a DAG on it
+    gets the one scheduled run Airflow creates for its latest firing, and no other for the next
+    twelve hours. Tests that trigger their own runs and count txids use it; on ``@daily`` a suite
+    running across midnight (UTC) got one more scheduled run, and one more txid, than it counted."""
+    at = (now or datetime.now(UTC)) + timedelta(hours=12)
+    return f"{at.minute} {at.hour} * * *"
 
 
 def _fernet_key() -> str:

@@ -18,7 +18,7 @@ import pytest
 
 from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
-from dev.localstack import LocalStack, RestClient
+from dev.localstack import LocalStack, RestClient, quiet_daily_schedule
 from tests.e2e.conftest import wait_for_runs
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +31,7 @@ DAG = """from airflow_transactional import PostgresLogSource, StateSpec, transac
     source=PostgresLogSource("{name}"),
     states=[StateSpec("global_count", keys={{"id": "text"}}, combiner="count", table="{name}")],
     application="{app}",
-    schedule="@daily",
+    schedule="{schedule}",
 )
 """
 TEAMS = {"team_a": "alpha", "team_b": "beta"}  # each team's bundle holds one topology
@@ -46,7 +46,7 @@ def teams_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack
         folders[team] = base / f"{team}-dags"
         folders[team].mkdir()
         (folders[team] / f"{name}.py").write_text(
-            DAG.format(name=name, app=REPO / "spark_jobs" / "global_count.py"))
+            DAG.format(name=name, app=REPO / "spark_jobs" / "global_count.py", schedule=quiet_daily_schedule()))
     (base / "dags").mkdir()
     st = LocalStack(base, base / "dags", parallelism=2, teams=folders,
                     users={READER: "viewer:team_a", OPERATOR: "user:team_a"})

@@ -41,3 +41,20 @@ def test_every_component_and_spark_driver_keeps_its_scratch_files_in_the_stacks_
     scratch = str((base / "stack" / "tmp").resolve())
     assert env["TMPDIR"] == env["SPARK_LOCAL_DIRS"] == scratch  # Python's tempfile; Spark's local dirs
     assert env["SPARK_SUBMIT_OPTS"] == f"-Djava.io.tmpdir={scratch}"  # the driver JVM's own temp files
+
+
+@pytest.mark.parametrize("now", ["2026-11-26T23:52:10+00:00", "2026-11-27T11:30:00+00:00", "2026-12-31T12:00:59+00:00"])
+def test_the_quiet_daily_schedule_fires_twelve_hours_from_now(now: str) -> None:
+    # CI found it: a suite started before midnight on @daily got a second scheduled run (one txid
+    # more than the deferred-waits test counted) when the date turned.
+    from datetime import datetime, timedelta
+
+    from croniter import croniter
+
+    from dev.localstack import quiet_daily_schedule
+
+    at = datetime.fromisoformat(now)
+    cron = quiet_daily_schedule(at)
+    following = croniter(cron, at).get_next(datetime)
+    assert timedelta(hours=11, minutes=59) < following - at <= timedelta(hours=12)
+    assert at - croniter(cron, at).get_prev(datetime) <= timedelta(hours=12, minutes=1)  # unpausing's run

@@ -6,6 +6,7 @@ second stages started by ``busy_0``'s commits (asset-triggered runs, which have 
 Their batches run on the stack's Spark Connect server. Deployed into the test stack's DAGs folder
 as a symlink."""
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def _topology(name: str, schedule: object, in_flight: int = 4, **more: object) -
 
 
 for _name in FIRST:
-    globals()[_name] = _topology(_name, "@daily")
+    globals()[_name] = _topology(_name, os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or "@daily")
 # A run per busy_0 commit (its state asset's events carry the txid as partition key). The starved
 # one stalls (no commit for 8 s with records waiting) and misses its commit deadline (20 s after
 # its run was queued) while it waits for the pool.

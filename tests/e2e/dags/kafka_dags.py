@@ -9,13 +9,16 @@ import os
 
 from airflow_transactional import KafkaSource, OutputSpec, StateSpec, transactional_dag
 
+# The test stack sets a daily schedule that does not fire while the suite runs.
+SCHEDULE = os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or "@daily"
+
 relay = transactional_dag(
     "kafka_relay",
     source=KafkaSource("relay-in"),
     states=[StateSpec("url_counts", keys={"url": "text"}, combiner="count", table="relay_url_counts")],
     outputs=[OutputSpec("relayed", partitions=2, kafka_topic="relay-out")],
     application="relay_job.py",
-    schedule="@daily",
+    schedule=SCHEDULE,
     max_in_flight=3,
     max_batch_size=300,
     spark_connect_conn_id="spark_connect_default",
