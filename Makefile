@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench venv lint clean startup-archive browser jars
+.PHONY: demo test bench venv lint clean startup-archive browser jars redis
 
 venv: $(STAMP)
 
@@ -32,8 +32,8 @@ jars: $(STAMP)
 	$(BIN)/airflow-txn fetch-jars
 	$(BIN)/python -m dev.kafka fetch
 
-demo: startup-archive jars
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dev.demo
+demo: startup-archive jars $(if $(CLUSTER),redis)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dev.demo $(if $(CLUSTER),--cluster)
 
 # The browser test drives Debian's Chromium and ChromeDriver: installed here when missing (as root,
 # as on CI; otherwise this says what to install).
@@ -42,9 +42,16 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	  else echo "the browser test needs Debian's Chromium: sudo apt-get install chromium chromium-driver"; exit 1; fi; }
 
+# The cluster tier's Celery broker is Debian's redis-server: installed here when missing (as root,
+# as on CI; otherwise this says what to install). The stack starts and removes its own server.
+redis:
+	@command -v redis-server >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
+	  else echo "the cluster tier needs Debian's redis-server: sudo apt-get install redis-server"; exit 1; fi; }
+
 # The house rules first (ruff, mypy: seconds), then every tier of the suite. For development one
-# tier runs alone: `make test TIER=unit` (or integration, spark, e2e); CI runs them all.
-test: startup-archive lint browser jars
+# tier runs alone: `make test TIER=unit` (or integration, spark, e2e, cluster); CI runs them all.
+test: startup-archive lint browser jars redis
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests $(if $(TIER),-m $(TIER))
 
 # The benchmarks against the alternatives (README "Benchmarks"); `make bench QUICK=1` is the

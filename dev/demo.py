@@ -28,6 +28,7 @@ from airflow_transactional.exceptions import TransactionalError
 from airflow_transactional.sources import EventLog
 from airflow_transactional.sources.landing import write_json_lines
 from dev import payments
+from dev.cluster import ClusterStack
 from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack
 
@@ -181,6 +182,14 @@ Payments     payments decides each request in its commit (and publishes them to 
              psql service=airflow_txn -c 'SELECT granted, count(*) FROM airflow_txn.verdicts GROUP BY 1'
              psql service=airflow_txn -c 'SELECT * FROM credits ORDER BY account'
 Logs         {base}/*.log    Ctrl-C stops everything.
+""" + (cluster_banner(stack) if isinstance(stack, ClusterStack) else "")
+
+
+def cluster_banner(stack: ClusterStack) -> str:
+    workers = ", ".join(stack.celery_workers)
+    return f"""Cluster      CeleryExecutor: {workers} (broker: Redis on 127.0.0.1:{stack.redis.port});
+             Spark standalone master {stack.spark.url} with {len(stack.spark.workers)} workers: each process task's
+             driver runs in the Celery worker that runs it, its executors on the Spark workers.
 """
 
 
@@ -206,21 +215,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8080, help="Airflow UI/API port (a free one if taken)")
     parser.add_argument("--rate", type=int, default=50, help="tweets per second from the producer")
     parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: Ctrl-C)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="CeleryExecutor (Redis, two workers) and a Spark standalone cluster (two workers)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
     base = Path(args.dir).resolve()
     landing = base / "landing"
     landing.mkdir(parents=True, exist_ok=True)
-    stack = LocalStack(base, DAGS_DIR, port=_port(args.port), kafka=True,
-                       env={"AIRFLOW_TXN_LANDING_DIR": str(landing), "AIRFLOW_TXN_PAYMENTS_KAFKA_TOPIC": "ledger"})
+    stack = (ClusterStack if args.cluster else LocalStack)(
+        base, DAGS_DIR, port=_port(args.port), kafka=True,
+        env={"AIRFLOW_TXN_LANDING_DIR": str(landing), "AIRFLOW_TXN_PAYMENTS_KAFKA_TOPIC": "ledger"})
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     producer: Producer | None = None
     requests: PaymentRequests | None = None
     kafka_tweets: KafkaTweets | None = None
     try:
-        print("starting PostgreSQL, Kafka and Airflow (api-server, scheduler, dag-processor, triggerer)...",
+        print("starting PostgreSQL, Kafka and Airflow (api-server, scheduler, dag-processor, triggerer"
+              + (", two Celery workers; Redis; a Spark master and two workers" if args.cluster else "") + ")...",
               flush=True)
         stack.start()
         producer, kafka_tweets, requests = start_producers(stack, landing, args.rate)

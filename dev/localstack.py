@@ -49,6 +49,22 @@ def quiet_daily_schedule(now: datetime | None = None) -> str:
     return f"{at.minute} {at.hour} * * *"
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    """Signal the process group ``proc`` leads (each process here starts its own session), and
+    reap it; SIGKILL if it outlives ``timeout``."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(10)
+
+
 def _fernet_key() -> str:
     from cryptography.fernet import Fernet
 
@@ -268,18 +284,7 @@ class LocalStack:
         logf.close()
 
     def stop_component(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
-        proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(10)
+        stop_process(self.procs.pop(name, None), sig, timeout)
 
     def stop(self, *, remove: bool = False) -> None:
         """Stop every component; ``remove``: delete the state store's data too (a throwaway stack)."""

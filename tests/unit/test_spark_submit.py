@@ -68,7 +68,7 @@ def test_a_standalone_master_in_client_and_cluster_mode(monkeypatch: pytest.Monk
     assert argv[:3] == ["spark-submit", "--master", "spark://h:7077"]
     assert argv[-11:] == ["--deploy-mode", "client", *job_args(str(dsn_file))]
     assert env == {"PYSPARK_PYTHON": "/venv/bin/python", "SPARK_LOCAL_IP": "127.0.0.1"}
-    # Cluster mode: Spark refuses a Python application there (tests/spark/test_standalone_cluster.py
+    # Cluster mode: Spark refuses a Python application there (tests/cluster/test_deploy_modes.py
     # shows it on a real master), so the task does first, naming the fix -- from the connection or the conf.
     with pytest.raises(ConfigError, match=r"standalone master \(spark://h:7077\) runs Python applications in "
                        "client mode only: set deploy-mode to client in the Spark connection"):

@@ -1,0 +1,297 @@
+"""The engines a team runs beyond one machine, started here on one: Airflow with CeleryExecutor
+(Debian's ``redis-server`` as broker, two Celery workers) and Spark on a standalone cluster (a
+master and workers started from the pinned pyspark install with ``spark-class``).
+
+:class:`ClusterStack` is :class:`~dev.localstack.LocalStack` with those engines: the same
+embedded Postgres, api-server, scheduler, dag-processor and triggerer, but tasks run in Celery
+workers, and ``spark_default`` names the standalone master (client deploy mode: the driver runs in
+the Celery worker that runs the process task, its executors on the Spark workers). Everything
+listens on loopback only and lives under the stack's directory; ``stop(remove=True)`` leaves
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow_transactional import files
+from dev.embedded import free_port, listening
+from dev.localstack import COMPONENTS, SPARK_CONNECT, UMASK, LocalStack, stop_process
+from dev.restclient import AirflowStackError
+
+REDIS_SERVER = "redis-server"
+REDIS_FIX = "the cluster stack's Celery broker is Debian's redis-server: apt-get install redis-server"
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (read from /proc), parents first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            child, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(child)
+    found, queue = [], [pid]
+    while queue:
+        found.append(queue.pop(0))
+        queue.extend(children.get(found[-1], []))
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """A host lost: ``pid`` and everything it started, SIGKILLed at once (sessions and process
+    groups of their own included: a task's ``spark-submit`` driver dies with its worker)."""
+    for each in descendants(pid):
+        try:
+            os.kill(each, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with open(files.open_private_log(log), "ab") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, umask=UMASK)
+
+
+def _wait(ready: Any, what: str, log: Path, proc: subprocess.Popen[bytes] | None, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc is not None and proc.poll() is not None:
+            raise AirflowStackError(f"{what} exited ({proc.returncode}); {log}:\n"
+                                    + log.read_text(errors="replace")[-2000:])
+        if time.monotonic() > deadline:
+            raise AirflowStackError(f"{what} not ready after {timeout:.0f}s; {log}:\n"
+                                    + log.read_text(errors="replace")[-2000:])
+        time.sleep(0.5)
+
+
+class RedisServer:
+    """Debian's ``redis-server`` on a free loopback port, with a password, its files (config, the
+    append-only log that keeps queued messages over a restart) under ``base_dir``."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def password(self) -> str:
+        secret = self.base_dir / "password"
+        if not secret.exists():
+            self.base_dir.mkdir(parents=True, exist_ok=True)
+            files.write_private(secret, secrets.token_urlsafe(24))
+        return secret.read_text()
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/{db}"
+
+    def start(self) -> RedisServer:
+        binary = shutil.which(REDIS_SERVER)
+        if binary is None:
+            raise AirflowStackError(f"{REDIS_SERVER} not found: {REDIS_FIX}")
+        conf = files.write_private(self.base_dir / "redis.conf", "\n".join([
+            "bind 127.0.0.1", "protected-mode yes", f"port {self.port}", f"requirepass {self.password}",
+            f"dir {self.base_dir}", "appendonly yes", 'save ""', "daemonize no", "loglevel notice", ""]))
+        self.proc = _spawn([binary, str(conf)], self.base_dir / "redis.log")
+        _wait(lambda: listening(self.port), REDIS_SERVER, self.base_dir / "redis.log", self.proc)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        stop_process(self.proc, sig)
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+class SparkStandalone:
+    """A Spark standalone master and ``workers`` workers of ``cores`` cores each, on loopback, their
+    logs and work directories under ``base_dir``. ``conf`` goes to the cluster's
+    ``spark-defaults.conf``, which every ``spark-submit`` of the stack reads (SPARK_CONF_DIR)."""
+
+    def __init__(self, base_dir: Path, workers: int = 2, cores: int = 1, memory: str = "2g",
+                 conf: dict[str, str] | None = None) -> None:
+        self.base_dir = base_dir
+        self.port = free_port()
+        self.cores, self.memory = cores, memory
+        self.workers: dict[int, subprocess.Popen[bytes] | None] = dict.fromkeys(range(1, workers + 1))
+        self.master: subprocess.Popen[bytes] | None = None
+        self.conf = conf or {}
+
+    @property
+    def url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.base_dir / "conf"
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+                "SPARK_CONF_DIR": str(self.conf_dir), "SPARK_LOG_DIR": str(self.base_dir)}
+
+    def start(self) -> SparkStandalone:
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        (self.conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in sorted(self.conf.items())))
+        self.start_master()
+        for k in self.workers:
+            self.start_worker(k)
+        return self
+
+    def start_master(self) -> None:
+        log = self.base_dir / "master.log"
+        self.master = _spawn(["spark-class", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                              "--port", str(self.port), "--webui-port", str(free_port())], log, self.env())
+        _wait(lambda: listening(self.port), "the Spark master", log, self.master)
+
+    def start_worker(self, k: int) -> None:
+        log = self.base_dir / f"worker-{k}.log"
+        seen = log.read_text(errors="replace").count("Successfully registered") if log.exists() else 0
+        self.workers[k] = _spawn(
+            ["spark-class", "org.apache.spark.deploy.worker.Worker", self.url, "--cores", str(self.cores),
+             "--memory", self.memory, "--host", "127.0.0.1", "--webui-port", str(free_port()),
+             "--work-dir", str(self.base_dir / f"work-{k}")], log, self.env())
+        _wait(lambda: log.read_text(errors="replace").count("Successfully registered") > seen,
+              f"Spark worker {k}", log, self.workers[k])
+
+    def kill_worker(self, k: int) -> None:
+        """A Spark worker's host lost: its daemon and the executors it launched, SIGKILLed."""
+        proc = self.workers[k]
+        if proc is not None:
+            kill_tree(proc.pid)
+            proc.wait(10)
+        self.workers[k] = None
+
+    def executors(self) -> dict[int, int]:
+        """Spark worker -> how many executors it runs now."""
+        return {k: sum("CoarseGrainedExecutorBackend" in _cmdline(pid) for pid in descendants(proc.pid)[1:])
+                for k, proc in self.workers.items() if proc is not None and proc.poll() is None}
+
+    def stop(self) -> None:
+        for k in self.workers:
+            stop_process(self.workers[k])
+            self.workers[k] = None
+        stop_process(self.master)
+        self.master = None
+
+
+class ClusterStack(LocalStack):
+    """:class:`LocalStack` on CeleryExecutor (Redis, ``celery_workers`` workers) and a Spark
+    standalone cluster as ``spark_default``. Each Celery worker is a component of its own
+    (``worker-1``, ...), with its own Celery hostname and log-server port."""
+
+    def __init__(self, base_dir: str | os.PathLike[str], dags_folder: str | os.PathLike[str], *,
+                 celery_workers: int = 2, worker_concurrency: int = 3, spark_workers: int = 2,
+                 **kwargs: Any) -> None:
+        super().__init__(base_dir, dags_folder, **kwargs)
+        self.redis = RedisServer(self.base_dir / "redis")
+        # One core per application: two batches share the two one-core workers instead of the
+        # first taking every core and the second waiting for it (a cluster's usual default).
+        self.spark = SparkStandalone(self.base_dir / "spark", workers=spark_workers, conf={
+            "spark.cores.max": "1", "spark.executor.memory": "1g", "spark.ui.enabled": "false"})
+        self.celery_workers = [f"worker-{k}" for k in range(1, celery_workers + 1)]
+        self.worker_concurrency = worker_concurrency
+        self.log_ports = {name: free_port() for name in self.celery_workers}
+        self._ready_before: dict[str, int] = {}
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        own = (*COMPONENTS, SPARK_CONNECT) if self.spark_connect_port else COMPONENTS
+        return (*own, *self.celery_workers)
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        host, port = self.spark.url.rsplit(":", 1)
+        env.update({
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+            "AIRFLOW__CELERY__BROKER_URL": self.redis.url(0),
+            "AIRFLOW__CELERY__RESULT_BACKEND": self.redis.url(1),
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(self.worker_concurrency),
+            # A task whose worker's host died is failed, and retried on another worker, 30 s after
+            # its last heartbeat (Airflow's default, 300 s, is the production value: a busy
+            # worker's heartbeats may lag, and a false timeout kills a healthy task).
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": host, "port": int(port)}),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_CONF_DIR": str(self.spark.conf_dir),
+        })
+        return env
+
+    def start(self, timeout: float = 240) -> ClusterStack:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.redis.start()
+        self.spark.start()
+        super().start(timeout)
+        for name in self.celery_workers:
+            self.wait_worker(name)
+        return self
+
+    def start_component(self, name: str) -> None:
+        if name not in self.celery_workers:
+            super().start_component(name)
+            return
+        env = {**self.env(), "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_ports[name])}
+        self._ready_before[name] = self._ready_count(name)
+        self.procs[name] = _spawn(["airflow", "celery", "worker", "--celery-hostname", f"{name}@%h",
+                                   "--concurrency", str(self.worker_concurrency),
+                                   "--pid", str(self.base_dir / f"{name}.pid")],  # one pid file each
+                                  self.base_dir / f"{name}.log", env)
+
+    def wait_worker(self, name: str, timeout: float = 120) -> None:
+        """Until the Celery worker ``name``, (re)started, says it is ready."""
+        before = self._ready_before.get(name, 0)
+        _wait(lambda: self._ready_count(name) > before, f"Celery {name}", self.base_dir / f"{name}.log",
+              self.procs.get(name), timeout)
+
+    def _ready_count(self, name: str) -> int:
+        log = self.base_dir / f"{name}.log"
+        return log.read_text(errors="replace").count(" ready.") if log.exists() else 0
+
+    def worker_of(self, pid: int) -> str | None:
+        """The Celery worker whose process tree holds ``pid`` (a task's), or None."""
+        leaders = {proc.pid: name for name, proc in self.procs.items() if name in self.celery_workers}
+        while pid > 1:
+            if pid in leaders:
+                return leaders[pid]
+            try:
+                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                return None
+        return None
+
+    def kill_worker(self, name: str) -> None:
+        """The Celery worker ``name``'s host lost: the worker, its pool, the tasks they run and the
+        Spark drivers those started, SIGKILLed at once. ``start_component(name)`` brings up a
+        replacement."""
+        proc = self.procs.pop(name)
+        kill_tree(proc.pid)
+        proc.wait(10)
+
+    def stop(self, *, remove: bool = False) -> None:
+        try:
+            super().stop(remove=remove)
+        finally:
+            self.spark.stop()
+            self.redis.stop()
+            if remove:
+                shutil.rmtree(self.spark.base_dir, ignore_errors=True)
+                shutil.rmtree(self.redis.base_dir, ignore_errors=True)

@@ -1,0 +1,132 @@
+"""Nodes of a cluster lost mid-batch, each survived exactly once: the words example on Airflow's
+CeleryExecutor and a Spark standalone cluster, while the test kills -- SIGKILL to a whole process
+tree, as a host that is gone -- the Celery worker running txid 2's batch (its Spark driver with
+it), the Spark worker running txid 3's executor, and the Celery worker running txid 4's commit
+inside its Postgres transaction. Every txid commits once, in txid order, the counts equal the
+log's, and each failure's time to recover is printed."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_transactional import EventLog
+from airflow_transactional.coordinator import Coordinator
+from dev.cluster import ClusterStack
+from dev.restclient import RestClient
+from tests.e2e.conftest import wait_for_runs
+from tests.helpers import query
+
+pytestmark = pytest.mark.cluster
+
+DAG = "words"
+TWEETS = [(f"tw{i}", json.dumps({"url": f"https://{['apache.org', 'Example.com'][i % 2]}/p/{i % 13}", "user": "u"}))
+          for i in range(1200)]  # three full batches of 400: txids 2, 3 and 4
+
+
+def _until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"{what} after {timeout:.0f}s"
+        time.sleep(0.5)
+    return found
+
+
+def _ti(client: RestClient, run_id: str, task: str) -> dict[str, Any]:
+    return next(ti for ti in client.task_instances(DAG, run_id) if ti["task_id"] == task)
+
+
+def _lose_the_celery_worker_running(cluster: ClusterStack, client: RestClient, run_id: str, task: str) -> str:
+    """Kill the Celery worker whose process tree runs ``task`` of ``run_id`` (held at a fault), and
+    start a replacement; the worker's name."""
+    pid = _until(lambda: _ti(client, run_id, task).get("pid"), 60, f"no pid for {task} of {run_id}")
+    worker = cluster.worker_of(pid)
+    assert worker is not None, f"{task} of {run_id} (pid {pid}) runs in no Celery worker"
+    cluster.kill_worker(worker)
+    cluster.start_component(worker)
+    cluster.wait_worker(worker)
+    return worker
+
+
+def _lose_the_spark_worker_running_an_executor(cluster: ClusterStack, release: Path) -> int:
+    """Once exactly one executor runs (txid 3's: txid 2's left with its driver), kill the Spark
+    worker running it, let txid 3's driver go on, and start a replacement worker."""
+    executors = _until(lambda: (e := cluster.spark.executors()) and sum(e.values()) == 1 and e, 120,
+                       "not exactly one Spark executor running")
+    [worker] = [k for k, n in executors.items() if n]
+    cluster.spark.kill_worker(worker)
+    release.touch()
+    cluster.spark.start_worker(worker)
+    return worker
+
+
+def _arm(cluster: ClusterStack) -> tuple[Path, dict[int, Path]]:
+    """Faults that hold txid 2's and 3's drivers at the start of their batch, and txid 4's commit
+    inside its transaction, once each (a retry passes): the holds directory and the marker each
+    fault leaves when it fires."""
+    holds = cluster.base_dir / "holds"
+    holds.mkdir()
+    armed = {2: ("spark.begin", "never"), 3: ("spark.begin", "release-3"), 4: ("commit.after_apply", "never")}
+    Path(cluster.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text("".join(
+        f"{point}:{DAG}:{txid}=waitfor:{holds / release}@once:{holds / f'fired-{txid}'}\n"
+        for txid, (point, release) in armed.items()))
+    return holds, {txid: holds / f"fired-{txid}" for txid in armed}
+
+
+def test_a_topology_on_celery_and_a_spark_cluster_survives_lost_nodes_exactly_once(cluster: ClusterStack) -> None:
+    client = cluster.client()
+    holds, fired = _arm(cluster)
+    log = EventLog(cluster.state_dsn, "tweets")
+    log.create(4)
+    client.wait_for_dag(DAG)
+    client.unpause(DAG)  # Airflow's scheduled run plans txid 1, empty: no Spark job
+    coord = Coordinator(cluster.state_dsn)
+    lost: dict[int, tuple[str, datetime]] = {}
+    try:
+        _until(lambda: query(cluster.state_dsn, "SELECT count(*) FROM airflow_txn.transactions WHERE topology_id = %s",
+                             (DAG,))[0][0], 180, "the scheduled run planned no txid")
+        log.append(TWEETS)
+        start = datetime.now(UTC) - timedelta(hours=2)
+        runs = [client.trigger(DAG, (start + timedelta(minutes=k)).isoformat())["dag_run_id"] for k in range(3)]
+        _until(fired[2].exists, 300, "txid 2's driver did not reach its fault")
+        worker = _lose_the_celery_worker_running(cluster, client, coord.transaction(DAG, 2).run_key, "process")
+        lost[2] = (f"Celery {worker} running the batch and its driver", datetime.now(UTC))
+        _until(fired[3].exists, 300, "txid 3's driver did not reach its fault")
+        spark_worker = _lose_the_spark_worker_running_an_executor(cluster, holds / "release-3")
+        lost[3] = (f"Spark worker {spark_worker} running the batch's executor", datetime.now(UTC))
+        _until(fired[4].exists, 600, "txid 4's commit did not reach its fault")
+        worker = _lose_the_celery_worker_running(cluster, client, coord.transaction(DAG, 4).run_key, "commit")
+        lost[4] = (f"Celery {worker} inside the commit's transaction", datetime.now(UTC))
+        scheduled = [r["dag_run_id"] for r in client.runs(DAG) if r["dag_run_id"] not in runs]
+        wait_for_runs(cluster, DAG, scheduled + runs, timeout=600)
+
+        commits = coord.commits(DAG)
+        assert [c["txid"] for c in commits] == [1, 2, 3, 4]
+        assert [c["committed_at"] for c in commits] == sorted(c["committed_at"] for c in commits)
+        assert dict(query(cluster.state_dsn, "SELECT url, value FROM url_counts")) == Counter(
+            json.loads(p)["url"] for _e, p in TWEETS)
+        status = coord.status(DAG)
+        assert status.lag == 0 and not status.in_flight and status.quarantined == 0
+        run_of = {txid: coord.transaction(DAG, txid).run_key for txid in (2, 3, 4)}
+    finally:
+        coord.close()
+        log.close()
+    # What Airflow did: the lost tasks failed on their heartbeat and ran again; the batch that lost
+    # its executor went on in the same try, Spark running its tasks on the other worker.
+    assert _ti(client, run_of[2], "process")["try_number"] == 2
+    assert _ti(client, run_of[3], "process")["try_number"] == 1
+    assert _ti(client, run_of[4], "commit")["try_number"] == 2
+    # What the topology did: txid 2's lost attempt never finished; a new one was committed.
+    attempts = query(cluster.state_dsn, "SELECT attempt, status FROM airflow_txn.attempts "
+                                        "WHERE topology_id = %s AND txid = 2 ORDER BY attempt", (DAG,))
+    assert len(attempts) == 2 and attempts[0][1] != "committed" and attempts[1][1] == "committed", attempts
+    at = {c["txid"]: c["committed_at"] for c in commits}
+    for txid, (what, when) in lost.items():
+        print(f"txid {txid}: lost {what}; committed {(at[txid] - when).total_seconds():.0f} s later")
