@@ -146,8 +146,14 @@ class SparkStandalone:
         return self.base_dir / "conf"
 
     def env(self) -> dict[str, str]:
+        # The executors' scratch directories (a worker's SPARK_LOCAL_DIRS overrides spark.local.dir)
+        # in the cluster's own directory: what a killed worker leaves goes with the stack.
+        scratch = self.base_dir / "tmp"
+        scratch.mkdir(parents=True, exist_ok=True)
         return {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-                "SPARK_CONF_DIR": str(self.conf_dir), "SPARK_LOG_DIR": str(self.base_dir)}
+                "SPARK_CONF_DIR": str(self.conf_dir), "SPARK_LOG_DIR": str(self.base_dir),
+                "SPARK_LOCAL_DIRS": str(scratch), "TMPDIR": str(scratch),
+                "SPARK_DAEMON_JAVA_OPTS": f"-Djava.io.tmpdir={scratch}"}
 
     def start(self) -> SparkStandalone:
         self.conf_dir.mkdir(parents=True, exist_ok=True)
@@ -162,6 +168,17 @@ class SparkStandalone:
         self.master = _spawn(["spark-class", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                               "--port", str(self.port), "--webui-port", str(free_port())], log, self.env())
         _wait(lambda: listening(self.port), "the Spark master", log, self.master)
+
+    def restart_master(self) -> None:
+        """The master stopped and started again on its port, knowing nothing (no recovery mode):
+        until every live worker has registered with it again."""
+        log = self.base_dir / "master.log"
+        seen = log.read_text(errors="replace").count("Registering worker")
+        stop_process(self.master)
+        self.start_master()
+        live = sum(proc is not None and proc.poll() is None for proc in self.workers.values())
+        _wait(lambda: log.read_text(errors="replace").count("Registering worker") >= seen + live,
+              "the Spark workers' registration with the restarted master", log, self.master, timeout=120)
 
     def start_worker(self, k: int) -> None:
         log = self.base_dir / f"worker-{k}.log"

@@ -4,6 +4,7 @@ workers) and a Spark standalone cluster (a master, two one-core workers), all st
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from dev.cluster import ClusterStack
 from dev.localstack import quiet_daily_schedule
 
 REPO = Path(__file__).resolve().parents[2]
+SPARK_SCRATCH = "spark-*"  # what a driver or an executor names its scratch directory
 
 
 @pytest.fixture(scope="package")
@@ -25,8 +27,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterStack]:
            # Tests arm faults in running tasks and drivers by writing this file (see dev/faults.py).
            "AIRFLOW_TXN_FAULTS_FILE": str(base / "faults.txt")}
     st = ClusterStack(base, dags, env=env)
+    system_temp = Path(tempfile.gettempdir())
+    before = set(system_temp.glob(SPARK_SCRATCH))
     try:
         st.start()
         yield st
     finally:
         st.stop(remove=True)
+    # Drivers, executors and killed workers kept their scratch files in the stack's directory.
+    assert not set(system_temp.glob(SPARK_SCRATCH)) - before

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
@@ -130,3 +131,46 @@ def test_a_topology_on_celery_and_a_spark_cluster_survives_lost_nodes_exactly_on
     at = {c["txid"]: c["committed_at"] for c in commits}
     for txid, (what, when) in lost.items():
         print(f"txid {txid}: lost {what}; committed {(at[txid] - when).total_seconds():.0f} s later")
+
+
+def test_a_queued_task_survives_a_broker_restart_and_batches_a_master_restart(cluster: ClusterStack) -> None:
+    """Between batches the Spark master restarts (its workers register again). With every Celery
+    worker down, a new run's first task waits in Redis, and Redis restarts: the message survives
+    (its append-only file), and the workers, back, run it in the same try; the txid commits once."""
+    client, dsn = cluster.client(), cluster.state_dsn
+    more = [(f"more{i}", json.dumps({"url": f"https://apache.org/q/{i % 7}", "user": "v"})) for i in range(400)]
+    log = EventLog(dsn, "tweets")
+    log.create(4)
+    client.wait_for_dag(DAG)
+    client.unpause(DAG)
+    coord = Coordinator(dsn)
+    try:
+        wait_for_runs(cluster, DAG, [r["dag_run_id"] for r in _until(lambda: client.runs(DAG), 180, "no run")],
+                      timeout=600)
+        before = coord.status(DAG).committed_txid
+        counts = dict(query(dsn, "SELECT url, value FROM url_counts"))
+        cluster.spark.restart_master()
+        for worker in cluster.celery_workers:
+            cluster.stop_component(worker)
+        log.append(more)
+        run = client.trigger(DAG, (datetime.now(UTC) - timedelta(hours=1)).isoformat())["dag_run_id"]
+        _until(lambda: _ti(client, run, "plan")["state"] == "queued", 120, "the plan task was not queued")
+        broker = redis.Redis.from_url(cluster.redis.url(0))
+        _until(lambda: broker.llen("default"), 60, "no message in the Celery queue")  # the plan task's
+        broker.close()
+        cluster.redis.restart()
+        back = datetime.now(UTC)
+        for worker in cluster.celery_workers:
+            cluster.start_component(worker)
+        wait_for_runs(cluster, DAG, [run], timeout=300)
+        txn = coord.transaction_for_run(DAG, run)
+        assert txn is not None and txn.txid == before + 1 and coord.status(DAG).committed_txid == before + 1
+        committed = coord.commits(DAG)[-1]["committed_at"]
+    finally:
+        coord.close()
+        log.close()
+    assert _ti(client, run, "plan")["try_number"] == 1  # the queued message itself ran, not a retry
+    grew = Counter({url: n - counts.get(url, 0) for url, n in query(dsn, "SELECT url, value FROM url_counts")})
+    assert +grew == Counter(json.loads(p)["url"] for _e, p in more)
+    print(f"txid {before + 1}: queued in Redis across its restart; committed "
+          f"{(committed - back).total_seconds():.0f} s after the Celery workers came back")
