@@ -143,7 +143,8 @@ class KafkaBroker:
         from confluent_kafka.admin import AdminClient
 
         deadline = time.monotonic() + timeout
-        admin = AdminClient({**self.client_config(), "socket.timeout.ms": 2000})
+        # QUIET: librdkafka logs each refused connection until the broker serves
+        admin = AdminClient({**self.client_config(), "socket.timeout.ms": 2000}, logger=QUIET)
         while True:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"the Kafka broker exited ({self.proc.returncode}): "
