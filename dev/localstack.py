@@ -49,6 +49,14 @@ def quiet_daily_schedule(now: datetime | None = None) -> str:
     return f"{at.minute} {at.hour} * * *"
 
 
+def on_schedule(day: datetime, schedule: str) -> datetime:
+    """``day`` at the time a daily cron ``schedule`` (``"M H * * *"``, as :func:`quiet_daily_schedule`
+    makes) fires: runs triggered at such logical dates are the very runs Airflow's backfill over
+    their range finds (a backfill makes its runs at the schedule's times)."""
+    minute, hour = schedule.split()[:2]
+    return day.replace(hour=int(hour), minute=int(minute), second=0, microsecond=0)
+
+
 def stop_process(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
     """Signal the process group ``proc`` leads (each process here starts its own session), and
     reap it; SIGKILL if it outlives ``timeout``."""

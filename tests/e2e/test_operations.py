@@ -23,7 +23,7 @@ from unittest.mock import ANY
 import pytest
 
 from airflow_transactional.cli import main as cli
-from dev.localstack import VIEWER, LocalStack, RestClient
+from dev.localstack import VIEWER, LocalStack, RestClient, on_schedule
 from tests.e2e.browsing import frame_text, shot, signed_in
 from tests.e2e.conftest import OPS_DAGS, StatsdListener, task_log, wait_for_runs
 from tests.e2e.operating import browser, cli_with_env, plugin_post, runs_by_txid, set_faults, start_topology
@@ -32,7 +32,7 @@ from tests.helpers import query
 pytestmark = pytest.mark.e2e
 
 DAG = "ops_count"
-#: The first run's logical date: runs a day apart, so a backfill over the range finds these very runs.
+#: The first run's day: runs a day apart at the schedule's time, so a backfill over the range finds them.
 DAY0 = datetime(2025, 3, 1, tzinfo=UTC)
 
 
@@ -101,8 +101,9 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     # try before it registers an attempt (a permanent one, that only the process task can tell).
     set_faults(stack, f"spark.after_stage:{DAG}:2=exit@once:{stack.base_dir / 'kill-2.once'}",
                f"spark.start:{DAG}:3=exit")
-    # Daily-aligned logical dates, so a backfill over the range finds these very runs.
-    runs = [client.trigger(DAG, (DAY0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(5)]
+    # Logical dates on the DAG's daily schedule, so a backfill over the range finds these very runs.
+    day0 = on_schedule(DAY0, stack.extra_env["AIRFLOW_TXN_EXAMPLE_SCHEDULE"])
+    runs = [client.trigger(DAG, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(5)]
     cascade = _Cascade(stack, client, coord, log, runs, events=2000)
     _a_failed_txid_blocks_the_later_ones(cascade, statsd)
     _a_person_sees_the_blocked_topology_and_why(cascade, chrome)

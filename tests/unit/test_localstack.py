@@ -51,10 +51,13 @@ def test_the_quiet_daily_schedule_fires_twelve_hours_from_now(now: str) -> None:
 
     from croniter import croniter
 
-    from dev.localstack import quiet_daily_schedule
+    from dev.localstack import on_schedule, quiet_daily_schedule
 
     at = datetime.fromisoformat(now)
     cron = quiet_daily_schedule(at)
     following = croniter(cron, at).get_next(datetime)
     assert timedelta(hours=11, minutes=59) < following - at <= timedelta(hours=12)
     assert at - croniter(cron, at).get_prev(datetime) <= timedelta(hours=12, minutes=1)  # unpausing's run
+    # A day's run on that schedule, as a test triggers it so that a backfill finds it.
+    day = on_schedule(datetime(2025, 3, 1, tzinfo=at.tzinfo), cron)
+    assert croniter(cron, day - timedelta(seconds=1)).get_next(datetime) == day
