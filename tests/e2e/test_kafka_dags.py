@@ -15,7 +15,7 @@ import pytest
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from dev.kafka import KafkaBroker
-from dev.localstack import LocalStack, RestClient
+from dev.localstack import LocalStack, RestClient, on_schedule
 from tests.e2e.conftest import REPO, task_log, wait_for_runs
 from tests.e2e.operating import set_faults
 from tests.helpers import query
@@ -96,8 +96,9 @@ def test_the_kafka_topology_commits_what_producers_committed_through_retries_cle
     producer.send("tweets", [(None, r) for r in more])
     producer.commit()
     ledger += more
-    backfill = client.post("/api/v2/backfills", {"dag_id": DAG, "from_date": (DAY0 + timedelta(days=10)).isoformat(),
-                                                 "to_date": (DAY0 + timedelta(days=12)).isoformat(),
+    day10 = on_schedule(DAY0 + timedelta(days=10), stack.extra_env["AIRFLOW_TXN_EXAMPLE_SCHEDULE"])
+    backfill = client.post("/api/v2/backfills", {"dag_id": DAG, "from_date": day10.isoformat(),  # three runs
+                                                 "to_date": (day10 + timedelta(days=2)).isoformat(),
                                                  "max_active_runs": 3, "reprocess_behavior": "none"})
     assert backfill["dag_id"] == DAG
     deadline = datetime.now(UTC) + timedelta(minutes=5)
