@@ -25,7 +25,7 @@ from typing import Any
 
 from airflow_transactional import files
 from dev.embedded import free_port, listening
-from dev.localstack import COMPONENTS, SPARK_CONNECT, UMASK, LocalStack, stop_process
+from dev.localstack import LocalStack, spawn, stop_process
 from dev.restclient import AirflowStackError
 
 REDIS_SERVER = "redis-server"
@@ -63,12 +63,6 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def _spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    with open(files.open_private_log(log), "ab") as out:
-        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, umask=UMASK)
 
 
 def _wait(ready: Any, what: str, log: Path, proc: subprocess.Popen[bytes] | None, timeout: float = 90) -> None:
@@ -110,7 +104,7 @@ class RedisServer:
         conf = files.write_private(self.base_dir / "redis.conf", "\n".join([
             "bind 127.0.0.1", "protected-mode yes", f"port {self.port}", f"requirepass {self.password}",
             f"dir {self.base_dir}", "appendonly yes", 'save ""', "daemonize no", "loglevel notice", ""]))
-        self.proc = _spawn([binary, str(conf)], self.base_dir / "redis.log")
+        self.proc = spawn([binary, str(conf)], self.base_dir / "redis.log")
         _wait(lambda: listening(self.port), REDIS_SERVER, self.base_dir / "redis.log", self.proc)
         return self
 
@@ -165,7 +159,7 @@ class SparkStandalone:
 
     def start_master(self) -> None:
         log = self.base_dir / "master.log"
-        self.master = _spawn(["spark-class", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+        self.master = spawn(["spark-class", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                               "--port", str(self.port), "--webui-port", str(free_port())], log, self.env())
         _wait(lambda: listening(self.port), "the Spark master", log, self.master)
 
@@ -183,7 +177,7 @@ class SparkStandalone:
     def start_worker(self, k: int) -> None:
         log = self.base_dir / f"worker-{k}.log"
         seen = log.read_text(errors="replace").count("Successfully registered") if log.exists() else 0
-        self.workers[k] = _spawn(
+        self.workers[k] = spawn(
             ["spark-class", "org.apache.spark.deploy.worker.Worker", self.url, "--cores", str(self.cores),
              "--memory", self.memory, "--host", "127.0.0.1", "--webui-port", str(free_port()),
              "--work-dir", str(self.base_dir / f"work-{k}")], log, self.env())
@@ -232,8 +226,7 @@ class ClusterStack(LocalStack):
 
     @property
     def components(self) -> tuple[str, ...]:
-        own = (*COMPONENTS, SPARK_CONNECT) if self.spark_connect_port else COMPONENTS
-        return (*own, *self.celery_workers)
+        return (*super().components, *self.celery_workers)
 
     def env(self) -> dict[str, str]:
         env = super().env()
@@ -268,7 +261,7 @@ class ClusterStack(LocalStack):
             return
         env = {**self.env(), "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_ports[name])}
         self._ready_before[name] = self._ready_count(name)
-        self.procs[name] = _spawn(["airflow", "celery", "worker", "--celery-hostname", f"{name}@%h",
+        self.procs[name] = spawn(["airflow", "celery", "worker", "--celery-hostname", f"{name}@%h",
                                    "--concurrency", str(self.worker_concurrency),
                                    "--pid", str(self.base_dir / f"{name}.pid")],  # one pid file each
                                   self.base_dir / f"{name}.log", env)
@@ -285,15 +278,8 @@ class ClusterStack(LocalStack):
 
     def worker_of(self, pid: int) -> str | None:
         """The Celery worker whose process tree holds ``pid`` (a task's), or None."""
-        leaders = {proc.pid: name for name, proc in self.procs.items() if name in self.celery_workers}
-        while pid > 1:
-            if pid in leaders:
-                return leaders[pid]
-            try:
-                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                return None
-        return None
+        return next((name for name in self.celery_workers
+                     if name in self.procs and pid in descendants(self.procs[name].pid)), None)
 
     def kill_worker(self, name: str) -> None:
         """The Celery worker ``name``'s host lost: the worker, its pool, the tasks they run and the

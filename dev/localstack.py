@@ -57,6 +57,14 @@ def on_schedule(day: datetime, schedule: str) -> datetime:
     return day.replace(hour=int(hour), minute=int(minute), second=0, microsecond=0)
 
 
+def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """``argv`` in a session of its own (stopped as a group by :func:`stop_process`), its output
+    appended to the private file ``log``, under the stack's umask."""
+    with open(files.open_private_log(log), "ab") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, umask=UMASK)
+
+
 def stop_process(proc: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
     """Signal the process group ``proc`` leads (each process here starts its own session), and
     reap it; SIGKILL if it outlives ``timeout``."""
@@ -279,7 +287,6 @@ class LocalStack:
     def start_component(self, name: str) -> None:
         if name not in self.components:
             raise AirflowStackError(f"unknown component {name!r}: one of {', '.join(self.components)}")
-        logf = open(files.open_private_log(self.base_dir / f"{name}.log"), "ab")
         env = self.env()
         if name == SPARK_CONNECT and self.spark_connect_port:
             connector = kafka_connector().find() if self.kafka is not None else None
@@ -287,9 +294,7 @@ class LocalStack:
             env = spark_connect_server_env(self._secrets()["spark_connect"], env)  # its token, none of our secrets
         else:
             argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
-        self.procs[name] = subprocess.Popen(argv, env=env, stdout=logf, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True, umask=UMASK)
-        logf.close()
+        self.procs[name] = spawn(argv, self.base_dir / f"{name}.log", env)
 
     def stop_component(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
         stop_process(self.procs.pop(name, None), sig, timeout)

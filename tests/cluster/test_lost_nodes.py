@@ -8,7 +8,6 @@ log's, and each failure's time to recover is printed."""
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -20,6 +19,7 @@ import redis
 
 from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
+from bench.chaos.faults import wait_for
 from dev.cluster import ClusterStack
 from dev.restclient import RestClient
 from tests.e2e.conftest import wait_for_runs
@@ -33,10 +33,8 @@ TWEETS = [(f"tw{i}", json.dumps({"url": f"https://{['apache.org', 'Example.com']
 
 
 def _until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"{what} after {timeout:.0f}s"
-        time.sleep(0.5)
+    found = wait_for(check, timeout)
+    assert found, f"{what} after {timeout:.0f}s"
     return found
 
 

@@ -45,3 +45,12 @@ def test_a_lost_hosts_process_tree_is_found_and_killed_whole() -> None:
                     and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:1]]
     finally:
         root.kill()
+
+
+def test_a_machine_without_redis_server_is_told_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dev.cluster import RedisServer
+    from dev.restclient import AirflowStackError
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server on it
+    with pytest.raises(AirflowStackError, match=r"redis-server not found: .*apt-get install redis-server"):
+        RedisServer(tmp_path / "redis").start()
