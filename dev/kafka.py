@@ -73,8 +73,14 @@ rootLogger.appenderRef.file.ref = file
 
 
 def cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid text)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid text).
+
+    Like Kafka's own ``Uuid.randomUuid``, never one that starts with ``-``: a command line would
+    read it as an option (one id in 64 did, and the broker's storage was never formatted)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 class KafkaBroker:
@@ -116,7 +122,7 @@ class KafkaBroker:
         (self.base_dir / "log4j2.properties").write_text(LOG4J.format(path=self.base_dir / "server.log"))
         classpath = os.pathsep.join(str(j) for j in jars)
         if fresh:
-            self._java(classpath, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c",
+            self._java(classpath, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id()}", "-c",
                        str(self.base_dir / "server.properties"), check=True)
         out = files.open_private_log(self.base_dir / "broker.log")
         try:
