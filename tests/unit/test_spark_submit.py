@@ -67,7 +67,8 @@ def test_a_standalone_master_in_client_and_cluster_mode(monkeypatch: pytest.Monk
     argv, env, dsn_file = submit(monkeypatch, {"host": "spark://h", "port": 7077}, "client")
     assert argv[:3] == ["spark-submit", "--master", "spark://h:7077"]
     assert argv[-11:] == ["--deploy-mode", "client", *job_args(str(dsn_file))]
-    assert env == {"PYSPARK_PYTHON": "/venv/bin/python", "SPARK_LOCAL_IP": "127.0.0.1"}
+    # Not loopback: the executors on the cluster's other hosts connect back to the driver here.
+    assert env == {"PYSPARK_PYTHON": "/venv/bin/python"}
     # Cluster mode: Spark refuses a Python application there (tests/cluster/test_deploy_modes.py
     # shows it on a real master), so the task does first, naming the fix -- from the connection or the conf.
     with pytest.raises(ConfigError, match=r"standalone master \(spark://h:7077\) runs Python applications in "
@@ -88,21 +89,39 @@ def test_yarn_cluster_mode_ships_the_file_yarn_keeps_private(monkeypatch: pytest
 def test_yarn_client_mode_keeps_the_driver_here(monkeypatch: pytest.MonkeyPatch) -> None:
     argv, env, dsn_file = submit(monkeypatch, {"host": "yarn"}, "client")
     assert argv[-9:] == job_args(str(dsn_file))
-    assert "--files" not in argv and env == {"PYSPARK_PYTHON": "/venv/bin/python", "SPARK_LOCAL_IP": "127.0.0.1"}
+    assert "--files" not in argv and env == {"PYSPARK_PYTHON": "/venv/bin/python"}
 
 
 def test_kubernetes_cluster_mode_names_a_secret_and_never_carries_the_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
+    upload = {"spark.kubernetes.file.upload.path": "s3a://jobs/uploads"}
     argv, env, dsn_file = submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster",
-                                 kubernetes_dsn_secret="txn-store:dsn")
+                                 kubernetes_dsn_secret="txn-store:dsn", conf=upload)
     assert dsn_file is None and env is None
     assert argv == ["spark-submit", "--master", "k8s://https://k:443", "--conf",
+                    "spark.kubernetes.file.upload.path=s3a://jobs/uploads", "--conf",
                     "spark.kubernetes.driver.secretKeyRef.AIRFLOW_TXN_DSN=txn-store:dsn",
                     "--py-files", spark_job.provider_zip(), "--name", "txn-t", "--deploy-mode", "cluster",
                     "/jobs/w.py", "--topology", "t", "--txid", "7", "--schema", "airflow_txn"]
     with pytest.raises(ConfigError, match="kubernetes_dsn_secret='txn-store:dsn'"):
-        submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster")
+        submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster", conf=upload)
     with pytest.raises(ConfigError, match="'secret-name:key'"):
-        submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster", kubernetes_dsn_secret="no key")
+        submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster", kubernetes_dsn_secret="no key", conf=upload)
+
+
+def test_kubernetes_cluster_mode_needs_an_upload_path_for_the_job_and_the_provider(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Spark would start a JVM, then stop: "Please specify spark.kubernetes.file.upload.path property."
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"spark_conf=\{'spark.kubernetes.file.upload.path': 's3a://"):
+        submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster", kubernetes_dsn_secret="txn-store:dsn")
+    # The cluster's spark-defaults.conf (a Java properties file) may set it instead.
+    (tmp_path / "spark-defaults.conf").write_text("# uploads\nspark.kubernetes.file.upload.path=s3a://jobs/up\n")
+    argv, _env, _file = submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster",
+                               kubernetes_dsn_secret="txn-store:dsn")
+    assert "spark.kubernetes.file.upload.path=s3a://jobs/up" not in argv  # spark-submit reads the file itself
+    # Client mode (the driver in the task's pod) reads the job where it is.
+    argv, _env, dsn_file = submit(monkeypatch, {"host": "k8s://https://k:443"}, None)
+    assert dsn_file is not None and "--deploy-mode" not in argv
 
 
 def test_the_driver_refuses_a_missing_dsn_naming_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -146,6 +146,46 @@ def check_deploy_mode(master: str, deploy_mode: str | None, conf: Mapping[str, A
         raise ConfigError(f"a standalone master ({master}) runs Python applications in client mode only: set "
                           "deploy-mode to client in the Spark connection (not spark.submit.deployMode=cluster); "
                           "the driver then runs beside the task, the executors on the cluster")
+    if master.startswith("k8s://") and mode == "cluster" and not (
+            conf.get(K8S_UPLOAD_PATH) or spark_defaults().get(K8S_UPLOAD_PATH)):
+        # Spark 4.2's KubernetesUtils.uploadFileUri: "Please specify spark.kubernetes.file.upload.path property."
+        raise ConfigError(f"a k8s:// master in cluster mode starts the driver in a pod, which cannot read the job "
+                          f"{application} or the provider's zip from this machine: set "
+                          f"spark_conf={{'{K8S_UPLOAD_PATH}': 's3a://bucket/spark-uploads'}} (a path every pod can "
+                          "read; spark-submit uploads both there), or run in client mode (the driver in the task pod)")
+
+
+#: Where spark-submit uploads a cluster-mode driver's local files for Kubernetes.
+K8S_UPLOAD_PATH = "spark.kubernetes.file.upload.path"
+
+
+def spark_defaults() -> dict[str, str]:
+    """The settings of the ``spark-defaults.conf`` spark-submit reads here (``$SPARK_CONF_DIR``, else
+    ``$SPARK_HOME/conf``, else the pyspark install's ``conf``); empty when there is none."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if not conf_dir:
+        home = os.environ.get("SPARK_HOME") or _pyspark_home()
+        conf_dir = os.path.join(home, "conf") if home else None
+    path = Path(conf_dir or "", "spark-defaults.conf")
+    if not conf_dir or not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text(errors="replace").splitlines():  # a Java properties file: k v, k=v or k: v
+        found = _PROPERTY.match(line.strip())
+        if found and not line.strip().startswith(("#", "!")):
+            out[found.group(1)] = found.group(2).strip()
+    return out
+
+
+_PROPERTY = re.compile(r"([^=:\s]+)\s*[=:\s]?\s*(.*)")
+
+
+def _pyspark_home() -> str | None:
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    return os.path.dirname(pyspark.__file__)
 
 
 def check_kubernetes_secret(ref: Any) -> str:

@@ -148,10 +148,13 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         if isinstance(source, KafkaSource):  # Spark's Kafka connector, unless the settings bring the cluster's
             self.jars = ",".join(filter(None, [self.jars, *kafka_jars(self.conf or {})])) or None
         self.application_args = [*self.job_args(txid, schema), *delivery.app_args]
-        if deploy_mode != "cluster":  # this machine's Python and loopback, for a driver on this machine
+        if deploy_mode != "cluster":  # the driver runs here, under this machine's Python
             python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+            # Loopback only when the executors run here too: executors on other hosts (a standalone,
+            # YARN or Kubernetes cluster in client mode) connect back to the driver's address.
+            loopback = master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ
             self.env_vars = {**(self.env_vars or {}), "PYSPARK_PYTHON": python,
-                             **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"})}
+                             **({"SPARK_LOCAL_IP": "127.0.0.1"} if loopback else {})}
         self.files = ",".join(filter(None, [self.files, *delivery.files])) or None
         self.py_files = ",".join(filter(None, [self.py_files, provider_zip()]))
         conf = {**(self.conf or {}), **delivery.conf}
