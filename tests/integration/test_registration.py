@@ -66,3 +66,12 @@ def test_two_dags_cannot_run_one_topology(coordinator: Coordinator, dsn: str) ->
     with pytest.raises(TopologyOfAnotherDag, match="airflow-txn reset drift --yes"):
         coordinator.register(words(PostgresLogSource("shared"), dag_id="drift_copy"))
     coordinator.register(words(PostgresLogSource("shared"), dag_id="drift"))  # its own DAG: fine
+
+
+def test_a_store_nothing_was_registered_in_yet_lists_no_topologies(dsn: str) -> None:
+    # The stall watch and the Transactions overview list the topologies before any DAG ran a plan.
+    fresh = Coordinator(dsn, schema="txn_not_created_yet")
+    try:
+        assert fresh.topologies() == []
+    finally:
+        fresh.close()

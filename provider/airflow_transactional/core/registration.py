@@ -216,9 +216,13 @@ def _check_role(cur: psycopg2.extensions.cursor, kind: str, name: str) -> None:
 
 
 def topologies(store: StateStore) -> list[TopologySpec]:
-    """Every topology registered in this store, by id."""
-    with store.db.transaction() as cur:
-        return [TopologySpec.from_config(config) for config in topology_rows.specs(cur, store.schema)]
+    """Every topology registered in this store, by id; none before the first one created the
+    provider's schema (a watch or a page that lists them works on a fresh store)."""
+    try:
+        with store.db.transaction() as cur:
+            return [TopologySpec.from_config(config) for config in topology_rows.specs(cur, store.schema)]
+    except psycopg2.errors.UndefinedTable:
+        return []
 
 
 def spec(store: StateStore, topology_id: str) -> TopologySpec:
