@@ -35,6 +35,7 @@ from dev.localstack import LocalStack
 DAGS_DIR = Path(__file__).resolve().parents[1] / "dags"  # the repository's examples
 # settlement first: it keeps the credits table the payments decision reads (its headroom).
 DAGS = ("words", "kafka_words", "global_count", "landing_orders", "settlement", "payments")
+STALL_WATCH = "transactional_stall_watch"  # dags/stall_watch.py: checks every topology's stall rule
 DOMAINS = ["example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com", "news.ycombinator.com"]
 
 
@@ -169,6 +170,7 @@ Transactions {stack.url}/plugin/transactions    (Browse > Transactions: every to
              in flight, lag, blockers; a Transactions tab on each DAG, a Transaction tab on each run)
 DAGs         {', '.join(DAGS)} -- unpaused, one transaction a minute each (their schedule); clear
              tasks or create backfills in the UI and watch the numbers stay exactly right.
+             {STALL_WATCH} checks every five minutes that none of them is stalled.
              A DAG you add to dags/ starts paused: unpause it in the UI (the toggle) or with
              the airflow CLI below.
 Airflow CLI  export AIRFLOW_HOME={stack.home}   # then e.g. airflow dags list-import-errors
@@ -238,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         stack.start()
         producer, kafka_tweets, requests = start_producers(stack, landing, args.rate)
         client = stack.client()
-        for dag_id in DAGS:
+        for dag_id in (*DAGS, STALL_WATCH):
             client.wait_for_dag(dag_id)
             client.unpause(dag_id)
         print(banner(stack, base), flush=True)

@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = ["LOCAL_SPARK_CONF", "DecisionSpec", "EventLog", "KafkaSource", "LandingDirectory", "OutputEvent",
            "OutputSpec", "PostgresLogSource", "Request", "StateSpec", "TopologySpec", "get_provider_info",
-           "output_asset", "state_asset", "transactional_dag"]
+           "output_asset", "stall_watch_dag", "state_asset", "transactional_dag"]
 
 
 def __getattr__(name: str) -> Any:
@@ -26,6 +26,10 @@ def __getattr__(name: str) -> Any:
         from .airflow import assets
 
         return getattr(assets, name)
+    if name == "stall_watch_dag":
+        from .airflow.stalls import stall_watch_dag
+
+        return stall_watch_dag
     raise AttributeError(name)
 
 

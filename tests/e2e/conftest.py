@@ -33,6 +33,7 @@ OPS_DAGS = Path(__file__).resolve().parent / "dags" / "ops_dags.py"
 SLOTS_DAGS = OPS_DAGS.with_name("slots_dags.py")
 KAFKA_DAGS = OPS_DAGS.with_name("kafka_dags.py")
 BUSY_DAGS = OPS_DAGS.with_name("busy_dags.py")
+STALL_ALERTS = OPS_DAGS.with_name("stall_alerts.py")  # the stall watch's on_stall (test_stall_watch.py)
 # Where the stack's OpenLineage file transport writes, in its base directory.
 LINEAGE_FILE = "openlineage.jsonl"
 
@@ -96,7 +97,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
     dags.mkdir()
     for dag_file in (REPO / "dags").glob("*.py"):  # the examples, as a user would deploy them
         (dags / dag_file.name).symlink_to(dag_file)
-    for own in (OPS_DAGS, SLOTS_DAGS, KAFKA_DAGS, BUSY_DAGS):
+    for own in (OPS_DAGS, SLOTS_DAGS, KAFKA_DAGS, BUSY_DAGS, STALL_ALERTS):
         (dags / own.name).symlink_to(own)
     write_dag(dags, CHAOS_CI)
     write_dag(dags, CHAOS_KAFKA_CI)
@@ -104,6 +105,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
         # Runs are triggered over REST with explicit logical dates; the daily schedule only adds
         # the one scheduled run Airflow creates on unpause (the tests' own DAGs read it too).
         "AIRFLOW_TXN_EXAMPLE_SCHEDULE": quiet_daily_schedule(),
+        "AIRFLOW_TXN_STALL_WATCH_SCHEDULE": quiet_daily_schedule(),  # checks triggered by test_stall_watch.py
+        "AIRFLOW_TXN_ON_STALL": "stall_alerts.record",
+        "AIRFLOW_TXN_STALL_ALERTS_FILE": str(base / "stall_alerts.jsonl"),
         "AIRFLOW_TXN_EXAMPLE_BATCH": "400",
         "AIRFLOW_TXN_LANDING_DIR": str(landing),
         # Tests arm faults in running tasks by writing this file (see dev/faults.py).

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "provider" / "airflow_transactional"
 P = "airflow_transactional"
 # The Airflow layer, imported lazily where the CLI and the package's public surface reach it.
-LAZY_OK = {f"{P}.airflow.dag", f"{P}.airflow.hooks", f"{P}.airflow.assets"}
+LAZY_OK = {f"{P}.airflow.dag", f"{P}.airflow.hooks", f"{P}.airflow.assets", f"{P}.airflow.stalls"}
 BOTTOM = {f"{P}.{m}" for m in ("exceptions", "identifiers", "values", "limits", "files", "faults")}
 # What each layer may import at run time, besides itself (a prefix matches a module and its children).
 ALLOWED = {

@@ -16,12 +16,14 @@ backends that keep tags:
                                   sent only for sources that know when a record arrived)
 ``blocked``               gauge   1 while a failed txid blocks the topology, 0 after a commit
 ``late_commits``          count   runs that missed the topology's ``commit_deadline``
-``stalled``               gauge   1 once a run missed it while the topology is stalled (no commit
-                                  for ``stall_after`` with records waiting), 0 after a commit
+``stalled``               gauge   1 while the topology is stalled (no commit for ``stall_after``
+                                  with records waiting), 0 after a commit
+``stall_seconds``         gauge   how long it has not moved while stalled (0 when not stalled)
 ========================  ======  ==============================================================
 
 Sent by the commit task after it commits (``blocked`` when it or a plan fails fast; ``late_commits``
-and ``stalled`` by the commit deadline's callback in the triggerer), so a
+and ``stalled`` by the commit deadline's callback in the triggerer; ``stalled`` and
+``stall_seconds`` at every check of the stall watch, :mod:`airflow_transactional.airflow.stalls`), so a
 backfill or a clear that commits nothing new sends nothing twice. A metric that cannot be sent
 never fails a commit.
 """
@@ -83,3 +85,13 @@ def late(topology_id: str, *, stalled: bool = False) -> None:
             stats.gauge(name(topology_id, "stalled"), 1, tags=tags)
     except Exception:
         log.warning("topology %s: the late_commits metric was not sent", topology_id, exc_info=True)
+
+
+def stall(topology_id: str, *, stalled_seconds: float | None) -> None:
+    """One check of the stall watch: stalled for ``stalled_seconds``, or not stalled (None)."""
+    try:
+        stats, tags = _stats(), {"topology_id": topology_id}
+        stats.gauge(name(topology_id, "stalled"), 0 if stalled_seconds is None else 1, tags=tags)
+        stats.gauge(name(topology_id, "stall_seconds"), round(stalled_seconds or 0.0), tags=tags)
+    except Exception:
+        log.warning("topology %s: the stalled metric was not sent", topology_id, exc_info=True)

@@ -53,3 +53,16 @@ with DAG("ops_count_report", schedule=PartitionedAssetTimetable(assets=state_ass
                 "records_read": event.extra["records_read"]}
 
     report()
+
+# The stall watch's test (test_stall_watch.py): its process task waits in a pool the test empties.
+ops_stalled = transactional_dag(
+    "ops_stalled",
+    source=PostgresLogSource("stl"),
+    states=[StateSpec("global_count", keys={"id": "text"}, combiner="count", table="ops_stalled")],
+    application=str(REPO / "spark_jobs" / "global_count.py"),
+    schedule=SCHEDULE,
+    max_batch_size=400,
+    spark_connect_conn_id="spark_connect_default",
+    spark_pool="starved",
+    stall_after=timedelta(seconds=10),
+)

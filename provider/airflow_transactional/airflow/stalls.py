@@ -1,0 +1,189 @@
+"""The stall watch: one small DAG that checks every topology's stall rule on a schedule and alerts,
+with no ``commit_deadline`` needed.
+
+A topology is *stalled* when it has not committed for its ``stall_after`` while its source holds
+records (:func:`airflow_transactional.core.liveness.stalled`). Its own tasks cannot say so when
+they are what is stuck -- a process task waiting for a pool slot that other DAGs hold, a run queued
+behind ``max_active_runs``, a paused DAG -- so a separate DAG looks from outside::
+
+    from airflow_transactional import stall_watch_dag
+
+    dag = stall_watch_dag(schedule="*/5 * * * *", on_stall="my_alerts.page_on_call")
+
+Each check sends the gauges ``transactional.<topology>.stalled`` (1 or 0) and ``stall_seconds``,
+logs a warning per stalled topology with what its next txid waits for (in the store, and in
+Airflow: its task's state), and calls ``on_stall`` once per stall -- when a topology becomes
+stalled, not at every check while it stays so (the previous check's verdicts are its XCom).
+``on_stall(*, topology_id, reason, stalled_seconds, context)`` runs in the watch's worker: page
+someone, post to a channel. A topology that commits again is logged as recovered.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+from airflow.sdk import DAG, BaseOperator
+
+from ..core.model import TopologyStatus
+from ..exceptions import ConfigError
+from . import metrics
+from .hooks import TransactionalHook
+
+__all__ = ["StallWatchOperator", "stall_watch_dag"]
+
+#: The XCom key of a check's verdicts: ``{topology_id: stalled since (ISO time)}``.
+XCOM_KEY = "stalled"
+#: A topology's tasks, in the order a transaction runs them.
+TASK_ORDER = ("plan", "process", "commit", "publish")
+#: What a task in each Airflow state is waiting for.
+WAITING = {
+    "scheduled": "is scheduled: waiting for a slot of its pool or the scheduler's limits",
+    "queued": "is queued: waiting for a worker to start it",
+    "deferred": "waits in the triggerer for its turn",
+    "up_for_retry": "failed a try and waits for its retry",
+    "up_for_reschedule": "waits to be rescheduled",
+    "running": "is running",
+}
+
+
+class Stall(NamedTuple):
+    topology_id: str
+    reason: str
+    since: datetime
+
+
+def stall_of(status: TopologyStatus, now: datetime) -> Stall | None:
+    """The topology's stall as its status says it (None: not stalled), since when it has not moved."""
+    if not status.stalled or not status.blocked_by:
+        return None
+    nxt = next((f for f in status.in_flight if f.txid == status.committed_txid + 1), None)
+    since = status.last_commit_at or (nxt.since if nxt else None) or now
+    return Stall(status.topology_id, status.blocked_by, since)
+
+
+def airflow_says(task_states: Mapping[str, Any]) -> str | None:
+    """What Airflow says the run's first unfinished task waits for, from its tasks' states."""
+    for task in TASK_ORDER:
+        state = task_states.get(task)
+        state = None if state is None else str(getattr(state, "value", state))
+        if task in task_states and state not in ("success", "skipped", "failed", "upstream_failed", "removed"):
+            return f"Airflow: its {task} task " + WAITING.get(state or "", "has not been scheduled yet")
+    return None
+
+
+def resolve_callback(callback: Callable[..., Any] | str | None) -> Callable[..., Any] | None:
+    """``on_stall`` as a callable: a dotted path is imported (a wrong one refused with the fix)."""
+    if callback is None or callable(callback):
+        return callback
+    module, _, attr = str(callback).rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module), attr) if module and attr else None
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"on_stall {callback!r} cannot be imported ({exc}): give the dotted path of a function "
+                          "importable where the workers run, e.g. 'my_alerts.page_on_call'") from None
+    if not callable(target):
+        raise ConfigError(f"on_stall must be a function or its dotted path, got {callback!r}")
+    return target
+
+
+class StallWatchOperator(BaseOperator):
+    """One check of every topology's stall rule (or of ``topologies``): metrics, a warning per
+    stalled topology, ``on_stall`` once per stall. Fails only when the store cannot be read."""
+
+    ui_color = "#fdf0e0"
+
+    def __init__(self, *, transactional_conn_id: str = "transactional_default",
+                 topologies: Sequence[str] | None = None, on_stall: Callable[..., Any] | str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.transactional_conn_id = transactional_conn_id
+        self.topologies = list(topologies) if topologies is not None else None
+        resolve_callback(on_stall)  # refused at parse time, not when a stall happens
+        self.on_stall = on_stall
+        self._dag_ids: dict[str, str] = {}  # topology -> its DAG, as the store's declarations say
+
+    def execute(self, context: Mapping[str, Any]) -> None:
+        ti, now = context["ti"], datetime.now(UTC)
+        # The latest check's verdicts (map_indexes given: one value, not every prior run's).
+        previous = ti.xcom_pull(task_ids=self.task_id, key=XCOM_KEY, include_prior_dates=True, map_indexes=-1) or {}
+        stalls, statuses = self.check(now)
+        for topology_id, status in statuses.items():
+            stall = stalls.get(topology_id)
+            metrics.stall(topology_id, stalled_seconds=None if stall is None else (now - stall.since).total_seconds())
+            if stall is None:
+                if topology_id in previous:
+                    self.log.info("topology %s: no longer stalled (committed txid %d)", topology_id,
+                                  status.committed_txid)
+                continue
+            reason = self.with_airflow_side(ti, status, stall.reason)
+            self.log.warning("topology %s: %s", topology_id, reason)
+            if topology_id not in previous:
+                self.alert(stall, reason, now, context)
+        ti.xcom_push(key=XCOM_KEY, value={s.topology_id: s.since.isoformat() for s in stalls.values()})
+
+    def check(self, now: datetime) -> tuple[dict[str, Stall], dict[str, TopologyStatus]]:
+        coordinator = TransactionalHook(self.transactional_conn_id).get_coordinator()
+        try:
+            known = {spec.topology_id: spec for spec in coordinator.topologies()}
+            if self.topologies is not None:
+                missing = sorted(set(self.topologies) - set(known))
+                if missing:
+                    self.log.warning("topologies %s are not registered in the store (yet): not watched", missing)
+            watched = [t for t in known if self.topologies is None or t in self.topologies]
+            self._dag_ids = {t: str(known[t].extra.get("dag_id") or t) for t in watched}
+            statuses = {}
+            for t in watched:
+                try:
+                    statuses[t] = coordinator.status(t)
+                except Exception as exc:  # one unreadable topology does not blind the watch to the others
+                    self.log.warning("topology %s: its status could not be read: %s", t, exc)
+        finally:
+            coordinator.close()
+        stalls = {t: s for t, s in ((t, stall_of(st, now)) for t, st in statuses.items()) if s is not None}
+        return stalls, statuses
+
+    def with_airflow_side(self, ti: Any, status: TopologyStatus, reason: str) -> str:
+        """The stall's reason, with what Airflow says the next txid's run waits for."""
+        nxt = next((f for f in status.in_flight if f.txid == status.committed_txid + 1), None)
+        if nxt is None:
+            return reason
+        try:
+            states = ti.get_task_states(dag_id=self._dag_ids[status.topology_id], run_ids=[nxt.run_key])
+        except Exception as exc:  # the reason from the store stands on its own
+            self.log.info("no task states of run %s: %s", nxt.run_key, exc)
+            return reason
+        said = airflow_says(states.get(nxt.run_key) or {})
+        return f"{reason}; {said}" if said else reason
+
+    def alert(self, stall: Stall, reason: str, now: datetime, context: Mapping[str, Any]) -> None:
+        callback = resolve_callback(self.on_stall)
+        if callback is None:
+            return
+        try:
+            callback(topology_id=stall.topology_id, reason=reason,
+                     stalled_seconds=(now - stall.since).total_seconds(), context=context)
+        except Exception:  # one failing alert does not hide the other topologies' stalls
+            self.log.exception("on_stall failed for topology %s", stall.topology_id)
+
+
+def stall_watch_dag(dag_id: str = "transactional_stall_watch", *, schedule: Any = "*/5 * * * *",
+                    transactional_conn_id: str = "transactional_default", topologies: Sequence[str] | None = None,
+                    on_stall: Callable[..., Any] | str | None = None, start_date: datetime | None = None,
+                    **dag_kwargs: Any) -> DAG:
+    """The stall watch's DAG (see the module's docs): one task on ``schedule``, one run at a time,
+    no catch-up -- a check is about now. ``topologies``: only these (default: every topology the
+    store knows). ``pool`` and the other task settings go through ``default_args``."""
+    if topologies is not None and (isinstance(topologies, str) or not all(isinstance(t, str) for t in topologies)):
+        raise ConfigError(f"topologies must be a list of topology ids, got {topologies!r}")
+    dag = DAG(dag_id=dag_id, schedule=schedule, start_date=start_date or datetime(2024, 1, 1),
+              catchup=dag_kwargs.pop("catchup", False), max_active_runs=1,
+              tags=["transactional", *dag_kwargs.pop("tags", ())],
+              default_args={"retries": 1, "retry_delay": timedelta(seconds=30),
+                            **dag_kwargs.pop("default_args", {})},
+              doc_md=dag_kwargs.pop("doc_md", None) or __doc__, **dag_kwargs)
+    StallWatchOperator(task_id="check", transactional_conn_id=transactional_conn_id, topologies=topologies,
+                       on_stall=on_stall, dag=dag)
+    return dag
