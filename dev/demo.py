@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import random
+import shlex
 import signal
 import socket
 import threading
@@ -163,7 +164,7 @@ def banner(stack: LocalStack, base: Path) -> str:
     """Where to look, and the commands to run -- none with a password in it: a command line shows in
     every local user's ``ps``. Clients read the state store's password from files of mode 600."""
     client = stack.pg.client_files(base)
-    env_line = "export " + " ".join(f"{k}={v}" for k, v in client.items())
+    env_line = "export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in {**client, **kafka_env(stack)}.items())
     return f"""
 Airflow UI   {stack.url}    (user admin; its password is in {base / 'passwords.json'}, mode 600)
 Transactions {stack.url}/plugin/transactions    (Browse > Transactions: every topology, its txids
@@ -185,6 +186,14 @@ Payments     payments decides each request in its commit (and publishes them to 
              psql service=airflow_txn -c 'SELECT * FROM credits ORDER BY account'
 Logs         {base}/*.log    Ctrl-C stops everything.
 """ + (cluster_banner(stack) if isinstance(stack, ClusterStack) else "")
+
+
+def kafka_env(stack: LocalStack) -> dict[str, str]:
+    """The Kafka connection a client of the state store needs for a Kafka-fed topology's status
+    (its lag is read from the broker): the stack's loopback broker, no secret in it."""
+    if stack.kafka is None:
+        return {}
+    return {"AIRFLOW_CONN_KAFKA_DEFAULT": stack.kafka.airflow_connection()}
 
 
 def cluster_banner(stack: ClusterStack) -> str:
@@ -244,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             client.wait_for_dag(dag_id)
             client.unpause(dag_id)
         print(banner(stack, base), flush=True)
+        os.environ.update(kafka_env(stack))  # the status lines below read kafka_words' lag from the broker
         coordinator = Coordinator(stack.state_dsn)
         deadline = time.monotonic() + args.duration if args.duration else None
         while not stopping.wait(15):

@@ -102,6 +102,10 @@ class KafkaBroker:
         """What a client sets to reach the broker (the ``extra`` of a ``kafka`` connection)."""
         return {"bootstrap.servers": self.bootstrap}
 
+    def airflow_connection(self) -> str:
+        """The ``kafka_default`` connection of this broker, as ``AIRFLOW_CONN_KAFKA_DEFAULT`` takes it."""
+        return json.dumps({"conn_type": "kafka", "extra": self.client_config()})
+
     def create_topic(self, name: str, partitions: int, **config: str) -> None:
         """The topic, if it is not there yet (a restarted demo keeps its broker's data)."""
         from confluent_kafka.admin import AdminClient, NewTopic

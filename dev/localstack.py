@@ -230,7 +230,7 @@ class LocalStack:
             "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={self.scratch_dir}",
         }
         if self.kafka is not None:
-            env["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps({"conn_type": "kafka", "extra": self.kafka.client_config()})
+            env["AIRFLOW_CONN_KAFKA_DEFAULT"] = self.kafka.airflow_connection()
         if self.spark_connect_port:
             # The server serves only a client with its token (localhost: PySpark sends a token over
             # plain loopback only to "localhost"; anywhere else it wants TLS).
