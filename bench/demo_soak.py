@@ -1,0 +1,200 @@
+"""``python -m bench.demo_soak``: ``make demo`` left running with Spark drivers killed now and then,
+as an operator would meet it in its first week; then Ctrl-C.
+
+It starts the demo (``dev/demo.py``) in a directory of its own, SIGKILLs a running
+``spark-submit`` driver of a random topology every ``--kill-every`` seconds, samples every
+topology's lag and committed txid every ``--sample-every`` seconds, stops the demo with SIGINT
+(Ctrl-C) at the end, and reports: per topology the commits, the drivers killed, the lag over each
+third of the run -- *bounded* unless every sample of the last third is above the largest of the
+first two -- and whatever Spark left in the system temp directory (nothing, if the stack keeps its
+scratch space to itself). The report is printed as a table and written as JSON (``--json``).
+Run it where ``make demo`` has run once (the virtualenv, the jars and the start-up archive).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.exceptions import TransactionalError
+from dev.demo import DAGS
+from dev.embedded import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+#: What Spark leaves in a temp directory it is given (and the provider's zip inside them).
+SPARK_SCRATCH = ("spark-", "blockmgr-", "artifacts-")
+
+
+def spark_scratch() -> set[str]:
+    """Spark's entries in the system temp directory."""
+    return {p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith(SPARK_SCRATCH)}
+
+
+def drivers(root: psutil.Process) -> dict[int, str]:
+    """pid -> topology of every spark-submit driver JVM under ``root``."""
+    found = {}
+    for proc in root.children(recursive=True):
+        try:
+            argv = proc.cmdline()
+        except psutil.Error:
+            continue
+        if argv and argv[0].endswith("java") and "org.apache.spark.deploy.SparkSubmit" in argv:
+            name = next((a[len("txn-"):] for a in argv if a.startswith("txn-")), "?")
+            found[proc.pid] = name
+    return found
+
+
+def judge(samples: list[int]) -> str:
+    """Bounded, unless every sample of the last third is above the largest of the first two."""
+    if len(samples) < 3:
+        return "too short"
+    cut = len(samples) * 2 // 3
+    return "grows" if min(samples[cut:]) > max(samples[:cut]) else "bounded"
+
+
+class Soak:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.base = Path(args.dir).resolve()
+        self.rng = random.Random(args.seed)
+        self.lags: dict[str, list[int]] = {t: [] for t in DAGS}
+        self.committed: dict[str, list[int]] = {t: [] for t in DAGS}
+        self.killed: dict[str, int] = {t: 0 for t in DAGS}
+
+    def start(self) -> subprocess.Popen[bytes]:
+        self.base.mkdir(parents=True, exist_ok=True)
+        log = open(self.base / "demo.out", "ab")
+        demo = subprocess.Popen([sys.executable, "-m", "dev.demo", "--dir", str(self.base), "--port", str(free_port()),
+                                 "--rate", str(self.args.rate)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = time.monotonic() + 600
+        while "Ctrl-C stops everything" not in (self.base / "demo.out").read_text(errors="replace"):
+            if demo.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the demo did not start; see {self.base / 'demo.out'}")
+            time.sleep(2)
+        return demo
+
+    def sample(self, coord: Coordinator) -> None:
+        for t in DAGS:
+            try:
+                st = coord.status(t)
+            except TransactionalError:
+                continue  # not planned yet
+            self.lags[t].append(st.lag)
+            self.committed[t].append(st.committed_txid)
+
+    def kill_one(self, demo: subprocess.Popen[bytes]) -> None:
+        running = drivers(psutil.Process(demo.pid))
+        if not running:
+            logging.info("no spark-submit driver running: nothing to kill this time")
+            return
+        pid = self.rng.choice(sorted(running))
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self.killed[running[pid]] = self.killed.get(running[pid], 0) + 1
+        logging.info("killed the spark-submit driver of %s (pid %d)", running[pid], pid)
+
+    def run(self) -> dict[str, Any]:
+        before = spark_scratch()
+        started = time.monotonic()
+        demo = self.start()
+        # kafka_words' lag is read from the demo's broker (its port in kafka/kafka.json)
+        port = json.loads((self.base / "kafka" / "kafka.json").read_text())["port"]
+        os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": f"127.0.0.1:{port}"}})
+        coord = Coordinator((self.base / "state.dsn").read_text().strip())
+        end = time.monotonic() + self.args.minutes * 60
+        next_kill = time.monotonic() + self.args.kill_every
+        try:
+            while time.monotonic() < end:
+                if demo.poll() is not None:
+                    raise RuntimeError(f"the demo exited ({demo.returncode}); see {self.base / 'demo.out'}")
+                self.sample(coord)
+                if time.monotonic() >= next_kill:
+                    self.kill_one(demo)
+                    next_kill += self.args.kill_every
+                time.sleep(self.args.sample_every)
+        finally:
+            coord.close()
+            os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C, as a person stops it
+            try:
+                demo.wait(300)
+            except subprocess.TimeoutExpired:
+                os.killpg(demo.pid, signal.SIGKILL)
+                demo.wait(30)
+        left = sorted(spark_scratch() - before)
+        return self.report(time.monotonic() - started, demo.returncode, left)
+
+    def report(self, wall: float, exit_code: int, left: list[str]) -> dict[str, Any]:
+        topologies = {}
+        for t in DAGS:
+            lags, txids = self.lags[t], self.committed[t]
+            third = max(1, len(lags) // 3)
+            topologies[t] = {
+                "commits": (txids[-1] - txids[0]) if txids else 0,
+                "drivers_killed": self.killed.get(t, 0),
+                "max_lag_by_third": [max(lags[i * third:(i + 1) * third] or [0]) for i in range(3)],
+                "final_lag": lags[-1] if lags else None,
+                "lag": judge(lags),
+            }
+        return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": _commit(),
+                "machine": f"{platform.node()} {os.cpu_count()} cores", "minutes": self.args.minutes,
+                "kill_every_s": self.args.kill_every, "rate": self.args.rate, "wall_s": round(wall),
+                "demo_exit_code": exit_code, "left_in_temp": left, "topologies": topologies}
+
+
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
+def table(report: dict[str, Any]) -> str:
+    rows = [f"{'topology':<16} {'commits':>7} {'killed':>6}  {'max lag by third':<24} {'final':>7}  lag"]
+    for t, r in report["topologies"].items():
+        thirds = " / ".join(f"{v:,}" for v in r["max_lag_by_third"])
+        rows.append(f"{t:<16} {r['commits']:>7} {r['drivers_killed']:>6}  {thirds:<24} "
+                    f"{r['final_lag'] if r['final_lag'] is not None else '-':>7}  {r['lag']}")
+    rows.append(f"{report['minutes']} min, a driver killed every {report['kill_every_s']} s; demo exit code "
+                f"{report['demo_exit_code']} after Ctrl-C; left in the system temp directory: "
+                f"{', '.join(report['left_in_temp']) or 'nothing'}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.demo_soak", description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--kill-every", type=float, default=180, help="seconds between two driver kills")
+    parser.add_argument("--sample-every", type=float, default=15, help="seconds between two lag samples")
+    parser.add_argument("--rate", type=int, default=50, help="the demo's tweets per second")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dir", default="var/demo-soak", help="the demo's directory (a fresh one is best)")
+    parser.add_argument("--json", help="also write the report here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    report = Soak(args).run()
+    print(table(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    bad = report["left_in_temp"] or any(r["lag"] == "grows" for r in report["topologies"].values())
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
