@@ -239,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         env={"AIRFLOW_TXN_LANDING_DIR": str(landing), "AIRFLOW_TXN_PAYMENTS_KAFKA_TOPIC": "ledger"})
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    # Ctrl-C stops the demo however it was started: a process started in the background of a
+    # shell without job control inherits SIGINT ignored, and Python then leaves it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     producer: Producer | None = None
     requests: PaymentRequests | None = None
     kafka_tweets: KafkaTweets | None = None
