@@ -30,6 +30,7 @@ from ..spark.submit import LOCAL_SPARK_CONF, check_kubernetes_secret
 from ..spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
 from ..values import Combiner, ValueKind
 from .assets import topology_assets
+from .callbacks import imported
 from .deadlines import late_commit
 from .operators import CommitOperator, PlanOperator, PublishOperator, TransactionalSparkSubmitOperator
 from .priority import TransactionalPriority
@@ -260,17 +261,7 @@ def _check_spark_connect(conn_id: Any, spark_conf: Mapping[str, Any] | None) -> 
 
 def _check_late_commit(callback: Callable[..., Any] | str) -> None:
     """A deadline callback must be importable and a coroutine function: checked now, not when it fires."""
-    import importlib
-
-    target: Any = callback
-    if isinstance(callback, str):
-        module, _, attr = callback.rpartition(".")
-        try:
-            target = getattr(importlib.import_module(module), attr) if module and attr else None
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigError(f"on_late_commit {callback!r} cannot be imported ({exc}): give the dotted path of an "
-                              "async function importable where the triggerer runs, e.g. 'my_alerts.page_on_call'") \
-                from None
+    target = imported(callback, setting="on_late_commit", kind="an async function", where="the triggerer runs")
     if not inspect.iscoroutinefunction(target):
         raise ConfigError(f"on_late_commit must be a coroutine function (async def) or its dotted path, "
                           f"got {callback!r}")

@@ -20,7 +20,6 @@ someone, post to a channel. A topology that commits again is logged as recovered
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -30,6 +29,7 @@ from airflow.sdk import DAG, BaseOperator
 from ..core.model import TopologyStatus
 from ..exceptions import ConfigError
 from . import metrics
+from .callbacks import imported
 from .hooks import TransactionalHook
 
 __all__ = ["StallWatchOperator", "stall_watch_dag"]
@@ -78,12 +78,7 @@ def resolve_callback(callback: Callable[..., Any] | str | None) -> Callable[...,
     """``on_stall`` as a callable: a dotted path is imported (a wrong one refused with the fix)."""
     if callback is None or callable(callback):
         return callback
-    module, _, attr = str(callback).rpartition(".")
-    try:
-        target = getattr(importlib.import_module(module), attr) if module and attr else None
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"on_stall {callback!r} cannot be imported ({exc}): give the dotted path of a function "
-                          "importable where the workers run, e.g. 'my_alerts.page_on_call'") from None
+    target = imported(callback, setting="on_stall", kind="a function", where="the workers run")
     if not callable(target):
         raise ConfigError(f"on_stall must be a function or its dotted path, got {callback!r}")
     return target
