@@ -4,6 +4,7 @@ a real stack: tests/e2e/test_operations.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -57,7 +58,7 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
     coordinator = SimpleNamespace(topologies=lambda: specs, status=statuses.__getitem__, close=lambda: None)
     monkeypatch.setattr(stalls, "TransactionalHook", lambda conn_id: SimpleNamespace(
         get_coordinator=lambda: coordinator))
-    monkeypatch.setattr(stalls, "datetime", SimpleNamespace(now=lambda tz: NOW))
+    monkeypatch.setattr(stalls, "datetime", SimpleNamespace(now=lambda tz: NOW, fromisoformat=datetime.fromisoformat))
     gauges: list[tuple[str, float]] = []
     monkeypatch.setattr(metrics, "_stats", lambda: SimpleNamespace(
         gauge=lambda name, value, tags: gauges.append((name, value))))
@@ -87,8 +88,14 @@ def test_a_check_alerts_once_per_stall_with_what_airflow_says_the_next_txid_wait
     watch.op.execute({"ti": later})
     assert later.pushed["stalled"] == {} and ("transactional.words.stalled", 0) in watch.gauges
     watch.statuses["words"] = status("words", stalled=True)
-    watch.op.execute({"ti": FakeTI(previous=later.pushed["stalled"])})
+    again = FakeTI(previous=later.pushed["stalled"])
+    watch.op.execute({"ti": again})
     assert len(ALERTS) == 2
+    # It committed and stalled again between two checks: a new stall (since a later commit), alerted.
+    later_commit = NOW - timedelta(seconds=700)
+    watch.statuses["words"] = dataclasses.replace(status("words", stalled=True), last_commit_at=later_commit)
+    watch.op.execute({"ti": FakeTI(previous=again.pushed["stalled"])})
+    assert len(ALERTS) == 3 and ALERTS[2]["stalled_seconds"] == 700
 
 
 def test_a_failing_alert_or_an_unreadable_topology_does_not_blind_the_check(watch: Any) -> None:

@@ -13,7 +13,8 @@ behind ``max_active_runs``, a paused DAG -- so a separate DAG looks from outside
 Each check sends the gauges ``transactional.<topology>.stalled`` (1 or 0) and ``stall_seconds``,
 logs a warning per stalled topology with what its next txid waits for (in the store, and in
 Airflow: its task's state), and calls ``on_stall`` once per stall -- when a topology becomes
-stalled, not at every check while it stays so (the previous check's verdicts are its XCom).
+stalled, or committed and stalled again since the previous check, not at every check while it
+stays so (the previous check's verdicts, each stall's start, are its XCom).
 ``on_stall(*, topology_id, reason, stalled_seconds, context)`` runs in the watch's worker: page
 someone, post to a channel. A topology that commits again is logged as recovered.
 """
@@ -62,6 +63,14 @@ def stall_of(status: TopologyStatus, now: datetime) -> Stall | None:
     nxt = next((f for f in status.in_flight if f.txid == status.committed_txid + 1), None)
     since = status.last_commit_at or (nxt.since if nxt else None) or now
     return Stall(status.topology_id, status.blocked_by, since)
+
+
+def is_new(stall: Stall, seen_since: str | None, status: TopologyStatus) -> bool:
+    """Whether ``stall`` is not the one the previous check saw (stalled since ``seen_since``): it
+    was not stalled then, or it committed in between and stalled again."""
+    if seen_since is None:
+        return True
+    return status.last_commit_at is not None and stall.since > datetime.fromisoformat(seen_since)
 
 
 def airflow_says(task_states: Mapping[str, Any]) -> str | None:
@@ -115,7 +124,7 @@ class StallWatchOperator(BaseOperator):
                 continue
             reason = self.with_airflow_side(ti, status, stall.reason)
             self.log.warning("topology %s: %s", topology_id, reason)
-            if topology_id not in previous:
+            if is_new(stall, previous.get(topology_id), status):
                 self.alert(stall, reason, now, context)
         ti.xcom_push(key=XCOM_KEY, value={s.topology_id: s.since.isoformat() for s in stalls.values()})
 
