@@ -257,3 +257,13 @@ def test_a_configuration_it_cannot_run_with_fails_for_good_at_once_and_a_crash_i
         with task.failing_for_good(coord, context, "spark-submit"):  # type: ignore[arg-type]
             raise RuntimeError("driver lost")
     assert coord.noted == [(4, "process: spark-submit failed: driver lost")] and coord.marked == []
+
+
+def test_each_try_of_the_process_task_is_a_new_attempt_never_a_re_attach() -> None:
+    """Airflow 3.3's resumable jobs would re-attach a retry to the driver of an earlier try where
+    the Spark provider tracks it (a driver in cluster deploy mode); the process task does not."""
+    from airflow_transactional.airflow.operators import TransactionalSparkSubmitOperator
+
+    task = TransactionalSparkSubmitOperator(task_id="process", application="job.py",
+                                            topology={"topology_id": "words"})
+    assert task.durable is False

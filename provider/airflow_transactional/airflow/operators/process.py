@@ -66,6 +66,12 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         # Spark's own lineage events (the OpenLineage Spark listener, where the cluster has it)
         # name this task as their parent -- when OpenLineage is here to say who that is.
         kwargs.setdefault("openlineage_inject_parent_job_info", lineage.installed())
+        # Each try is a new attempt, never a re-attach to an earlier try's driver (Airflow 3.3's
+        # resumable jobs): that driver may be processing a plan the txid no longer has, and its
+        # "succeeded" would skip the recompute reuse_staged_output=False asks for. The commit takes
+        # one complete attempt of the current plan, so a lost try's driver that runs on (cluster
+        # deploy mode) costs work, never a double count.
+        kwargs.setdefault("durable", False)
         super().__init__(**kwargs)
         self.reuse_staged_output = reuse_staged_output
         self.spark_connect_conn_id = spark_connect_conn_id
