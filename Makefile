@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench venv lint clean startup-archive browser jars redis
+.PHONY: demo test docs bench venv lint clean startup-archive browser jars redis
 
 venv: $(STAMP)
 
@@ -18,7 +18,7 @@ $(STAMP): requirements/constraints.txt setup.cfg pyproject.toml
 	touch $(STAMP)
 
 # The class-data-sharing archive that saves each small spark-submit about a fifth of its CPU and
-# time (README "Pointing it at your own Postgres and Spark"): built once per machine, found at once
+# time (docs/guides/deployment.md): built once per machine, found at once
 # afterwards. Without it Spark jobs still run, only slower to start.
 startup-archive: $(STAMP)
 	$(BIN)/airflow-txn spark-cds || echo "(no class-data-sharing archive: Spark drivers start without one)"
@@ -54,7 +54,12 @@ redis:
 test: startup-archive lint browser jars redis
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests $(if $(TIER),-m $(TIER))
 
-# The benchmarks against the alternatives (README "Benchmarks"); `make bench QUICK=1` is the
+# The documentation site, from docs/ and mkdocs.yml, into var/site (offline; every internal link and
+# anchor checked, a warning is an error). The suite builds it too (tests/unit/test_docs.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The benchmarks against the alternatives (docs/benchmarks.md); `make bench QUICK=1` is the
 # under-ten-minutes variant. Prints the table, writes docs/benchmarks.png.
 bench: startup-archive
 	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[bench]'

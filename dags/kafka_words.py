@@ -1,6 +1,6 @@
 """The words topology fed by a Kafka topic: tweeted URLs counted per URL and per domain, read at
 exact offsets below the last stable offset, so records of aborted producer transactions are never
-counted (README "Reading from Kafka")."""
+counted (docs/guides/kafka.md)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ random -- seeded, so a run can be replayed:
   api_restart             the api-server SIGKILLed and restarted
   clear                   a random task of a random run cleared (committed runs included)
 
-It plays the operator too, as documented in README ("Operating a topology"): a component that
+It plays the operator too, as documented in docs/guides/operating.md: a component that
 died is restarted (what systemd or Kubernetes would do) and a failed run is cleared. At the end
 it drains the log and checks, independently of the provider's code paths:
 

@@ -118,7 +118,7 @@ class OutputSpec:
 
     ``kafka_topic``: the committed events are also published to that Kafka topic (through the
     ``kafka_conn_id`` connection), each txid's in one Kafka transaction, in txid order, after its
-    commit (README "Publishing to Kafka").
+    commit (docs/guides/kafka.md, "Publishing to Kafka").
     """
 
     name: str

@@ -1,6 +1,6 @@
 """Headless Chromium (Debian's, driven by Selenium) for the e2e tests that look at the Transactions
 views as a person does: signed in through Airflow's login page, the plugin's pages read in the UI's
-frame, and screenshots saved where README takes them from (docs/ui-*.png)."""
+frame, and screenshots saved where the docs take them from (docs/ui-*.png)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def shot(driver: object, name: str, tmp: Path) -> None:
     path = tmp / name
     assert driver.save_screenshot(str(path))  # type: ignore[attr-defined]
     DOCS.mkdir(exist_ok=True)
-    shutil.copy(path, DOCS / name)  # what README shows
+    shutil.copy(path, DOCS / name)  # what docs/guides/ui.md shows
 
 
 def signed_in(driver: object, stack: LocalStack) -> object:

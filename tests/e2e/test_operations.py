@@ -172,7 +172,7 @@ def _a_failed_txid_blocks_the_later_ones(c: _Cascade, statsd: StatsdListener) ->
 
 def _a_person_sees_the_blocked_topology_and_why(c: _Cascade, chrome: object) -> None:
     """In a real browser, signed in: the overview says what blocks the topology; the failed run's
-    Transaction tab says in one line how it failed, and links to the whole log (README's screenshots)."""
+    Transaction tab says in one line how it failed, and links to the whole log (docs/guides/ui.md shows them)."""
     driver = signed_in(chrome, c.stack)
     driver.get(f"{c.stack.url}/plugin/transactions")  # type: ignore[attr-defined]
     text = frame_text(driver, f"blocked by failed txid 3 (run {c.by_txid[3]})")
@@ -288,7 +288,7 @@ def test_a_commit_killed_on_its_last_try_does_not_hold_the_later_runs(stack: Loc
     status = coord.status(dag)
     assert status.committed_txid == 1 and status.blocked_by and "txid 2" in status.blocked_by
 
-    # Recovery as the README says: the cause gone, clear the killed run, then the blocked ones.
+    # Recovery as docs/guides/operating.md says: the cause gone, clear the killed run, then the blocked ones.
     set_faults(stack)
     client.clear(dag, by_txid[2], only_failed=True)
     wait_for_runs(stack, dag, [by_txid[2]])

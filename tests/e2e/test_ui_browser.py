@@ -2,7 +2,7 @@
 Selenium) signs in to the real api-server through Airflow's login page, opens Browse >
 Transactions, the words DAG's Transactions tab and a run's Transaction tab, checks the numbers
 shown against Postgres, filters and opens a quarantined record, and saves screenshots -- the ones
-README shows (docs/ui-*.png). Reads the words topology ``test_transactional_dags.py`` committed."""
+docs/guides/ui.md shows (docs/ui-*.png). Reads the words topology ``test_transactional_dags.py`` committed."""
 
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def test_a_commit_deadline_is_an_airflow_deadline_alert_on_every_run() -> None:
     alerts = _dag(commit_deadline=timedelta(seconds=30), on_late_commit=_page_someone, deadline=theirs).deadline
     assert [a.interval for a in alerts] == [timedelta(hours=1), timedelta(seconds=30)]
     assert alerts[1].callback.path == f"{__name__}._page_someone"
-    assert alerts[1].callback.kwargs == {"topology_id": "t_words"}  # the signature README gives
+    assert alerts[1].callback.kwargs == {"topology_id": "t_words"}  # the signature docs/guides/observability.md gives
 
 
 @pytest.mark.parametrize(("schedule", "stall_after", "seconds"), [

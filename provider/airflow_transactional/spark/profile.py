@@ -1,6 +1,6 @@
 """The job's profile: wall and CPU-seconds per phase of the whole Spark process tree, and the
-driver JVM's CPU by kind of thread (JIT, garbage collection, tasks) -- what README's per-phase
-profile and the bench's notes are read from."""
+driver JVM's CPU by kind of thread (JIT, garbage collection, tasks) -- what the per-phase profile
+of docs/benchmarks.md and the bench's notes are read from."""
 
 from __future__ import annotations
 

@@ -312,7 +312,7 @@ def with_quiet_driver_logs(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: Up to this input a local driver JVM whose Java options choose no JIT runs with C1 only; above
-#: it, with the full JIT. Measured on the ``words`` job folding in one pass (README "Benchmarks"),
+#: it, with the full JIT. Measured on the ``words`` job folding in one pass (docs/benchmarks.md),
 #: one spark-submit on its own. A landing file: C1 only took 0.80-0.93x the CPU of the full JIT at
 #: 1M events (90 MB) in the same wall time, but more of both at 2M (1.0-1.3x the CPU, 1.1-1.5x the
 #: time) and 1.2-1.7x the CPU at 5M; through Airflow, three in flight, it gave 1.07x the events/s

@@ -3,8 +3,7 @@
 Each migration runs once, in order, in the transaction that records it, under an advisory lock
 so concurrent workers starting at once do not race. Migrating needs only ownership of the
 schema (or CREATE on the database to create it), no superuser; once the schema is up to date
-nothing here runs DDL, so a run-time role with DML rights alone works (README "Security and
-bad input").
+nothing here runs DDL, so a run-time role with DML rights alone works (docs/guides/security.md).
 """
 
 from __future__ import annotations

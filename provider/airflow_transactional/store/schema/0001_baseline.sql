@@ -1,7 +1,7 @@
 -- The provider's schema, version 1. ``{s}`` is the schema (quoted); every other name is fixed.
 -- Never edit a released version: add the next file (0002_what_it_does.sql).
 
--- One row per topology: its declaration (written by the schema's owner only: README "Security"),
+-- One row per topology: its declaration (written by the schema's owner only: docs/guides/security.md),
 -- its checkpoint (committed txid and offsets), and the mark of a running rebuild. Its row lock
 -- serialises the topology's plans and commits.
 CREATE TABLE {s}.topologies (
