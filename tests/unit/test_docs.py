@@ -37,9 +37,24 @@ def test_the_docs_site_builds_with_every_link_and_anchor_checked(tmp_path: Path)
 def test_a_broken_link_anchor_or_snippet_fails_the_build(tmp_path: Path, page: str, breakage: str, said: str) -> None:
     root = tmp_path / "repo"
     shutil.copytree(REPO / "docs", root / "docs")
-    for name in ("mkdocs.yml", "README.md"):
+    for name in ("mkdocs.yml", "README.md", "dev/docs_results.py"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, root / name)
     with open(root / "docs" / page, "a") as out:
         out.write(breakage)
     done = build(root, tmp_path / "site")
     assert done.returncode != 0 and said in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def test_a_results_marker_becomes_the_table_its_run_wrote() -> None:
+    import json
+
+    from dev import docs_results
+
+    written = json.loads((REPO / "docs" / "results" / "demo-soak.json").read_text())
+    page = docs_results.on_page_markdown("Its last run:\n\n<!-- results:demo-soak -->\n")
+    assert "<!-- results:" not in page and f"commit `{written['commit']}`" in page
+    for name, t in written["topologies"].items():
+        assert f"| `{name}` | {t['commits']} | {t['drivers_killed']} |" in page
+    with pytest.raises(ValueError, match="no table for results:bench-nothing: one of demo-soak"):
+        docs_results.on_page_markdown("<!-- results:bench-nothing -->")
