@@ -1,6 +1,7 @@
-"""The Kafka-fed example on a real Airflow, a real broker and real Spark: runs triggered over REST,
-a failed processing retried, a committed run cleared and a backfill over new dates -- the counts
-are those of the records producers committed (their own ledger), never an aborted one."""
+"""A Kafka-fed topology on a real Airflow, a real broker and real Spark (the ``kafka_words``
+example's, on the stack's Spark Connect server): runs triggered over REST, a failed processing
+retried, a committed run cleared and a backfill over new dates -- the counts are those of the
+records producers committed (their own ledger), never an aborted one."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -16,14 +16,14 @@ from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack, RestClient, on_schedule
-from tests.e2e.conftest import REPO, task_log, wait_for_runs
+from tests.e2e.conftest import KAFKA_DAGS, task_log, wait_for_runs
 from tests.e2e.operating import set_faults
 from tests.helpers import query
 from tests.kafka_helpers import TransactionalProducer, create_topic, read_topic
 
 pytestmark = pytest.mark.e2e
 
-DAG = "kafka_words"
+DAG = "kafka_counts"  # tests/e2e/dags/kafka_dags.py
 DAY0 = datetime(2025, 9, 1, tzinfo=UTC)
 
 
@@ -41,7 +41,7 @@ def _a_failed_scheduled_run_is_reprocessed_in_place_by_airflows_backfill(stack: 
     client.unpause(DAG)
     deadline = datetime.now(UTC) + timedelta(minutes=3)
     while not client.runs(DAG):
-        assert datetime.now(UTC) < deadline, "Airflow scheduled no run of kafka_words"
+        assert datetime.now(UTC) < deadline, f"Airflow scheduled no run of {DAG}"
         time.sleep(2)
     [scheduled] = client.runs(DAG)
     assert wait_for_runs(stack, DAG, [scheduled["dag_run_id"]], allow_failed=True) == {
@@ -112,9 +112,9 @@ def test_the_kafka_topology_commits_what_producers_committed_through_retries_cle
     assert "already committed" in task_log(stack, DAG, runs[0], "commit")
     commits = coord.commits(DAG)
     assert [c["txid"] for c in commits] == list(range(1, len(commits) + 1))
-    assert dict(query(dsn, "SELECT url, value FROM kafka_url_counts")) == Counter(r["url"] for r in ledger)
+    assert dict(query(dsn, "SELECT url, value FROM counts_url")) == Counter(r["url"] for r in ledger)
     assert sum(c["records_read"] for c in commits) == len(ledger)
-    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(Path(REPO) / "dags" / "kafka_words.py")]) == 0
+    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(KAFKA_DAGS)]) == 0
     coord.close()
 
 
