@@ -25,7 +25,7 @@ from typing import Any
 
 from airflow_transactional import files
 from dev.embedded import free_port, listening
-from dev.localstack import LocalStack, spawn, stop_process
+from dev.localstack import SPARK_CONNECT, LocalStack, spawn, stop_process
 from dev.restclient import AirflowStackError
 
 REDIS_SERVER = "redis-server"
@@ -197,6 +197,11 @@ class SparkStandalone:
         return {k: sum("CoarseGrainedExecutorBackend" in _cmdline(pid) for pid in descendants(proc.pid)[1:])
                 for k, proc in self.workers.items() if proc is not None and proc.poll() is None}
 
+    def tasks_started(self) -> int:
+        """How many tasks the executors of every application have started so far (their logs)."""
+        return sum(log.read_text(errors="replace").count("Running task ")
+                   for log in self.base_dir.glob("work-*/app-*/*/stderr"))
+
     def stop(self) -> None:
         for k in self.workers:
             stop_process(self.workers[k])
@@ -219,6 +224,9 @@ class ClusterStack(LocalStack):
         # first taking every core and the second waiting for it (a cluster's usual default).
         self.spark = SparkStandalone(self.base_dir / "spark", workers=spark_workers, conf={
             "spark.cores.max": "1", "spark.executor.memory": "1g", "spark.ui.enabled": "false"})
+        # With spark_connect, the Spark Connect server is an application of this cluster (its driver
+        # here, its executor on a worker), started on demand: its executor holds a worker's core.
+        self.spark_connect_master = self.spark.url
         self.celery_workers = [f"worker-{k}" for k in range(1, celery_workers + 1)]
         self.worker_concurrency = worker_concurrency
         self.log_ports = {name: free_port() for name in self.celery_workers}
@@ -227,6 +235,23 @@ class ClusterStack(LocalStack):
     @property
     def components(self) -> tuple[str, ...]:
         return (*super().components, *self.celery_workers)
+
+    @property
+    def on_demand(self) -> tuple[str, ...]:
+        return (SPARK_CONNECT,) if self.spark_connect_port else ()
+
+    def start_spark_connect(self) -> None:
+        """Start the Spark Connect server on the cluster, until it serves."""
+        self.start_component(SPARK_CONNECT)
+        _wait(lambda: listening(self.spark_connect_port or 0), "the Spark Connect server",
+              self.base_dir / f"{SPARK_CONNECT}.log", self.procs[SPARK_CONNECT], timeout=180)
+
+    def kill_spark_connect(self) -> None:
+        """The Spark Connect server's host lost: its JVM (the driver of its sessions) SIGKILLed;
+        the master then removes its executors."""
+        proc = self.procs.pop(SPARK_CONNECT)
+        kill_tree(proc.pid)
+        proc.wait(10)
 
     def env(self) -> dict[str, str]:
         env = super().env()

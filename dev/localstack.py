@@ -131,6 +131,7 @@ class LocalStack:
         # With spark_connect, a Spark Connect server (local[2]) runs beside Airflow as the
         # connection ``spark_connect_default``, for topologies declared with spark_connect_conn_id.
         self.spark_connect_port = free_port() if spark_connect else None
+        self.spark_connect_master = "local[2]"
         self._secrets_file = self.base_dir / "secrets.json"
         # With teams ({team: dags folder}), Airflow runs in multi-team mode: each folder is a DAG
         # bundle owned by its team, and a user given a team ("viewer:team_a") sees only the DAGs
@@ -267,13 +268,19 @@ class LocalStack:
         self._run(["airflow", "pools", "set", "spark", str(self.spark_slots), "concurrent spark-submit jobs"],
                   "pools", timeout=120)
         for name in self.components:
-            self.start_component(name)
+            if name not in self.on_demand:
+                self.start_component(name)
         self.wait_healthy(timeout)
         return self
 
     @property
     def components(self) -> tuple[str, ...]:
         return (*COMPONENTS, SPARK_CONNECT) if self.spark_connect_port else COMPONENTS
+
+    @property
+    def on_demand(self) -> tuple[str, ...]:
+        """Components :meth:`start` leaves to the caller (``start_component``)."""
+        return ()
 
     def _run(self, argv: list[str], label: str, timeout: float) -> None:
         logf = self.base_dir / f"{label}.log"
@@ -290,7 +297,8 @@ class LocalStack:
         env = self.env()
         if name == SPARK_CONNECT and self.spark_connect_port:
             connector = kafka_connector().find() if self.kafka is not None else None
-            argv = spark_connect_server_argv(self.spark_connect_port, jars=[str(j) for j in connector or []])
+            argv = spark_connect_server_argv(self.spark_connect_port, self.spark_connect_master,
+                                             jars=[str(j) for j in connector or []])
             env = spark_connect_server_env(self._secrets()["spark_connect"], env)  # its token, none of our secrets
         else:
             argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
@@ -328,7 +336,7 @@ class LocalStack:
                 health = self.client().get("/api/v2/monitor/health")
                 if all(health.get(c, {}).get("status") == "healthy"
                        for c in ("metadatabase", "scheduler", "triggerer", "dag_processor")) and (
-                        self.spark_connect_port is None or listening(self.spark_connect_port)):
+                        SPARK_CONNECT not in self.procs or listening(self.spark_connect_port or 0)):
                     return
                 last = json.dumps(health)
             except (OSError, AirflowStackError) as exc:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,9 @@ import redis
 
 from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
-from bench.chaos.faults import wait_for
 from dev.cluster import ClusterStack
 from dev.restclient import RestClient
+from tests.cluster.conftest import task_instance, until
 from tests.e2e.conftest import wait_for_runs
 from tests.helpers import query
 
@@ -32,20 +31,14 @@ TWEETS = [(f"tw{i}", json.dumps({"url": f"https://{['apache.org', 'Example.com']
           for i in range(1200)]  # three full batches of 400: txids 2, 3 and 4
 
 
-def _until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    found = wait_for(check, timeout)
-    assert found, f"{what} after {timeout:.0f}s"
-    return found
-
-
 def _ti(client: RestClient, run_id: str, task: str) -> dict[str, Any]:
-    return next(ti for ti in client.task_instances(DAG, run_id) if ti["task_id"] == task)
+    return task_instance(client, DAG, run_id, task)
 
 
 def _lose_the_celery_worker_running(cluster: ClusterStack, client: RestClient, run_id: str, task: str) -> str:
     """Kill the Celery worker whose process tree runs ``task`` of ``run_id`` (held at a fault), and
     start a replacement; the worker's name."""
-    pid = _until(lambda: _ti(client, run_id, task).get("pid"), 60, f"no pid for {task} of {run_id}")
+    pid = until(lambda: _ti(client, run_id, task).get("pid"), 60, f"no pid for {task} of {run_id}")
     worker = cluster.worker_of(pid)
     assert worker is not None, f"{task} of {run_id} (pid {pid}) runs in no Celery worker"
     cluster.kill_worker(worker)
@@ -57,7 +50,7 @@ def _lose_the_celery_worker_running(cluster: ClusterStack, client: RestClient, r
 def _lose_the_spark_worker_running_an_executor(cluster: ClusterStack, release: Path) -> int:
     """Once exactly one executor runs (txid 3's: txid 2's left with its driver), kill the Spark
     worker running it, let txid 3's driver go on, and start a replacement worker."""
-    executors = _until(lambda: (e := cluster.spark.executors()) and sum(e.values()) == 1 and e, 120,
+    executors = until(lambda: (e := cluster.spark.executors()) and sum(e.values()) == 1 and e, 120,
                        "not exactly one Spark executor running")
     [worker] = [k for k, n in executors.items() if n]
     cluster.spark.kill_worker(worker)
@@ -89,18 +82,18 @@ def test_a_topology_on_celery_and_a_spark_cluster_survives_lost_nodes_exactly_on
     coord = Coordinator(cluster.state_dsn)
     lost: dict[int, tuple[str, datetime]] = {}
     try:
-        _until(lambda: query(cluster.state_dsn, "SELECT count(*) FROM airflow_txn.transactions WHERE topology_id = %s",
+        until(lambda: query(cluster.state_dsn, "SELECT count(*) FROM airflow_txn.transactions WHERE topology_id = %s",
                              (DAG,))[0][0], 180, "the scheduled run planned no txid")
         log.append(TWEETS)
         start = datetime.now(UTC) - timedelta(hours=2)
         runs = [client.trigger(DAG, (start + timedelta(minutes=k)).isoformat())["dag_run_id"] for k in range(3)]
-        _until(fired[2].exists, 300, "txid 2's driver did not reach its fault")
+        until(fired[2].exists, 300, "txid 2's driver did not reach its fault")
         worker = _lose_the_celery_worker_running(cluster, client, coord.transaction(DAG, 2).run_key, "process")
         lost[2] = (f"Celery {worker} running the batch and its driver", datetime.now(UTC))
-        _until(fired[3].exists, 300, "txid 3's driver did not reach its fault")
+        until(fired[3].exists, 300, "txid 3's driver did not reach its fault")
         spark_worker = _lose_the_spark_worker_running_an_executor(cluster, holds / "release-3")
         lost[3] = (f"Spark worker {spark_worker} running the batch's executor", datetime.now(UTC))
-        _until(fired[4].exists, 600, "txid 4's commit did not reach its fault")
+        until(fired[4].exists, 600, "txid 4's commit did not reach its fault")
         worker = _lose_the_celery_worker_running(cluster, client, coord.transaction(DAG, 4).run_key, "commit")
         lost[4] = (f"Celery {worker} inside the commit's transaction", datetime.now(UTC))
         scheduled = [r["dag_run_id"] for r in client.runs(DAG) if r["dag_run_id"] not in runs]
@@ -143,7 +136,7 @@ def test_a_queued_task_survives_a_broker_restart_and_batches_a_master_restart(cl
     client.unpause(DAG)
     coord = Coordinator(dsn)
     try:
-        wait_for_runs(cluster, DAG, [r["dag_run_id"] for r in _until(lambda: client.runs(DAG), 180, "no run")],
+        wait_for_runs(cluster, DAG, [r["dag_run_id"] for r in until(lambda: client.runs(DAG), 180, "no run")],
                       timeout=600)
         before = coord.status(DAG).committed_txid
         counts = dict(query(dsn, "SELECT url, value FROM url_counts"))
@@ -152,9 +145,9 @@ def test_a_queued_task_survives_a_broker_restart_and_batches_a_master_restart(cl
             cluster.stop_component(worker)
         log.append(more)
         run = client.trigger(DAG, (datetime.now(UTC) - timedelta(hours=1)).isoformat())["dag_run_id"]
-        _until(lambda: _ti(client, run, "plan")["state"] == "queued", 120, "the plan task was not queued")
+        until(lambda: _ti(client, run, "plan")["state"] == "queued", 120, "the plan task was not queued")
         broker = redis.Redis.from_url(cluster.redis.url(0))
-        _until(lambda: broker.llen("default"), 60, "no message in the Celery queue")  # the plan task's
+        until(lambda: broker.llen("default"), 60, "no message in the Celery queue")  # the plan task's
         broker.close()
         cluster.redis.restart()
         back = datetime.now(UTC)
