@@ -49,10 +49,11 @@ redis:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
 	  else echo "the cluster tier needs Debian's redis-server: sudo apt-get install redis-server"; exit 1; fi; }
 
-# The house rules first (ruff, mypy: seconds), then every tier of the suite. For development one
-# tier runs alone: `make test TIER=unit` (or integration, spark, e2e, cluster); CI runs them all.
+# The house rules first (ruff, mypy: seconds), then every tier of the suite, in two lanes side by
+# side (dev/lanes.py: the e2e tier, and the others). For development one tier runs alone:
+# `make test TIER=unit` (or integration, spark, e2e, cluster); CI runs them all.
 test: startup-archive lint browser jars redis
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest tests $(if $(TIER),-m $(TIER))
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python $(if $(TIER),-m pytest tests -m $(TIER),-m dev.lanes)
 
 # The documentation site, from docs/ and mkdocs.yml, into var/site (offline; every internal link and
 # anchor checked, a warning is an error). The suite builds it too (tests/unit/test_docs.py).
