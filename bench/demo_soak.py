@@ -37,7 +37,7 @@ from dev.embedded import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 #: What Spark leaves in a temp directory it is given (and the provider's zip inside them).
-SPARK_SCRATCH = ("spark-", "blockmgr-", "artifacts-")
+SPARK_SCRATCH = ("spark-", "blockmgr-", "artifacts-", "spark_connect_")
 
 
 def spark_scratch() -> set[str]:

@@ -38,8 +38,13 @@ class ConnectServer:
         return {"conn_type": "spark_connect", "host": "sc://localhost", "port": self.port, "password": self.token}
 
     def start(self, env: dict[str, str] | None = None) -> ConnectServer:
+        # Its scratch space (Spark's local dirs, the JVM's temp dir, where the server keeps its
+        # model cache) beside its log, not in the system temp directory.
+        scratch = self.log.parent / "scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
         base = {**(env if env is not None else os.environ), "PYSPARK_PYTHON": sys.executable,
-                "SPARK_LOCAL_IP": "127.0.0.1"}
+                "SPARK_LOCAL_IP": "127.0.0.1", "TMPDIR": str(scratch), "SPARK_LOCAL_DIRS": str(scratch),
+                "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={scratch}"}
         with open(files.open_private_log(self.log), "ab") as out:
             self.proc = subprocess.Popen(spark_connect_server_argv(self.port, self.master), stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,

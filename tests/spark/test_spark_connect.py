@@ -22,6 +22,8 @@ from dev.embedded import free_port
 from dev.sparkconnect import ConnectServer
 from tests.helpers import query
 
+MODEL_CACHE = "spark_connect_model_cache"  # what a Connect server makes in its JVM's temp dir
+
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,12 +32,16 @@ WORDS = str(REPO / "spark_jobs" / "words.py")
 
 @pytest.fixture(scope="module")
 def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    cache = Path("/tmp") / MODEL_CACHE  # the JVM's default temp dir, whatever $TMPDIR says
+    before = cache.exists()
     server = ConnectServer(free_port(), tmp_path_factory.mktemp("spark-connect") / "server.log").start()
     try:
         server.wait(120)
         yield server.url
     finally:
         server.stop()
+    # The server kept its scratch (Spark's local dirs, its model cache) beside its log.
+    assert before or not cache.exists(), f"the Spark Connect server left {cache}"
 
 
 def _client(dsn: str, remote: str, txid: int) -> subprocess.CompletedProcess[str]:
