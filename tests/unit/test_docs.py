@@ -27,6 +27,16 @@ def test_the_docs_site_builds_with_every_link_and_anchor_checked(tmp_path: Path)
     assert done.returncode == 0, done.stdout + done.stderr
     page = (tmp_path / "site" / "guides" / "first-topology.html").read_text()
     assert "transactional_dag" in page and "clicks_per_page" in page  # README's section, included
+    # The reference pages, generated from the code: every public name, every command.
+    from airflow_transactional.cli import parser
+    from dev.docs_reference import public_names, subcommands
+
+    api = (tmp_path / "site" / "reference" / "python.html").read_text()
+    for module, name, _obj in public_names():
+        assert f"from {module} import {name}" in api, name
+    commands = (tmp_path / "site" / "reference" / "cli.html").read_text()
+    for command in subcommands(parser()):
+        assert f"airflow-txn {command}</code>" in commands, command
 
 
 @pytest.mark.parametrize(("page", "breakage", "said"), [
@@ -37,7 +47,7 @@ def test_the_docs_site_builds_with_every_link_and_anchor_checked(tmp_path: Path)
 def test_a_broken_link_anchor_or_snippet_fails_the_build(tmp_path: Path, page: str, breakage: str, said: str) -> None:
     root = tmp_path / "repo"
     shutil.copytree(REPO / "docs", root / "docs")
-    for name in ("mkdocs.yml", "README.md", "dev/docs_results.py"):
+    for name in ("mkdocs.yml", "README.md", "dev/docs_results.py", "dev/docs_reference.py"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, root / name)
     with open(root / "docs" / page, "a") as out:

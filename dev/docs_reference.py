@@ -1,0 +1,100 @@
+"""An MkDocs hook (``mkdocs.yml``): the reference pages generated from the code, so they cannot
+drift from it. ``<!-- reference:python -->`` becomes every public name of ``airflow_transactional``
+and of ``airflow_transactional.spark_job`` (what a DAG file and a job file import) with its
+signature and docstring; ``<!-- reference:cli -->`` becomes every ``airflow-txn`` command with its
+arguments, as its argparse definition says them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+MARKER = re.compile(r"<!-- reference:([a-z]+) -->")
+#: The modules whose public names (``__all__``) a user imports.
+MODULES = ("airflow_transactional", "airflow_transactional.spark_job")
+
+
+def _signature(name: str, obj: Any) -> str:
+    """``name(`` one parameter a line ``)``, annotations as written in the code."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return f"{name}(...)"
+    params, star = [], False
+    for param in sig.parameters.values():
+        if param.kind is param.KEYWORD_ONLY and not star:
+            params.append("*")
+            star = True
+        star = star or param.kind is param.VAR_POSITIONAL
+        stars: dict[inspect._ParameterKind, str] = {param.VAR_POSITIONAL: "*", param.VAR_KEYWORD: "**"}
+        text = stars.get(param.kind, "") + param.name
+        if param.annotation is not param.empty:
+            hint = param.annotation
+            text += f": {hint if isinstance(hint, str) else inspect.formatannotation(hint)}"
+        if param.default is not param.empty:
+            text += f" = {param.default!r}"
+        params.append(text)
+    returns = "" if sig.return_annotation is sig.empty else f" -> {sig.return_annotation}"
+    if not params:
+        return f"{name}(){returns}"
+    return f"{name}(\n" + "".join(f"    {p},\n" for p in params) + f"){returns}"
+
+
+def public_names() -> list[tuple[str, str, Any]]:
+    """(module, name, object) of every public name of :data:`MODULES`, in ``__all__`` order."""
+    out = []
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        out += [(module_name, name, getattr(module, name)) for name in module.__all__]
+    return out
+
+
+def python() -> str:
+    parts = []
+    for module_name, name, obj in public_names():
+        kind = "class" if inspect.isclass(obj) else "function" if callable(obj) else "constant"
+        parts.append(f"## `{name}`\n\n*{kind}*, `from {module_name} import {name}`\n")
+        if callable(obj):
+            parts.append(f"```python\n{_signature(name, obj)}\n```\n")
+        else:
+            parts.append(f"```python\n{name} = {obj!r}\n```\n")
+        doc = inspect.getdoc(obj) if callable(obj) else None
+        if doc:
+            parts.append(doc + "\n")
+    return "\n".join(parts)
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def cli() -> str:
+    from airflow_transactional.cli import parser
+
+    os.environ["COLUMNS"] = "100"  # argparse wraps its help to the terminal's width: the page's, here
+    top = parser()
+    parts = [f"```\n{top.format_help()}```\n"]
+    for name, sub in subcommands(top).items():
+        parts.append(f"## `airflow-txn {name}`\n\n```\n{sub.format_help()}```\n")
+    return "\n".join(parts)
+
+
+RENDERERS: dict[str, Callable[[], str]] = {"python": python, "cli": cli}
+
+
+def render(name: str) -> str:
+    if name not in RENDERERS:
+        raise ValueError(f"no reference:{name}: one of {', '.join(sorted(RENDERERS))}")
+    return RENDERERS[name]()
+
+
+def on_page_markdown(markdown: str, **_kwargs: Any) -> str:
+    return MARKER.sub(lambda m: render(m.group(1)), markdown)
