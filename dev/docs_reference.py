@@ -2,7 +2,9 @@
 drift from it. ``<!-- reference:python -->`` becomes every public name of ``airflow_transactional``
 and of ``airflow_transactional.spark_job`` (what a DAG file and a job file import) with its
 signature and docstring; ``<!-- reference:cli -->`` becomes every ``airflow-txn`` command with its
-arguments, as its argparse definition says them."""
+arguments, as its argparse definition says them; ``<!-- reference:metrics -->`` the metrics'
+table of ``airflow/metrics.py``; ``<!-- reference:schema -->`` every table of the state store, as
+its baseline schema file creates it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import inspect
 import os
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 MARKER = re.compile(r"<!-- reference:([a-z]+) -->")
@@ -87,7 +90,53 @@ def cli() -> str:
     return "\n".join(parts)
 
 
-RENDERERS: dict[str, Callable[[], str]] = {"python": python, "cli": cli}
+def metrics() -> str:
+    """The metrics module's docstring: the one table of every name the code sends (the docs test
+    checks each name sent in ``metrics.py`` is in it)."""
+    from airflow_transactional.airflow import metrics as module
+
+    doc = inspect.getdoc(module) or ""
+    head, table, tail = re.split(r"\n(?===+  )", doc, maxsplit=1)[0], "", ""
+    rows = re.search(r"^(=+  =+  =+)\n(.*?)\n\1$", doc, re.S | re.M)
+    if rows:
+        table = "| metric | kind | what |\n| --- | --- | --- |\n"
+        for line in rows.group(2).splitlines():
+            if line[:2] == "``":
+                name, kind, text = re.match(r"``(\w+)``\s+(\w+)\s+(.*)", line).groups()  # type: ignore[union-attr]
+                table += f"| `{name}` | {kind} | {text} |\n"
+            else:  # a row's text going on
+                table = table[:-3] + f" {line.strip()} |\n"
+        tail = doc[rows.end():]
+    text = f"{head}\n\n{table}\n{tail.strip()}\n".replace("``", "`")
+    return re.sub(r":mod:`([^`]+)`", r"`\1`", text)
+
+
+def schema() -> str:
+    """Every table of the state store, as the schema's baseline file creates it, with its comment."""
+    from airflow_transactional.store import migrations
+
+    sql = (Path(migrations.__file__).parent / "schema" / "0001_baseline.sql").read_text()
+    parts: list[str] = []
+    comment: list[str] = []
+    statement: list[str] | None = None
+    for line in sql.splitlines():
+        if statement is not None:  # inside a CREATE TABLE, up to its closing line
+            statement.append(line)
+            if line.startswith(");"):
+                table = statement[0].split()[2].split(".")[-1]
+                body = "\n".join(statement).replace("{s}", "airflow_txn").replace("{{", "{").replace("}}", "}")
+                parts.append(f"## `{table}`\n\n{' '.join(comment)}\n\n```sql\n{body}\n```\n")
+                statement, comment = None, []
+        elif line.startswith("CREATE TABLE "):
+            statement = [line]
+        elif line.startswith("--"):
+            comment.append(line[2:].strip())
+        else:
+            comment = []
+    return "\n".join(parts)
+
+
+RENDERERS: dict[str, Callable[[], str]] = {"python": python, "cli": cli, "metrics": metrics, "schema": schema}
 
 
 def render(name: str) -> str:
