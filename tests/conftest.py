@@ -4,6 +4,7 @@ and a real Kafka broker for the tests that read or write Kafka."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,9 @@ from dev.kafka import KafkaBroker
 # Every process a test starts (Airflow's components, spark-submit's driver, a CLI) starts with the
 # fault engine installed, so a test can arm faults in it.
 os.environ.update(faults.child_env())
+# py4j says goodbye at INFO from a gateway's __del__ at interpreter exit, after pytest has closed the
+# streams logging writes to: a "Logging error" traceback at the end of every run, about nothing.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")
