@@ -32,6 +32,7 @@ import psutil
 
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import TransactionalError
+from bench.measure import git_commit
 from dev.demo import DAGS
 from dev.embedded import free_port
 
@@ -154,15 +155,10 @@ class Soak:
                 "final_lag": lags[-1] if lags else None,
                 "lag": judge(lags),
             }
-        return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": _commit(),
+        return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(),
                 "machine": f"{platform.node()} {os.cpu_count()} cores", "minutes": self.args.minutes,
                 "kill_every_s": self.args.kill_every, "rate": self.args.rate, "wall_s": round(wall),
                 "demo_exit_code": exit_code, "left_in_temp": left, "topologies": topologies}
-
-
-def _commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    return out.stdout.strip() or "?"
 
 
 def table(report: dict[str, Any]) -> str:

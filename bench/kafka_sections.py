@@ -35,7 +35,7 @@ from airflow_transactional.spark.jars import kafka_connector
 from airflow_transactional.spark.submit import spark_submit_argv, with_jit_for_batch
 from airflow_transactional.store import outputs
 from bench.measure import SCHEMA, Report, Row, Sizes, execute, median
-from bench.work import PEER_JOB, Work, run_measured, words_topology
+from bench.work import PEER_JOB, Work, connect_server, run_measured, words_topology
 from dev.kafka import KafkaBroker
 
 log = logging.getLogger("bench.perf")
@@ -134,6 +134,7 @@ def bench_kafka_read(dsn: str, schema: str, base: Path, events_file: Path, sizes
                 cpu, wall, result = work.ours(what, jars=work.jars if what == "bench_kafka" else ())
             took.setdefault(what, []).append((cpu, wall))
             log.info("kafka: %s, trial %d: %.1f CPU-s, %.1f s wall", what, trial, cpu, wall)
+    took.update(connect_trials(work, base, sizes.work_trials))
     coord = Coordinator(dsn, schema=schema)  # commit ours, so that the final states can be compared
     try:
         for name in ("bench_kafka", "bench_kafka_landing"):
@@ -158,6 +159,39 @@ def bench_kafka_read(dsn: str, schema: str, base: Path, events_file: Path, sizes
                    cpu_of["bench_kafka"] / cpu_of["peer"], "", None,
                    f"wall {wall_of['bench_kafka']:.0f} s vs {wall_of['peer']:.0f} s; final states "
                    + ("identical row by row" if differ == 0 else f"RESULTS DIFFER in {differ} rows")))
+    report_connect(report, size, cpu_of, wall_of, sizes.work_trials)
+
+
+def connect_trials(work: KafkaWork, base: Path, trials: int) -> dict[str, list[tuple[float, float]]]:
+    """The same batches as clients of a warm Spark Connect server with the Kafka connector on its
+    classpath, after one warm-up run of each: (CPU-s of server and client, wall s) per trial."""
+    took: dict[str, list[tuple[float, float]]] = {}
+    with connect_server(base, jars=work.jars) as (url, server):
+        for trial in range(trials + 1):
+            for what in ("bench_kafka_landing", "bench_kafka"):
+                cpu, wall, _result = work.ours_connect(what, url, server)
+                log.info("kafka: %s on Spark Connect, %s: %.1f CPU-s, %.1f s wall", what,
+                         f"trial {trial}" if trial else "warm-up", cpu, wall)
+                if trial:
+                    took.setdefault(f"{what} (Connect)", []).append((cpu, wall))
+    return took
+
+
+def report_connect(report: Report, size: int, cpu_of: dict[str, float], wall_of: dict[str, float],
+                   trials: int) -> None:
+    """The rows of the Spark Connect backend: Kafka vs the landing directory, and vs the peer."""
+    kafka, landing = "bench_kafka (Connect)", "bench_kafka_landing (Connect)"
+    ratio = wall_of[landing] / wall_of[kafka]  # events/s ours on Kafka / on the landing directory
+    report.add(Row("kafka", f"events/s of one {size:,}-event batch, Kafka source vs landing directory, words as a "
+                            "client of a warm Spark Connect server", f"{size / wall_of[kafka]:,.0f} ev/s",
+                   f"{size / wall_of[landing]:,.0f} ev/s", ratio, ">= 0.9x", ratio >= 0.9,
+                   f"Kafka {cpu_of[kafka]:.1f} CPU-s, landing {cpu_of[landing]:.1f} CPU-s (server and client); "
+                   f"median of {trials} after a warm-up"))
+    report.add(Row("kafka", f"CPU-seconds of one {size:,}-event batch from Kafka, words on a warm Spark Connect "
+                            "server vs Spark Structured Streaming's foreachBatch recipe on the same topic",
+                   f"{cpu_of[kafka]:.1f} CPU-s", f"{cpu_of['peer']:.1f} CPU-s", cpu_of[kafka] / cpu_of["peer"], "",
+                   None, f"wall {wall_of[kafka]:.0f} s vs {wall_of['peer']:.0f} s (the peer: spark-submit, "
+                         "its start-up included)"))
 
 
 def publish_topology(topic: str, batch: int) -> TopologySpec:

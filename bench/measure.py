@@ -9,6 +9,7 @@ import logging
 import os
 import random
 import statistics
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -88,6 +89,13 @@ class Row:
     note: str = ""
 
 
+def git_commit() -> str:
+    """The short id of the code being measured (``?`` outside a git checkout)."""
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, check=False)
+    return out.stdout.strip() or "?"
+
+
 @dataclass
 class Report:
     started: str
@@ -96,6 +104,7 @@ class Report:
     pg_settings: dict[str, str] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
     wall_seconds: float = 0.0
+    commit: str = ""  # the code measured (git's short id)
 
     def add(self, row: Row) -> None:
         self.rows.append(row)

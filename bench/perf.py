@@ -50,7 +50,7 @@ from bench.decide import bench_decisions
 from bench.harness import Harness
 from bench.kafka_sections import bench_kafka_read, bench_publish
 from bench.latency import bench_latency
-from bench.measure import BACKENDS, BIG_BATCH_CONF, SCHEMA, Report, Sizes, machine
+from bench.measure import BACKENDS, BIG_BATCH_CONF, SCHEMA, Report, Sizes, git_commit, machine
 from bench.store_sections import bench_commit, bench_plan, bench_startup
 from bench.work import bench_work
 from dev.kafka import KafkaBroker
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         if set(sizes.peer_backends) - set(BACKENDS):
             parser.error(f"unknown backends in {args.backends!r}: choose from {', '.join(BACKENDS)}")
     report = Report(started=datetime.now(UTC).isoformat(timespec="seconds"), machine=machine(),
-                    quick=args.quick, pg_settings=pg_settings)
+                    quick=args.quick, pg_settings=pg_settings, commit=git_commit())
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="txn-bench-"))
     run(Harness(base.resolve(), sizes, report, sections, pg_settings))
     tuned = "".join(f" --pg-setting {k}={v}" for k, v in pg_settings.items())

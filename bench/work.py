@@ -72,9 +72,10 @@ def run_measured(argv: list[str], env: dict[str, str], what: str) -> tuple[float
 
 
 @contextmanager
-def connect_server(base: Path) -> Iterator[tuple[str, psutil.Process]]:
-    """A Spark Connect server as the benchmark stack runs it (with its token): (its URL, its process)."""
-    server = ConnectServer(free_port(), base / "spark-connect.log").start()
+def connect_server(base: Path, jars: list[str] | None = None) -> Iterator[tuple[str, psutil.Process]]:
+    """A Spark Connect server as the benchmark stack runs it (with its token, and ``jars`` on its
+    classpath): (its URL, its process)."""
+    server = ConnectServer(free_port(), base / "spark-connect.log", jars=jars).start()
     try:
         server.wait()
         assert server.proc is not None

@@ -1,6 +1,7 @@
 """An MkDocs hook (``mkdocs.yml``): a page's ``<!-- results:NAME -->`` becomes the table of
 ``docs/results/NAME.json``, as the run that wrote it measured it -- no figure typed by hand, and
-the date, commit and machine of the run beside it. A marker without its file fails the build."""
+the date, commit and machine of the run beside it (``bench-*``: a ``bench.perf`` report). A marker
+without its file fails the build."""
 
 from __future__ import annotations
 
@@ -29,17 +30,37 @@ def demo_soak(r: dict[str, Any]) -> str:
         f"system temp directory: {left}.")
 
 
+def bench(r: dict[str, Any]) -> str:
+    """``python -m bench.perf --only SECTION --json docs/results/bench-SECTION.json --plot ''``."""
+    rows = ["| what | ours | baseline | ratio | goal | met |", "| --- | ---: | ---: | ---: | --- | --- |"]
+    for row in r["rows"]:
+        ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}x"
+        met = "" if row["met"] is None else ("yes" if row["met"] else "**no**")
+        rows.append(f"| {row['measure']} | {row['ours']} | {row['baseline']} | {ratio} | {row['target']} | {met} |")
+    notes = [f"- {row['note']}" for row in r["rows"] if row["note"]]
+    return "\n".join(rows) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"demo-soak": demo_soak}
 
 
-def render(name: str) -> str:
+def renderer(name: str) -> Callable[[dict[str, Any]], str]:
+    """A file's renderer: ``bench-*`` are the benchmark's reports, the others by name."""
+    if name.startswith("bench-"):
+        return bench
     if name not in RENDERERS:
-        raise ValueError(f"no table for results:{name}: one of {', '.join(sorted(RENDERERS))}")
+        raise ValueError(f"no table for results:{name}: one of {', '.join(sorted(RENDERERS))}, or bench-*")
+    return RENDERERS[name]
+
+
+def render(name: str) -> str:
+    make = renderer(name)
     path = RESULTS / f"{name}.json"
     if not path.exists():
-        raise ValueError(f"results:{name} needs {path}: run `{(RENDERERS[name].__doc__ or '').strip('`. ')}`")
+        raise ValueError(f"results:{name} needs {path}: run `{(make.__doc__ or '').strip('`. ')}`")
     r = json.loads(path.read_text())
-    return (f"{RENDERERS[name](r)}\n\n*Measured {r['date'][:10]} at commit `{r['commit']}` on a "
+    when = r.get("date") or r["started"]
+    return (f"{make(r)}\n\n*Measured {when[:10]} at commit `{r['commit']}` on a "
             f"{r['machine']} machine ({path.relative_to(RESULTS.parents[1])}).*")
 
 

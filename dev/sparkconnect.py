@@ -23,8 +23,10 @@ __all__ = ["ConnectServer"]
 class ConnectServer:
     """``start()`` a server on ``port``, wait until it serves, ``stop()`` it; its log goes to ``log``."""
 
-    def __init__(self, port: int, log: Path, *, master: str = "local[2]", token: str | None = None) -> None:
+    def __init__(self, port: int, log: Path, *, master: str = "local[2]", token: str | None = None,
+                 jars: list[str] | None = None) -> None:
         self.port, self.log, self.master = port, log, master
+        self.jars = jars or []  # on the server's classpath: Spark's Kafka connector, for Kafka topologies
         self.token = token or secrets.token_urlsafe(32)
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -46,7 +48,7 @@ class ConnectServer:
                 "SPARK_LOCAL_IP": "127.0.0.1", "TMPDIR": str(scratch), "SPARK_LOCAL_DIRS": str(scratch),
                 "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={scratch}"}
         with open(files.open_private_log(self.log), "ab") as out:
-            self.proc = subprocess.Popen(spark_connect_server_argv(self.port, self.master), stdout=out,
+            self.proc = subprocess.Popen(spark_connect_server_argv(self.port, self.master, self.jars), stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                          env=spark_connect_server_env(self.token, base))
         return self
