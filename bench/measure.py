@@ -90,10 +90,14 @@ class Row:
 
 
 def git_commit() -> str:
-    """The short id of the code being measured (``?`` outside a git checkout)."""
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1],
-                         capture_output=True, text=True, check=False)
-    return out.stdout.strip() or "?"
+    """The short id of the code being measured, ``+changes`` when tracked files differ from it
+    (``?`` outside a git checkout)."""
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True,
+                         check=False)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                           capture_output=True, text=True, check=False)
+    return (out.stdout.strip() or "?") + ("+changes" if dirty.stdout.strip() else "")
 
 
 @dataclass
