@@ -80,3 +80,12 @@ def test_a_results_marker_becomes_the_table_its_run_wrote() -> None:
         docs_results.on_page_markdown("<!-- results:nothing -->")
     with pytest.raises(ValueError, match=r"bench-nothing\.json: run `python -m bench\.perf"):
         docs_results.on_page_markdown("<!-- results:bench-nothing -->")
+
+
+def test_every_link_of_the_readme_reaches_a_file() -> None:
+    """The README is outside the site (its sections the site includes are checked there): its own
+    links to the docs' pages are checked here."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", (REPO / "README.md").read_text())
+    local = [link for link in links if "://" not in link]
+    assert len(local) >= 10, local
+    assert [link for link in local if not (REPO / link).is_file()] == []
