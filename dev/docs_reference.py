@@ -20,6 +20,8 @@ from typing import Any
 MARKER = re.compile(r"<!-- reference:([a-z]+) -->")
 #: The modules whose public names (``__all__``) a user imports.
 MODULES = ("airflow_transactional", "airflow_transactional.spark_job")
+STARS: dict[inspect._ParameterKind, str] = {inspect.Parameter.VAR_POSITIONAL: "*",
+                                            inspect.Parameter.VAR_KEYWORD: "**"}
 
 
 def _signature(name: str, obj: Any) -> str:
@@ -34,8 +36,7 @@ def _signature(name: str, obj: Any) -> str:
             params.append("*")
             star = True
         star = star or param.kind is param.VAR_POSITIONAL
-        stars: dict[inspect._ParameterKind, str] = {param.VAR_POSITIONAL: "*", param.VAR_KEYWORD: "**"}
-        text = stars.get(param.kind, "") + param.name
+        text = STARS.get(param.kind, "") + param.name
         if param.annotation is not param.empty:
             hint = param.annotation
             text += f": {hint if isinstance(hint, str) else inspect.formatannotation(hint)}"
@@ -96,18 +97,18 @@ def metrics() -> str:
     from airflow_transactional.airflow import metrics as module
 
     doc = inspect.getdoc(module) or ""
-    head, table, tail = re.split(r"\n(?===+  )", doc, maxsplit=1)[0], "", ""
     rows = re.search(r"^(=+  =+  =+)\n(.*?)\n\1$", doc, re.S | re.M)
-    if rows:
-        table = "| metric | kind | what |\n| --- | --- | --- |\n"
-        for line in rows.group(2).splitlines():
-            if line[:2] == "``":
-                name, kind, text = re.match(r"``(\w+)``\s+(\w+)\s+(.*)", line).groups()  # type: ignore[union-attr]
-                table += f"| `{name}` | {kind} | {text} |\n"
-            else:  # a row's text going on
-                table = table[:-3] + f" {line.strip()} |\n"
-        tail = doc[rows.end():]
-    text = f"{head}\n\n{table}\n{tail.strip()}\n".replace("``", "`")
+    if rows is None:
+        raise ValueError("airflow/metrics.py's docstring has no table of metrics (rst: ===  ===  ===)")
+    table = "| metric | kind | what |\n| --- | --- | --- |\n"
+    for line in rows.group(2).splitlines():
+        if line[:2] == "``":
+            name, kind, text = re.match(r"``(\w+)``\s+(\w+)\s+(.*)", line).groups()  # type: ignore[union-attr]
+            table += f"| `{name}` | {kind} | {text} |\n"
+        else:  # a row's text going on
+            table = table[:-3] + f" {line.strip()} |\n"
+    head, tail = doc[:rows.start()].strip(), doc[rows.end():].strip()
+    text = f"{head}\n\n{table}\n{tail}\n".replace("``", "`")
     return re.sub(r":mod:`([^`]+)`", r"`\1`", text)
 
 

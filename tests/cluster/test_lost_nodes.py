@@ -51,7 +51,7 @@ def _lose_the_spark_worker_running_an_executor(cluster: ClusterStack, release: P
     """Once exactly one executor runs (txid 3's: txid 2's left with its driver), kill the Spark
     worker running it, let txid 3's driver go on, and start a replacement worker."""
     executors = until(lambda: (e := cluster.spark.executors()) and sum(e.values()) == 1 and e, 120,
-                       "not exactly one Spark executor running")
+                      "not exactly one Spark executor running")
     [worker] = [k for k, n in executors.items() if n]
     cluster.spark.kill_worker(worker)
     release.touch()
@@ -83,7 +83,7 @@ def test_a_topology_on_celery_and_a_spark_cluster_survives_lost_nodes_exactly_on
     lost: dict[int, tuple[str, datetime]] = {}
     try:
         until(lambda: query(cluster.state_dsn, "SELECT count(*) FROM airflow_txn.transactions WHERE topology_id = %s",
-                             (DAG,))[0][0], 180, "the scheduled run planned no txid")
+                            (DAG,))[0][0], 180, "the scheduled run planned no txid")
         log.append(TWEETS)
         start = datetime.now(UTC) - timedelta(hours=2)
         runs = [client.trigger(DAG, (start + timedelta(minutes=k)).isoformat())["dag_run_id"] for k in range(3)]
