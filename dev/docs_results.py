@@ -1,7 +1,9 @@
 """An MkDocs hook (``mkdocs.yml``): a page's ``<!-- results:NAME -->`` becomes the table of
 ``docs/results/NAME.json``, as the run that wrote it measured it -- no figure typed by hand, and
-the date, commit and machine of the run beside it (``bench-*``: a ``bench.perf`` report). A marker
-without its file fails the build."""
+the date, commit and machine of the run beside it. ``bench*``: a ``bench.perf`` report, whose
+``<!-- results:NAME:SECTION -->`` is one section's rows (``vs-structured-streaming`` for "vs
+Structured Streaming"); ``chaos-*``: a ``bench.chaos`` report. A marker without its file, or a
+section without rows, fails the build."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-MARKER = re.compile(r"<!-- results:([a-z0-9-]+) -->")
+MARKER = re.compile(r"<!-- results:([a-z0-9-]+)(?::([a-z0-9-]+))? -->")
 
 
 def demo_soak(r: dict[str, Any]) -> str:
@@ -30,39 +32,60 @@ def demo_soak(r: dict[str, Any]) -> str:
         f"system temp directory: {left}.")
 
 
-def bench(r: dict[str, Any]) -> str:
-    """``python -m bench.perf --only SECTION --json docs/results/bench-SECTION.json --plot ''``."""
+def slug(section: str) -> str:
+    return section.lower().replace(" ", "-")
+
+
+def bench(r: dict[str, Any], section: str | None = None) -> str:
+    """``python -m bench.perf --json docs/results/bench.json`` (``make bench``)."""
+    chosen = [row for row in r["rows"] if section is None or slug(row["section"]) == section]
+    if not chosen:
+        known = sorted({slug(row["section"]) for row in r["rows"]})
+        raise ValueError(f"the report has no rows of section {section!r}: one of {', '.join(known)}")
     rows = ["| what | ours | baseline | ratio | goal | met |", "| --- | ---: | ---: | ---: | --- | --- |"]
-    for row in r["rows"]:
+    for row in chosen:
         ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}x"
         met = "" if row["met"] is None else ("yes" if row["met"] else "**no**")
         rows.append(f"| {row['measure']} | {row['ours']} | {row['baseline']} | {ratio} | {row['target']} | {met} |")
-    notes = [f"- {row['note']}" for row in r["rows"] if row["note"]]
+    notes = [f"- {row['note']}" for row in chosen if row["note"]]
     return "\n".join(rows) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
-RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {"demo-soak": demo_soak}
+def chaos(r: dict[str, Any]) -> str:
+    """``python -m bench.chaos ... --json docs/results/chaos-NAME.json`` (the command is in the file)."""
+    rows = ["| check | result |", "| --- | --- |", *(f"| {check} | {result} |" for check, result in r["rows"])]
+    found = [f"- **{p}**" for p in r["problems"]]
+    return "\n".join(rows + (["", *found] if found else [])) + f"\n\n`{r['command']}`"
 
 
-def renderer(name: str) -> Callable[[dict[str, Any]], str]:
-    """A file's renderer: ``bench-*`` are the benchmark's reports, the others by name."""
-    if name.startswith("bench-"):
+RENDERERS: dict[str, Callable[..., str]] = {"demo-soak": demo_soak}
+
+
+def renderer(name: str) -> Callable[..., str]:
+    """A file's renderer: ``bench*`` are the benchmark's reports, ``chaos-*`` the chaos harness's,
+    the others by name."""
+    if name == "bench" or name.startswith("bench-"):
         return bench
+    if name.startswith("chaos-"):
+        return chaos
     if name not in RENDERERS:
-        raise ValueError(f"no table for results:{name}: one of {', '.join(sorted(RENDERERS))}, or bench-*")
+        raise ValueError(f"no table for results:{name}: one of {', '.join(sorted(RENDERERS))}, bench* or chaos-*")
     return RENDERERS[name]
 
 
-def render(name: str) -> str:
+def render(name: str, section: str | None = None) -> str:
     make = renderer(name)
     path = RESULTS / f"{name}.json"
     if not path.exists():
         raise ValueError(f"results:{name} needs {path}: run `{(make.__doc__ or '').strip('`. ')}`")
+    if section is not None and make is not bench:
+        raise ValueError(f"results:{name}:{section}: only a bench.perf report has sections")
     r = json.loads(path.read_text())
     when = r.get("date") or r["started"]
-    return (f"{make(r)}\n\n*Measured {when[:10]} at commit `{r['commit']}` on a "
+    table = make(r, section) if section is not None else make(r)
+    return (f"{table}\n\n*Measured {when[:10]} at commit `{r['commit']}` on a "
             f"{r['machine']} machine ({path.relative_to(RESULTS.parents[1])}).*")
 
 
 def on_page_markdown(markdown: str, **_kwargs: Any) -> str:
-    return MARKER.sub(lambda m: render(m.group(1)), markdown)
+    return MARKER.sub(lambda m: render(m.group(1), m.group(2)), markdown)

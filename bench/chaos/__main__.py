@@ -6,11 +6,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
+import sys
 import tempfile
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from .config import KAFKA_KINDS, KINDS, LEDGER, MODES, ChaosConfig
+from bench.measure import git_commit, machine
+
+from .config import KAFKA_KINDS, KINDS, LEDGER, MODES, ChaosConfig, ChaosReport
 from .harness import Chaos, chaos_stack, recheck
 
 
@@ -37,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
                         "against its ledger: for a run whose harness died")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
+    started = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(), "machine": machine(),
+               "command": shlex.join(["python", "-m", "bench.chaos", *(sys.argv[1:] if argv is None else argv)])}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     cfg = ChaosConfig.quick(args.seed, args.mode) if args.quick else ChaosConfig(seed=args.seed, mode=args.mode)
     if args.audit is not None:
@@ -73,9 +81,17 @@ def main(argv: list[str] | None = None) -> int:
           f"({', '.join(cfg.kinds)}); logs and ledger in {base}\n")
     print(report.table())
     if args.json:
-        Path(args.json).write_text(json.dumps({**asdict(report), "violations": report.violations}, indent=2))
+        write_json(Path(args.json), started, report)
     return 1 if report.violations else 0
 
+
+def write_json(path: Path, started: dict[str, str], report: ChaosReport) -> None:
+    """The report as JSON: when, on what commit and machine, by which command; the table's rows as
+    printed (what the docs' chaos page renders), and every field of the report."""
+    out: dict[str, Any] = {**started, "rows": [[k, str(v)] for k, v in report.rows()],
+                           "problems": report.invariant_failures + report.problems, "violations": report.violations,
+                           "report": asdict(report)}
+    path.write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -127,17 +127,27 @@ class ChaosReport:
                 + len(self.invariant_failures))
 
     def table(self) -> str:
+        """The report as the run prints it: a table of checks, then any problem found."""
+        rows = self.rows()
+        width = max(len(k) for k, _ in rows)
+        lines = [f"| {'check':<{width}} | result |", f"|{'-' * (width + 2)}|--------|"]
+        lines += [f"| {k:<{width}} | {v} |" for k, v in rows]
+        lines += [f"- {p}" for p in self.invariant_failures + self.problems]
+        return "\n".join(lines)
+
+    def rows(self) -> list[tuple[str, object]]:
+        """(check, result) of every line of the table, in order (what the docs' chaos page renders)."""
         audit = ("airflow-txn audit", {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean])
         if self.post_mortem:
-            return self._table([("transactions committed", self.transactions_committed),
-                                ("duplicate deliveries / malformed records injected",
-                                 f"{self.duplicate_deliveries} / {self.malformed_injected}"),
-                                *self._outcome(),
-                                ("events not yet committed (beyond the checkpoint)", self.events_pending),
-                                audit])
+            return [("transactions committed", self.transactions_committed),
+                    ("duplicate deliveries / malformed records injected",
+                     f"{self.duplicate_deliveries} / {self.malformed_injected}"),
+                    *self._outcome(),
+                    ("events not yet committed (beyond the checkpoint)", self.events_pending),
+                    audit]
         rows: list[tuple[str, object]] = [("seed", self.seed),
-                ("transactions committed", self.transactions_committed),
-                ("transactions triggered", self.transactions_triggered)]
+                                          ("transactions committed", self.transactions_committed),
+                                          ("transactions triggered", self.transactions_triggered)]
         rows += [(f"fault: {k}", v) for k, v in sorted(self.faults.items())]
         rows += [(f"fault: {k} (moment never came)", v) for k, v in sorted(self.faults_missed.items())]
         rows += [(f"spark_kill of a {k}", v) for k, v in sorted(self.spark_kill_targets.items())]
@@ -153,7 +163,7 @@ class ChaosReport:
                  ("stuck runs", self.stuck_runs),
                  audit,
                  ("wall time", f"{self.wall_seconds:.0f} s")]
-        return self._table(rows)
+        return rows
 
     def _outcome(self) -> list[tuple[str, object]]:
         """What the checks against the ledger found (known after the fact too)."""
@@ -175,13 +185,6 @@ class ChaosReport:
                 ("domain counts wrong", self.domain_mismatches),
                 ("order violations", self.order_violations),
                 ("quarantine mismatches", self.quarantine_mismatches)]
-
-    def _table(self, rows: list[tuple[str, object]]) -> str:
-        width = max(len(k) for k, _ in rows)
-        lines = [f"| {'check':<{width}} | result |", f"|{'-' * (width + 2)}|--------|"]
-        lines += [f"| {k:<{width}} | {v} |" for k, v in rows]
-        lines += [f"- {p}" for p in self.invariant_failures + self.problems]
-        return "\n".join(lines)
 
 
 def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:

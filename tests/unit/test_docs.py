@@ -76,10 +76,27 @@ def test_a_results_marker_becomes_the_table_its_run_wrote() -> None:
     assert "<!-- results:" not in page and f"commit `{written['commit']}`" in page
     for name, t in written["topologies"].items():
         assert f"| `{name}` | {t['commits']} | {t['drivers_killed']} |" in page
-    with pytest.raises(ValueError, match="no table for results:nothing: one of demo-soak, or bench-"):
+    with pytest.raises(ValueError, match="no table for results:nothing: one of demo-soak, bench"):
         docs_results.on_page_markdown("<!-- results:nothing -->")
     with pytest.raises(ValueError, match=r"bench-nothing\.json: run `python -m bench\.perf"):
         docs_results.on_page_markdown("<!-- results:bench-nothing -->")
+    with pytest.raises(ValueError, match="only a bench.perf report has sections"):
+        docs_results.on_page_markdown("<!-- results:demo-soak:commit -->")
+
+
+def test_a_section_marker_renders_that_section_of_the_benchmark(tmp_path: Path) -> None:
+    from dev import docs_results
+
+    def row(section: str, measure: str) -> dict[str, object]:
+        return {"section": section, "measure": measure, "ours": "1 s", "baseline": "2 s", "ratio": 0.5,
+                "target": "<= 1x", "met": True, "note": f"note of {measure}"}
+
+    r = {"rows": [row("commit", "a commit"), row("vs Structured Streaming", "a batch")]}
+    page = docs_results.bench(r, "vs-structured-streaming")
+    assert "| a batch | 1 s | 2 s | 0.50x | <= 1x | yes |" in page and "- note of a batch" in page
+    assert "a commit" not in page
+    with pytest.raises(ValueError, match="no rows of section 'plan': one of commit, vs-structured-streaming"):
+        docs_results.bench(r, "plan")
 
 
 def test_every_link_of_the_readme_reaches_a_file() -> None:
@@ -89,3 +106,19 @@ def test_every_link_of_the_readme_reaches_a_file() -> None:
     local = [link for link in links if "://" not in link]
     assert len(local) >= 10, local
     assert [link for link in local if not (REPO / link).is_file()] == []
+
+
+def test_a_chaos_run_writes_the_table_the_chaos_page_renders(tmp_path: Path) -> None:
+    import json
+
+    from bench.chaos.__main__ import write_json
+    from bench.chaos.config import ChaosReport
+    from dev import docs_results
+
+    report = ChaosReport(seed=3, transactions_committed=12, events_lost=1, problems=["run r1 never finished"])
+    started = {"date": "2026-11-27T10:00:00+00:00", "commit": "abc1234", "machine": "2 cores",
+               "command": "python -m bench.chaos --seed 3"}
+    write_json(tmp_path / "chaos-x.json", started, report)
+    page = docs_results.chaos(json.loads((tmp_path / "chaos-x.json").read_text()))
+    assert "| transactions committed | 12 |" in page and "| events lost | 1 |" in page, page
+    assert "- **run r1 never finished**" in page and page.endswith("`python -m bench.chaos --seed 3`")
