@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import os
 
+# --8<-- [start:imports]
 from airflow_transactional import LOCAL_SPARK_CONF, KafkaSource, StateSpec, transactional_dag
+# --8<-- [end:imports]
 
 # The batch-emit interval (the end-to-end tests set a daily one and trigger runs over REST).
 # Every minute on the minute (cron): a run's logical date is a whole minute, so Airflow's Backfill
 # dialog over a failed minute finds that very run (a timedelta would start from the unpause time).
 SCHEDULE = os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or "* * * * *"
 
+# --8<-- [start:dag]
 dag = transactional_dag(
     "kafka_words",
     source=KafkaSource("tweets", kafka_conn_id="kafka_default"),  # a connection of type kafka
@@ -28,3 +31,4 @@ dag = transactional_dag(
     spark_conf=LOCAL_SPARK_CONF,
     spark_pool=os.environ.get("AIRFLOW_TXN_SPARK_POOL"),  # the demo caps concurrent Spark jobs
 )
+# --8<-- [end:dag]

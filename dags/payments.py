@@ -42,10 +42,12 @@ payments = transactional_dag(
     states=[StateSpec("debits", keys={"account": "text"}),
             StateSpec("requests_seen", keys={"account": "text"}, combiner="count")],
     decisions=[DecisionSpec("pay", state="debits", floor=-OVERDRAFT, headroom="public.credits")],
+    # --8<-- [start:kafka-output]
     # The decisions also go to a Kafka topic when one is named (the demo's `ledger`): each txid's
     # ledger events in one Kafka transaction, for plain consumers at read_committed.
     outputs=[OutputSpec("ledger", partitions=LEDGER_PARTITIONS,
                         kafka_topic=os.environ.get("AIRFLOW_TXN_PAYMENTS_KAFKA_TOPIC") or None)],
+    # --8<-- [end:kafka-output]
     application="../spark_jobs/payments.py",
     schedule=SCHEDULE,
     **common,

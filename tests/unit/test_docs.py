@@ -57,6 +57,7 @@ def test_the_docs_site_builds_with_every_link_and_anchor_checked(tmp_path: Path)
 def test_a_broken_link_anchor_or_snippet_fails_the_build(tmp_path: Path, page: str, breakage: str, said: str) -> None:
     root = tmp_path / "repo"
     shutil.copytree(REPO / "docs", root / "docs")
+    shutil.copytree(REPO / "dags", root / "dags")  # the pages include sections of the example DAGs
     for name in ("mkdocs.yml", "README.md", "dev/docs_results.py", "dev/docs_reference.py"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, root / name)
