@@ -92,6 +92,31 @@ def test_a_replay_behind_the_state_is_refused_not_applied(dsn: str) -> None:
     coord.close()
 
 
+def test_a_commit_that_applied_every_staged_key_does_not_look_for_keys_ahead(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the upsert of a sum runs under a savepoint, whose RELEASE reset the cursor's
+    rowcount, so every commit of a count or sum state joined its delta with the state again to look
+    for keys ahead of it -- a third of the commit's time."""
+    from airflow_transactional.coordinator import Coordinator
+    from airflow_transactional.core import apply
+    from airflow_transactional.store import sql as q
+    from tests.helpers import click, make_log, run_one
+
+    looked = []
+    monkeypatch.setattr(apply.q, "rows_ahead", lambda *a: looked.append(a) or q.rows_ahead(*a))
+    coord = Coordinator(dsn)
+    log = make_log(dsn)
+    spec = counting_topology()
+    assert q.can_overflow(spec.states[0])  # the savepoint's path
+    coord.register(spec)
+    log.append([click(i) for i in range(5)])
+    run_one(coord, "clicks", "a")
+    log.append([click(i) for i in range(3, 9)])  # updates and new keys
+    run_one(coord, "clicks", "b")
+    assert looked == [] and coord.status("clicks").committed_txid == 2
+    coord.close()
+
+
 @pytest.mark.parametrize("kind", ["transactional", "opaque"])
 def test_reserved_words_as_names_commit_because_every_name_is_quoted(coordinator: Coordinator, dsn: str,
                                                                      kind: str) -> None:

@@ -33,6 +33,7 @@ def state_delta(store: StateStore, cur: psycopg2.extensions.cursor, topology_id:
     set_aside = 0
     if not q.can_overflow(state):
         cur.execute(q.upsert(state, q.state_table(state), delta), params)
+        applied = cur.rowcount
     else:
         # A sum that a batch cannot break alone can still leave the type once added to what is
         # committed: that key's delta is set aside (quarantined), never a commit that fails for ever.
@@ -44,7 +45,9 @@ def state_delta(store: StateStore, cur: psycopg2.extensions.cursor, topology_id:
                 set_aside = set_aside_overflows(store, cur, topology_id, state, delta, txid, attempt)
                 delta = q.without_overflows(state, delta)
                 cur.execute(q.upsert(state, q.state_table(state), delta), params)
-    if cur.rowcount < expected - set_aside:
+            applied = cur.rowcount  # before the savepoint's RELEASE, which sets the cursor's rowcount
+    # Every staged key applied: none can be ahead (the join below costs a third of a commit).
+    if applied < expected - set_aside:
         cur.execute(q.rows_ahead(state, q.state_table(state), delta), params)
         ahead = int(scalar(cur))
         if ahead:
