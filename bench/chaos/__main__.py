@@ -20,7 +20,8 @@ from .config import KAFKA_KINDS, KINDS, LEDGER, MODES, ChaosConfig, ChaosReport
 from .harness import Chaos, chaos_stack, recheck
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command's arguments (the docs' test parses the commands the chaos page gives)."""
     parser = argparse.ArgumentParser(prog="python -m bench.chaos",
                                      description="Exactly-once under faults: the chaos harness.")
     parser.add_argument("--seed", type=int, default=1)
@@ -42,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", metavar="DIR", help="only check the state a run left in DIR (its --dir) "
                         "against its ledger: for a run whose harness died")
     parser.add_argument("--json", help="also write the report here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     started = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(), "machine": machine(),
                "command": shlex.join(["python", "-m", "bench.chaos", *(sys.argv[1:] if argv is None else argv)])}
