@@ -8,6 +8,7 @@ import os
 
 # --8<-- [start:imports]
 from airflow_transactional import LOCAL_SPARK_CONF, KafkaSource, StateSpec, transactional_dag
+
 # --8<-- [end:imports]
 
 # The batch-emit interval (the end-to-end tests set a daily one and trigger runs over REST).

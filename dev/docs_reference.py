@@ -4,7 +4,10 @@ and of ``airflow_transactional.spark_job`` (what a DAG file and a job file impor
 signature and docstring; ``<!-- reference:cli -->`` becomes every ``airflow-txn`` command with its
 arguments, as its argparse definition says them; ``<!-- reference:metrics -->`` the metrics'
 table of ``airflow/metrics.py``; ``<!-- reference:schema -->`` every table of the state store, as
-its baseline schema file creates it."""
+its baseline schema file creates it; ``<!-- reference:connections -->`` every Airflow connection the
+provider reads, the parameters that name one (found in the public signatures: a new ``*conn_id``
+parameter without an entry here fails the build) and the fields and extras each uses, from the
+allow-lists in the code."""
 
 from __future__ import annotations
 
@@ -137,7 +140,88 @@ def schema() -> str:
     return "\n".join(parts)
 
 
-RENDERERS: dict[str, Callable[[], str]] = {"python": python, "cli": cli, "metrics": metrics, "schema": schema}
+#: The connection each ``*conn_id`` parameter names: its type, and what the provider reads of it.
+CONNECTION_KINDS = {"transactional_conn_id": "transactional", "kafka_conn_id": "kafka", "spark_conn_id": "spark",
+                    "spark_connect_conn_id": "spark_connect"}
+
+
+def conn_parameters() -> dict[str, list[str]]:
+    """``*conn_id`` parameter -> the public callables (and dataclass fields) that take it, with the default."""
+    found: dict[str, list[str]] = {}
+    for _module, name, obj in public_names():
+        try:
+            params = inspect.signature(obj).parameters.values() if callable(obj) else ()
+        except (TypeError, ValueError):
+            continue
+        for param in params:
+            if param.name.endswith("conn_id"):
+                default = "" if param.default is param.empty else f"={param.default!r}"
+                found.setdefault(param.name, []).append(f"`{name}({param.name}{default})`")
+    return found
+
+
+def _rows(pairs: list[tuple[str, str]]) -> str:
+    return "| field or extra | how the provider uses it |\n| --- | --- |\n" + "".join(
+        f"| {k} | {v} |\n" for k, v in pairs)
+
+
+def connections() -> str:
+    from airflow_transactional import UI_FIELD_BEHAVIOUR
+    from airflow_transactional.airflow.hooks import ALLOWED_EXTRAS, TransactionalHook
+    from airflow_transactional.sources.kafka import GROUP_KEYS
+    from airflow_transactional.spark.kafka import KAFKA_SAME, SASL_MODULES
+    from airflow_transactional.store.migrations import DEFAULT_SCHEMA
+
+    taken = conn_parameters()
+    if unknown := set(taken) - set(CONNECTION_KINDS):
+        raise ValueError(f"connection parameters {sorted(unknown)} have no entry in dev/docs_reference.py's "
+                         "CONNECTION_KINDS: say which connection each names")
+    placeholder = UI_FIELD_BEHAVIOUR["placeholders"]
+    hook_doc = (TransactionalHook.__doc__ or "").strip().splitlines()[0]
+    bodies = {
+        "transactional": f"{hook_doc} Type `{TransactionalHook.conn_type}` (the "
+        "provider's own form in the Airflow UI) or `postgres`; the *Test* button connects and reports the server.\n\n"
+        + _rows([("host, port", f"the server (e.g. `{placeholder['host']}`, `{placeholder['port']}`)"),
+                 ("schema", f"the database (the form calls it Database; e.g. `{placeholder['schema']}`)"),
+                 ("login, password", "the role the tasks connect as (see the security guide's least-privilege "
+                  "roles); the password reaches a Spark driver in a private file, never its command line"),
+                 ("extra `state_schema`", f"the provider's schema in that database (default `{DEFAULT_SCHEMA}`)"),
+                 *[(f"extra `{k}`", "passed to libpq as is") for k in ALLOWED_EXTRAS]])
+        + "\nAny other extra is ignored: extras are never forwarded wholesale.\n",
+        "kafka": "The Apache Kafka provider's connection (type `kafka`): its extra holds librdkafka settings. The "
+        "plan and the publisher use them with confluent-kafka; Spark's reader, a Java client, gets them through an "
+        "allow-list.\n\n"
+        + _rows([("extra `bootstrap.servers`", "required: the brokers to reach"),
+                 *[(f"extra `{k}`", "passed to Spark's reader as `kafka." + k + "`") for k in KAFKA_SAME
+                   if k != "bootstrap.servers"],
+                 ("extra `sasl.mechanism(s)`, `sasl.username`, `sasl.password`",
+                  f"become Spark's JAAS line, for {', '.join(f'`{m}`' for m in SASL_MODULES)}"),
+                 ("extra `ssl.ca.location`", "becomes a PEM truststore of Spark's reader"),
+                 (", ".join(f"extra `{k}`" for k in GROUP_KEYS), "ignored: the provider reads by offset, never "
+                  "through a consumer group"),
+                 ("any other `sasl.*`, `ssl.*`, `oauthbearer*`", "refused by name (its value never printed)"),
+                 ("any other extra", "used by the plan's and the publisher's clients, left out of Spark's reader")])
+        + "\nOutside Airflow (the CLI, a test) the connection comes from `AIRFLOW_CONN_<ID>` in JSON; a Spark "
+        "driver gets it inside its private DSN file.\n",
+        "spark": "The Apache Spark provider's connection (type `spark`) the process task submits with: its host is "
+        "the master (`local[N]`, `spark://host:7077`, `yarn`, `k8s://https://host:443`), its extra `deploy-mode` "
+        "client or cluster (the process task refuses cluster mode of a Python application on a standalone master "
+        "before Spark would), `spark-binary`, `queue`, `namespace` as the provider documents them. What each master "
+        "and mode supports: [Running on a cluster](../guides/cluster.md).\n",
+        "spark_connect": "The Apache Spark provider's Spark Connect connection (type `spark_connect`): the "
+        "process task runs the job as a client of that server instead of a `spark-submit` (host `sc://host`, "
+        "port, login as `user_id`, password as `token`, extra `use_ssl`). The server needs the provider's "
+        "Python dependencies, and Spark's Kafka connector in its `spark.jars` for a Kafka source.\n",
+    }
+    parts = []
+    for param, kind in CONNECTION_KINDS.items():
+        users = ", ".join(taken.get(param, [])) or "(no public parameter)"
+        parts.append(f"## `{kind}`\n\nNamed by {users}.\n\n{bodies[kind]}")
+    return "\n".join(parts)
+
+
+RENDERERS: dict[str, Callable[[], str]] = {"python": python, "cli": cli, "metrics": metrics, "schema": schema,
+                                           "connections": connections}
 
 
 def render(name: str) -> str:

@@ -52,10 +52,11 @@ def bench(r: dict[str, Any], section: str | None = None) -> str:
 
 
 def chaos(r: dict[str, Any]) -> str:
-    """``python -m bench.chaos ... --json docs/results/chaos-NAME.json`` (the command is in the file)."""
+    """``python -m bench.chaos [--mode MODE] [--quick] --json docs/results/chaos-NAME.json``."""
     rows = ["| check | result |", "| --- | --- |", *(f"| {check} | {result} |" for check, result in r["rows"])]
     found = [f"- **{p}**" for p in r["problems"]]
-    return "\n".join(rows + (["", *found] if found else [])) + f"\n\n`{r['command']}`"
+    note = f"\n\n{r['note']}" if r.get("note") else ""  # what the run's own record cannot say (its code)
+    return "\n".join(rows + (["", *found] if found else [])) + f"\n\n`{r['command']}`{note}"
 
 
 RENDERERS: dict[str, Callable[..., str]] = {"demo-soak": demo_soak}

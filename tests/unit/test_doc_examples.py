@@ -129,3 +129,26 @@ def test_the_kubernetes_samples_reach_spark_submit_and_grant_what_spark_needs(
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "spark", "namespace": "data"}]
     assert binding["roleRef"]["name"] == kinds["Role"]["metadata"]["name"]
     assert "serviceAccountName=spark" in (REPO / "docs" / "guides" / "cluster.md").read_text()
+
+
+def test_every_command_of_a_docs_shell_block_names_a_make_target_or_parses() -> None:
+    """A shell block's ``make TARGET`` is a target of the Makefile; its ``python -m bench.chaos ...``
+    parses with the harness's own arguments."""
+    from bench.chaos.__main__ import build_parser
+
+    targets = set(re.findall(r"^([a-z][\w-]*):", (REPO / "Makefile").read_text(), re.M))
+    seen = []
+    for page in [*pages(), REPO / "README.md"]:
+        for _indent, lang, body in FENCE.findall(page.read_text()):
+            if lang != "bash":
+                continue
+            for line in re.sub(r"\\\n\s*", " ", body).splitlines():
+                command = line.split("#")[0].split()
+                if command[:1] == ["make"]:
+                    assert command[1] in targets, f"{page.name}: make {command[1]} is no target"
+                elif command[1:3] == ["-m", "bench.chaos"]:
+                    build_parser().parse_args(command[3:])  # exits 2 on an unknown argument
+                else:
+                    continue
+                seen.append(command[0])
+    assert seen.count("make") >= 4 and len(seen) >= 10, seen

@@ -47,6 +47,22 @@ def test_the_docs_site_builds_with_every_link_and_anchor_checked(tmp_path: Path)
     tables = (tmp_path / "site" / "reference" / "state-store.html").read_text()
     created = re.findall(r"^CREATE TABLE \{s\}\.(\w+)", sql, re.M)
     assert len(created) >= 10 and all(f"<code>{t}</code>" in tables for t in created), created
+    from dev.docs_reference import CONNECTION_KINDS, conn_parameters
+
+    conns = (tmp_path / "site" / "reference" / "connections.html").read_text()
+    assert set(conn_parameters()) == set(CONNECTION_KINDS)
+    assert all(f"<code>{kind}</code>" in conns for kind in CONNECTION_KINDS.values())
+    assert "<code>sasl.username</code>" in conns and "<code>state_schema</code>" in conns
+
+
+def test_a_connection_parameter_without_a_reference_entry_fails_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dev import docs_reference
+
+    def new_api(*, ledger_conn_id: str = "ledger_default") -> None: ...
+
+    monkeypatch.setattr(docs_reference, "public_names", lambda: [("airflow_transactional", "new_api", new_api)])
+    with pytest.raises(ValueError, match=r"\['ledger_conn_id'\] have no entry in dev/docs_reference.py"):
+        docs_reference.render("connections")
 
 
 @pytest.mark.parametrize(("page", "breakage", "said"), [
@@ -81,7 +97,7 @@ def test_a_results_marker_becomes_the_table_its_run_wrote() -> None:
         docs_results.on_page_markdown("<!-- results:nothing -->")
     with pytest.raises(ValueError, match=r"bench-nothing\.json: run `python -m bench\.perf"):
         docs_results.on_page_markdown("<!-- results:bench-nothing -->")
-    with pytest.raises(ValueError, match="only a bench.perf report has sections"):
+    with pytest.raises(ValueError, match=r"only a bench\.perf report has sections"):
         docs_results.on_page_markdown("<!-- results:demo-soak:commit -->")
 
 
@@ -123,3 +139,24 @@ def test_a_chaos_run_writes_the_table_the_chaos_page_renders(tmp_path: Path) -> 
     page = docs_results.chaos(json.loads((tmp_path / "chaos-x.json").read_text()))
     assert "| transactions committed | 12 |" in page and "| events lost | 1 |" in page, page
     assert "- **run r1 never finished**" in page and page.endswith("`python -m bench.chaos --seed 3`")
+    noted = docs_results.chaos({**json.loads((tmp_path / "chaos-x.json").read_text()), "note": "Ran on abc."})
+    assert noted.endswith("`python -m bench.chaos --seed 3`\n\nRan on abc.")
+
+
+#: What a measured figure looks like in prose: a ratio, CPU-seconds, a rate, memory, a percentile, a test count.
+MEASURED = re.compile(r"\b\d[\d,]*(?:\.\d+)?x\b|\d\s?(?:CPU-s|ev/s|MiB|GiB)\b|\bp(?:50|99)\b|\b\d+ (?:tests )?passed\b")
+
+
+def prose(text: str) -> str:
+    """A page less its code blocks, inline code and results markers (what a run writes, not a person)."""
+    text = re.sub(r"^(\s*)```.*?^\1```$", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`|<!-- results:[^>]* -->", "", text)
+
+
+def test_no_measured_figure_is_typed_into_the_docs() -> None:
+    """Figures come from the runs' JSON (docs/results/), rendered when the site is built."""
+    pages = [p for p in (REPO / "docs").rglob("*.md") if "examples" not in p.parts] + [REPO / "README.md"]
+    typed = [f"{p.relative_to(REPO)}: {m.group(0)!r} in ...{prose(p.read_text())[max(m.start() - 40, 0):m.end()]}"
+             for p in pages for m in MEASURED.finditer(prose(p.read_text()))]
+    assert typed == []
+    assert MEASURED.search(prose("ours took 0.94x the peer's 14.9 CPU-s")) and not MEASURED.search(prose("`2x`"))
