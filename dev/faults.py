@@ -15,7 +15,8 @@ in-process by :func:`inject`, or when a process starts, by ``AIRFLOW_TXN_FAULT_E
 * ``waitfor:PATH`` -- wait until PATH exists (at most ten minutes): a test releases it.
 
 ``name=action@N`` fires only the first N times in this process; ``name=action@once:PATH`` fires
-once across all processes (the first to create PATH fires).
+once across all processes (the first to create PATH fires, and writes its pid there: the chaos
+harness finds the host of a held commit by it).
 
 A point may be *scoped*: ``point("spark.begin", scope=("words", "7"))`` also answers to
 ``spark.begin:words`` and ``spark.begin:words:7``. Faults can be armed while processes run by
@@ -96,12 +97,16 @@ def _should_fire(entry: list[Any]) -> bool:
     remaining = entry[1]
     if remaining is None:
         return True
-    if isinstance(remaining, str):  # once:PATH -- the process that creates PATH fires
+    if isinstance(remaining, str):  # once:PATH -- the process that creates PATH fires, and writes its pid there
         try:
-            os.close(os.open(remaining[len("once:"):], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            return True
+            fd = os.open(remaining[len("once:"):], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             return False
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+        return True
     if remaining <= 0:
         return False
     entry[1] = remaining - 1

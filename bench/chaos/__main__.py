@@ -16,7 +16,7 @@ from typing import Any
 
 from bench.measure import git_commit, machine
 
-from .config import KAFKA_KINDS, KINDS, LEDGER, MODES, ChaosConfig, ChaosReport
+from .config import CLUSTER_KINDS, KAFKA_KINDS, KINDS, LEDGER, MODES, STACKS, ChaosConfig, ChaosReport
 from .harness import Chaos, chaos_stack, recheck
 
 
@@ -30,12 +30,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "stages of the payments example against its invariants (dev/payments.py); kafka: words "
                         "read from a Kafka topic (opaque) against the records its producers committed, with "
                         "the broker's own faults")
+    parser.add_argument("--stack", choices=STACKS, default="local",
+                        help="local: LocalExecutor and Spark local[N]; cluster: CeleryExecutor (Redis, two "
+                        "workers) and a Spark standalone cluster (dev/cluster.py), with the cluster's own faults "
+                        f"({', '.join(CLUSTER_KINDS)})")
     parser.add_argument("--quick", action="store_true",
                         help="the size CI runs: 6 transactions, 5 faults (payments: 3 and 3; kafka: 6 and 6)")
     parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200; quick 20)")
     parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400; quick 10)")
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}, and "
-                        f"in kafka mode {', '.join(KAFKA_KINDS)}; quick: the ones that cost no restart)")
+                        f"in kafka mode {', '.join(KAFKA_KINDS)}, on a cluster {', '.join(CLUSTER_KINDS)}; quick: "
+                        "the ones that cost no restart)")
     parser.add_argument("--audit", action=argparse.BooleanOptionalAction, default=None,
                         help="run `airflow-txn audit` at the end (default: yes for the soak, no with --quick)")
     parser.add_argument("--dir", help="where to keep Postgres, Airflow, logs and the producers' ledger "
@@ -52,16 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     started = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(), "machine": machine(),
                "command": shlex.join(["python", "-m", "bench.chaos", *(sys.argv[1:] if argv is None else argv)])}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    cfg = ChaosConfig.quick(args.seed, args.mode) if args.quick else ChaosConfig(seed=args.seed, mode=args.mode)
+    cfg = (ChaosConfig.quick(args.seed, args.mode, args.stack) if args.quick
+           else ChaosConfig(seed=args.seed, mode=args.mode, stack=args.stack))
     if args.audit is not None:
         cfg.audit = args.audit
     if args.kinds:
         cfg.kinds = tuple(k for k in args.kinds.split(",") if k)
     cfg.transactions = args.transactions or cfg.transactions
     cfg.faults = args.faults if args.faults is not None else cfg.faults
-    known = KINDS + KAFKA_KINDS if cfg.mode == "kafka" else KINDS
-    if unknown := set(cfg.kinds) - set(known):
-        parser.error(f"unknown fault kinds {sorted(unknown)} in {cfg.mode} mode: choose from {', '.join(known)}")
+    if unknown := set(cfg.kinds) - set(cfg.known_kinds):
+        parser.error(f"unknown fault kinds {sorted(unknown)} in {cfg.mode} mode on the {cfg.stack} stack: choose "
+                     f"from {', '.join(cfg.known_kinds)}")
     if args.check:
         base = Path(args.check).resolve()
         if not (base / LEDGER).exists():

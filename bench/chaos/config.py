@@ -24,10 +24,17 @@ KINDS = ("spark_kill", "commit_kill_before", "commit_kill_after", "pg_restart_pr
 # What only a Kafka-fed topology meets: the broker SIGKILLed (and restarted) while a batch is processed
 # or a commit is open, records deleted under a plan, a partition added to the topic.
 KAFKA_KINDS = ("kafka_kill_processing", "kafka_kill_commit", "delete_records", "add_partition")
+# What only a cluster has (``--stack cluster``: Celery workers on Redis, a Spark standalone cluster):
+# the Celery worker running a batch (its Spark driver with it) or a commit (inside its Postgres
+# transaction) lost with its host, a Spark worker running an executor lost, the Spark master
+# restarted between batches, Redis restarted.
+CLUSTER_KINDS = ("celery_kill_processing", "celery_kill_commit", "spark_worker_kill", "spark_master_restart",
+                 "redis_restart")
+STACKS = ("local", "cluster")
 # Faults of one lane strike one at a time; the lanes run side by side.
-LANES = {"spark": ("spark_kill", "pg_restart_processing"),
-         "commit": ("commit_kill_before", "commit_kill_after", "pg_restart_commit"),
-         "control": ("scheduler_restart", "api_restart", "clear"),
+LANES = {"spark": ("spark_kill", "pg_restart_processing", "celery_kill_processing", "spark_worker_kill"),
+         "commit": ("commit_kill_before", "commit_kill_after", "pg_restart_commit", "celery_kill_commit"),
+         "control": ("scheduler_restart", "api_restart", "clear", "spark_master_restart", "redis_restart"),
          "kafka": KAFKA_KINDS}
 TASKS = ("plan", "process", "commit")
 LEDGER = "ledger.jsonl"  # under the run's directory: what the producers appended
@@ -50,26 +57,39 @@ class ChaosConfig:
     audit: bool = True             # also run `airflow-txn audit` (one more Spark pass)
     drain_timeout: float = 900
     aborted_rate: float = 0.1      # kafka: chance a producer transaction is aborted (never to be counted)
+    stack: str = "local"           # local: LocalExecutor and local[N]; cluster: Celery and a Spark cluster
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown chaos mode {self.mode!r}: one of {', '.join(sorted(MODES))}")
-        self.kinds = self.kinds or (KINDS + KAFKA_KINDS if self.mode == "kafka" else KINDS)
-        if self.mode != "kafka" and set(self.kinds) & set(KAFKA_KINDS):
-            raise ValueError(f"fault kinds {sorted(set(self.kinds) & set(KAFKA_KINDS))} strike a Kafka broker: "
-                             "only --mode kafka has one")
+        if self.stack not in STACKS:
+            raise ValueError(f"unknown stack {self.stack!r}: one of {', '.join(STACKS)}")
+        self.kinds = self.kinds or self.known_kinds
+        if unknown := set(self.kinds) - set(self.known_kinds):
+            raise ValueError(f"fault kinds {sorted(unknown)} need what this run lacks: the Kafka kinds strike "
+                             "a broker (--mode kafka), the cluster kinds a cluster (--stack cluster)")
+
+    @property
+    def known_kinds(self) -> tuple[str, ...]:
+        """Every fault kind this run can strike: its mode's and its stack's."""
+        return (KINDS + (KAFKA_KINDS if self.mode == "kafka" else ())
+                + (CLUSTER_KINDS if self.stack == "cluster" else ()))
 
     @classmethod
-    def quick(cls, seed: int = 1, mode: str = "words") -> ChaosConfig:
+    def quick(cls, seed: int = 1, mode: str = "words", stack: str = "local") -> ChaosConfig:
         """The size CI runs inside ``make test``: for ``words`` 6 transactions and 5 faults (each
         kind once); for ``payments`` 3 transactions of stage 1 (each followed by stage 2:
         twice the Spark work per transaction) and 3 faults (a Spark kill, a commit kill, a clear),
         striking either stage; for ``kafka``
-        6 transactions and 6 faults: the four Kafka kinds, a Spark kill and a clear.
+        6 transactions and 6 faults: the four Kafka kinds, a Spark kill and a clear; on a cluster
+        8 transactions and 6 faults: each cluster kind once, and a clear.
 
         Without the final ``airflow-txn audit`` (a Spark pass over every event, a minute here):
         the oracle is the independent check, and the audit has tests of its own."""
         kinds = ("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear")
+        if stack == "cluster":  # each cluster kind once, and a clear
+            return cls(seed=seed, mode=mode, stack=stack, transactions=8, faults=6, producers=2, rate=6,
+                       drain_timeout=600, audit=False, kinds=(*CLUSTER_KINDS, "clear"))
         if mode == "payments":
             return cls(seed=seed, mode=mode, transactions=3, faults=3, producers=2, rate=6, drain_timeout=420,
                        audit=False, kinds=("spark_kill", "commit_kill_after", "clear"))
@@ -89,6 +109,7 @@ class ChaosConfig:
 class ChaosReport:
     seed: int
     mode: str = "words"
+    stack: str = "local"
     transactions_triggered: int = 0
     transactions_committed: int = 0  # of the topology the harness triggers
     commits_downstream: dict[str, int] = field(default_factory=dict)  # payments: settlement's commits
@@ -146,6 +167,8 @@ class ChaosReport:
                     ("events not yet committed (beyond the checkpoint)", self.events_pending),
                     audit]
         rows: list[tuple[str, object]] = [("seed", self.seed),
+                                          *([("stack", "CeleryExecutor (Redis, two workers), a Spark standalone "
+                                                       "cluster")] if self.stack == "cluster" else []),
                                           ("transactions committed", self.transactions_committed),
                                           ("transactions triggered", self.transactions_triggered)]
         rows += [(f"fault: {k}", v) for k, v in sorted(self.faults.items())]

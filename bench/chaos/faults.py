@@ -19,9 +19,10 @@ from typing import Any
 import psutil
 
 from dev import faults as engine
+from dev.cluster import ClusterStack
 from dev.localstack import LocalStack, RestClient
 
-from .config import KAFKA_KINDS, KINDS, LANES, TASKS, ChaosConfig, ChaosReport
+from .config import CLUSTER_KINDS, KAFKA_KINDS, KINDS, LANES, TASKS, ChaosConfig, ChaosReport
 from .kafka import BrokerFaults
 from .supervisor import Supervisor, rest
 
@@ -97,6 +98,8 @@ class Faults:
             return self._commit(kind)
         if kind in KAFKA_KINDS:
             return self._kafka(kind)
+        if kind in CLUSTER_KINDS:
+            return self._cluster(kind)
         if kind in ("scheduler_restart", "api_restart"):
             name = "scheduler" if kind == "scheduler_restart" else "api-server"
             with self.supervisor.components:
@@ -106,7 +109,7 @@ class Faults:
             return True
         if kind == "clear":
             return self._clear()
-        raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(KINDS + KAFKA_KINDS)}")
+        raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(KINDS + KAFKA_KINDS + CLUSTER_KINDS)}")
 
     def arm(self, line: str | None) -> None:
         """Arm one fault point in every running task (None: disarm)."""
@@ -186,6 +189,66 @@ class Faults:
         if kind == "delete_records":
             return broker.delete_under_a_plan()
         return broker.add_partition()
+
+    def _cluster(self, kind: str) -> bool:
+        """A cluster's own faults (``--stack cluster``): a Celery worker lost with the batch or the
+        commit it runs, a Spark worker lost with an executor, the Spark master restarted between
+        batches, Redis restarted whatever is queued."""
+        cluster = self.stack
+        if not isinstance(cluster, ClusterStack):
+            raise ValueError(f"fault kind {kind} needs a cluster: --stack cluster")
+        if kind == "celery_kill_processing":
+            driver = wait_for(lambda: spark_driver(self.cfg.topologies), 240)
+            if driver is None:
+                return False
+            time.sleep(self.rng.uniform(1, 4))  # the batch under way
+            return driver.is_running() and self._lose_celery_worker(cluster, driver.pid)
+        if kind == "celery_kill_commit":
+            held = self._hold_a_commit()
+            return held is not None and self._lose_celery_worker(cluster, held)
+        if kind == "spark_worker_kill":
+            busy = wait_for(lambda: [k for k, n in cluster.spark.executors().items() if n], 240)
+            if not busy:
+                return False
+            worker = self.rng.choice(busy)
+            cluster.spark.kill_worker(worker)
+            time.sleep(self.rng.uniform(1, 5))
+            cluster.spark.start_worker(worker)
+            logging.info("fault: spark_worker_kill: Spark worker %d lost with its executor, started again", worker)
+            return True
+        with self.supervisor.components:
+            if kind == "spark_master_restart":
+                if not wait_for(lambda: spark_driver(self.cfg.topologies) is None, 240):
+                    return False
+                cluster.spark.restart_master()
+            else:
+                cluster.redis.restart()
+        return True
+
+    def _hold_a_commit(self) -> int | None:
+        """Hold a commit inside its Postgres transaction; the pid of the task process holding it."""
+        marker = self.markers / f"celery-commit-{time.monotonic_ns()}"
+        topology = self.rng.choice(self.cfg.topologies)
+        self.arm(f"commit.after_apply:{topology}=pause:8@once:{marker}")
+        try:
+            pid = wait_for(lambda: marker.exists() and marker.read_text().strip(), 180)
+        finally:
+            self.arm(None)
+        return int(pid) if pid else None
+
+    def _lose_celery_worker(self, cluster: ClusterStack, pid: int) -> bool:
+        """The Celery worker whose process tree holds ``pid`` lost with its host (the worker, its
+        tasks and the Spark drivers they started, SIGKILLed at once), and a replacement started."""
+        worker = cluster.worker_of(pid)
+        if worker is None:
+            return False
+        with self.supervisor.components:
+            cluster.kill_worker(worker)
+            time.sleep(self.rng.uniform(1, 5))
+            cluster.start_component(worker)
+            cluster.wait_worker(worker)
+        logging.info("fault: lost Celery %s (pid %d in its tree), started again", worker, pid)
+        return True
 
     def _clear(self) -> bool:
         states = self.states()

@@ -18,6 +18,7 @@ from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.store.connection import CONNECTION_ERRORS
 from dev import faults as engine
+from dev.cluster import ClusterStack
 from dev.localstack import AirflowStackError, LocalStack, RestClient
 
 from . import checker, kafka, payments
@@ -31,7 +32,7 @@ class Chaos:
     def __init__(self, stack: LocalStack, cfg: ChaosConfig) -> None:
         self.stack, self.cfg = stack, cfg
         self.client: RestClient = stack.client()
-        self.report = ChaosReport(cfg.seed, mode=cfg.mode)
+        self.report = ChaosReport(cfg.seed, mode=cfg.mode, stack=cfg.stack)
         self.ledger = Ledger(stack.base_dir / LEDGER)
         self.driven = cfg.topologies[0]
         self.runs: list[str] = []  # the runs of the driven topology triggered so far
@@ -208,8 +209,10 @@ def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
     dags = base / "dags"
     dags.mkdir(parents=True, exist_ok=True)
     write_dag(dags, cfg)
-    return LocalStack(base, dags, env=engine.child_env(dag_env(cfg), faults_file=str(base / "faults.txt")),
-                      kafka=cfg.mode == "kafka")
+    env = engine.child_env(dag_env(cfg), faults_file=str(base / "faults.txt"))
+    if cfg.stack == "cluster":  # two Celery workers of three slots, a master and two one-core Spark workers
+        return ClusterStack(base, dags, env=env, kafka=cfg.mode == "kafka")
+    return LocalStack(base, dags, env=env, kafka=cfg.mode == "kafka")
 
 
 def recheck(base: Path, cfg: ChaosConfig) -> ChaosReport:

@@ -45,13 +45,15 @@ class Supervisor:
 
     def supervise(self) -> None:
         """Restart what died: Postgres, or an Airflow component (a Postgres restart can take the
-        scheduler down)."""
+        scheduler down), or a Celery worker."""
         with self.components:
             if not self.stack.pg.is_running():
                 logging.info("supervisor: Postgres is down; starting it")
                 self.stack.pg.start()
                 self.report.component_restarts += 1
-            for name in COMPONENTS:
+            # Airflow's components, and on a cluster its Celery workers (a Spark Connect server the
+            # run did not start is not the supervisor's).
+            for name in (c for c in self.stack.components if c in COMPONENTS or c.startswith("worker-")):
                 proc = self.stack.procs.get(name)
                 if proc is None or proc.poll() is not None:
                     logging.info("supervisor: %s is down; restarting it", name)

@@ -37,6 +37,7 @@ class FakeStack:
         self.base_dir = base
         self.extra_env = {"AIRFLOW_TXN_FAULTS_FILE": str(base / "faults.txt")}
         self.procs: dict[str, FakeProc] = {name: FakeProc() for name in COMPONENTS}
+        self.components = COMPONENTS
         self.pg = SimpleNamespace(is_running=lambda: True)
         self.started: list[str] = []
         self._client = client
@@ -200,10 +201,27 @@ def test_the_kafka_kinds_belong_to_the_kafka_mode_and_its_ci_size_strikes_each()
     assert ChaosConfig().kinds == KINDS
     quick = ChaosConfig.quick(mode="kafka")
     assert set(KAFKA_KINDS) <= set(quick.kinds) and quick.faults >= len(quick.kinds)
-    with pytest.raises(ValueError, match="only --mode kafka has one"):
+    with pytest.raises(ValueError, match="the Kafka kinds strike a broker"):
         ChaosConfig(kinds=("spark_kill", "delete_records"))
     with pytest.raises(ValueError, match="unknown chaos mode 'kafak'"):
         ChaosConfig(mode="kafak")
     # The kafka kinds share one lane: the broker is struck by one fault at a time.
     lanes = Faults.plan(SimpleNamespace(cfg=quick, rng=random.Random(1)))  # type: ignore[arg-type]
     assert sorted(lanes["kafka"]) == sorted(KAFKA_KINDS)
+
+
+def test_the_cluster_kinds_belong_to_the_cluster_stack_each_in_a_lane() -> None:
+    from bench.chaos import KINDS
+    from bench.chaos.config import CLUSTER_KINDS, LANES
+    from bench.chaos.faults import Faults
+
+    assert ChaosConfig(stack="cluster").kinds == KINDS + CLUSTER_KINDS  # the soak: every kind, mixed
+    with pytest.raises(ValueError, match="the cluster kinds a cluster"):
+        ChaosConfig(kinds=("spark_kill", "redis_restart"))
+    with pytest.raises(ValueError, match="unknown stack 'k8s'"):
+        ChaosConfig(stack="k8s")
+    quick = ChaosConfig.quick(stack="cluster")
+    assert set(CLUSTER_KINDS) <= set(quick.kinds) and quick.faults >= len(quick.kinds)
+    lanes = Faults.plan(SimpleNamespace(cfg=quick, rng=random.Random(1)))  # type: ignore[arg-type]
+    assert sorted(k for lane in lanes.values() for k in lane) == sorted(quick.kinds)  # none left out
+    assert all(any(k in members for members in LANES.values()) for k in CLUSTER_KINDS)
