@@ -35,9 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "workers) and a Spark standalone cluster (dev/cluster.py), with the cluster's own faults "
                         f"({', '.join(CLUSTER_KINDS)})")
     parser.add_argument("--quick", action="store_true",
-                        help="the size CI runs: 6 transactions, 5 faults (payments: 3 and 3; kafka: 6 and 6)")
-    parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200; quick 20)")
-    parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400; quick 10)")
+                        help="the size CI runs: 6 transactions, 5 faults (payments: 3 and 3; kafka: 6 and 6; on a "
+                        "cluster 8 and 6: each cluster kind once, and a clear)")
+    parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200)")
+    parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400)")
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}, and "
                         f"in kafka mode {', '.join(KAFKA_KINDS)}, on a cluster {', '.join(CLUSTER_KINDS)}; quick: "
                         "the ones that cost no restart)")

@@ -44,6 +44,7 @@ class Faults:
         self.markers = stack.base_dir / "chaos-markers"
         self.markers.mkdir(exist_ok=True)
         self.counting = threading.Lock()
+        self.armed: dict[str, str] = {}  # lane -> the fault point it has armed (lanes arm side by side)
         self.driving = threading.Event()  # set when the run winds down: lanes stop waiting for their turn
         self.aborted = threading.Event()  # set when the driver died: lanes strike no more faults
 
@@ -111,9 +112,21 @@ class Faults:
             return self._clear()
         raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(KINDS + KAFKA_KINDS + CLUSTER_KINDS)}")
 
-    def arm(self, line: str | None) -> None:
-        """Arm one fault point in every running task (None: disarm)."""
-        self.file.write_text(f"{line}\n" if line else "")
+    def arm(self, line: str | None, lane: str = "commit") -> None:
+        """Arm one fault point in every running task for ``lane`` (None: disarm the lane's; the
+        other lanes' stay armed)."""
+        with self.counting:
+            if line:
+                self.armed[lane] = line
+            else:
+                self.armed.pop(lane, None)
+            self.file.write_text("".join(f"{armed}\n" for armed in self.armed.values()))
+
+    def disarm(self) -> None:
+        """Every lane's fault point disarmed (the run is over)."""
+        with self.counting:
+            self.armed.clear()
+            self.file.write_text("")
 
     # -- the kinds -----------------------------------------------------------------------------
 
@@ -216,14 +229,28 @@ class Faults:
             cluster.spark.start_worker(worker)
             logging.info("fault: spark_worker_kill: Spark worker %d lost with its executor, started again", worker)
             return True
+        if kind == "spark_master_restart":
+            return self._restart_master_between_batches(cluster)
         with self.supervisor.components:
-            if kind == "spark_master_restart":
-                if not wait_for(lambda: spark_driver(self.cfg.topologies) is None, 240):
-                    return False
-                cluster.spark.restart_master()
-            else:
-                cluster.redis.restart()
+            cluster.redis.restart()
         return True
+
+    def _restart_master_between_batches(self, cluster: ClusterStack) -> bool:
+        """The Spark master restarted (knowing nothing: no recovery mode) between batches. With
+        txids in flight a batch always runs, so the moment is made: new batches wait at their gate
+        (``process.begin``) until the ones under way have ended, the master restarts, the gate opens."""
+        gate = self.markers / f"master-restart-{time.monotonic_ns()}"
+        self.arm(f"process.begin=waitfor:{gate}", lane="control")
+        try:
+            if not wait_for(lambda: spark_driver(self.cfg.topologies) is None, 300):
+                return False
+            with self.supervisor.components:
+                cluster.spark.restart_master()
+            logging.info("fault: spark_master_restart: the master restarted between batches")
+            return True
+        finally:
+            gate.touch()
+            self.arm(None, lane="control")
 
     def _hold_a_commit(self) -> int | None:
         """Hold a commit inside its Postgres transaction; the pid of the task process holding it."""

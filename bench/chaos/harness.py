@@ -127,7 +127,7 @@ class Chaos:
             self.faults.driving.set()
             self.faults.aborted.set()
             stop.set()
-            self.faults.arm(None)
+            self.faults.disarm()
             self.supervisor.supervise()
             self.supervisor.finished.set()
             supervisor.join(60)

@@ -225,3 +225,17 @@ def test_the_cluster_kinds_belong_to_the_cluster_stack_each_in_a_lane() -> None:
     lanes = Faults.plan(SimpleNamespace(cfg=quick, rng=random.Random(1)))  # type: ignore[arg-type]
     assert sorted(k for lane in lanes.values() for k in lane) == sorted(quick.kinds)  # none left out
     assert all(any(k in members for members in LANES.values()) for k in CLUSTER_KINDS)
+
+
+def test_lanes_arm_side_by_side_and_the_run_disarms_them_all(tmp_path: Path) -> None:
+    """The commit lane's held commit and the control lane's gate for a master restart are armed at
+    once: arming or disarming one lane leaves the other's fault point in the file tasks read."""
+    c, stack = chaos(tmp_path)
+    armed = Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"])
+    c.faults.arm("commit.after_apply:words=pause:8@once:/m")
+    c.faults.arm("process.begin=waitfor:/gate", lane="control")
+    assert armed.read_text().splitlines() == ["commit.after_apply:words=pause:8@once:/m", "process.begin=waitfor:/gate"]
+    c.faults.arm(None)
+    assert armed.read_text().splitlines() == ["process.begin=waitfor:/gate"]
+    c.faults.disarm()
+    assert armed.read_text() == ""
