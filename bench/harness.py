@@ -13,7 +13,16 @@ from typing import Any
 
 from airflow_transactional.coordinator import Coordinator
 from bench import waits
-from bench.measure import BACKENDS, MemorySampler, Report, Sizes, parse_ts, write_events_file
+from bench.measure import (
+    BACKENDS,
+    SCALE_NOOP,
+    SCALE_TOPOLOGIES,
+    MemorySampler,
+    Report,
+    Sizes,
+    parse_ts,
+    write_events_file,
+)
 from bench.work import REPO
 from dev.localstack import LocalStack, RestClient
 
@@ -63,9 +72,12 @@ class Harness:
         (self.dags / "bench_words.json").write_text(json.dumps(words, indent=1))
 
     def dag_ids(self) -> list[str]:
-        """The DAGs :meth:`write_dags` deployed: one per file, and bench_words.py's from its JSON."""
+        """The DAGs :meth:`write_dags` deployed: one per file, bench_words.py's from its JSON and
+        bench_scale.py's."""
         words = json.loads((self.dags / "bench_words.json").read_text())
-        return sorted({d.stem for d in self.dags.glob("*.py")} - {"bench_words"} | {w["name"] for w in words})
+        scale = {f"bench_scale_{i}" for i in range(SCALE_TOPOLOGIES)} | {SCALE_NOOP}
+        return sorted({d.stem for d in self.dags.glob("*.py")} - {"bench_words", "bench_scale"}
+                      | {w["name"] for w in words} | scale)
 
     # -- runs over REST --------------------------------------------------------------------
 

@@ -38,6 +38,12 @@ BACKENDS = {"spark-submit": "", "Spark Connect": "_sc"}
 BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
 
 
+#: The topologies ``bench/dags/bench_scale.py`` declares (the most one run of ``scale`` measures at
+#: once), and its plain DAG of three no-op tasks.
+SCALE_TOPOLOGIES = 4
+SCALE_NOOP = "bench_scale_noop"
+
+
 @dataclass
 class Sizes:
     """What one run measures; ``quick`` keeps the whole run near ten minutes (about 12 here)."""
@@ -66,13 +72,16 @@ class Sizes:
     decision_trials: int = 5
     latency_transactions: int = 30
     publish_events: int = 200_000
+    scale_runs: int = 12
+    scale_topologies: tuple[int, ...] = (2, 4)
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(commit_large_state=1_000_000, commit_trials=2, plan_large_log=2_000_000, plan_trials=9,
                    peer_batches=(1_000_000,), peer_batch_count=2, peer_backends=("Spark Connect",),
                    overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2,
-                   work_trials=2, decision_trials=2, latency_transactions=8, publish_events=50_000)
+                   work_trials=2, decision_trials=2, latency_transactions=8, publish_events=50_000,
+                   scale_runs=6, scale_topologies=(2,))
 
 
 @dataclass

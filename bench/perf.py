@@ -24,6 +24,8 @@ and every result is a ratio against a baseline measured in the same run:
 - ``pipelining``: N transactions of ``words`` with ``max_in_flight=3`` vs a serial run.
 - ``waits``: commits waiting for txid-1 deferred to the triggerer vs sleeping in workers: worker
   slots they hold, and commit latency after the predecessor commits (``bench/waits.py``).
+- ``scale``: transactions a minute one scheduler commits with empty batches, one topology vs the
+  same three tasks as a plain DAG, and several topologies at once vs one (``bench/scale.py``).
 - ``latency``: the payments pipeline end to end -- a request's append to its outcome in stage
   2's state, p50 / p99 at a steady rate, on an Airflow of its own (``bench/latency.py``).
 - peak memory (RSS of the spark-submit process tree) of processing tasks and of the peer.
@@ -45,7 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from airflow_transactional.sources import EventLog
-from bench import airflow_sections, waits
+from bench import airflow_sections, scale, waits
 from bench.decide import bench_decisions
 from bench.harness import Harness
 from bench.kafka_sections import bench_kafka_read, bench_publish
@@ -58,9 +60,9 @@ from dev.kafka import KafkaBroker
 log = logging.getLogger("bench.perf")
 
 SECTIONS = ("commit", "decisions", "plan", "startup", "work", "kafka", "peer", "overhead", "pipelining", "waits",
-            "latency")
+            "scale", "latency")
 #: The sections that need the benchmark's Airflow running.
-ON_AIRFLOW = {"peer", "overhead", "pipelining", "waits"}
+ON_AIRFLOW = {"peer", "overhead", "pipelining", "waits", "scale"}
 
 
 def run(h: Harness) -> Report:
@@ -101,6 +103,8 @@ def run(h: Harness) -> Report:
                     airflow_sections.bench_peer_ours(h, peer, backend)
             if "waits" in chosen:
                 waits.bench_waits(h)
+            if "scale" in chosen:
+                scale.bench_scale(h)
         airflow_sections.memory_rows(h)
     finally:
         h.memory.stopped.set()
