@@ -15,6 +15,7 @@ from airflow_transactional.coordinator import Coordinator
 from bench import waits
 from bench.measure import (
     BACKENDS,
+    CLUSTER_DAG,
     SCALE_NOOP,
     SCALE_TOPOLOGIES,
     MemorySampler,
@@ -29,6 +30,13 @@ from dev.localstack import LocalStack, RestClient
 log = logging.getLogger("bench.perf")
 
 DAG_FILES = sorted((REPO / "bench" / "dags").glob("bench_*.py"))
+
+
+def cluster_entry(sizes: Sizes) -> dict[str, Any]:
+    """The ``bench_words.json`` entry of the topology the ``cluster`` section runs on this Airflow
+    and on the cluster stack."""
+    return {"name": CLUSTER_DAG, "landing": None, "max_in_flight": sizes.max_in_flight,
+            "batch": sizes.cluster_batch, "connect": False}
 
 
 class Harness:
@@ -69,6 +77,7 @@ class Harness:
                 words.append({"name": name, "landing": str(landing), "max_in_flight": s.max_in_flight, "batch": 1,
                               "connect": bool(suffix)})
         words += waits.dags()
+        words.append(cluster_entry(s))
         (self.dags / "bench_words.json").write_text(json.dumps(words, indent=1))
 
     def dag_ids(self) -> list[str]:

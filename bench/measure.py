@@ -42,6 +42,9 @@ BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+Use
 #: once), and its plain DAG of three no-op tasks.
 SCALE_TOPOLOGIES = 4
 SCALE_NOOP = "bench_scale_noop"
+#: The topology the ``cluster`` section runs on this Airflow and then on the cluster stack (words,
+#: ``Sizes.cluster_batch`` events a batch, max_in_flight transactions in flight).
+CLUSTER_DAG = "bench_cluster"
 
 
 @dataclass
@@ -74,6 +77,8 @@ class Sizes:
     publish_events: int = 200_000
     scale_runs: int = 12
     scale_topologies: tuple[int, ...] = (2, 4)
+    cluster_transactions: int = 6
+    cluster_batch: int = 100_000
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -81,7 +86,8 @@ class Sizes:
                    peer_batches=(1_000_000,), peer_batch_count=2, peer_backends=("Spark Connect",),
                    overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2,
                    work_trials=2, decision_trials=2, latency_transactions=8, publish_events=50_000,
-                   scale_runs=6, scale_topologies=(2,))
+                   scale_runs=6, scale_topologies=(2,),
+                   cluster_transactions=3, cluster_batch=20_000)
 
 
 @dataclass

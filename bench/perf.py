@@ -26,6 +26,8 @@ and every result is a ratio against a baseline measured in the same run:
   slots they hold, and commit latency after the predecessor commits (``bench/waits.py``).
 - ``scale``: transactions a minute one scheduler commits with empty batches, one topology vs the
   same three tasks as a plain DAG, and several topologies at once vs one (``bench/scale.py``).
+- ``cluster``: the words topology on the cluster stack (CeleryExecutor, a Spark standalone
+  cluster) vs on LocalExecutor and ``local[2]``, the same events, final states compared.
 - ``latency``: the payments pipeline end to end -- a request's append to its outcome in stage
   2's state, p50 / p99 at a steady rate, on an Airflow of its own (``bench/latency.py``).
 - peak memory (RSS of the spark-submit process tree) of processing tasks and of the peer.
@@ -60,9 +62,9 @@ from dev.kafka import KafkaBroker
 log = logging.getLogger("bench.perf")
 
 SECTIONS = ("commit", "decisions", "plan", "startup", "work", "kafka", "peer", "overhead", "pipelining", "waits",
-            "scale", "latency")
+            "scale", "cluster", "latency")
 #: The sections that need the benchmark's Airflow running.
-ON_AIRFLOW = {"peer", "overhead", "pipelining", "waits", "scale"}
+ON_AIRFLOW = {"peer", "overhead", "pipelining", "waits", "scale", "cluster"}
 
 
 def run(h: Harness) -> Report:
@@ -80,6 +82,7 @@ def run(h: Harness) -> Report:
         el.create(4)
         el.close()
     chosen, sizes, report = set(h.sections), h.sizes, h.report
+    local: scale.Words | None = None  # cluster: the words topology on this Airflow, the baseline
     try:
         for section, measure in (("commit", bench_commit), ("decisions", bench_decisions), ("plan", bench_plan),
                                  ("startup", bench_startup)):
@@ -105,10 +108,14 @@ def run(h: Harness) -> Report:
                 waits.bench_waits(h)
             if "scale" in chosen:
                 scale.bench_scale(h)
+            if "cluster" in chosen:
+                local = scale.words_on(h)
         airflow_sections.memory_rows(h)
     finally:
         h.memory.stopped.set()
         h.stack.stop()
+    if local is not None:  # the cluster stack, after this Airflow's end
+        scale.bench_cluster(h, local)
     if "latency" in chosen:  # a stack of its own (the payments example), after the other's end
         bench_latency(h.base / "latency", sizes, report)
     report.wall_seconds = time.monotonic() - started
