@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -200,12 +201,15 @@ class CpuMeter:
     """How busy the machine's cores were between enter and exit (the profile of a section)."""
 
     busy: float = 0.0
+    seconds: float = 0.0  # wall time between enter and exit
 
     def __enter__(self) -> CpuMeter:
         self._start = psutil.cpu_times()
+        self._t0 = time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.seconds = time.monotonic() - self._t0
         end = psutil.cpu_times()
         total = sum(end) - sum(self._start)
         idle = (end.idle + end.iowait) - (self._start.idle + self._start.iowait)

@@ -54,7 +54,7 @@ from bench.decide import bench_decisions
 from bench.harness import Harness
 from bench.kafka_sections import bench_kafka_read, bench_publish
 from bench.latency import bench_latency
-from bench.measure import BACKENDS, BIG_BATCH_CONF, SCHEMA, Report, Sizes, git_commit, machine
+from bench.measure import BACKENDS, BIG_BATCH_CONF, CLUSTER_DAG, SCHEMA, Report, Sizes, git_commit, machine
 from bench.store_sections import bench_commit, bench_plan, bench_startup
 from bench.work import bench_work
 from dev.kafka import KafkaBroker
@@ -76,7 +76,8 @@ def run(h: Harness) -> Report:
     h.stack.pg.start()
     dsn = h.stack.pg.create_database("airflow_txn")
     logs = ["bench_empty", *(f"bench_{kind}{suffix}" for suffix in BACKENDS.values()
-                             for kind in ("serial", "pipelined")), *(w["name"] for w in waits.dags())]
+                             for kind in ("serial", "pipelined")), *(w["name"] for w in waits.dags()),
+            *(scale.topology(i) for i in range(scale.TOPOLOGIES)), CLUSTER_DAG]
     for name in logs:  # the DAGs' logs exist from the start
         el = EventLog(dsn, name)
         el.create(4)

@@ -57,9 +57,9 @@ class Rate:
     task_seconds: dict[str, float]  # median duration of each task
 
 
-def finished(h: Harness, runs: dict[str, list[str]], cpu: CpuMeter, *, commits: bool) -> Rate:
-    """The rate of ``runs`` (dag id -> run ids), all awaited: to the last commit when ``commits``
-    (the topologies' audit log), else to the last run's end."""
+def finished(h: Harness, runs: dict[str, list[str]], *, commits: bool) -> tuple[int, float]:
+    """How many ``runs`` (dag id -> run ids) there were and the seconds they took, all awaited: to
+    the last commit when ``commits`` (the topologies' audit log), else to the last run's end."""
     done = {d: h.wait_runs(d, ids, timeout=180 + 30 * len(ids) * len(runs)) for d, ids in runs.items()}
     start = min(parse_ts(r["start_date"]) for rs in done.values() for r in rs)
     if commits:
@@ -73,10 +73,7 @@ def finished(h: Harness, runs: dict[str, list[str]], cpu: CpuMeter, *, commits: 
         end = max(ends)
     else:
         end = max(parse_ts(r["end_date"]) for rs in done.values() for r in rs)
-    seconds = (end - start).total_seconds()
-    n = sum(len(ids) for ids in runs.values())
-    return Rate(60 * n / seconds, seconds, cpu.busy * (os.cpu_count() or 1) * seconds / n, cpu.busy,
-                task_seconds(h, runs))
+    return sum(len(ids) for ids in runs.values()), (end - start).total_seconds()
 
 
 def task_seconds(h: Harness, runs: dict[str, list[str]]) -> dict[str, float]:
@@ -96,7 +93,10 @@ def measure(h: Harness, dags: list[str], *, commits: bool) -> Rate:
         for _ in range(h.sizes.scale_runs):  # interleaved: every topology has runs waiting from the start
             for d in dags:
                 runs[d].append(h.trigger(d))
-        rate = finished(h, runs, cpu, commits=commits)
+        n, seconds = finished(h, runs, commits=commits)
+    # CPU-seconds of the whole machine a run: the cores' busy share over the runs' whole wait.
+    rate = Rate(60 * n / seconds, seconds, cpu.busy * (os.cpu_count() or 1) * cpu.seconds / n, cpu.busy,
+                task_seconds(h, runs))
     log.info("scale: %s: %.1f a minute over %.0f s, %.1f CPU-s a run, tasks %s", ", ".join(dags), rate.per_minute,
              rate.seconds, rate.cpu_per_run, rate.task_seconds)
     return rate
