@@ -125,6 +125,7 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     wall_seconds: float = 0.0
     commit: str = ""  # the code measured (git's short id)
+    command: str = ""  # the command line that measured it
 
     def add(self, row: Row) -> None:
         self.rows.append(row)

@@ -41,7 +41,9 @@ import argparse
 import importlib.util
 import json
 import logging
+import shlex
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -187,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         if set(sizes.peer_backends) - set(BACKENDS):
             parser.error(f"unknown backends in {args.backends!r}: choose from {', '.join(BACKENDS)}")
     report = Report(started=datetime.now(UTC).isoformat(timespec="seconds"), machine=machine(),
-                    quick=args.quick, pg_settings=pg_settings, commit=git_commit())
+                    quick=args.quick, pg_settings=pg_settings, commit=git_commit(),
+                    command=shlex.join(["python", "-m", "bench.perf", *(sys.argv[1:] if argv is None else argv)]))
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="txn-bench-"))
     run(Harness(base.resolve(), sizes, report, sections, pg_settings))
     tuned = "".join(f" --pg-setting {k}={v}" for k, v in pg_settings.items())
