@@ -13,13 +13,30 @@ from typing import Any
 
 from airflow_transactional.coordinator import Coordinator
 from bench import waits
-from bench.measure import BACKENDS, MemorySampler, Report, Sizes, parse_ts, write_events_file
+from bench.measure import (
+    BACKENDS,
+    CLUSTER_DAG,
+    SCALE_NOOP,
+    SCALE_TOPOLOGIES,
+    MemorySampler,
+    Report,
+    Sizes,
+    parse_ts,
+    write_events_file,
+)
 from bench.work import REPO
 from dev.localstack import LocalStack, RestClient
 
 log = logging.getLogger("bench.perf")
 
 DAG_FILES = sorted((REPO / "bench" / "dags").glob("bench_*.py"))
+
+
+def cluster_entry(sizes: Sizes) -> dict[str, Any]:
+    """The ``bench_words.json`` entry of the topology the ``cluster`` section runs on this Airflow
+    and on the cluster stack."""
+    return {"name": CLUSTER_DAG, "landing": None, "max_in_flight": sizes.max_in_flight,
+            "batch": sizes.cluster_batch, "connect": False}
 
 
 class Harness:
@@ -60,12 +77,16 @@ class Harness:
                 words.append({"name": name, "landing": str(landing), "max_in_flight": s.max_in_flight, "batch": 1,
                               "connect": bool(suffix)})
         words += waits.dags()
+        words.append(cluster_entry(s))
         (self.dags / "bench_words.json").write_text(json.dumps(words, indent=1))
 
     def dag_ids(self) -> list[str]:
-        """The DAGs :meth:`write_dags` deployed: one per file, and bench_words.py's from its JSON."""
+        """The DAGs :meth:`write_dags` deployed: one per file, bench_words.py's from its JSON and
+        bench_scale.py's."""
         words = json.loads((self.dags / "bench_words.json").read_text())
-        return sorted({d.stem for d in self.dags.glob("*.py")} - {"bench_words"} | {w["name"] for w in words})
+        scale = {f"bench_scale_{i}" for i in range(SCALE_TOPOLOGIES)} | {SCALE_NOOP}
+        return sorted({d.stem for d in self.dags.glob("*.py")} - {"bench_words", "bench_scale"}
+                      | {w["name"] for w in words} | scale)
 
     # -- runs over REST --------------------------------------------------------------------
 

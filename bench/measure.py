@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,6 +37,15 @@ BACKENDS = {"spark-submit": "", "Spark Connect": "_sc"}
 # driver is for small batches): the peer and the Spark Connect server get it; our big-batch jobs
 # get no JIT setting, so the process task picks one by the batch's size (submit.with_jit_for_batch).
 BIG_BATCH_CONF = {**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}
+
+
+#: The topologies ``bench/dags/bench_scale.py`` declares (the most one run of ``scale`` measures at
+#: once), and its plain DAG of three no-op tasks.
+SCALE_TOPOLOGIES = 4
+SCALE_NOOP = "bench_scale_noop"
+#: The topology the ``cluster`` section runs on this Airflow and then on the cluster stack (words,
+#: ``Sizes.cluster_batch`` events a batch, max_in_flight transactions in flight).
+CLUSTER_DAG = "bench_cluster"
 
 
 @dataclass
@@ -66,13 +76,19 @@ class Sizes:
     decision_trials: int = 5
     latency_transactions: int = 30
     publish_events: int = 200_000
+    scale_runs: int = 12
+    scale_topologies: tuple[int, ...] = (2, 4)
+    cluster_transactions: int = 6
+    cluster_batch: int = 100_000
 
     @classmethod
     def quick(cls) -> Sizes:
         return cls(commit_large_state=1_000_000, commit_trials=2, plan_large_log=2_000_000, plan_trials=9,
                    peer_batches=(1_000_000,), peer_batch_count=2, peer_backends=("Spark Connect",),
                    overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2,
-                   work_trials=2, decision_trials=2, latency_transactions=8, publish_events=50_000)
+                   work_trials=2, decision_trials=2, latency_transactions=8, publish_events=50_000,
+                   scale_runs=6, scale_topologies=(2,),
+                   cluster_transactions=3, cluster_batch=20_000)
 
 
 @dataclass
@@ -109,6 +125,7 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     wall_seconds: float = 0.0
     commit: str = ""  # the code measured (git's short id)
+    command: str = ""  # the command line that measured it
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
@@ -185,12 +202,15 @@ class CpuMeter:
     """How busy the machine's cores were between enter and exit (the profile of a section)."""
 
     busy: float = 0.0
+    seconds: float = 0.0  # wall time between enter and exit
 
     def __enter__(self) -> CpuMeter:
         self._start = psutil.cpu_times()
+        self._t0 = time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.seconds = time.monotonic() - self._t0
         end = psutil.cpu_times()
         total = sum(end) - sum(self._start)
         idle = (end.idle + end.iowait) - (self._start.idle + self._start.iowait)

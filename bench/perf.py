@@ -24,6 +24,10 @@ and every result is a ratio against a baseline measured in the same run:
 - ``pipelining``: N transactions of ``words`` with ``max_in_flight=3`` vs a serial run.
 - ``waits``: commits waiting for txid-1 deferred to the triggerer vs sleeping in workers: worker
   slots they hold, and commit latency after the predecessor commits (``bench/waits.py``).
+- ``scale``: transactions a minute one scheduler commits with empty batches, one topology vs the
+  same three tasks as a plain DAG, and several topologies at once vs one (``bench/scale.py``).
+- ``cluster``: the words topology on the cluster stack (CeleryExecutor, a Spark standalone
+  cluster) vs on LocalExecutor and ``local[2]``, the same events, final states compared.
 - ``latency``: the payments pipeline end to end -- a request's append to its outcome in stage
   2's state, p50 / p99 at a steady rate, on an Airflow of its own (``bench/latency.py``).
 - peak memory (RSS of the spark-submit process tree) of processing tasks and of the peer.
@@ -37,7 +41,9 @@ import argparse
 import importlib.util
 import json
 import logging
+import shlex
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -45,12 +51,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from airflow_transactional.sources import EventLog
-from bench import airflow_sections, waits
+from bench import airflow_sections, scale, waits
 from bench.decide import bench_decisions
 from bench.harness import Harness
 from bench.kafka_sections import bench_kafka_read, bench_publish
 from bench.latency import bench_latency
-from bench.measure import BACKENDS, BIG_BATCH_CONF, SCHEMA, Report, Sizes, git_commit, machine
+from bench.measure import BACKENDS, BIG_BATCH_CONF, CLUSTER_DAG, SCHEMA, Report, Sizes, git_commit, machine
 from bench.store_sections import bench_commit, bench_plan, bench_startup
 from bench.work import bench_work
 from dev.kafka import KafkaBroker
@@ -58,9 +64,9 @@ from dev.kafka import KafkaBroker
 log = logging.getLogger("bench.perf")
 
 SECTIONS = ("commit", "decisions", "plan", "startup", "work", "kafka", "peer", "overhead", "pipelining", "waits",
-            "latency")
+            "scale", "cluster", "latency")
 #: The sections that need the benchmark's Airflow running.
-ON_AIRFLOW = {"peer", "overhead", "pipelining", "waits"}
+ON_AIRFLOW = {"peer", "overhead", "pipelining", "waits", "scale", "cluster"}
 
 
 def run(h: Harness) -> Report:
@@ -72,12 +78,14 @@ def run(h: Harness) -> Report:
     h.stack.pg.start()
     dsn = h.stack.pg.create_database("airflow_txn")
     logs = ["bench_empty", *(f"bench_{kind}{suffix}" for suffix in BACKENDS.values()
-                             for kind in ("serial", "pipelined")), *(w["name"] for w in waits.dags())]
+                             for kind in ("serial", "pipelined")), *(w["name"] for w in waits.dags()),
+            *(scale.topology(i) for i in range(scale.TOPOLOGIES)), CLUSTER_DAG]
     for name in logs:  # the DAGs' logs exist from the start
         el = EventLog(dsn, name)
         el.create(4)
         el.close()
     chosen, sizes, report = set(h.sections), h.sizes, h.report
+    local: scale.Words | None = None  # cluster: the words topology on this Airflow, the baseline
     try:
         for section, measure in (("commit", bench_commit), ("decisions", bench_decisions), ("plan", bench_plan),
                                  ("startup", bench_startup)):
@@ -101,10 +109,16 @@ def run(h: Harness) -> Report:
                     airflow_sections.bench_peer_ours(h, peer, backend)
             if "waits" in chosen:
                 waits.bench_waits(h)
+            if "scale" in chosen:
+                scale.bench_scale(h)
+            if "cluster" in chosen:
+                local = scale.words_on(h)
         airflow_sections.memory_rows(h)
     finally:
         h.memory.stopped.set()
         h.stack.stop()
+    if local is not None:  # the cluster stack, after this Airflow's end
+        scale.bench_cluster(h, local)
     if "latency" in chosen:  # a stack of its own (the payments example), after the other's end
         bench_latency(h.base / "latency", sizes, report)
     report.wall_seconds = time.monotonic() - started
@@ -175,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         if set(sizes.peer_backends) - set(BACKENDS):
             parser.error(f"unknown backends in {args.backends!r}: choose from {', '.join(BACKENDS)}")
     report = Report(started=datetime.now(UTC).isoformat(timespec="seconds"), machine=machine(),
-                    quick=args.quick, pg_settings=pg_settings, commit=git_commit())
+                    quick=args.quick, pg_settings=pg_settings, commit=git_commit(),
+                    command=shlex.join(["python", "-m", "bench.perf", *(sys.argv[1:] if argv is None else argv)]))
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="txn-bench-"))
     run(Harness(base.resolve(), sizes, report, sections, pg_settings))
     tuned = "".join(f" --pg-setting {k}={v}" for k, v in pg_settings.items())

@@ -48,7 +48,8 @@ def bench(r: dict[str, Any], section: str | None = None) -> str:
         met = "" if row["met"] is None else ("yes" if row["met"] else "**no**")
         rows.append(f"| {row['measure']} | {row['ours']} | {row['baseline']} | {ratio} | {row['target']} | {met} |")
     notes = [f"- {row['note']}" for row in chosen if row["note"]]
-    return "\n".join(rows) + ("\n\n" + "\n".join(notes) if notes else "")
+    command = f"\n\n`{r['command']}`" if r.get("command") else ""  # reports before 2026-11-27 lack it
+    return "\n".join(rows) + ("\n\n" + "\n".join(notes) if notes else "") + command
 
 
 def chaos(r: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from bench.chaos import ChaosConfig, write_dag
 from bench.harness import Harness as Bench
-from bench.measure import Sizes
+from bench.measure import SCALE_NOOP, SCALE_TOPOLOGIES, Sizes
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +29,9 @@ def test_the_bench_and_chaos_dags_load_with_the_settings_of_their_run(tmp_path: 
     assert sorted(bag.dag_ids) == Bench.dag_ids(bench)  # type: ignore[arg-type]  # what the bench waits for
     assert bag.import_errors == {}
     words = json.loads((bench.dags / "bench_words.json").read_text())
-    assert set(bag.dag_ids) == {e["name"] for e in words} | {"bench_empty", "bench_noop", "chaos_words"}
+    scale = {f"bench_scale_{i}" for i in range(SCALE_TOPOLOGIES)} | {SCALE_NOOP}
+    assert set(bag.dag_ids) == {e["name"] for e in words} | {"bench_empty", "bench_noop", "chaos_words"} | scale
+    assert bag.dags["bench_scale_0"].max_active_runs == bag.dags[SCALE_NOOP].max_active_runs == 3
     serial, piped = bag.dags["bench_serial"], bag.dags["bench_pipelined_sc"]
     assert serial.max_active_runs == 1 and piped.max_active_runs == sizes.max_in_flight
     assert piped.get_task("process").spark_connect_conn_id == "spark_connect_default"

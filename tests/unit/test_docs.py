@@ -111,7 +111,9 @@ def test_a_section_marker_renders_that_section_of_the_benchmark(tmp_path: Path) 
     r = {"rows": [row("commit", "a commit"), row("vs Structured Streaming", "a batch")]}
     page = docs_results.bench(r, "vs-structured-streaming")
     assert "| a batch | 1 s | 2 s | 0.50x | <= 1x | yes |" in page and "- note of a batch" in page
-    assert "a commit" not in page
+    assert "a commit" not in page and "`python" not in page  # a report without its command says none
+    r["command"] = "python -m bench.perf --only commit"
+    assert docs_results.bench(r, "commit").endswith("- note of a commit\n\n`python -m bench.perf --only commit`")
     with pytest.raises(ValueError, match="no rows of section 'plan': one of commit, vs-structured-streaming"):
         docs_results.bench(r, "plan")
 

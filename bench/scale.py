@@ -1,0 +1,190 @@
+"""The ``scale`` section of ``bench.perf``: how many transactions a minute one scheduler commits
+when Spark has nothing to do -- empty batches, so what is measured is Airflow's cost per
+transaction (three task processes, the scheduler's loops) and the state store's -- for one
+topology, and for several at once, against the same three tasks as a plain DAG
+(``bench/dags/bench_scale.py``). The docs' scaling model (docs/guides/cluster.md) is built on its
+per-task times and CPU per transaction.
+
+And the ``cluster`` section: the same words topology on this Airflow (LocalExecutor, ``local[2]``)
+and then on the cluster stack (``dev.cluster``: CeleryExecutor with two workers on Redis, a Spark
+standalone cluster of two one-core workers), on the same machine, with both final states compared
+row by row."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import statistics
+from dataclasses import dataclass
+
+from airflow_transactional.identifiers import qualified_table
+from airflow_transactional.sources import EventLog
+from airflow_transactional.spec import DEFAULT_STATE_SCHEMA
+from bench.harness import Harness, cluster_entry
+from bench.measure import (
+    CLUSTER_DAG,
+    SCALE_NOOP,
+    SCALE_TOPOLOGIES,
+    CpuMeter,
+    Row,
+    event_payload,
+    execute,
+    parse_ts,
+)
+from bench.work import REPO
+from dev.cluster import ClusterStack
+
+log = logging.getLogger("bench.perf")
+
+NOOP = SCALE_NOOP
+TOPOLOGIES = SCALE_TOPOLOGIES
+
+
+def topology(i: int) -> str:
+    return f"bench_scale_{i}"
+
+
+@dataclass
+class Rate:
+    """What a set of runs achieved: runs (or commits) a minute, first start to the last end."""
+
+    per_minute: float
+    seconds: float
+    cpu_per_run: float  # CPU-seconds of the whole machine per run
+    busy: float
+    task_seconds: dict[str, float]  # median duration of each task
+
+
+def finished(h: Harness, runs: dict[str, list[str]], *, commits: bool) -> tuple[int, float]:
+    """How many ``runs`` (dag id -> run ids) there were and the seconds they took, all awaited: to
+    the last commit when ``commits`` (the topologies' audit log), else to the last run's end."""
+    done = {d: h.wait_runs(d, ids, timeout=180 + 30 * len(ids) * len(runs)) for d, ids in runs.items()}
+    start = min(parse_ts(r["start_date"]) for rs in done.values() for r in rs)
+    if commits:
+        ends = []
+        for d, ids in runs.items():
+            made = h.commits(d, ids)
+            assert len(made) == len(ids), f"{d}: {len(made)} commits of {len(ids)} runs"
+            txids = [c["txid"] for c in sorted(made, key=lambda c: c["committed_at"])]
+            assert txids == sorted(txids), f"{d}: commits out of txid order: {txids}"
+            ends += [c["committed_at"] for c in made]
+        end = max(ends)
+    else:
+        end = max(parse_ts(r["end_date"]) for rs in done.values() for r in rs)
+    return sum(len(ids) for ids in runs.values()), (end - start).total_seconds()
+
+
+def task_seconds(h: Harness, runs: dict[str, list[str]]) -> dict[str, float]:
+    """The median duration of each task over the runs' task instances (as Airflow recorded them)."""
+    durations: dict[str, list[float]] = {}
+    for d, ids in runs.items():
+        for run_id in ids:
+            for ti in h.client.task_instances(d, run_id):
+                if ti.get("duration") is not None:
+                    durations.setdefault(ti["task_id"], []).append(float(ti["duration"]))
+    return {task: statistics.median(v) for task, v in sorted(durations.items())}
+
+
+def measure(h: Harness, dags: list[str], *, commits: bool) -> Rate:
+    runs: dict[str, list[str]] = {d: [] for d in dags}
+    with CpuMeter() as cpu:
+        for _ in range(h.sizes.scale_runs):  # interleaved: every topology has runs waiting from the start
+            for d in dags:
+                runs[d].append(h.trigger(d))
+        n, seconds = finished(h, runs, commits=commits)
+    # CPU-seconds of the whole machine a run: the cores' busy share over the runs' whole wait.
+    rate = Rate(60 * n / seconds, seconds, cpu.busy * (os.cpu_count() or 1) * cpu.seconds / n, cpu.busy,
+                task_seconds(h, runs))
+    log.info("scale: %s: %.1f a minute over %.0f s, %.1f CPU-s a run, tasks %s", ", ".join(dags), rate.per_minute,
+             rate.seconds, rate.cpu_per_run, rate.task_seconds)
+    return rate
+
+
+def _tasks(rate: Rate) -> str:
+    return ", ".join(f"{task} {secs:.1f} s" for task, secs in rate.task_seconds.items())
+
+
+def bench_scale(h: Harness) -> None:
+    s = h.sizes
+    noop = measure(h, [NOOP], commits=False)
+    one = measure(h, [topology(0)], commits=True)
+    h.report.add(Row(
+        "scale", f"one topology, empty batches, max_in_flight=3: transactions a minute vs the same three no-op "
+                 f"tasks as a plain DAG ({s.scale_runs} runs each)",
+        f"{one.per_minute:.1f} txn/min", f"{noop.per_minute:.1f} runs/min", one.per_minute / noop.per_minute,
+        "report", None,
+        f"one topology: median task time {_tasks(one)}; {one.cpu_per_run:.1f} CPU-s a transaction, cores busy "
+        f"{one.busy:.0%}; the plain DAG: {_tasks(noop)}; {noop.cpu_per_run:.1f} CPU-s a run, cores busy "
+        f"{noop.busy:.0%}"))
+    for k in s.scale_topologies:
+        many = measure(h, [topology(i) for i in range(k)], commits=True)
+        h.report.add(Row(
+            "scale", f"{k} topologies at once, empty batches, max_in_flight=3 each: transactions a minute in all "
+                     "vs one topology alone",
+            f"{many.per_minute:.1f} txn/min ({many.per_minute / k:.1f} each)", f"{one.per_minute:.1f} txn/min",
+            many.per_minute / one.per_minute, "report", None,
+            f"{k} topologies: median task time {_tasks(many)}; {many.cpu_per_run:.1f} CPU-s a transaction, cores "
+            f"busy {many.busy:.0%}; at one run a minute each, this scheduler keeps up with "
+            f"{int(many.per_minute)} such topologies"))
+
+
+
+@dataclass
+class Words:
+    """What the words topology achieved on one stack: first run's start to the last commit."""
+
+    events_per_second: float
+    seconds: float
+    busy: float
+    state: list[tuple[object, ...]]  # its url_counts, ordered
+
+
+def words_on(h: Harness) -> Words:
+    """``cluster_transactions`` transactions of words (the same events on every stack: a seeded
+    generator) through ``CLUSTER_DAG`` on ``h``'s running Airflow."""
+    s = h.sizes
+    rng = random.Random(17)
+    el = EventLog(h.stack.state_dsn, CLUSTER_DAG)
+    el.create(4)
+    n = s.cluster_transactions * s.cluster_batch
+    el.append([(f"c{i}", event_payload(rng, s.distinct_urls)) for i in range(n)])
+    el.close()
+    with CpuMeter() as cpu:
+        runs = [h.trigger(CLUSTER_DAG) for _ in range(s.cluster_transactions)]
+        rate, _, seconds = h.throughput(CLUSTER_DAG, runs, timeout=180 + 120 * s.cluster_transactions)
+    table = ".".join(f'"{p}"' for p in qualified_table(f"{CLUSTER_DAG}_url_counts", DEFAULT_STATE_SCHEMA))
+    state = execute(h.stack.state_dsn, f"SELECT url, value FROM {table} ORDER BY url")
+    log.info("cluster: %s: %.0f events/s over %.0f s", type(h.stack).__name__, rate, seconds)
+    return Words(rate, seconds, cpu.busy, state)
+
+
+def bench_cluster(h: Harness, local: Words) -> None:
+    """The words topology on the cluster stack (started here, in ``h``'s directory, and removed),
+    after ``local`` -- the same on ``h``'s Airflow -- and with that Airflow stopped."""
+    s = h.sizes
+    on = Harness(h.base / "cluster", s, h.report, h.sections)
+    on.stack = ClusterStack(on.base, on.dags)
+    on.dags.mkdir(parents=True)
+    (on.dags / "bench_words.py").symlink_to(REPO / "bench" / "dags" / "bench_words.py")
+    (on.dags / "bench_words.json").write_text(json.dumps([cluster_entry(s)]))
+    try:
+        on.stack.start()
+        EventLog(on.stack.state_dsn, CLUSTER_DAG).create(4)
+        on.settle([CLUSTER_DAG])
+        cluster = words_on(on)
+    finally:
+        on.stack.stop(remove=True)
+    same = cluster.state == local.state and bool(local.state)
+    h.report.add(Row(
+        "cluster", f"{s.cluster_transactions} txns x {s.cluster_batch:,} events of words, max_in_flight="
+                   f"{s.max_in_flight}: CeleryExecutor (two workers) + a Spark standalone cluster (two one-core "
+                   "workers) vs LocalExecutor + local[2], on this machine",
+        f"{cluster.events_per_second:,.0f} ev/s ({cluster.seconds:.0f} s)",
+        f"{local.events_per_second:,.0f} ev/s ({local.seconds:.0f} s)",
+        cluster.events_per_second / local.events_per_second, "report", None,
+        f"cores busy {cluster.busy:.0%} on the cluster stack, {local.busy:.0%} on the local one; final states "
+        f"{'equal row by row' if same else 'DIFFER'} ({len(local.state):,} url counts)"))
+    if not same:
+        raise AssertionError(f"{CLUSTER_DAG}: the cluster stack's final state differs from the local one's")
