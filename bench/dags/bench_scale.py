@@ -1,12 +1,9 @@
 """What one scheduler carries (``bench.perf``, section ``scale``): topologies whose logs stay
 empty, so every transaction is Airflow's and the state store's work alone (the process task skips
-an empty batch without a Spark job), and the same three tasks doing nothing as a plain DAG, at the
-same ``max_active_runs``."""
+an empty batch without a Spark job); the same three tasks doing nothing as a plain DAG, at the
+same ``max_active_runs``, are ``bench_noop.py``'s ``bench_scale_noop``."""
 
-from datetime import datetime
 from pathlib import Path
-
-from airflow.sdk import DAG, task
 
 from airflow_transactional import PostgresLogSource, StateSpec, transactional_dag
 
@@ -20,19 +17,3 @@ for i in range(TOPOLOGIES):
         f"bench_scale_{i}", source=PostgresLogSource(f"bench_scale_{i}"),
         states=[StateSpec("c", keys={"k": "text"}, combiner="count", table=f"bench_scale_{i}")],
         application=str(REPO / "spark_jobs" / "words.py"), schedule="@daily", max_in_flight=MAX_IN_FLIGHT)
-
-with DAG("bench_scale_noop", schedule="@daily", start_date=datetime(2026, 1, 1), catchup=False,
-         max_active_runs=MAX_IN_FLIGHT):
-    @task
-    def plan() -> None:
-        return None
-
-    @task
-    def process() -> None:
-        return None
-
-    @task
-    def commit() -> None:
-        return None
-
-    plan() >> process() >> commit()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench.chaos import ChaosConfig, write_dag
+from bench.chaos import ChaosConfig, ChaosReport, write_dag
 from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack, RestClient, quiet_daily_schedule
 from tests.e2e.browsing import chromium
@@ -25,6 +25,16 @@ CHAOS_PAYMENTS_CI = ChaosConfig.quick(seed=7, mode="payments")
 CHAOS_KAFKA_CI = ChaosConfig.quick(seed=7, mode="kafka")
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def exactly_once(report: ChaosReport, cfg: ChaosConfig) -> set[str]:
+    """Assert that a chaos run of ``cfg`` lost, duplicated and reordered nothing, left no run stuck
+    and committed every transaction it triggered; the fault kinds that struck."""
+    print(report.table())
+    assert report.violations == 0, report.table()
+    assert report.events_lost == report.events_duplicated == report.order_violations == report.stuck_runs == 0
+    assert report.transactions_committed >= cfg.transactions, report.table()
+    return {k for k, n in report.faults.items() if n}
 
 
 # The operations tests' own topologies (ops_count, ops_opaque, ops_killed, ops_deleted), and the
