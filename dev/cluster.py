@@ -120,16 +120,28 @@ class RedisServer:
 class SparkStandalone:
     """A Spark standalone master and ``workers`` workers of ``cores`` cores each, on loopback, their
     logs and work directories under ``base_dir``. ``conf`` goes to the cluster's
-    ``spark-defaults.conf``, which every ``spark-submit`` of the stack reads (SPARK_CONF_DIR)."""
+    ``spark-defaults.conf``, which every ``spark-submit`` of the stack and the daemons read
+    (SPARK_CONF_DIR).
+
+    The master keeps its applications and workers in a recovery directory
+    (``spark.deploy.recoveryMode=FILESYSTEM``), as a production master should: restarted, it
+    recovers them, and a driver under way -- a batch's, or a Spark Connect server's -- goes on. A
+    master without recovery forgets them: its workers register again, but a driver running at the
+    restart waits for executors for ever ("Disconnected from Spark cluster! Waiting for
+    reconnection..."), and a Spark Connect server runs no batch again until it is restarted.
+    ``recovery=False`` starts such a master."""
 
     def __init__(self, base_dir: Path, workers: int = 2, cores: int = 1, memory: str = "2g",
-                 conf: dict[str, str] | None = None) -> None:
+                 conf: dict[str, str] | None = None, recovery: bool = True) -> None:
         self.base_dir = base_dir
         self.port = free_port()
         self.cores, self.memory = cores, memory
         self.workers: dict[int, subprocess.Popen[bytes] | None] = dict.fromkeys(range(1, workers + 1))
         self.master: subprocess.Popen[bytes] | None = None
-        self.conf = conf or {}
+        self.recovery = recovery
+        self.conf = {**({"spark.deploy.recoveryMode": "FILESYSTEM",
+                         "spark.deploy.recoveryDirectory": str(base_dir / "recovery")} if recovery else {}),
+                     **(conf or {})}
 
     @property
     def url(self) -> str:
@@ -164,15 +176,17 @@ class SparkStandalone:
         _wait(lambda: listening(self.port), "the Spark master", log, self.master)
 
     def restart_master(self) -> None:
-        """The master stopped and started again on its port, knowing nothing (no recovery mode):
-        until every live worker has registered with it again."""
+        """The master stopped and started again on its port: until it has recovered its workers and
+        applications (or, without recovery, until every live worker has registered again)."""
         log = self.base_dir / "master.log"
-        seen = log.read_text(errors="replace").count("Registering worker")
+        ready = "Recovery complete" if self.recovery else "Registering worker"
+        seen = log.read_text(errors="replace").count(ready)
         stop_process(self.master)
         self.start_master()
         live = sum(proc is not None and proc.poll() is None for proc in self.workers.values())
-        _wait(lambda: log.read_text(errors="replace").count("Registering worker") >= seen + live,
-              "the Spark workers' registration with the restarted master", log, self.master, timeout=120)
+        want = seen + 1 if self.recovery else seen + live
+        _wait(lambda: log.read_text(errors="replace").count(ready) >= want,
+              "the restarted master's recovery of its workers and applications", log, self.master, timeout=120)
 
     def start_worker(self, k: int) -> None:
         log = self.base_dir / f"worker-{k}.log"

@@ -16,7 +16,18 @@ from typing import Any
 
 from bench.measure import git_commit, machine
 
-from .config import CLUSTER_KINDS, KAFKA_KINDS, KINDS, LEDGER, MODES, STACKS, ChaosConfig, ChaosReport
+from .config import (
+    BACKENDS,
+    CLUSTER_KINDS,
+    CONNECT_KINDS,
+    KAFKA_KINDS,
+    KINDS,
+    LEDGER,
+    MODES,
+    STACKS,
+    ChaosConfig,
+    ChaosReport,
+)
 from .harness import Chaos, chaos_stack, recheck
 
 
@@ -34,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="local: LocalExecutor and Spark local[N]; cluster: CeleryExecutor (Redis, two "
                         "workers) and a Spark standalone cluster (dev/cluster.py), with the cluster's own faults "
                         f"({', '.join(CLUSTER_KINDS)})")
+    parser.add_argument("--backend", choices=BACKENDS, default="spark-submit",
+                        help="spark-submit: a driver a batch; connect: batches run on a Spark Connect server (the "
+                        "stack's; on a cluster an application of it), with its own fault "
+                        f"({', '.join(CONNECT_KINDS)}); words mode only")
     parser.add_argument("--quick", action="store_true",
                         help="the size CI runs: 6 transactions, 5 faults (payments: 3 and 3; kafka: 6 and 6; on a "
                         "cluster 8 and 6: each cluster kind once, and a clear)")
@@ -58,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     started = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(), "machine": machine(),
                "command": shlex.join(["python", "-m", "bench.chaos", *(sys.argv[1:] if argv is None else argv)])}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    cfg = (ChaosConfig.quick(args.seed, args.mode, args.stack) if args.quick
-           else ChaosConfig(seed=args.seed, mode=args.mode, stack=args.stack))
+    cfg = (ChaosConfig.quick(args.seed, args.mode, args.stack, args.backend) if args.quick
+           else ChaosConfig(seed=args.seed, mode=args.mode, stack=args.stack, backend=args.backend))
     if args.audit is not None:
         cfg.audit = args.audit
     if args.kinds:

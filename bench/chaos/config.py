@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,12 +27,17 @@ KAFKA_KINDS = ("kafka_kill_processing", "kafka_kill_commit", "delete_records", "
 # What only a cluster has (``--stack cluster``: Celery workers on Redis, a Spark standalone cluster):
 # the Celery worker running a batch (its Spark driver with it) or a commit (inside its Postgres
 # transaction) lost with its host, a Spark worker running an executor lost, the Spark master
-# restarted between batches, Redis restarted.
+# restarted under a batch (it recovers: its recovery directory), Redis restarted.
 CLUSTER_KINDS = ("celery_kill_processing", "celery_kill_commit", "spark_worker_kill", "spark_master_restart",
                  "redis_restart")
 STACKS = ("local", "cluster")
+# How batches run: a spark-submit driver each, or as clients of a long-lived Spark Connect server
+# (on the cluster stack, an application of the cluster), which can be lost under a batch.
+BACKENDS = ("spark-submit", "connect")
+CONNECT_KINDS = ("spark_connect_kill",)
 # Faults of one lane strike one at a time; the lanes run side by side.
-LANES = {"spark": ("spark_kill", "pg_restart_processing", "celery_kill_processing", "spark_worker_kill"),
+LANES = {"spark": ("spark_kill", "pg_restart_processing", "celery_kill_processing", "spark_worker_kill",
+                   "spark_connect_kill"),
          "commit": ("commit_kill_before", "commit_kill_after", "pg_restart_commit", "celery_kill_commit"),
          "control": ("scheduler_restart", "api_restart", "clear", "spark_master_restart", "redis_restart"),
          "kafka": KAFKA_KINDS}
@@ -58,12 +63,15 @@ class ChaosConfig:
     drain_timeout: float = 900
     aborted_rate: float = 0.1      # kafka: chance a producer transaction is aborted (never to be counted)
     stack: str = "local"           # local: LocalExecutor and local[N]; cluster: Celery and a Spark cluster
+    backend: str = "spark-submit"  # connect: batches run on a Spark Connect server
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown chaos mode {self.mode!r}: one of {', '.join(sorted(MODES))}")
         if self.stack not in STACKS:
             raise ValueError(f"unknown stack {self.stack!r}: one of {', '.join(STACKS)}")
+        if self.backend not in BACKENDS or (self.backend == "connect" and self.mode != "words"):
+            raise ValueError(f"backend {self.backend!r}: one of {', '.join(BACKENDS)} (connect in words mode only)")
         self.kinds = self.kinds or self.known_kinds
         if unknown := set(self.kinds) - set(self.known_kinds):
             raise ValueError(f"fault kinds {sorted(unknown)} need what this run lacks: the Kafka kinds strike "
@@ -71,13 +79,24 @@ class ChaosConfig:
 
     @property
     def known_kinds(self) -> tuple[str, ...]:
-        """Every fault kind this run can strike: its mode's and its stack's."""
+        """Every fault kind this run can strike: its mode's, its stack's and its backend's."""
         return (KINDS + (KAFKA_KINDS if self.mode == "kafka" else ())
-                + (CLUSTER_KINDS if self.stack == "cluster" else ()))
+                + (CLUSTER_KINDS if self.stack == "cluster" else ())
+                + (CONNECT_KINDS if self.backend == "connect" else ()))
 
     @classmethod
-    def quick(cls, seed: int = 1, mode: str = "words", stack: str = "local") -> ChaosConfig:
-        """The size CI runs inside ``make test``: for ``words`` 6 transactions and 5 faults (each
+    def quick(cls, seed: int = 1, mode: str = "words", stack: str = "local",
+              backend: str = "spark-submit") -> ChaosConfig:
+        """The size CI runs inside ``make test`` (:meth:`sized`); on Spark Connect one fault more:
+        the server lost under a batch."""
+        cfg = cls.sized(seed, mode, stack)
+        if backend == "connect":
+            cfg = replace(cfg, backend=backend, kinds=(*cfg.kinds, *CONNECT_KINDS), faults=cfg.faults + 1)
+        return cfg
+
+    @classmethod
+    def sized(cls, seed: int, mode: str, stack: str) -> ChaosConfig:
+        """The CI sizes: for ``words`` 6 transactions and 5 faults (each
         kind once); for ``payments`` 3 transactions of stage 1 (each followed by stage 2:
         twice the Spark work per transaction) and 3 faults (a Spark kill, a commit kill, a clear),
         striking either stage; for ``kafka``
@@ -223,7 +242,8 @@ def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
     link = dags_dir / target.name
     if not link.is_symlink():
         os.symlink(target, link)
-    link.with_suffix(".json").write_text(json.dumps({"max_in_flight": cfg.max_in_flight, "batch": cfg.batch}))
+    link.with_suffix(".json").write_text(json.dumps({"max_in_flight": cfg.max_in_flight, "batch": cfg.batch,
+                                                     "connect": cfg.backend == "connect"}))
 
 
 def dag_file(cfg: ChaosConfig) -> Path:

@@ -18,11 +18,12 @@ from typing import Any
 
 import psutil
 
+from airflow_transactional.spark.job import REMOTE_ENV
 from dev import faults as engine
-from dev.cluster import ClusterStack
-from dev.localstack import LocalStack, RestClient
+from dev.cluster import ClusterStack, kill_tree
+from dev.localstack import SPARK_CONNECT, AirflowStackError, LocalStack, RestClient, listening
 
-from .config import CLUSTER_KINDS, KAFKA_KINDS, KINDS, LANES, TASKS, ChaosConfig, ChaosReport
+from .config import CLUSTER_KINDS, CONNECT_KINDS, KAFKA_KINDS, KINDS, LANES, TASKS, ChaosConfig, ChaosReport
 from .kafka import BrokerFaults
 from .supervisor import Supervisor, rest
 
@@ -101,6 +102,8 @@ class Faults:
             return self._kafka(kind)
         if kind in CLUSTER_KINDS:
             return self._cluster(kind)
+        if kind == "spark_connect_kill":
+            return self._lose_spark_connect()
         if kind in ("scheduler_restart", "api_restart"):
             name = "scheduler" if kind == "scheduler_restart" else "api-server"
             with self.supervisor.components:
@@ -110,7 +113,13 @@ class Faults:
             return True
         if kind == "clear":
             return self._clear()
-        raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(KINDS + KAFKA_KINDS + CLUSTER_KINDS)}")
+        every = KINDS + KAFKA_KINDS + CLUSTER_KINDS + CONNECT_KINDS
+        raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(every)}")
+
+    def batch(self) -> psutil.Process | None:
+        """The process of a batch under way, if one is: its spark-submit driver JVM, or with
+        ``--backend connect`` the job's Spark Connect client."""
+        return (connect_client if self.cfg.backend == "connect" else spark_driver)(self.cfg.topologies)
 
     def arm(self, line: str | None, lane: str = "commit") -> None:
         """Arm one fault point in every running task for ``lane`` (None: disarm the lane's; the
@@ -133,7 +142,7 @@ class Faults:
     def _spark(self, kind: str) -> bool:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:  # until a batch is caught in the middle
-            driver = wait_for(lambda: spark_driver(self.cfg.topologies), deadline - time.monotonic())
+            driver = wait_for(lambda: self.batch(), deadline - time.monotonic())
             if driver is None:
                 return False
             time.sleep(self.rng.uniform(1, 5))
@@ -155,7 +164,8 @@ class Faults:
         """SIGKILL the driver JVM (driver and executors: local mode runs both in it) or, half the
         time when there is one, a Python worker of the executors. Returns what was killed."""
         workers = python_workers(driver) if self.rng.random() < 0.5 else []
-        target, what = (self.rng.choice(workers), "python worker") if workers else (driver, "driver JVM")
+        batch = "Spark Connect client" if self.cfg.backend == "connect" else "driver JVM"
+        target, what = (self.rng.choice(workers), "python worker") if workers else (driver, batch)
         try:
             target.send_signal(signal.SIGKILL)
         except psutil.NoSuchProcess:
@@ -194,7 +204,7 @@ class Faults:
         """The broker killed while a batch is processed; records deleted under a plan; a partition added."""
         broker = self._broker()
         if kind == "kafka_kill_processing":
-            if wait_for(lambda: spark_driver(self.cfg.topologies), 240) is None:
+            if wait_for(lambda: self.batch(), 240) is None:
                 return False
             time.sleep(self.rng.uniform(1, 4))  # the batch's reading under way
             broker.kill_and_restart()
@@ -211,7 +221,7 @@ class Faults:
         if not isinstance(cluster, ClusterStack):
             raise ValueError(f"fault kind {kind} needs a cluster: --stack cluster")
         if kind == "celery_kill_processing":
-            driver = wait_for(lambda: spark_driver(self.cfg.topologies), 240)
+            driver = wait_for(lambda: self.batch(), 240)
             if driver is None:
                 return False
             time.sleep(self.rng.uniform(1, 4))  # the batch under way
@@ -230,27 +240,38 @@ class Faults:
             logging.info("fault: spark_worker_kill: Spark worker %d lost with its executor, started again", worker)
             return True
         if kind == "spark_master_restart":
-            return self._restart_master_between_batches(cluster)
+            return self._restart_master(cluster)
         with self.supervisor.components:
             cluster.redis.restart()
         return True
 
-    def _restart_master_between_batches(self, cluster: ClusterStack) -> bool:
-        """The Spark master restarted (knowing nothing: no recovery mode) between batches. With
-        txids in flight a batch always runs, so the moment is made: new batches wait at their gate
-        (``process.begin``) until the ones under way have ended, the master restarts, the gate opens."""
-        gate = self.markers / f"master-restart-{time.monotonic_ns()}"
-        self.arm(f"process.begin=waitfor:{gate}", lane="control")
-        try:
-            if not wait_for(lambda: spark_driver(self.cfg.topologies) is None, 300):
-                return False
-            with self.supervisor.components:
-                cluster.spark.restart_master()
-            logging.info("fault: spark_master_restart: the master restarted between batches")
-            return True
-        finally:
-            gate.touch()
-            self.arm(None, lane="control")
+    def _restart_master(self, cluster: ClusterStack) -> bool:
+        """The Spark master restarted while a batch's driver runs: it recovers its workers and
+        applications (its recovery directory), and the driver goes on."""
+        if wait_for(lambda: self.batch(), 240) is None:
+            return False
+        time.sleep(self.rng.uniform(1, 4))  # the batch under way
+        with self.supervisor.components:
+            cluster.spark.restart_master()
+        logging.info("fault: spark_master_restart: the master restarted under a batch, and recovered")
+        return True
+
+    def _lose_spark_connect(self) -> bool:
+        """The Spark Connect server's host lost under a batch (its JVM, the driver of every
+        session, SIGKILLed), and the server started again a few seconds later."""
+        if wait_for(self.batch, 240) is None:
+            return False
+        time.sleep(self.rng.uniform(1, 5))  # the batch's queries under way
+        with self.supervisor.components:
+            proc = self.stack.procs.pop(SPARK_CONNECT)
+            kill_tree(proc.pid)
+            proc.wait(10)
+            time.sleep(self.rng.uniform(1, 4))
+            self.stack.start_component(SPARK_CONNECT)
+            if not wait_for(lambda: listening(self.stack.spark_connect_port or 0), 180):
+                raise AirflowStackError("the Spark Connect server did not serve again within 180 s")
+        logging.info("fault: spark_connect_kill: the Spark Connect server lost under a batch, started again")
+        return True
 
     def _hold_a_commit(self) -> int | None:
         """Hold a commit inside its Postgres transaction; the pid of the task process holding it."""
@@ -307,6 +328,21 @@ def spark_driver(topologies: tuple[str, ...]) -> psutil.Process | None:
         cmd = proc.info["cmdline"] or []
         if "org.apache.spark.deploy.SparkSubmit" in cmd and names & set(cmd):
             return proc
+    return None
+
+
+def connect_client(topologies: tuple[str, ...]) -> psutil.Process | None:
+    """The Spark Connect client running a batch of one of the ``topologies``, if one runs: the job
+    file's process, its ``--topology`` one of them, started by a process task (not by spark-submit)."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        topology = cmd[cmd.index("--topology") + 1:][:1] if "--topology" in cmd and "--txid" in cmd else []
+        if topology and topology[0] in topologies:
+            try:
+                if proc.environ().get(REMOTE_ENV):
+                    return proc
+            except psutil.Error:
+                continue
     return None
 
 

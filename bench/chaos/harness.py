@@ -147,6 +147,8 @@ class Chaos:
             kind: type[Producer] = payments.PaymentsProducer
         else:
             EventLog(dsn, LOG).create(4)
+            if isinstance(self.stack, ClusterStack) and cfg.backend == "connect":
+                self.stack.start_spark_connect()  # on the cluster, an application of it, started on demand
             rest(self.client.wait_for_dag, self.driven)
             rest(self.client.unpause, self.driven)
             kind = Producer
@@ -211,8 +213,8 @@ def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
     write_dag(dags, cfg)
     env = engine.child_env(dag_env(cfg), faults_file=str(base / "faults.txt"))
     if cfg.stack == "cluster":  # two Celery workers of three slots, a master and two one-core Spark workers
-        return ClusterStack(base, dags, env=env, kafka=cfg.mode == "kafka")
-    return LocalStack(base, dags, env=env, kafka=cfg.mode == "kafka")
+        return ClusterStack(base, dags, env=env, kafka=cfg.mode == "kafka", spark_connect=cfg.backend == "connect")
+    return LocalStack(base, dags, env=env, kafka=cfg.mode == "kafka", spark_connect=cfg.backend == "connect")
 
 
 def recheck(base: Path, cfg: ChaosConfig) -> ChaosReport:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dev.localstack import COMPONENTS, AirflowStackError, LocalStack
+from dev.localstack import COMPONENTS, SPARK_CONNECT, AirflowStackError, LocalStack
 
 from .config import ChaosReport
 
@@ -51,9 +51,11 @@ class Supervisor:
                 logging.info("supervisor: Postgres is down; starting it")
                 self.stack.pg.start()
                 self.report.component_restarts += 1
-            # Airflow's components, and on a cluster its Celery workers (a Spark Connect server the
-            # run did not start is not the supervisor's).
-            for name in (c for c in self.stack.components if c in COMPONENTS or c.startswith("worker-")):
+            # Airflow's components, on a cluster its Celery workers, and the Spark Connect server the
+            # run started (a server it did not start is not the supervisor's).
+            ours = [c for c in self.stack.components if c in COMPONENTS or c.startswith("worker-")
+                    or (c == SPARK_CONNECT and c in self.stack.procs)]
+            for name in ours:
                 proc = self.stack.procs.get(name)
                 if proc is None or proc.poll() is not None:
                     logging.info("supervisor: %s is down; restarting it", name)

@@ -1,6 +1,7 @@
 """The chaos harness's topology: the words example (its Spark job, its two states) under a name
 and tables of its own. ``bench.chaos`` deploys this file into the stack's DAGs folder (a symlink)
-with ``chaos_words.json`` beside it: the run's ``max_in_flight`` and batch size."""
+with ``chaos_words.json`` beside it: the run's ``max_in_flight``, batch size and backend (with
+``connect``, batches run on the stack's Spark Connect server)."""
 
 import json
 import os
@@ -31,6 +32,7 @@ dag = transactional_dag(
     max_batch_size=PARAMS["batch"],
     retries=3,
     retry_delay=timedelta(seconds=2),
-    spark_conf=LOCAL_SPARK_CONF,
+    spark_conf=None if PARAMS.get("connect") else LOCAL_SPARK_CONF,
     spark_pool="spark",
+    spark_connect_conn_id="spark_connect_default" if PARAMS.get("connect") else None,
 )

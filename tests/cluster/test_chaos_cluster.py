@@ -1,6 +1,6 @@
 """The chaos harness at CI size on the cluster stack: the words topology on CeleryExecutor and a
 Spark standalone cluster while a Celery worker is lost under a batch and another inside a held
-commit, a Spark worker is lost with its executor, the Spark master restarts between batches, Redis
+commit, a Spark worker is lost with its executor, the Spark master restarts under a batch, Redis
 restarts and a committed run is cleared -- then the oracle of the producers' ledger.
 
 Its own stack (``bench.chaos.harness.chaos_stack``), started and removed here: this module runs

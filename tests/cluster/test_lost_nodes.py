@@ -125,7 +125,7 @@ def test_a_topology_on_celery_and_a_spark_cluster_survives_lost_nodes_exactly_on
 
 
 def test_a_queued_task_survives_a_broker_restart_and_batches_a_master_restart(cluster: ClusterStack) -> None:
-    """Between batches the Spark master restarts (its workers register again). With every Celery
+    """Between batches the Spark master restarts (it recovers its workers). With every Celery
     worker down, a new run's first task waits in Redis, and Redis restarts: the message survives
     (its append-only file), and the workers, back, run it in the same try; the txid commits once."""
     client, dsn = cluster.client(), cluster.state_dsn
@@ -165,3 +165,48 @@ def test_a_queued_task_survives_a_broker_restart_and_batches_a_master_restart(cl
     assert +grew == Counter(json.loads(p)["url"] for _e, p in more)
     print(f"txid {before + 1}: queued in Redis across its restart; committed "
           f"{(committed - back).total_seconds():.0f} s after the Celery workers came back")
+
+
+def test_a_batch_under_way_survives_a_master_restart_in_the_same_try(cluster: ClusterStack) -> None:
+    """The Spark master restarts while a batch's driver runs (held at the start of its batch, its
+    executor granted). The master recovers its workers and applications (its recovery directory,
+    as in production): the driver goes on in the same task try and the same attempt, and the
+    txid commits once. (Without recovery, that driver would wait for executors for ever.)"""
+    client, dsn = cluster.client(), cluster.state_dsn
+    more = [(f"mr{i}", json.dumps({"url": f"https://apache.org/m/{i % 5}", "user": "m"})) for i in range(400)]
+    log = EventLog(dsn, "tweets")
+    log.create(4)
+    client.wait_for_dag(DAG)
+    client.unpause(DAG)
+    coord = Coordinator(dsn)
+    holds = cluster.base_dir / "master-holds"
+    holds.mkdir()
+    try:
+        wait_for_runs(cluster, DAG, [r["dag_run_id"] for r in until(lambda: client.runs(DAG), 180, "no run")],
+                      timeout=600)
+        txid = coord.status(DAG).committed_txid + 1
+        counts = dict(query(dsn, "SELECT url, value FROM url_counts"))
+        Path(cluster.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text(
+            f"spark.begin:{DAG}:{txid}=waitfor:{holds / 'release'}@once:{holds / 'fired'}\n")
+        log.append(more)
+        run = client.trigger(DAG, (datetime.now(UTC) - timedelta(minutes=30)).isoformat())["dag_run_id"]
+        until((holds / "fired").exists, 300, f"txid {txid}'s driver did not reach its batch")
+        until(lambda: sum(cluster.spark.executors().values()), 120, "the held batch has no executor")
+        cluster.spark.restart_master()
+        restarted = datetime.now(UTC)
+        (holds / "release").touch()
+        wait_for_runs(cluster, DAG, [run], timeout=300)
+        txn = coord.transaction_for_run(DAG, run)
+        assert txn is not None and txn.txid == txid and coord.status(DAG).committed_txid == txid
+        committed = coord.commits(DAG)[-1]["committed_at"]
+    finally:
+        Path(cluster.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text("")
+        coord.close()
+        log.close()
+    assert _ti(client, run, "process")["try_number"] == 1  # the driver went on: no retry
+    attempts = query(dsn, "SELECT status FROM airflow_txn.attempts WHERE topology_id = %s AND txid = %s", (DAG, txid))
+    assert attempts == [("committed",)], attempts  # one attempt, committed
+    grew = Counter({url: n - counts.get(url, 0) for url, n in query(dsn, "SELECT url, value FROM url_counts")})
+    assert +grew == Counter(json.loads(p)["url"] for _e, p in more)
+    print(f"txid {txid}: the master restarted under its batch; committed "
+          f"{(committed - restarted).total_seconds():.0f} s after the restart")

@@ -239,3 +239,19 @@ def test_lanes_arm_side_by_side_and_the_run_disarms_them_all(tmp_path: Path) -> 
     assert armed.read_text().splitlines() == ["process.begin=waitfor:/gate"]
     c.faults.disarm()
     assert armed.read_text() == ""
+
+
+def test_the_connect_backend_adds_the_server_s_loss_and_runs_the_topology_on_it(tmp_path: Path) -> None:
+    from bench.chaos.config import CONNECT_KINDS, LANES, write_dag
+
+    cfg = ChaosConfig(stack="cluster", backend="connect")
+    assert set(CONNECT_KINDS) <= set(cfg.kinds) and any("spark_connect_kill" in m for m in LANES.values())
+    quick = ChaosConfig.quick(seed=7, stack="cluster", backend="connect")
+    plain = ChaosConfig.quick(seed=7, stack="cluster")
+    assert quick.kinds == (*plain.kinds, "spark_connect_kill") and quick.faults == plain.faults + 1
+    with pytest.raises(ValueError, match="connect in words mode only"):
+        ChaosConfig(mode="kafka", backend="connect")
+    with pytest.raises(ValueError, match="need what this run lacks"):
+        ChaosConfig(kinds=("spark_connect_kill",))  # a spark-submit run has no server to lose
+    write_dag(tmp_path, cfg)
+    assert json.loads((tmp_path / "chaos_words.json").read_text())["connect"] is True
