@@ -129,6 +129,7 @@ class ChaosReport:
     seed: int
     mode: str = "words"
     stack: str = "local"
+    backend: str = "spark-submit"
     transactions_triggered: int = 0
     transactions_committed: int = 0  # of the topology the harness triggers
     commits_downstream: dict[str, int] = field(default_factory=dict)  # payments: settlement's commits
@@ -188,6 +189,8 @@ class ChaosReport:
         rows: list[tuple[str, object]] = [("seed", self.seed),
                                           *([("stack", "CeleryExecutor (Redis, two workers), a Spark standalone "
                                                        "cluster")] if self.stack == "cluster" else []),
+                                          *([("batches on", "a Spark Connect server")]
+                                            if self.backend == "connect" else []),
                                           ("transactions committed", self.transactions_committed),
                                           ("transactions triggered", self.transactions_triggered)]
         rows += [(f"fault: {k}", v) for k, v in sorted(self.faults.items())]

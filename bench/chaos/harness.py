@@ -32,7 +32,7 @@ class Chaos:
     def __init__(self, stack: LocalStack, cfg: ChaosConfig) -> None:
         self.stack, self.cfg = stack, cfg
         self.client: RestClient = stack.client()
-        self.report = ChaosReport(cfg.seed, mode=cfg.mode, stack=cfg.stack)
+        self.report = ChaosReport(cfg.seed, mode=cfg.mode, stack=cfg.stack, backend=cfg.backend)
         self.ledger = Ledger(stack.base_dir / LEDGER)
         self.driven = cfg.topologies[0]
         self.runs: list[str] = []  # the runs of the driven topology triggered so far
