@@ -35,7 +35,7 @@ from airflow_transactional.spark.jars import kafka_connector
 from airflow_transactional.spark.submit import spark_submit_argv, with_jit_for_batch
 from airflow_transactional.store import outputs
 from bench.measure import SCHEMA, Report, Row, Sizes, execute, median
-from bench.work import PEER_JOB, Work, connect_server, run_measured, words_topology
+from bench.work import PEER_JOB, Work, connect_server, profile_note, run_measured, words_topology
 from dev.kafka import KafkaBroker
 
 log = logging.getLogger("bench.perf")
@@ -123,6 +123,7 @@ def bench_kafka_read(dsn: str, schema: str, base: Path, events_file: Path, sizes
     size = sizes.work_batch
     work = KafkaWork(dsn, schema, base, events_file, size, conf, broker)
     took: dict[str, list[tuple[float, float]]] = {}
+    last: dict[str, dict[str, Any]] = {}  # each side's last result: its job's per-phase profile
     peer_prefix = ""
     for trial in range(sizes.work_trials):
         for what in ("bench_kafka_landing", "bench_kafka", "peer"):
@@ -133,6 +134,7 @@ def bench_kafka_read(dsn: str, schema: str, base: Path, events_file: Path, sizes
             else:
                 cpu, wall, result = work.ours(what, jars=work.jars if what == "bench_kafka" else ())
             took.setdefault(what, []).append((cpu, wall))
+            last[what] = result
             log.info("kafka: %s, trial %d: %.1f CPU-s, %.1f s wall", what, trial, cpu, wall)
     took.update(connect_trials(work, base, sizes.work_trials))
     coord = Coordinator(dsn, schema=schema)  # commit ours, so that the final states can be compared
@@ -151,7 +153,9 @@ def bench_kafka_read(dsn: str, schema: str, base: Path, events_file: Path, sizes
                    f"{rate['bench_kafka']:,.0f} ev/s", f"{rate['bench_kafka_landing']:,.0f} ev/s", ratio, ">= 0.9x",
                    ratio >= 0.9, f"Kafka {cpu_of['bench_kafka']:.1f} CPU-s, landing "
                    f"{cpu_of['bench_kafka_landing']:.1f} CPU-s; median of {sizes.work_trials}; final states "
-                   + ("identical" if same == 0 else f"RESULTS DIFFER in {same} rows")))
+                   + ("identical" if same == 0 else f"RESULTS DIFFER in {same} rows")
+                   + f". Phases, Kafka: {profile_note(last['bench_kafka'])}; landing: "
+                     f"{profile_note(last['bench_kafka_landing'])}"))
     differ = differences(dsn, "bench_kafka", peer_prefix)
     report.add(Row("kafka", f"CPU-seconds of one {size:,}-event batch from Kafka, spark-submit of words vs Spark "
                             "Structured Streaming's foreachBatch recipe on the same topic (whole runs)",
