@@ -175,16 +175,20 @@ class SparkStandalone:
                               "--port", str(self.port), "--webui-port", str(free_port())], log, self.env())
         _wait(lambda: listening(self.port), "the Spark master", log, self.master)
 
-    def restart_master(self) -> None:
+    def restart_master(self, *, forget: bool = False) -> None:
         """The master stopped and started again on its port: until it has recovered its workers and
-        applications (or, without recovery, until every live worker has registered again)."""
+        applications (or, without recovery, until every live worker has registered again).
+        ``forget``: its recovery directory emptied first -- it starts knowing nothing, as a master
+        without a recovery mode does."""
         log = self.base_dir / "master.log"
-        ready = "Recovery complete" if self.recovery else "Registering worker"
+        ready = "Recovery complete" if self.recovery and not forget else "Registering worker"
         seen = log.read_text(errors="replace").count(ready)
         stop_process(self.master)
+        if forget:
+            shutil.rmtree(self.base_dir / "recovery", ignore_errors=True)
         self.start_master()
         live = sum(proc is not None and proc.poll() is None for proc in self.workers.values())
-        want = seen + 1 if self.recovery else seen + live
+        want = seen + live if ready == "Registering worker" else seen + 1
         _wait(lambda: log.read_text(errors="replace").count(ready) >= want,
               "the restarted master's recovery of its workers and applications", log, self.master, timeout=120)
 
@@ -279,6 +283,9 @@ class ClusterStack(LocalStack):
             # its last heartbeat (Airflow's default, 300 s, is the production value: a busy
             # worker's heartbeats may lag, and a false timeout kills a healthy task).
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+            # A driver its Spark master forgot is killed, and its task retried, 30 s after it lost
+            # the master (the provider's default, 120 s, leaves a standby master time to take over).
+            "AIRFLOW__TRANSACTIONAL__MASTER_LOST_TIMEOUT": "30",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": host, "port": int(port)}),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_CONF_DIR": str(self.spark.conf_dir),

@@ -21,7 +21,7 @@ from airflow_transactional.coordinator import Coordinator
 from dev.cluster import ClusterStack
 from dev.restclient import RestClient
 from tests.cluster.conftest import task_instance, until
-from tests.e2e.conftest import wait_for_runs
+from tests.e2e.conftest import task_log, wait_for_runs
 from tests.helpers import query
 
 pytestmark = pytest.mark.cluster
@@ -209,4 +209,51 @@ def test_a_batch_under_way_survives_a_master_restart_in_the_same_try(cluster: Cl
     grew = Counter({url: n - counts.get(url, 0) for url, n in query(dsn, "SELECT url, value FROM url_counts")})
     assert +grew == Counter(json.loads(p)["url"] for _e, p in more)
     print(f"txid {txid}: the master restarted under its batch; committed "
+          f"{(committed - restarted).total_seconds():.0f} s after the restart")
+
+
+def test_a_batch_its_master_forgot_is_retried_and_commits_once(cluster: ClusterStack) -> None:
+    """The master restarts knowing nothing (its recovery state lost, as a master without a
+    recovery mode) while a batch's driver runs: no master takes the driver back, and it would wait
+    for executors for ever. The process task's watch kills it after ``[transactional]
+    master_lost_timeout`` (the stack: 30 s); the retry's new driver registers with the new master,
+    and the txid commits once."""
+    client, dsn = cluster.client(), cluster.state_dsn
+    more = [(f"mf{i}", json.dumps({"url": f"https://apache.org/f/{i % 3}", "user": "f"})) for i in range(400)]
+    log = EventLog(dsn, "tweets")
+    log.create(4)
+    client.wait_for_dag(DAG)
+    client.unpause(DAG)
+    coord = Coordinator(dsn)
+    holds = cluster.base_dir / "forgotten-holds"
+    holds.mkdir()
+    try:
+        wait_for_runs(cluster, DAG, [r["dag_run_id"] for r in until(lambda: client.runs(DAG), 180, "no run")],
+                      timeout=600)
+        txid = coord.status(DAG).committed_txid + 1
+        counts = dict(query(dsn, "SELECT url, value FROM url_counts"))
+        Path(cluster.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text(
+            f"spark.begin:{DAG}:{txid}=waitfor:{holds / 'release'}@once:{holds / 'fired'}\n")
+        log.append(more)
+        run = client.trigger(DAG, (datetime.now(UTC) - timedelta(minutes=20)).isoformat())["dag_run_id"]
+        until((holds / "fired").exists, 300, f"txid {txid}'s driver did not reach its batch")
+        until(lambda: sum(cluster.spark.executors().values()), 120, "the held batch has no executor")
+        cluster.spark.restart_master(forget=True)
+        restarted = datetime.now(UTC)
+        (holds / "release").touch()
+        wait_for_runs(cluster, DAG, [run], timeout=420)
+        assert coord.transaction_for_run(DAG, run).txid == txid and coord.status(DAG).committed_txid == txid
+        committed = coord.commits(DAG)[-1]["committed_at"]
+    finally:
+        Path(cluster.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text("")
+        coord.close()
+        log.close()
+    assert _ti(client, run, "process")["try_number"] == 2  # the stranded driver's try failed, the retry ran
+    assert "no Spark master took the driver back within 30 s" in task_log(cluster, DAG, run, "process")
+    attempts = query(dsn, "SELECT status FROM airflow_txn.attempts WHERE topology_id = %s AND txid = %s "
+                          "ORDER BY attempt", (DAG, txid))
+    assert len(attempts) == 2 and attempts[0][0] != "committed" and attempts[1][0] == "committed", attempts
+    grew = Counter({url: n - counts.get(url, 0) for url, n in query(dsn, "SELECT url, value FROM url_counts")})
+    assert +grew == Counter(json.loads(p)["url"] for _e, p in more)
+    print(f"txid {txid}: its driver stranded by a master that forgot it; committed "
           f"{(committed - restarted).total_seconds():.0f} s after the restart")

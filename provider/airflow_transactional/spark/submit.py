@@ -292,7 +292,12 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
 logger.spark_job.name = org.apache.spark.deploy
 logger.spark_job.level = warn
+logger.master.name = org.apache.spark.deploy.client
+logger.master.level = info
 """
+# The last two lines: a standalone master's word to the driver (connected, executors granted, and
+# "Master has changed" once a restarted master recovered the application), which the process
+# task's watch of a lost master reads (airflow.operators.masterwatch).
 
 
 def quiet_log_config() -> str:

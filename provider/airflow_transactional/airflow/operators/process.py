@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from ... import faults
@@ -37,6 +38,8 @@ from ...spark.submit import (
 from .. import lineage
 from ..hooks import TransactionalHook
 from .base import TopologyTask
+from .masterwatch import TIMEOUT as MASTER_LOST_TIMEOUT
+from .masterwatch import MasterWatch
 
 # What Spark, Hadoop and PySpark print on every run that says nothing about this job (the
 # driver's log4j is at WARN already): kept for the message of a failed job, left out of the log.
@@ -118,15 +121,28 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         hook = super()._get_hook()
         process = hook._process_spark_submit_log
 
+        def kill() -> None:
+            if hook._submit_sp is not None and hook._submit_sp.poll() is None:
+                hook._submit_sp.kill()
+
         def quiet(lines: Iterator[Any]) -> None:
+            # A driver its standalone master forgot: failed, not left waiting ([transactional] master_lost_timeout).
+            watch = MasterWatch(kill, self.log, conf.getfloat("transactional", "master_lost_timeout",
+                                                              fallback=MASTER_LOST_TIMEOUT))
+
             def relevant() -> Iterator[Any]:
                 for line in lines:
-                    if isinstance(line, str) and _SPARK_NOISE.search(line):
-                        hook._last_submit_log_lines.append(line.strip())
-                        continue
+                    if isinstance(line, str):
+                        watch.see(line)
+                        if _SPARK_NOISE.search(line):
+                            hook._last_submit_log_lines.append(line.strip())
+                            continue
                     yield line
 
-            process(relevant())
+            try:
+                process(relevant())
+            finally:
+                watch.stop()
 
         hook._process_spark_submit_log = quiet  # type: ignore[method-assign,assignment]  # one hook, one job
         return hook
