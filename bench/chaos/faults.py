@@ -142,7 +142,7 @@ class Faults:
     def _spark(self, kind: str) -> bool:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:  # until a batch is caught in the middle
-            driver = wait_for(lambda: self.batch(), deadline - time.monotonic())
+            driver = wait_for(self.batch, deadline - time.monotonic())
             if driver is None:
                 return False
             time.sleep(self.rng.uniform(1, 5))
@@ -204,7 +204,7 @@ class Faults:
         """The broker killed while a batch is processed; records deleted under a plan; a partition added."""
         broker = self._broker()
         if kind == "kafka_kill_processing":
-            if wait_for(lambda: self.batch(), 240) is None:
+            if wait_for(self.batch, 240) is None:
                 return False
             time.sleep(self.rng.uniform(1, 4))  # the batch's reading under way
             broker.kill_and_restart()
@@ -215,13 +215,13 @@ class Faults:
 
     def _cluster(self, kind: str) -> bool:
         """A cluster's own faults (``--stack cluster``): a Celery worker lost with the batch or the
-        commit it runs, a Spark worker lost with an executor, the Spark master restarted between
-        batches, Redis restarted whatever is queued."""
+        commit it runs, a Spark worker lost with an executor, the Spark master restarted under a
+        batch, Redis restarted whatever is queued."""
         cluster = self.stack
         if not isinstance(cluster, ClusterStack):
             raise ValueError(f"fault kind {kind} needs a cluster: --stack cluster")
         if kind == "celery_kill_processing":
-            driver = wait_for(lambda: self.batch(), 240)
+            driver = wait_for(self.batch, 240)
             if driver is None:
                 return False
             time.sleep(self.rng.uniform(1, 4))  # the batch under way
@@ -248,7 +248,7 @@ class Faults:
     def _restart_master(self, cluster: ClusterStack) -> bool:
         """The Spark master restarted while a batch's driver runs: it recovers its workers and
         applications (its recovery directory), and the driver goes on."""
-        if wait_for(lambda: self.batch(), 240) is None:
+        if wait_for(self.batch, 240) is None:
             return False
         time.sleep(self.rng.uniform(1, 4))  # the batch under way
         with self.supervisor.components:
