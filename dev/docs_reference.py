@@ -169,7 +169,7 @@ def connections() -> str:
     from airflow_transactional import UI_FIELD_BEHAVIOUR
     from airflow_transactional.airflow.hooks import ALLOWED_EXTRAS, TransactionalHook
     from airflow_transactional.sources.kafka import GROUP_KEYS
-    from airflow_transactional.spark.kafka import KAFKA_SAME, SASL_MODULES
+    from airflow_transactional.spark.kafka import KAFKA_RENAMED, KAFKA_SAME, SASL_MODULES
     from airflow_transactional.store.migrations import DEFAULT_SCHEMA
 
     taken = conn_parameters()
@@ -194,6 +194,8 @@ def connections() -> str:
         + _rows([("extra `bootstrap.servers`", "required: the brokers to reach"),
                  *[(f"extra `{k}`", "passed to Spark's reader as `kafka." + k + "`") for k in KAFKA_SAME
                    if k != "bootstrap.servers"],
+                 *[(f"extra `{k}`", f"passed to Spark's reader as `kafka.{java}` (the Java client's name)")
+                   for k, java in KAFKA_RENAMED.items()],
                  ("extra `sasl.mechanism(s)`, `sasl.username`, `sasl.password`",
                   f"become Spark's JAAS line, for {', '.join(f'`{m}`' for m in SASL_MODULES)}"),
                  ("extra `ssl.ca.location`", "becomes a PEM truststore of Spark's reader"),

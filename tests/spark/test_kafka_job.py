@@ -94,6 +94,10 @@ def test_kafka_options_map_librdkafka_settings_and_refuse_what_has_no_java_count
     assert options["kafka.sasl.jaas.config"] == ('org.apache.kafka.common.security.scram.ScramLoginModule required '
                                                  'username="ann" password="p\\"w";')
     assert options["kafka.ssl.truststore.type"] == "PEM" and "kafka.linger.ms" not in options
+    tuned = kafka_options({"bootstrap.servers": "b", "max.partition.fetch.bytes": 8 << 20, "fetch.wait.max.ms": 50,
+                           "socket.receive.buffer.bytes": 1 << 20})
+    assert tuned == {"kafka.bootstrap.servers": "b", "kafka.max.partition.fetch.bytes": str(8 << 20),
+                     "kafka.fetch.max.wait.ms": "50", "kafka.receive.buffer.bytes": str(1 << 20)}
     with pytest.raises(ConfigError, match=r"\['ssl.keystore.password'\]") as refused:
         kafka_options({"bootstrap.servers": "b:9093", "ssl.keystore.password": "secret-value"})
     assert "secret-value" not in str(refused.value)

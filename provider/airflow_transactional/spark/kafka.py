@@ -56,7 +56,10 @@ def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **
 
 #: librdkafka settings (a ``kafka`` connection's extra) that mean the same to Spark's Java client.
 KAFKA_SAME = ("bootstrap.servers", "security.protocol", "client.id", "ssl.endpoint.identification.algorithm",
-              "request.timeout.ms", "reconnect.backoff.ms", "retry.backoff.ms", "metadata.max.age.ms")
+              "request.timeout.ms", "reconnect.backoff.ms", "retry.backoff.ms", "metadata.max.age.ms",
+              "fetch.min.bytes", "fetch.max.bytes", "max.partition.fetch.bytes")
+#: librdkafka settings the Java client names otherwise: how long a fetch waits, the socket's buffer.
+KAFKA_RENAMED = {"fetch.wait.max.ms": "fetch.max.wait.ms", "socket.receive.buffer.bytes": "receive.buffer.bytes"}
 #: The JAAS login module of each SASL mechanism a username and password log in with.
 SASL_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -65,14 +68,18 @@ SASL_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModul
 
 def kafka_options(config: Mapping[str, Any]) -> dict[str, str]:
     """Spark's ``kafka.*`` options for a connection's librdkafka settings, through an explicit
-    allow-list: settings named alike pass as they are, a SASL username and password become the
-    JAAS line, a CA file a PEM truststore; a setting with no Java counterpart is refused by name
-    (never its value) when it would change how the broker is reached, and left out otherwise."""
+    allow-list: settings named alike pass as they are (the two the Java client names otherwise,
+    renamed), a SASL username and password become the JAAS line, a CA file a PEM truststore; a
+    setting with no Java counterpart is refused by name (never its value) when it would change how
+    the broker is reached, and left out otherwise."""
     options: dict[str, str] = {}
     rest = dict(config)
     for key in KAFKA_SAME:
         if key in rest:
             options[f"kafka.{key}"] = str(rest.pop(key))
+    for key, java in KAFKA_RENAMED.items():
+        if key in rest:
+            options[f"kafka.{java}"] = str(rest.pop(key))
     if options.get("kafka.ssl.endpoint.identification.algorithm") == "none":
         options["kafka.ssl.endpoint.identification.algorithm"] = ""
     mechanism = rest.pop("sasl.mechanism", None) or rest.pop("sasl.mechanisms", None)
