@@ -195,23 +195,6 @@ def test_quarantine_of_replayed_attempts_is_counted_once(coordinator: Coordinato
     assert query(dsn, "SELECT count(*) FROM airflow_txn.quarantine") == [(1,)]
 
 
-def test_bad_records_copied_twice_by_one_attempt_are_kept_once(coordinator: Coordinator, topo, dsn: str) -> None:  # type: ignore[no-untyped-def]
-    """A Spark task or query run again within an attempt (an executor lost after its COPY, a Spark
-    Connect client's retry) streams its bad records in again: the commit keeps one of each (the
-    cluster soak found a record quarantined twice)."""
-    topo.append([click(1), ("bad", "oops"), ("worse", "{")], partition=0)
-    txn = coordinator.plan("clicks", "r")
-    process_batch(coordinator, "clicks", txn.txid, click_fn)
-    query(dsn, "INSERT INTO airflow_txn.quarantine (topology_id, txid, attempt, source_offset, event_id, reason, "
-               "record, record_length) SELECT topology_id, txid, attempt, source_offset, event_id, reason, record, "
-               "record_length FROM airflow_txn.quarantine")  # the attempt's COPY, again
-    assert query(dsn, "SELECT count(*) FROM airflow_txn.quarantine") == [(4,)]
-    coordinator.commit("clicks", txn.txid)
-    assert query(dsn, "SELECT source_offset, event_id, committed FROM airflow_txn.quarantine ORDER BY 1") == [
-        ("0:2", "bad", True), ("0:3", "worse", True)]
-    assert coordinator.status("clicks").quarantined == 2
-
-
 def test_fail_fast_topologies_fail_the_attempt(coordinator: Coordinator, dsn: str) -> None:
     log = make_log(dsn, "strict")
     coordinator.register(counting_topology("strict", log="strict", on_bad_record="fail"))

@@ -32,13 +32,7 @@ FROM STDIN WITH (FORMAT csv)
 
 -- name: quarantine_settle
 -- At the commit: the committed attempt's bad records are kept (marked committed), the others' go.
--- A Spark task or query run again within the attempt (an executor lost after its COPY, a Spark
--- Connect client's retry) copied its bad records again: one of each is kept.
 DELETE FROM {s}.quarantine WHERE topology_id = %(topology)s AND txid = %(txid)s AND attempt IS DISTINCT FROM %(attempt)s;
-DELETE FROM {s}.quarantine q USING {s}.quarantine d
-WHERE q.topology_id = %(topology)s AND q.txid = %(txid)s AND d.topology_id = q.topology_id AND d.txid = q.txid
-  AND d.attempt = q.attempt AND d.source_offset = q.source_offset AND d.reason = q.reason
-  AND d.record IS NOT DISTINCT FROM q.record AND d.id < q.id;
 UPDATE {s}.quarantine SET committed = true WHERE topology_id = %(topology)s AND txid = %(txid)s
 
 -- name: quarantine_counts
