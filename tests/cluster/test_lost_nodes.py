@@ -11,7 +11,7 @@ import json
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import redis
@@ -167,19 +167,29 @@ def test_a_queued_task_survives_a_broker_restart_and_batches_a_master_restart(cl
           f"{(committed - back).total_seconds():.0f} s after the Celery workers came back")
 
 
-def test_a_batch_under_way_survives_a_master_restart_in_the_same_try(cluster: ClusterStack) -> None:
-    """The Spark master restarts while a batch's driver runs (held at the start of its batch, its
-    executor granted). The master recovers its workers and applications (its recovery directory,
-    as in production): the driver goes on in the same task try and the same attempt, and the
-    txid commits once. (Without recovery, that driver would wait for executors for ever.)"""
+class Restarted(NamedTuple):
+    """A txid whose batch ran under a master restart: its run, the counts before, the events it
+    read, when the master restarted and when the txid committed."""
+
+    txid: int
+    run: str
+    counts: dict[str, int]
+    events: list[tuple[str, str]]
+    restarted: datetime
+    committed: datetime
+
+
+def _a_batch_under_a_master_restart(cluster: ClusterStack, tag: str, *, forget: bool) -> Restarted:
+    """Hold the next txid's driver at the start of its batch (its executor granted), restart the
+    master (``forget``: its recovery state gone), release the driver, and wait for the run."""
     client, dsn = cluster.client(), cluster.state_dsn
-    more = [(f"mr{i}", json.dumps({"url": f"https://apache.org/m/{i % 5}", "user": "m"})) for i in range(400)]
+    events = [(f"{tag}{i}", json.dumps({"url": f"https://apache.org/{tag}/{i % 5}", "user": tag})) for i in range(400)]
     log = EventLog(dsn, "tweets")
     log.create(4)
     client.wait_for_dag(DAG)
     client.unpause(DAG)
     coord = Coordinator(dsn)
-    holds = cluster.base_dir / "master-holds"
+    holds = cluster.base_dir / f"{tag}-holds"
     holds.mkdir()
     try:
         wait_for_runs(cluster, DAG, [r["dag_run_id"] for r in until(lambda: client.runs(DAG), 180, "no run")],
@@ -188,14 +198,15 @@ def test_a_batch_under_way_survives_a_master_restart_in_the_same_try(cluster: Cl
         counts = dict(query(dsn, "SELECT url, value FROM url_counts"))
         Path(cluster.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text(
             f"spark.begin:{DAG}:{txid}=waitfor:{holds / 'release'}@once:{holds / 'fired'}\n")
-        log.append(more)
-        run = client.trigger(DAG, (datetime.now(UTC) - timedelta(minutes=30)).isoformat())["dag_run_id"]
+        log.append(events)
+        when = datetime.now(UTC) - timedelta(minutes=20 if forget else 30)  # a logical date of its own
+        run = client.trigger(DAG, when.isoformat())["dag_run_id"]
         until((holds / "fired").exists, 300, f"txid {txid}'s driver did not reach its batch")
         until(lambda: sum(cluster.spark.executors().values()), 120, "the held batch has no executor")
-        cluster.spark.restart_master()
+        cluster.spark.restart_master(forget=forget)
         restarted = datetime.now(UTC)
         (holds / "release").touch()
-        wait_for_runs(cluster, DAG, [run], timeout=300)
+        wait_for_runs(cluster, DAG, [run], timeout=420)
         txn = coord.transaction_for_run(DAG, run)
         assert txn is not None and txn.txid == txid and coord.status(DAG).committed_txid == txid
         committed = coord.commits(DAG)[-1]["committed_at"]
@@ -203,13 +214,28 @@ def test_a_batch_under_way_survives_a_master_restart_in_the_same_try(cluster: Cl
         Path(cluster.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text("")
         coord.close()
         log.close()
-    assert _ti(client, run, "process")["try_number"] == 1  # the driver went on: no retry
-    attempts = query(dsn, "SELECT status FROM airflow_txn.attempts WHERE topology_id = %s AND txid = %s", (DAG, txid))
-    assert attempts == [("committed",)], attempts  # one attempt, committed
+    return Restarted(txid, run, counts, events, restarted, committed)
+
+
+def _grew_by(dsn: str, counts: dict[str, int], events: list[tuple[str, str]]) -> bool:
     grew = Counter({url: n - counts.get(url, 0) for url, n in query(dsn, "SELECT url, value FROM url_counts")})
-    assert +grew == Counter(json.loads(p)["url"] for _e, p in more)
-    print(f"txid {txid}: the master restarted under its batch; committed "
-          f"{(committed - restarted).total_seconds():.0f} s after the restart")
+    return +grew == Counter(json.loads(p)["url"] for _e, p in events)
+
+
+def test_a_batch_under_way_survives_a_master_restart_in_the_same_try(cluster: ClusterStack) -> None:
+    """The Spark master restarts while a batch's driver runs (held at the start of its batch, its
+    executor granted). The master recovers its workers and applications (its recovery directory,
+    as in production): the driver goes on in the same task try and the same attempt, and the
+    txid commits once. (Without recovery, that driver would wait for executors for ever.)"""
+    r = _a_batch_under_a_master_restart(cluster, "mr", forget=False)
+    dsn = cluster.state_dsn
+    assert _ti(cluster.client(), r.run, "process")["try_number"] == 1  # the driver went on: no retry
+    attempts = query(dsn, "SELECT status FROM airflow_txn.attempts WHERE topology_id = %s AND txid = %s",
+                     (DAG, r.txid))
+    assert attempts == [("committed",)], attempts  # one attempt, committed
+    assert _grew_by(dsn, r.counts, r.events)
+    print(f"txid {r.txid}: the master restarted under its batch; committed "
+          f"{(r.committed - r.restarted).total_seconds():.0f} s after the restart")
 
 
 def test_a_batch_its_master_forgot_is_retried_and_commits_once(cluster: ClusterStack) -> None:
@@ -218,42 +244,13 @@ def test_a_batch_its_master_forgot_is_retried_and_commits_once(cluster: ClusterS
     for executors for ever. The process task's watch kills it after ``[transactional]
     master_lost_timeout`` (the stack: 30 s); the retry's new driver registers with the new master,
     and the txid commits once."""
-    client, dsn = cluster.client(), cluster.state_dsn
-    more = [(f"mf{i}", json.dumps({"url": f"https://apache.org/f/{i % 3}", "user": "f"})) for i in range(400)]
-    log = EventLog(dsn, "tweets")
-    log.create(4)
-    client.wait_for_dag(DAG)
-    client.unpause(DAG)
-    coord = Coordinator(dsn)
-    holds = cluster.base_dir / "forgotten-holds"
-    holds.mkdir()
-    try:
-        wait_for_runs(cluster, DAG, [r["dag_run_id"] for r in until(lambda: client.runs(DAG), 180, "no run")],
-                      timeout=600)
-        txid = coord.status(DAG).committed_txid + 1
-        counts = dict(query(dsn, "SELECT url, value FROM url_counts"))
-        Path(cluster.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text(
-            f"spark.begin:{DAG}:{txid}=waitfor:{holds / 'release'}@once:{holds / 'fired'}\n")
-        log.append(more)
-        run = client.trigger(DAG, (datetime.now(UTC) - timedelta(minutes=20)).isoformat())["dag_run_id"]
-        until((holds / "fired").exists, 300, f"txid {txid}'s driver did not reach its batch")
-        until(lambda: sum(cluster.spark.executors().values()), 120, "the held batch has no executor")
-        cluster.spark.restart_master(forget=True)
-        restarted = datetime.now(UTC)
-        (holds / "release").touch()
-        wait_for_runs(cluster, DAG, [run], timeout=420)
-        assert coord.transaction_for_run(DAG, run).txid == txid and coord.status(DAG).committed_txid == txid
-        committed = coord.commits(DAG)[-1]["committed_at"]
-    finally:
-        Path(cluster.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text("")
-        coord.close()
-        log.close()
-    assert _ti(client, run, "process")["try_number"] == 2  # the stranded driver's try failed, the retry ran
-    assert "no Spark master took the driver back within 30 s" in task_log(cluster, DAG, run, "process")
+    r = _a_batch_under_a_master_restart(cluster, "mf", forget=True)
+    dsn = cluster.state_dsn
+    assert _ti(cluster.client(), r.run, "process")["try_number"] == 2  # the stranded driver's try failed, the retry ran
+    assert "no Spark master took the driver back within 30 s" in task_log(cluster, DAG, r.run, "process")
     attempts = query(dsn, "SELECT status FROM airflow_txn.attempts WHERE topology_id = %s AND txid = %s "
-                          "ORDER BY attempt", (DAG, txid))
+                          "ORDER BY attempt", (DAG, r.txid))
     assert len(attempts) == 2 and attempts[0][0] != "committed" and attempts[1][0] == "committed", attempts
-    grew = Counter({url: n - counts.get(url, 0) for url, n in query(dsn, "SELECT url, value FROM url_counts")})
-    assert +grew == Counter(json.loads(p)["url"] for _e, p in more)
-    print(f"txid {txid}: its driver stranded by a master that forgot it; committed "
-          f"{(committed - restarted).total_seconds():.0f} s after the restart")
+    assert _grew_by(dsn, r.counts, r.events)
+    print(f"txid {r.txid}: its driver stranded by a master that forgot it; committed "
+          f"{(r.committed - r.restarted).total_seconds():.0f} s after the restart")
