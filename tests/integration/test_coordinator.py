@@ -195,6 +195,32 @@ def test_quarantine_of_replayed_attempts_is_counted_once(coordinator: Coordinato
     assert query(dsn, "SELECT count(*) FROM airflow_txn.quarantine") == [(1,)]
 
 
+def test_a_quarantine_slice_two_spark_tasks_copied_is_committed_once(coordinator: Coordinator, topo,  # type: ignore[no-untyped-def]
+                                                                     dsn: str) -> None:
+    """A Spark task run again after its COPY committed (its executor lost with the task's result, a
+    Spark Connect query re-executed) copies its slice of bad records again: the commit keeps one
+    writer's rows per slice -- and keeps two rows of one writer even when their text is equal."""
+    import io
+
+    from airflow_transactional.store.connection import connect
+
+    topo.append([click(1), ("bad", "oops")], partition=0)
+    txn = coordinator.plan("clicks", "r")
+    attempt = process_batch(coordinator, "clicks", txn.txid, click_fn).attempt
+    rows = [("1:0", 7, "0:9", "same reason"), ("1:0", 7, "0:9", "same reason"),  # two records, equal text
+            ("1:1", 8, "0:10", "other"),
+            ("1:0", 9, "0:9", "same reason"), ("1:0", 9, "0:9", "same reason")]  # task 7's slice, run again
+    csv = "".join(f"clicks,{txn.txid},{attempt},{part},{writer},{offset},,{why},x,1\n"
+                  for part, writer, offset, why in rows)
+    with connect(dsn) as conn, conn.cursor() as cur:
+        cur.copy_expert(coordinator.quarantine_copy(), io.StringIO(csv))
+    coordinator.commit("clicks", txn.txid)
+    kept = query(dsn, "SELECT slice, writer, source_offset FROM airflow_txn.quarantine WHERE committed")
+    assert sorted(kept, key=str) == sorted([("1:0", 7, "0:9"), ("1:0", 7, "0:9"), ("1:1", 8, "0:10"),
+                                            (None, None, "0:2")], key=str), kept
+    assert coordinator.status("clicks").quarantined == 4
+
+
 def test_fail_fast_topologies_fail_the_attempt(coordinator: Coordinator, dsn: str) -> None:
     log = make_log(dsn, "strict")
     coordinator.register(counting_topology("strict", log="strict", on_bad_record="fail"))

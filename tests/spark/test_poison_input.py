@@ -139,3 +139,37 @@ def test_a_fold_is_staged_the_same_from_the_driver_and_from_the_executors(dsn: s
     expected = {(f"k{k}", sum(i for i in range(1000) if i % 50 == k)) for k in range(50)}
     for way in (1, 2):
         assert set(query(dsn, f"SELECT k, value FROM staged WHERE way = {way}")) == expected
+
+
+def test_bad_records_a_spark_task_copied_twice_are_committed_once(dsn: str, tmp_path: Path) -> None:
+    """A task that fails after its quarantine COPY committed is run again by Spark (here: the fault
+    point after the COPY, once, and ``local[2,2]`` for a second try; on a cluster: its executor
+    lost with the task's result) and copies its slice again: the commit keeps one copy of each."""
+    from dev import faults
+
+    landing = tmp_path / "in"
+    landing.mkdir()
+    for name, user in (("a.json", "a"), ("b.json", "b")):
+        (landing / name).write_text(f'{{"user": "{user}", "amount": 2}}\nnot json {user}\nnot json {user}\n')
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("orders", LandingDirectory(str(landing), settle_seconds=0), [
+        StateSpec("order_totals", {"user": "text"}, combiner="sum"),
+        StateSpec("order_counts", {"user": "text"}, combiner="count")]))
+    t = coord.plan("orders", "r1").txid
+    fired = tmp_path / "fired"
+    argv = ["spark-submit", "--master", "local[2,2]", *local_conf({"spark.sql.shuffle.partitions": "2"}),
+            "--py-files", provider_zip(), str(REPO / "spark_jobs" / "landing_amounts.py"), "--topology", "orders",
+            "--txid", str(t)]
+    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
+                           faults=f"quarantine.after_copy=raise@once:{fired}")
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert fired.exists(), "the fault point after the quarantine COPY never fired"
+    [(slices, writers, copied)] = query(dsn, "SELECT count(DISTINCT slice), count(DISTINCT writer), count(*) "
+                                             "FROM airflow_txn.quarantine")
+    assert writers > slices and copied > 4, (slices, writers, copied)  # a slice was copied by a second task
+    coord.commit("orders", t)
+    kept = query(dsn, "SELECT record FROM airflow_txn.quarantine WHERE committed")
+    assert sorted(r for (r,) in kept) == ["not json a", "not json a", "not json b", "not json b"]
+    assert dict(query(dsn, "SELECT \"user\", value FROM order_totals")) == {"a": 2, "b": 2}
+    coord.close()

@@ -42,6 +42,14 @@ class SetAside:
     copy: str
     prefix: Sequence[Any]
     rows: int = 0
+    copies: int = 0
+
+    def next_slice(self) -> str:
+        """The name of the attempt's next COPY into the quarantine: each of its rows is written with
+        it and its Spark partition, so the commit can tell a slice a task copied twice (see
+        ``store/schema/0004_quarantine_writers.sql``)."""
+        self.copies += 1
+        return str(self.copies)
 
 
 def first_reason(reasons: Sequence[tuple[Column, str]]) -> Column:

@@ -268,12 +268,14 @@ def _quarantine(spark: SparkSession, dsn: str, spec: TopologySpec, read: _Read, 
     # Streamed from the executors, never collected: a batch of garbage fits no driver. (After a
     # fused fold the batch is read again for its bad records: only a batch that has some.)
     if read.bad_records:
-        copy_dataframe(spark, read.prepared.bad, dsn, set_aside.copy, set_aside.prefix)
+        copy_dataframe(spark, read.prepared.bad, dsn, set_aside.copy, set_aside.prefix,
+                       slice_of=set_aside.next_slice())
         phases.lap("quarantine")
     rejected = read.folds.rejected_count if read.folds is not None else 0
     if rejected:
         assert read.folds is not None
-        copy_dataframe(spark, read.folds.rejected, dsn, set_aside.copy, set_aside.prefix)
+        copy_dataframe(spark, read.folds.rejected, dsn, set_aside.copy, set_aside.prefix,
+                       slice_of=set_aside.next_slice())
         phases.lap("quarantine records no state could fold")
     if (rejected or set_aside.rows) and spec.on_bad_record == "fail":
         raise BadRecord(f"txid {txid}: {rejected + set_aside.rows} records or folded rows could not be staged "

@@ -8,6 +8,7 @@ import io
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .. import faults
 from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
 from ..spec import StateSpec
@@ -144,16 +145,21 @@ def _judged(rows: DataFrame, why: Column) -> DataFrame:
 COPY_CHUNK_BYTES = 32 << 20
 
 
-def copy_batches(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any]) -> int:
+def copy_batches(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any], *,
+                 slice_of: str | None = None) -> int:
     """Executor side: COPY one partition's Arrow record batches, as CSV built by Arrow in bulk
     (no Python per row), with ``prefix`` as leading constant columns, in one transaction; the count.
 
     ``copy_sql`` is a ``COPY ... FROM STDIN WITH (FORMAT csv)``: Arrow writes a null as an empty
-    field and an empty string as ``""``, which is how CSV COPY tells them apart.
+    field and an empty string as ``""``, which is how CSV COPY tells them apart. With ``slice_of``
+    (a quarantine COPY) two more constants follow the prefix: the slice (``slice_of`` and the Spark
+    partition) and the writer (the Spark task attempt; null on the driver), see :func:`writer_of`.
     """
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
+    if slice_of is not None:
+        prefix = (*prefix, *writer_of(slice_of))
     options = pacsv.WriteOptions(include_header=False)
     buf, n, conn = io.BytesIO(), 0, None
 
@@ -184,7 +190,20 @@ def copy_batches(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterab
     finally:
         if conn is not None:
             conn.close()
+    if slice_of is not None:
+        faults.point("quarantine.after_copy")  # a task that fails here is run again, and copies again
     return n
+
+
+def writer_of(slice_of: str) -> tuple[str, int | None]:
+    """Who runs this COPY: (``slice_of:<Spark partition>``, the task attempt's id) in a Spark task;
+    (``slice_of``, None) on the driver, which runs each COPY once."""
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    if task is None:
+        return slice_of, None
+    return f"{slice_of}:{task.partitionId()}", task.taskAttemptId()
 
 
 #: A fold with at most this many rows (keys) is staged from the driver: collected as Arrow and
@@ -232,8 +251,8 @@ def stage_arrow(rows: Any, dsn: str, copy_sql: str, prefix: Sequence[Any], *, se
                           "reason": bad[admit.WHY],
                           "record": pc.utf8_slice_codeunits(record, 0, QUARANTINE_RECORD_CHARS),
                           "record_length": pc.utf8_length(record)})
-        set_aside.rows += (copy_batches(dsn, set_aside.copy, set_aside.prefix, table.to_batches()) if set_aside.copy
-                           else table.num_rows)
+        set_aside.rows += (copy_batches(dsn, set_aside.copy, set_aside.prefix, table.to_batches(),
+                                        slice_of=set_aside.next_slice()) if set_aside.copy else table.num_rows)
     return copy_batches(dsn, copy_sql, prefix, rows.filter(fine).drop_columns([admit.WHY, admit.RECORD]).to_batches())
 
 
@@ -250,22 +269,25 @@ def stage_executors(rows: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[A
             F.lit(label).alias("offset"), F.lit(None).cast("string").alias("event_id"),
             F.col(admit.WHY).alias("reason"), F.substring(record, 1, QUARANTINE_RECORD_CHARS).alias("record"),
             F.length(record).alias("record_length"))
-        set_aside.rows += (copy_dataframe(None, bad, dsn, set_aside.copy, set_aside.prefix) if set_aside.copy
-                           else bad.count())
+        set_aside.rows += (copy_dataframe(None, bad, dsn, set_aside.copy, set_aside.prefix,
+                                          slice_of=set_aside.next_slice()) if set_aside.copy else bad.count())
     return copy_dataframe(None, rows.where(F.col(admit.WHY).isNull()).drop(admit.WHY, admit.RECORD), dsn, copy_sql,
                           prefix)
 
 
-def _copy_arrow(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any]) -> Iterator[Any]:
+def _copy_arrow(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any],
+                slice_of: str | None) -> Iterator[Any]:
     import pyarrow as pa
 
-    yield pa.RecordBatch.from_pydict({"n": [copy_batches(dsn, copy_sql, prefix, batches)]})
+    yield pa.RecordBatch.from_pydict({"n": [copy_batches(dsn, copy_sql, prefix, batches, slice_of=slice_of)]})
 
 
-def copy_dataframe(spark: SparkSession | None, df: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any]) -> int:
+def copy_dataframe(spark: SparkSession | None, df: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any], *,
+                   slice_of: str | None = None) -> int:
     """COPY a DataFrame from the executors, in parallel, in Arrow batches; return the rows written.
-    The same for a classic session and a Spark Connect one (``spark`` is kept for callers)."""
+    The same for a classic session and a Spark Connect one (``spark`` is kept for callers).
+    ``slice_of``: as :func:`copy_batches`."""
     from pyspark.sql import functions as F
 
-    counts = df.mapInArrow(lambda batches: _copy_arrow(dsn, copy_sql, prefix, batches), "n long")
+    counts = df.mapInArrow(lambda batches: _copy_arrow(dsn, copy_sql, prefix, batches, slice_of), "n long")
     return int(counts.agg(F.sum("n")).collect()[0][0] or 0)

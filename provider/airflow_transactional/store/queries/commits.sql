@@ -26,13 +26,19 @@ INSERT INTO {s}.quarantine (topology_id, txid, attempt, source_offset, event_id,
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 
 -- name: quarantine_copy
--- How a Spark job streams its bad records in (CSV, from the executors).
-COPY {s}.quarantine (topology_id, txid, attempt, source_offset, event_id, reason, record, record_length)
+-- How a Spark job streams its bad records in (CSV, from the executors), each row naming the COPY
+-- slice and the Spark task that wrote it (schema/0004_quarantine_writers.sql).
+COPY {s}.quarantine (topology_id, txid, attempt, slice, writer, source_offset, event_id, reason, record,
+                     record_length)
 FROM STDIN WITH (FORMAT csv)
 
 -- name: quarantine_settle
 -- At the commit: the committed attempt's bad records are kept (marked committed), the others' go.
 DELETE FROM {s}.quarantine WHERE topology_id = %(topology)s AND txid = %(txid)s AND attempt IS DISTINCT FROM %(attempt)s;
+-- Of a slice two Spark tasks copied (one run again after its COPY), the first task's rows.
+DELETE FROM {s}.quarantine q WHERE q.topology_id = %(topology)s AND q.txid = %(txid)s AND q.writer IS NOT NULL
+    AND q.writer > (SELECT min(o.writer) FROM {s}.quarantine o WHERE o.topology_id = q.topology_id
+                    AND o.txid = q.txid AND o.attempt = q.attempt AND o.slice = q.slice);
 UPDATE {s}.quarantine SET committed = true WHERE topology_id = %(topology)s AND txid = %(txid)s
 
 -- name: quarantine_counts
