@@ -4,7 +4,7 @@ and of ``airflow_transactional.spark_job`` (what a DAG file and a job file impor
 signature and docstring; ``<!-- reference:cli -->`` becomes every ``airflow-txn`` command with its
 arguments, as its argparse definition says them; ``<!-- reference:metrics -->`` the metrics'
 table of ``airflow/metrics.py``; ``<!-- reference:schema -->`` every table of the state store, as
-its baseline schema file creates it; ``<!-- reference:connections -->`` every Airflow connection the
+its migration files make it; ``<!-- reference:connections -->`` every Airflow connection the
 provider reads, the parameters that name one (found in the public signatures: a new ``*conn_id``
 parameter without an entry here fails the build) and the fields and extras each uses, from the
 allow-lists in the code."""
@@ -116,28 +116,54 @@ def metrics() -> str:
 
 
 def schema() -> str:
-    """Every table of the state store, as the schema's baseline file creates it, with its comment."""
+    """Every table of the state store, as its migration files make it, in order: a table's section
+    has its CREATE TABLE with the comment above it, then each later migration's columns."""
     from airflow_transactional.store import migrations
 
-    sql = (Path(migrations.__file__).parent / "schema" / "0001_baseline.sql").read_text()
-    parts: list[str] = []
+    files = sorted((Path(migrations.__file__).parent / migrations.SCHEMA_DIR).glob("[0-9]*.sql"))
+    tables: dict[str, list[str]] = {}
+    for path in files:
+        version = path.stem.split("_", 1)
+        for table, comment, body in _statements(path.read_text()):
+            if body.startswith("CREATE TABLE"):
+                tables[table] = [f"## `{table}`\n\n{comment}\n\n```sql\n{body}\n```\n"]
+            elif table in tables:
+                tables[table].append(f"Since migration {int(version[0])} ({version[1].replace('_', ' ')}): "
+                                     f"{comment}\n\n```sql\n{body}\n```\n")
+    return "\n".join(part for parts in tables.values() for part in parts)
+
+
+def _statements(sql: str) -> list[tuple[str, str, str]]:
+    """(table, the comment above, the statement) of each CREATE TABLE and run of ALTER TABLEs of one
+    table in a schema file (indexes and the rest are left out)."""
+    out: list[tuple[str, str, str]] = []
     comment: list[str] = []
     statement: list[str] | None = None
+    altering = False
     for line in sql.splitlines():
         if statement is not None:  # inside a CREATE TABLE, up to its closing line
             statement.append(line)
             if line.startswith(");"):
-                table = statement[0].split()[2].split(".")[-1]
-                body = "\n".join(statement).replace("{s}", "airflow_txn").replace("{{", "{").replace("}}", "}")
-                parts.append(f"## `{table}`\n\n{' '.join(comment)}\n\n```sql\n{body}\n```\n")
+                out.append((statement[0].split()[2].split(".")[-1], " ".join(comment), _sql("\n".join(statement))))
                 statement, comment = None, []
         elif line.startswith("CREATE TABLE "):
             statement = [line]
+        elif line.startswith("ALTER TABLE "):  # a run of them shares the comment above it
+            table = line.split()[2].split(".")[-1]
+            if altering and out[-1][0] == table:
+                out[-1] = (table, out[-1][1], f"{out[-1][2]}\n{_sql(line)}")
+            else:
+                out.append((table, " ".join(comment), _sql(line)))
+            altering = True
         elif line.startswith("--"):
             comment.append(line[2:].strip())
         else:
-            comment = []
-    return "\n".join(parts)
+            comment, altering = [], False
+    return out
+
+
+def _sql(text: str) -> str:
+    return text.replace("{s}", "airflow_txn").replace("{{", "{").replace("}}", "}")
 
 
 #: The connection each ``*conn_id`` parameter names: its type, and what the provider reads of it.
