@@ -70,8 +70,9 @@ class ChaosConfig:
             raise ValueError(f"unknown chaos mode {self.mode!r}: one of {', '.join(sorted(MODES))}")
         if self.stack not in STACKS:
             raise ValueError(f"unknown stack {self.stack!r}: one of {', '.join(STACKS)}")
-        if self.backend not in BACKENDS or (self.backend == "connect" and self.mode != "words"):
-            raise ValueError(f"backend {self.backend!r}: one of {', '.join(BACKENDS)} (connect in words mode only)")
+        if self.backend not in BACKENDS or (self.backend == "connect" and self.mode == "payments"):
+            raise ValueError(f"backend {self.backend!r}: one of {', '.join(BACKENDS)} (connect in the words and "
+                             "kafka modes)")
         self.kinds = self.kinds or self.known_kinds
         if unknown := set(self.kinds) - set(self.known_kinds):
             raise ValueError(f"fault kinds {sorted(unknown)} need what this run lacks: the Kafka kinds strike "

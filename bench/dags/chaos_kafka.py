@@ -2,7 +2,9 @@
 opaque, so records deleted under a plan are skipped and reported rather than blocking it; every
 record it commits is published to the topic ``chaos-relayed``, each txid in one Kafka transaction.
 ``bench.chaos --mode kafka`` deploys this file into the stack's DAGs folder (a symlink) with
-``chaos_kafka.json`` beside it: the run's ``max_in_flight`` and batch size (in offsets)."""
+``chaos_kafka.json`` beside it: the run's ``max_in_flight``, batch size (in offsets) and backend
+(with ``connect``, batches run on the stack's Spark Connect server, the Kafka connector on its
+classpath)."""
 
 import json
 import os
@@ -37,6 +39,7 @@ dag = transactional_dag(
     max_batch_size=PARAMS["batch"],
     retries=3,
     retry_delay=timedelta(seconds=2),
-    spark_conf=LOCAL_SPARK_CONF,
+    spark_conf=None if PARAMS.get("connect") else LOCAL_SPARK_CONF,
     spark_pool="spark",
+    spark_connect_conn_id="spark_connect_default" if PARAMS.get("connect") else None,
 )

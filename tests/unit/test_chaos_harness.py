@@ -249,8 +249,9 @@ def test_the_connect_backend_adds_the_server_s_loss_and_runs_the_topology_on_it(
     quick = ChaosConfig.quick(seed=7, stack="cluster", backend="connect")
     plain = ChaosConfig.quick(seed=7, stack="cluster")
     assert quick.kinds == (*plain.kinds, "spark_connect_kill") and quick.faults == plain.faults + 1
-    with pytest.raises(ValueError, match="connect in words mode only"):
-        ChaosConfig(mode="kafka", backend="connect")
+    with pytest.raises(ValueError, match="connect in the words and kafka modes"):
+        ChaosConfig(mode="payments", backend="connect")
+    assert "kafka_kill_processing" in ChaosConfig(mode="kafka", backend="connect").kinds
     with pytest.raises(ValueError, match="need what this run lacks"):
         ChaosConfig(kinds=("spark_connect_kill",))  # a spark-submit run has no server to lose
     write_dag(tmp_path, cfg)

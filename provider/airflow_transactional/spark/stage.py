@@ -286,8 +286,11 @@ def copy_dataframe(spark: SparkSession | None, df: DataFrame, dsn: str, copy_sql
                    slice_of: str | None = None) -> int:
     """COPY a DataFrame from the executors, in parallel, in Arrow batches; return the rows written.
     The same for a classic session and a Spark Connect one (``spark`` is kept for callers).
-    ``slice_of``: as :func:`copy_batches`."""
-    from pyspark.sql import functions as F
+    ``slice_of``: as :func:`copy_batches`.
 
+    The COPYing tasks are the job's last stage, whose results (one count each) go straight to the
+    driver: summed by Spark instead, they would be shuffle output on the executor, and an executor
+    lost before the sum read it would have its COPYs run again (a staging table refuses the second
+    copy, failing the attempt; the quarantine keeps one, see :func:`writer_of`)."""
     counts = df.mapInArrow(lambda batches: _copy_arrow(dsn, copy_sql, prefix, batches, slice_of), "n long")
-    return int(counts.agg(F.sum("n")).collect()[0][0] or 0)
+    return sum(int(row[0]) for row in counts.collect())
