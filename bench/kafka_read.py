@@ -18,7 +18,6 @@ The broker and the session run on the same cores, as the benchmark's do.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -49,14 +48,10 @@ def best_of(frame: Any, trials: int = 3) -> float:
 
 def kafka_frame(spark: Any, broker: KafkaBroker, ranges: list[tuple[int, int, int]], **options: str) -> Any:
     """Spark's Kafka reader over ``ranges`` as the provider sets it, with ``options`` on top."""
-    reader = (spark.read.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
-              .option("assign", json.dumps({TOPIC: [p for p, _lo, _hi in ranges]}))
-              .option("startingOffsets", json.dumps({TOPIC: {str(p): lo for p, lo, _hi in ranges}}))
-              .option("endingOffsets", json.dumps({TOPIC: {str(p): hi for p, _lo, hi in ranges}}))
-              .option("kafka.isolation.level", "read_committed").option("failOnDataLoss", "true"))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
+    from airflow_transactional.spark.kafka import batch_reader
+
+    return batch_reader(spark, TOPIC, ranges).option("kafka.bootstrap.servers", broker.bootstrap).options(
+        **options).load()
 
 
 def rows(spark: Any, broker: KafkaBroker, events: Path, ranges: list[tuple[int, int, int]]

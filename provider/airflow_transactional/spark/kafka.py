@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigError
@@ -13,7 +13,7 @@ from ..sources import KafkaSource, Source
 from .read import EVENT_ID_COL, INVALID_COL, OFFSET_COL, TEXT, Records, raw_schema, reader
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrameReader, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +35,7 @@ def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **
     topic = str(batch["topic"])
     # Spark's redaction hides options by name: the JAAS line carries a password in its value.
     spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|secret|key\\.password")
-    df = (spark.read.format("kafka").options(**kafka_options(source.config()))
-          .option("assign", json.dumps({topic: [p for p, _lo, _hi in ranges]}))
-          .option("startingOffsets", json.dumps({topic: {str(p): lo for p, lo, _hi in ranges}}))
-          .option("endingOffsets", json.dumps({topic: {str(p): hi for p, _lo, hi in ranges}}))
-          .option("kafka.isolation.level", "read_committed").option("failOnDataLoss", "true")
+    df = (batch_reader(spark, topic, ranges).options(**kafka_options(source.config()))
           .option("includeHeaders", "true").load())
     invalid = (F.when(F.col("value").isNull(), F.lit("the record has no value (a tombstone)"))
                .when(~F.is_valid_utf8(F.col("value")), F.lit("the record's value is not UTF-8 text")))
@@ -52,6 +48,17 @@ def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **
         F.col("topic").alias("kafka_topic"), F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"), F.col("key").alias("kafka_key"),
         F.col("timestamp").alias("kafka_timestamp"), F.col("headers").alias("kafka_headers")), TEXT)
+
+
+def batch_reader(spark: SparkSession, topic: str, ranges: Sequence[tuple[int, int, int]]) -> DataFrameReader:
+    """Spark's Kafka reader over exactly ``ranges`` (partition, start, end) of ``topic``: the
+    partitions assigned, each from its start to its end, ``read_committed``, and a range the broker
+    no longer has an error (``failOnDataLoss``); the connection's options go on top."""
+    return (spark.read.format("kafka")
+            .option("assign", json.dumps({topic: [p for p, _lo, _hi in ranges]}))
+            .option("startingOffsets", json.dumps({topic: {str(p): lo for p, lo, _hi in ranges}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): hi for p, _lo, hi in ranges}}))
+            .option("kafka.isolation.level", "read_committed").option("failOnDataLoss", "true"))
 
 
 #: librdkafka settings (a ``kafka`` connection's extra) that mean the same to Spark's Java client.
