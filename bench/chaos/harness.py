@@ -41,7 +41,8 @@ class Chaos:
         self.supervisor = Supervisor(stack, self.report)
         self.gate = threading.Lock()  # kafka: a producer transaction and a broker kill never overlap
         broker = (kafka.BrokerFaults(kafka.broker_of(stack), stack.state_dsn, self.supervisor.components, self.ledger,
-                                     self.gate, random.Random(cfg.seed + 1)) if cfg.mode == "kafka" else None)
+                                     self.gate, random.Random(cfg.seed + 1), kafka.partitions_cap(cfg))
+                  if cfg.mode == "kafka" else None)
         self.faults = Faults(stack, cfg, self.report, self.supervisor, self.runs, self.states, broker)
 
     # -- the operator --------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from .workload import DOMAINS, Ledger
 TOPOLOGY = MODES["kafka"][0]
 PUBLISHED = "chaos-relayed"  # the topic its committed records are published to
 PARTITIONS = 3       # at the start; add_partition grows the topic
-MAX_PARTITIONS = 8
+MAX_PARTITIONS = 8    # add_partition's cap, unless the run plans more of them (partitions_cap)
 #: Malformed values: broken JSON, a required field missing, not JSON, not UTF-8, a tombstone.
 MALFORMED: tuple[bytes | None, ...] = (b'{"url": truncated', b'{"user": "u1"}', b"not json at all",
                                        b"\xff\xfe not utf-8", None)
@@ -160,14 +160,21 @@ class TweetTransactions(threading.Thread):
                 raise
 
 
+def partitions_cap(cfg: ChaosConfig) -> int:
+    """How far ``add_partition`` may grow the topic: room for every one the run plans (a soak
+    plans dozens: capped at MAX_PARTITIONS, all but five of them missed), and MAX_PARTITIONS at least."""
+    planned = -(-cfg.faults // max(1, len(cfg.kinds)))  # the most of one kind a plan holds
+    return max(MAX_PARTITIONS, PARTITIONS + planned)
+
+
 class BrokerFaults:
     """The kafka kinds of :class:`.faults.Faults`, which it calls with its own helpers."""
 
     def __init__(self, broker: KafkaBroker, dsn: str, components: threading.Lock, ledger: Ledger,
-                 gate: threading.Lock, rng: random.Random) -> None:
+                 gate: threading.Lock, rng: random.Random, max_partitions: int = MAX_PARTITIONS) -> None:
         # ``components``: the supervisor's lock, held while a fault restarts a component
         self.broker, self.dsn, self.components = broker, dsn, components
-        self.ledger, self.gate, self.rng = ledger, gate, rng
+        self.ledger, self.gate, self.rng, self.max_partitions = ledger, gate, rng, max_partitions
 
     def kill_and_restart(self) -> None:
         """SIGKILL the broker, wait a moment, start it again (same ports, same data)."""
@@ -214,7 +221,7 @@ class BrokerFaults:
 
     def add_partition(self) -> bool:
         count = len(admin(self.broker).list_topics(KAFKA_TOPIC, timeout=30).topics[KAFKA_TOPIC].partitions)
-        if count >= MAX_PARTITIONS:
+        if count >= self.max_partitions:
             return False
         add_partitions(self.broker, KAFKA_TOPIC, count + 1)
         logging.info("fault: partition %d added to %s", count, KAFKA_TOPIC)

@@ -196,6 +196,7 @@ def test_a_supervisor_restart_that_fails_is_tried_again(tmp_path: Path) -> None:
 def test_the_kafka_kinds_belong_to_the_kafka_mode_and_its_ci_size_strikes_each() -> None:
     from bench.chaos import KAFKA_KINDS, KINDS
     from bench.chaos.faults import Faults
+    from bench.chaos.kafka import MAX_PARTITIONS, PARTITIONS, partitions_cap
 
     assert ChaosConfig(mode="kafka").kinds == KINDS + KAFKA_KINDS  # the soak: every kind the mode has
     assert ChaosConfig().kinds == KINDS
@@ -208,6 +209,13 @@ def test_the_kafka_kinds_belong_to_the_kafka_mode_and_its_ci_size_strikes_each()
     # The kafka kinds share one lane: the broker is struck by one fault at a time.
     lanes = Faults.plan(SimpleNamespace(cfg=quick, rng=random.Random(1)))  # type: ignore[arg-type]
     assert sorted(lanes["kafka"]) == sorted(KAFKA_KINDS)
+    # A soak's add_partition faults all find room to strike (a topic capped at 8 partitions left
+    # all but five of them missed).
+    soak = ChaosConfig(mode="kafka", transactions=300, faults=300)
+    planned = Faults.plan(SimpleNamespace(cfg=soak, rng=random.Random(1)))["kafka"].count(  # type: ignore[arg-type]
+        "add_partition")
+    assert planned > MAX_PARTITIONS - PARTITIONS and partitions_cap(soak) >= PARTITIONS + planned
+    assert partitions_cap(quick) == MAX_PARTITIONS
 
 
 def test_the_cluster_kinds_belong_to_the_cluster_stack_each_in_a_lane() -> None:
