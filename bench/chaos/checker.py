@@ -53,6 +53,10 @@ def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger, dags_
             res = subprocess.run([str(Path(sys.executable).with_name("airflow-txn")), "audit", topology,
                                   "--dag-file", str(deployed)],
                                  env=env, capture_output=True, text=True, check=False, timeout=900)
+            refused = kafka.audit_refused(res.stdout + res.stderr, ledger) if res.returncode else ""
+            if refused:  # the harness's own delete_records took committed records: nothing to recompute
+                report.audit_refused = refused
+                continue
             report.audit_clean = report.audit_clean is not False and res.returncode == 0
             if res.returncode:
                 report.problems.append(f"audit of {topology}: " + (res.stdout + res.stderr)[-2000:])

@@ -155,6 +155,7 @@ class ChaosReport:
     quarantine_mismatches: int = 0
     stuck_runs: int = 0
     audit_clean: bool | None = None
+    audit_refused: str = ""      # kafka: why the audit could not recompute (records the harness deleted)
     wall_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     post_mortem: bool = False  # from --check: the state against the ledger, nothing about the run itself
@@ -179,7 +180,8 @@ class ChaosReport:
 
     def rows(self) -> list[tuple[str, object]]:
         """(check, result) of every line of the table, in order (what the docs' chaos page renders)."""
-        audit = ("airflow-txn audit", {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean])
+        audit = ("airflow-txn audit", f"refused, as it must: {self.audit_refused}" if self.audit_refused
+                 else {None: "not run", True: "clean", False: "DIFFERENCES"}[self.audit_clean])
         if self.post_mortem:
             return [("transactions committed", self.transactions_committed),
                     ("duplicate deliveries / malformed records injected",

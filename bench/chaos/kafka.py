@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -158,6 +159,22 @@ class TweetTransactions(threading.Thread):
                     producer.abort_transaction(60)
                     return None
                 raise
+
+
+#: How ``airflow-txn audit`` refuses a topic whose committed records are gone.
+REMOVED = re.compile(r"retention removed committed records \(partition (\d+) offsets (\d+)\.\.(\d+)\)")
+
+
+def audit_refused(output: str, ledger: Ledger) -> str:
+    """Why the audit refused, when it refused only for committed records the harness deleted
+    (``delete_records`` deletes every record below an offset, committed ones too); else ""."""
+    found = REMOVED.search(output)
+    if found is None:
+        return ""
+    p, lo, hi = (int(g) for g in found.groups())
+    below = ledger.deleted.get(p, 0)
+    return (f"partition {p}'s committed offsets {lo}..{hi} are gone, below offset {below} that delete_records "
+            "deleted" if hi < below else "")
 
 
 def partitions_cap(cfg: ChaosConfig) -> int:

@@ -264,3 +264,16 @@ def test_the_connect_backend_adds_the_server_s_loss_and_runs_the_topology_on_it(
         ChaosConfig(kinds=("spark_connect_kill",))  # a spark-submit run has no server to lose
     write_dag(tmp_path, cfg)
     assert json.loads((tmp_path / "chaos_words.json").read_text())["connect"] is True
+
+
+def test_an_audit_refused_for_records_the_harness_deleted_is_not_a_difference(tmp_path: Path) -> None:
+    from bench.chaos.kafka import audit_refused
+
+    ledger = Ledger(tmp_path / LEDGER)
+    said = ("cannot audit chaos_kafka: topic 'chaos-tweets': retention removed committed records (partition 0 "
+            "offsets 0..8810); they can no longer be recomputed")
+    assert audit_refused(said, ledger) == ""  # nothing deleted by the harness: a real refusal
+    ledger.record_deleted(0, 8811)
+    assert "offsets 0..8810 are gone, below offset 8811" in audit_refused(said, ledger)
+    assert audit_refused(said.replace("0..8810", "0..9000"), ledger) == ""  # more gone than the harness took
+    assert audit_refused("chaos_kafka: 3 rows differ", ledger) == ""
