@@ -7,8 +7,9 @@ session written to Spark's ``noop`` sink (the best of three), as a ratio of its 
 baseline's -- the landing directory read, parsed and judged by the provider's own code:
 
 - Spark's JSON reader alone on the file;
-- Spark's Kafka reader alone on the topic, as the provider sets it (``read_committed``), and with
-  each setting a team might reach for (``read_uncommitted``, 16 MiB fetches);
+- Spark's Kafka reader alone on the topic: through the DataSource V1 relation Spark takes for a
+  batch read by default, as the provider sets it (V2, ``read_committed``), and with each setting a
+  team might reach for (``read_uncommitted``, 16 MiB fetches);
 - the provider's Kafka reader (:func:`airflow_transactional.spark.kafka.read_kafka`: offsets and
   ids, the UTF-8 check, the ``kafka_*`` columns), then read, parsed and judged as a job does.
 
@@ -46,12 +47,17 @@ def best_of(frame: Any, trials: int = 3) -> float:
     return best
 
 
-def kafka_frame(spark: Any, broker: KafkaBroker, ranges: list[tuple[int, int, int]], **options: str) -> Any:
-    """Spark's Kafka reader over ``ranges`` as the provider sets it, with ``options`` on top."""
-    from airflow_transactional.spark.kafka import batch_reader
+def kafka_frame(spark: Any, broker: KafkaBroker, ranges: list[tuple[int, int, int]],
+                options: dict[str, str] | None = None, *, v1: bool = False) -> Any:
+    """Spark's Kafka reader over ``ranges`` as the provider sets it, with ``options`` on top; with
+    ``v1``, through the DataSource V1 relation a batch read of ``kafka`` takes by Spark's default."""
+    from airflow_transactional.spark.kafka import V1_SOURCES, batch_reader
 
-    return batch_reader(spark, TOPIC, ranges).option("kafka.bootstrap.servers", broker.bootstrap).options(
-        **options).load()
+    reader = batch_reader(spark, TOPIC, ranges).option("kafka.bootstrap.servers", broker.bootstrap)
+    reader = reader.options(**(options or {}))
+    if v1:
+        spark.conf.set("spark.sql.sources.useV1SourceList", V1_SOURCES)
+    return reader.load()  # the relation is chosen here, by the setting of the moment
 
 
 def rows(spark: Any, broker: KafkaBroker, events: Path, ranges: list[tuple[int, int, int]]
@@ -71,15 +77,33 @@ def rows(spark: Any, broker: KafkaBroker, events: Path, ranges: list[tuple[int, 
          lambda: prepare(read_landing(spark, landing, landing_batch, record_schema=SCHEMA), SCHEMA, ["url"]).flat),
         ("landing: Spark's JSON reader alone",
          lambda: spark.read.schema(f"{SCHEMA}, _corrupt_record string").json(str(events))),
-        ("kafka: Spark's Kafka reader alone (read_committed)", lambda: kafka_frame(spark, broker, ranges)),
+        ("kafka: Spark's Kafka reader alone, V1 relation (Spark's default)",
+         lambda: kafka_frame(spark, broker, ranges, v1=True)),
+        ("kafka: Spark's Kafka reader alone, V2 (the provider's; read_committed)",
+         lambda: kafka_frame(spark, broker, ranges)),
         ("kafka: Spark's Kafka reader alone, read_uncommitted",
-         lambda: kafka_frame(spark, broker, ranges, **{"kafka.isolation.level": "read_uncommitted"})),
-        ("kafka: Spark's Kafka reader alone, 16 MiB fetches", lambda: kafka_frame(spark, broker, ranges, **fetch)),
+         lambda: kafka_frame(spark, broker, ranges, {"kafka.isolation.level": "read_uncommitted"})),
+        ("kafka: Spark's Kafka reader alone, 16 MiB fetches", lambda: kafka_frame(spark, broker, ranges, fetch)),
         ("kafka: the provider's reader (ids, UTF-8 check, kafka_* columns)",
          lambda: read_kafka(spark, source, kafka_batch).df),
+        ("kafka: read, parse and judge, V1 relation",
+         lambda: v1(lambda: prepare(read_kafka(spark, source, kafka_batch), SCHEMA, ["url"]).flat)),
         ("kafka: read, parse and judge (the provider's)",
          lambda: prepare(read_kafka(spark, source, kafka_batch), SCHEMA, ["url"]).flat),
     ]
+
+
+def v1(frame: Callable[[], Any]) -> Any:
+    """``frame()`` with the provider's reader left on Spark's default DataSource V1 relation."""
+    from unittest import mock
+
+    from airflow_transactional.spark import kafka
+
+    def default(spark: Any) -> None:
+        spark.conf.set("spark.sql.sources.useV1SourceList", kafka.V1_SOURCES)
+
+    with mock.patch.object(kafka, "use_v2_reader", default):
+        return frame()
 
 
 def main(argv: list[str] | None = None) -> int:

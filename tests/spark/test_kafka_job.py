@@ -83,6 +83,34 @@ def test_the_words_job_reads_exactly_the_planned_offsets_of_a_kafka_topic(dsn: s
     coord.close()
 
 
+def test_the_kafka_reader_reads_through_the_connectors_v2_scan_and_keeps_the_users_v1_list(kafka: KafkaBroker
+                                                                                            ) -> None:
+    """Spark reads a batch of ``kafka`` through its V1 relation by default, which turns every record's
+    row into a Java ``Row`` and back; the provider's reader takes the connector's V2 batch scan."""
+    from pyspark.sql import SparkSession
+
+    from airflow_transactional.spark.kafka import read_kafka
+
+    topic = create_topic(kafka, 2)
+    sent = [produce(kafka, topic, tweets(7 + 5 * p, start=100 * p), partition=p) for p in range(2)]
+    jars = ",".join(str(p) for p in kafka_connector().fetch())
+    spark = (SparkSession.builder.master("local[1]").appName("kafka-v2").config("spark.jars", jars)
+             .config("spark.ui.enabled", "false").getOrCreate())
+    try:
+        spark.conf.set("spark.sql.sources.useV1SourceList", "avro,Kafka,parquet")  # a user's own list
+        batch = {"topic": topic, "ranges": [[p, 0, n] for p, n in enumerate(sent)]}
+        df = read_kafka(spark, KafkaSource(topic), batch).df
+        plan = df._jdf.queryExecution().executedPlan().toString()  # type: ignore[operator]
+        assert "BatchScan" in plan and "KafkaRelation" not in plan, plan
+        assert spark.conf.get("spark.sql.sources.useV1SourceList") == "avro,parquet"
+        rows = df.select("kafka_partition", "kafka_offset", "payload").collect()
+        assert sorted((r[0], r[1]) for r in rows) == [(p, o) for p, n in enumerate(sent) for o in range(n)]
+        assert {json.loads(r[2])["url"] for r in rows} == {v["url"] for p in range(2)
+                                                             for _k, v in tweets(7 + 5 * p, start=100 * p)}
+    finally:
+        spark.stop()
+
+
 def test_kafka_options_map_librdkafka_settings_and_refuse_what_has_no_java_counterpart() -> None:
     from airflow_transactional.exceptions import ConfigError
     from airflow_transactional.spark.kafka import kafka_options

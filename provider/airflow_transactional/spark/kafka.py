@@ -53,12 +53,29 @@ def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **
 def batch_reader(spark: SparkSession, topic: str, ranges: Sequence[tuple[int, int, int]]) -> DataFrameReader:
     """Spark's Kafka reader over exactly ``ranges`` (partition, start, end) of ``topic``: the
     partitions assigned, each from its start to its end, ``read_committed``, and a range the broker
-    no longer has an error (``failOnDataLoss``); the connection's options go on top."""
+    no longer has an error (``failOnDataLoss``); the connection's options go on top.
+
+    Read by the connector's DataSource V2 batch reader: Spark lists ``kafka`` among the sources a
+    batch read takes through V1 (``spark.sql.sources.useV1SourceList``), whose relation turns each
+    record's row into a Java ``Row`` and back (``python -m bench.kafka_read`` measures both)."""
+    use_v2_reader(spark)
     return (spark.read.format("kafka")
             .option("assign", json.dumps({topic: [p for p, _lo, _hi in ranges]}))
             .option("startingOffsets", json.dumps({topic: {str(p): lo for p, lo, _hi in ranges}}))
             .option("endingOffsets", json.dumps({topic: {str(p): hi for p, _lo, hi in ranges}}))
             .option("kafka.isolation.level", "read_committed").option("failOnDataLoss", "true"))
+
+
+#: Spark's own default of ``spark.sql.sources.useV1SourceList`` (4.2).
+V1_SOURCES = "avro,csv,json,kafka,orc,parquet,text"
+
+
+def use_v2_reader(spark: SparkSession) -> None:
+    """Take ``kafka`` off the session's list of sources read through DataSource V1 (the rest kept)."""
+    key = "spark.sql.sources.useV1SourceList"
+    listed = [s.strip() for s in str(spark.conf.get(key, V1_SOURCES)).split(",") if s.strip()]
+    if any(s.lower() == "kafka" for s in listed):
+        spark.conf.set(key, ",".join(s for s in listed if s.lower() != "kafka"))
 
 
 #: librdkafka settings (a ``kafka`` connection's extra) that mean the same to Spark's Java client.
