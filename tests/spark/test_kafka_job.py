@@ -83,32 +83,40 @@ def test_the_words_job_reads_exactly_the_planned_offsets_of_a_kafka_topic(dsn: s
     coord.close()
 
 
-def test_the_kafka_reader_reads_through_the_connectors_v2_scan_and_keeps_the_users_v1_list(kafka: KafkaBroker
-                                                                                            ) -> None:
+V2_READ = """
+import json, sys
+from pyspark.sql import SparkSession
+from airflow_transactional import KafkaSource
+from airflow_transactional.spark.kafka import read_kafka
+
+topic, ranges = sys.argv[1], json.loads(sys.argv[2])
+spark = SparkSession.builder.getOrCreate()
+spark.conf.set("spark.sql.sources.useV1SourceList", "avro,Kafka,parquet")  # a user's own list
+df = read_kafka(spark, KafkaSource(topic), {"topic": topic, "ranges": ranges}).df
+rows = [list(r) for r in df.select("kafka_partition", "kafka_offset", "payload").collect()]
+print(json.dumps({"plan": df._jdf.queryExecution().executedPlan().toString(), "rows": rows,
+                  "v1": spark.conf.get("spark.sql.sources.useV1SourceList")}))
+spark.stop()
+"""
+
+
+def test_the_kafka_reader_reads_through_the_connectors_v2_scan_and_keeps_the_users_v1_list(
+        dsn: str, kafka: KafkaBroker, tmp_path: Path) -> None:
     """Spark reads a batch of ``kafka`` through its V1 relation by default, which turns every record's
     row into a Java ``Row`` and back; the provider's reader takes the connector's V2 batch scan."""
-    from pyspark.sql import SparkSession
-
-    from airflow_transactional.spark.kafka import read_kafka
-
     topic = create_topic(kafka, 2)
     sent = [produce(kafka, topic, tweets(7 + 5 * p, start=100 * p), partition=p) for p in range(2)]
-    jars = ",".join(str(p) for p in kafka_connector().fetch())
-    spark = (SparkSession.builder.master("local[1]").appName("kafka-v2").config("spark.jars", jars)
-             .config("spark.ui.enabled", "false").getOrCreate())
-    try:
-        spark.conf.set("spark.sql.sources.useV1SourceList", "avro,Kafka,parquet")  # a user's own list
-        batch = {"topic": topic, "ranges": [[p, 0, n] for p, n in enumerate(sent)]}
-        df = read_kafka(spark, KafkaSource(topic), batch).df
-        plan = df._jdf.queryExecution().executedPlan().toString()  # type: ignore[operator]
-        assert "BatchScan" in plan and "KafkaRelation" not in plan, plan
-        assert spark.conf.get("spark.sql.sources.useV1SourceList") == "avro,parquet"
-        rows = df.select("kafka_partition", "kafka_offset", "payload").collect()
-        assert sorted((r[0], r[1]) for r in rows) == [(p, o) for p, n in enumerate(sent) for o in range(n)]
-        assert {json.loads(r[2])["url"] for r in rows} == {v["url"] for p in range(2)
-                                                             for _k, v in tweets(7 + 5 * p, start=100 * p)}
-    finally:
-        spark.stop()
+    job = tmp_path / "v2_read.py"
+    job.write_text(V2_READ)
+    res = spark_submit(dsn, str(job), topic, json.dumps([[p, 0, n] for p, n in enumerate(sent)]),
+                       jars=[str(p) for p in kafka_connector().fetch()])
+    assert res.returncode == 0, res.stderr[-4000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "BatchScan" in out["plan"] and "KafkaRelation" not in out["plan"], out["plan"]
+    assert out["v1"] == "avro,parquet"
+    assert sorted((p, o) for p, o, _ in out["rows"]) == [(p, o) for p, n in enumerate(sent) for o in range(n)]
+    assert {json.loads(v)["url"] for _p, _o, v in out["rows"]} == {
+        v["url"] for p in range(2) for _k, v in tweets(7 + 5 * p, start=100 * p)}
 
 
 def test_kafka_options_map_librdkafka_settings_and_refuse_what_has_no_java_counterpart() -> None:
