@@ -48,16 +48,12 @@ def best_of(frame: Any, trials: int = 3) -> float:
 
 
 def kafka_frame(spark: Any, broker: KafkaBroker, ranges: list[tuple[int, int, int]],
-                options: dict[str, str] | None = None, *, v1: bool = False) -> Any:
-    """Spark's Kafka reader over ``ranges`` as the provider sets it, with ``options`` on top; with
-    ``v1``, through the DataSource V1 relation a batch read of ``kafka`` takes by Spark's default."""
-    from airflow_transactional.spark.kafka import V1_SOURCES, batch_reader
+                options: dict[str, str] | None = None) -> Any:
+    """Spark's Kafka reader over ``ranges`` as the provider sets it, with ``options`` on top."""
+    from airflow_transactional.spark.kafka import batch_reader
 
-    reader = batch_reader(spark, TOPIC, ranges).option("kafka.bootstrap.servers", broker.bootstrap)
-    reader = reader.options(**(options or {}))
-    if v1:
-        spark.conf.set("spark.sql.sources.useV1SourceList", V1_SOURCES)
-    return reader.load()  # the relation is chosen here, by the setting of the moment
+    return batch_reader(spark, TOPIC, ranges).option("kafka.bootstrap.servers", broker.bootstrap).options(
+        **(options or {})).load()
 
 
 def rows(spark: Any, broker: KafkaBroker, events: Path, ranges: list[tuple[int, int, int]]
@@ -78,8 +74,8 @@ def rows(spark: Any, broker: KafkaBroker, events: Path, ranges: list[tuple[int, 
         ("landing: Spark's JSON reader alone",
          lambda: spark.read.schema(f"{SCHEMA}, _corrupt_record string").json(str(events))),
         ("kafka: Spark's Kafka reader alone, V1 relation (Spark's default)",
-         lambda: kafka_frame(spark, broker, ranges, v1=True)),
-        ("kafka: Spark's Kafka reader alone, V2 (the provider's; read_committed)",
+         lambda: v1(lambda: kafka_frame(spark, broker, ranges))),
+        ("kafka: Spark's Kafka reader alone, V2 (the provider's)",
          lambda: kafka_frame(spark, broker, ranges)),
         ("kafka: Spark's Kafka reader alone, read_uncommitted",
          lambda: kafka_frame(spark, broker, ranges, {"kafka.isolation.level": "read_uncommitted"})),
@@ -94,13 +90,14 @@ def rows(spark: Any, broker: KafkaBroker, events: Path, ranges: list[tuple[int, 
 
 
 def v1(frame: Callable[[], Any]) -> Any:
-    """``frame()`` with the provider's reader left on Spark's default DataSource V1 relation."""
+    """``frame()`` with the provider's reader left on Spark's default DataSource V1 relation (the
+    relation is chosen when the frame is loaded, by the setting of that moment)."""
     from unittest import mock
 
     from airflow_transactional.spark import kafka
 
     def default(spark: Any) -> None:
-        spark.conf.set("spark.sql.sources.useV1SourceList", kafka.V1_SOURCES)
+        spark.conf.set(kafka.V1_LIST, kafka.V1_SOURCES)
 
     with mock.patch.object(kafka, "use_v2_reader", default):
         return frame()

@@ -66,16 +66,16 @@ def batch_reader(spark: SparkSession, topic: str, ranges: Sequence[tuple[int, in
             .option("kafka.isolation.level", "read_committed").option("failOnDataLoss", "true"))
 
 
-#: Spark's own default of ``spark.sql.sources.useV1SourceList`` (4.2).
-V1_SOURCES = "avro,csv,json,kafka,orc,parquet,text"
+#: The session setting that lists the sources a batch read takes through DataSource V1, and
+#: Spark's own default of it (4.2).
+V1_LIST, V1_SOURCES = "spark.sql.sources.useV1SourceList", "avro,csv,json,kafka,orc,parquet,text"
 
 
 def use_v2_reader(spark: SparkSession) -> None:
     """Take ``kafka`` off the session's list of sources read through DataSource V1 (the rest kept)."""
-    key = "spark.sql.sources.useV1SourceList"
-    listed = [s.strip() for s in str(spark.conf.get(key, V1_SOURCES)).split(",") if s.strip()]
+    listed = [s.strip() for s in str(spark.conf.get(V1_LIST, V1_SOURCES)).split(",") if s.strip()]
     if any(s.lower() == "kafka" for s in listed):
-        spark.conf.set(key, ",".join(s for s in listed if s.lower() != "kafka"))
+        spark.conf.set(V1_LIST, ",".join(s for s in listed if s.lower() != "kafka"))
 
 
 #: librdkafka settings (a ``kafka`` connection's extra) that mean the same to Spark's Java client.
