@@ -60,7 +60,7 @@ class ChaosConfig:
     max_in_flight: int = 3
     batch: int = 2000              # a backlog after a stall is caught up in a few transactions
     audit: bool = True             # also run `airflow-txn audit` (one more Spark pass)
-    drain_timeout: float = 900
+    drain_timeout: float = 900     # the drain reports runs stuck after this long with nothing moving
     aborted_rate: float = 0.1      # kafka: chance a producer transaction is aborted (never to be counted)
     stack: str = "local"           # local: LocalExecutor and local[N]; cluster: Celery and a Spark cluster
     backend: str = "spark-submit"  # connect: batches run on a Spark Connect server

@@ -27,6 +27,10 @@ from .faults import Faults
 from .supervisor import Supervisor, rest, riding_out
 from .workload import Ledger, Producer
 
+#: The drain's whole length, in windows of ``drain_timeout``: a pipeline that keeps moving but never
+#: catches up is reported after this many.
+DRAIN_CAP = 4
+
 
 class Chaos:
     def __init__(self, stack: LocalStack, cfg: ChaosConfig) -> None:
@@ -182,14 +186,23 @@ class Chaos:
         The producers have stopped: one more run, triggered now, plans the whole rest of the log
         as soon as an in-flight slot frees up, so the tail is not a series of one-at-a-time runs.
         A downstream topology gets a run of its own only when it has none going and lags.
+
+        A run is stuck when nothing moves, not when the machine is slow: the drain gives up after
+        ``drain_timeout`` seconds in which no run changed state and no topology's lag changed, or
+        after :data:`DRAIN_CAP` of those windows in all.
         """
         self.trigger()
-        deadline = time.monotonic() + self.cfg.drain_timeout
-        while time.monotonic() < deadline:
+        started = last_moved = time.monotonic()
+        seen: tuple[dict[tuple[str, str], str], dict[str, int]] | None = None
+        while (now := time.monotonic()) - last_moved < self.cfg.drain_timeout \
+                and now - started < DRAIN_CAP * self.cfg.drain_timeout:
             states = self.operate()
+            lags = {t: self.lag(t) for t in self.cfg.topologies}
+            if (states, lags) != seen:
+                seen, last_moved = (states, lags), now
             busy = {t for (t, _), s in states.items() if s != "success"}  # failed ones were just cleared
             if not busy:
-                lagging = [t for t in self.cfg.topologies if self.lag(t)]
+                lagging = [t for t in self.cfg.topologies if lags[t]]
                 if not lagging:
                     break
                 self.trigger(lagging[0])

@@ -277,3 +277,54 @@ def test_an_audit_refused_for_records_the_harness_deleted_is_not_a_difference(tm
     assert "offsets 0..8810 are gone, below offset 8811" in audit_refused(said, ledger)
     assert audit_refused(said.replace("0..8810", "0..9000"), ledger) == ""  # more gone than the harness took
     assert audit_refused("chaos_kafka: 3 rows differ", ledger) == ""
+
+
+class FakeClock:
+    """``time`` for the harness module: sleeping moves the clock, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def draining(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: Any, lag: Any) -> tuple[Chaos, FakeClock]:
+    """A chaos run at its drain: one run of ``words`` whose state and lag are functions of the clock."""
+    from bench.chaos import harness
+
+    clock = FakeClock()
+    monkeypatch.setattr(harness, "time", clock)
+    client = SimpleNamespace(runs=lambda dag_id: [{"dag_run_id": "r1", "state": state(clock.now)}],
+                             trigger=lambda dag_id, logical_date, run_id: None)
+    c = Chaos(FakeStack(tmp_path, client), ChaosConfig(seed=5, drain_timeout=60))  # type: ignore[arg-type]
+    monkeypatch.setattr(c, "lag", lambda topology: lag(clock.now))
+    return c, clock
+
+
+def test_a_slow_drain_that_keeps_moving_is_not_called_stuck(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found by CI on a loaded machine: the drain gave up after a fixed 420 s while the payments
+    # stages were still committing, one every two minutes, and called the last run stuck.
+    c, clock = draining(tmp_path, monkeypatch, state=lambda t: "running" if t < 200 else "success",
+                        lag=lambda t: max(0, 1000 - 5 * int(t // 50)) if t < 200 else 0)
+    c.drain()
+    assert 200 <= clock.now < 210 and c.report.stuck_runs == 0 and not c.report.problems, (clock.now, c.report)
+
+
+def test_a_drain_with_nothing_moving_reports_the_run_stuck_after_its_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c, clock = draining(tmp_path, monkeypatch, state=lambda t: "running", lag=lambda t: 7)
+    c.drain()
+    assert 60 <= clock.now < 70, clock.now
+    assert c.report.stuck_runs == 1 and c.report.problems == ["7 events never committed by chaos_words"]
+
+
+def test_a_drain_that_moves_but_never_ends_is_cut_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.chaos.harness import DRAIN_CAP
+
+    c, clock = draining(tmp_path, monkeypatch, state=lambda t: "running", lag=lambda t: 7 + int(t // 2) % 2)
+    c.drain()
+    assert DRAIN_CAP * 60 <= clock.now < DRAIN_CAP * 60 + 10 and c.report.stuck_runs == 1, clock.now
