@@ -161,20 +161,21 @@ class TweetTransactions(threading.Thread):
                 raise
 
 
-#: How ``airflow-txn audit`` refuses a topic whose committed records are gone.
-REMOVED = re.compile(r"retention removed committed records \(partition (\d+) offsets (\d+)\.\.(\d+)\)")
+#: How ``airflow-txn audit`` refuses a topic whose committed records are gone: every partition's
+#: range is named, "(partition P offsets A..B, partition Q offsets C..D)".
+REMOVED = re.compile(r"retention removed committed records \(([^)]*)\)")
+RANGE = re.compile(r"partition (\d+) offsets (\d+)\.\.(\d+)")
 
 
 def audit_refused(output: str, ledger: Ledger) -> str:
     """Why the audit refused, when it refused only for committed records the harness deleted
     (``delete_records`` deletes every record below an offset, committed ones too); else ""."""
     found = REMOVED.search(output)
-    if found is None:
-        return ""
-    p, lo, hi = (int(g) for g in found.groups())
-    below = ledger.deleted.get(p, 0)
-    return (f"partition {p}'s committed offsets {lo}..{hi} are gone, below offset {below} that delete_records "
-            "deleted" if hi < below else "")
+    ranges = [tuple(int(g) for g in r.groups()) for r in RANGE.finditer(found.group(1))] if found else []
+    if not ranges or any(hi >= ledger.deleted.get(p, 0) for p, _lo, hi in ranges):
+        return ""  # no refusal, or a range gone that the harness did not delete
+    return "; ".join(f"partition {p}'s committed offsets {lo}..{hi} are gone, below offset {ledger.deleted[p]} that "
+                     "delete_records deleted" for p, lo, hi in ranges)
 
 
 def partitions_cap(cfg: ChaosConfig) -> int:

@@ -170,6 +170,13 @@ def test_an_opaque_topology_skips_deleted_records_records_the_loss_and_keeps_the
     got = table(dsn, "spend_total")
     assert sum(got.values()) < sum(totals(records).values())
     assert status.lag == 0
+    batch, why_not = coord.committed_batch("spend")  # what the audit recomputes: what is left
+    assert why_not is None and {r[0] for r in batch["ranges"]} == {0, 1}, (batch, why_not)
+    # Committed records deleted from both partitions: the audit's refusal names each of them.
+    delete_records(kafka, topic, {0: 6, 1: 2})
+    batch, why_not = coord.committed_batch("spend")
+    assert batch == {} and why_not is not None
+    assert "partition 0 offsets 3..5, partition 1 offsets 0..1" in why_not, why_not
     coord.close()
 
 

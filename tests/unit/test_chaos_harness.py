@@ -277,6 +277,11 @@ def test_an_audit_refused_for_records_the_harness_deleted_is_not_a_difference(tm
     assert "offsets 0..8810 are gone, below offset 8811" in audit_refused(said, ledger)
     assert audit_refused(said.replace("0..8810", "0..9000"), ledger) == ""  # more gone than the harness took
     assert audit_refused("chaos_kafka: 3 rows differ", ledger) == ""
+    # Every partition the audit names must lie below a harness deletion, not only the first.
+    two = said.replace("offsets 0..8810)", "offsets 0..8810, partition 3 offsets 0..40)")
+    assert audit_refused(two, ledger) == ""
+    ledger.record_deleted(3, 41)
+    assert "partition 3's committed offsets 0..40 are gone, below offset 41" in audit_refused(two, ledger)
 
 
 class FakeClock:

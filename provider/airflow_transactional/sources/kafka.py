@@ -277,19 +277,20 @@ class KafkaSource(Source):
         if last and last.get("topic_id") not in (None, now.topic_id):
             return {}, f"topic {self.topic!r} was deleted and created again: the committed records are gone"
         origin = transactions.range_origins(cur, schema, topology_id)  # where the topology began, per partition
-        ranges = []
-        for p_text, end in committed.items():
-            p, end = int(p_text), int(end)
+        ranges, gone = [], []
+        for p, end in sorted((int(p_text), int(end)) for p_text, end in committed.items()):
             removed = now.earliest.get(p, 0)  # offsets below are gone from the topic
-            covered = origin.get(p_text, 0)
+            covered = origin.get(str(p), 0)
             for _p, a, b in sorted(r for r in lost if r[0] == p):
                 if a <= covered:
                     covered = max(covered, b)
-            if covered < min(removed, end):
-                return {}, (f"topic {self.topic!r}: retention removed committed records (partition {p} offsets "
-                            f"{covered}..{min(removed, end) - 1}); they can no longer be recomputed")
-            if end > max(removed, covered):
+            if covered < min(removed, end):  # every partition named, not only the first
+                gone.append(f"partition {p} offsets {covered}..{min(removed, end) - 1}")
+            elif end > max(removed, covered):
                 ranges.append([p, max(removed, covered), end])
+        if gone:
+            return {}, (f"topic {self.topic!r}: retention removed committed records ({', '.join(gone)}); they can no "
+                        "longer be recomputed")
         return {"topic": self.topic, "topic_id": now.topic_id, "cluster_id": now.cluster_id, "ranges": ranges}, None
 
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:

@@ -123,7 +123,7 @@ class PostgresLogSource(Source):
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                         committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
-        ranges = []
+        ranges, gone = [], []
         for p, _head, truncated in self._partitions(cur, schema):
             end = int(committed.get(str(p), 0))
             removed = min(truncated, end)  # LSN 1..removed of what committed is gone from the log
@@ -131,11 +131,13 @@ class PostgresLogSource(Source):
             for _p, a, b in sorted(r for r in lost if r[0] == p):
                 if a <= covered + 1:
                     covered = max(covered, b)
-            if covered < removed:
-                return {}, (f"log {self.log!r}: retention removed committed events (partition {p} LSN "
-                            f"{covered + 1}..{removed}); they can no longer be recomputed")
-            if end > removed:
+            if covered < removed:  # every partition named, not only the first
+                gone.append(f"partition {p} LSN {covered + 1}..{removed}")
+            elif end > removed:
                 ranges.append([p, removed, end])
+        if gone:
+            return {}, (f"log {self.log!r}: retention removed committed events ({', '.join(gone)}); they can no "
+                        "longer be recomputed")
         return {"log": self.log, "ranges": ranges}, None
 
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
