@@ -154,6 +154,21 @@ def test_opaque_replan_reaches_a_later_txid_when_the_loss_does(coordinator: Coor
     assert why_not is not None and "retention removed committed events (partition 0 LSN 16..30)" in why_not
 
 
+
+def test_an_audit_refusal_names_every_partition_retention_removed_committed_events_from(
+        coordinator: Coordinator, dsn: str) -> None:
+    log = make_log(dsn, partitions=2)
+    coordinator.register(counting_topology())
+    for p in (0, 1):
+        log.append([click(i + 100 * p) for i in range(10)], partition=p)
+    while coordinator.status("clicks").lag:
+        run_one(coordinator, "clicks", f"r{coordinator.status('clicks').committed_txid}")
+    assert log.truncate(0, 4, force=True) == 4 and log.truncate(1, 6, force=True) == 6
+    batch, why_not = coordinator.committed_batch("clicks")
+    assert batch == {} and why_not is not None
+    assert "retention removed committed events (partition 0 LSN 1..4, partition 1 LSN 1..6)" in why_not, why_not
+
+
 # -- files known by content (production hardening) --------------------------------------------
 
 def _commit_all(coordinator: Coordinator, *runs: str) -> None:
