@@ -154,7 +154,6 @@ def test_opaque_replan_reaches_a_later_txid_when_the_loss_does(coordinator: Coor
     assert why_not is not None and "retention removed committed events (partition 0 LSN 16..30)" in why_not
 
 
-
 def test_an_audit_refusal_names_every_partition_retention_removed_committed_events_from(
         coordinator: Coordinator, dsn: str) -> None:
     log = make_log(dsn, partitions=2)
