@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_transactional import files
+from airflow_transactional.spark.auth import AUTH_SECRET, SPARK_AUTH_CONF
 from dev.embedded import free_port, listening
 from dev.localstack import SPARK_CONNECT, LocalStack, spawn, stop_process
 from dev.restclient import AirflowStackError
@@ -117,6 +118,13 @@ class RedisServer:
         self.start()
 
 
+#: What the stack's standalone cluster runs with besides its secret: Spark's authentication and
+#: encryption (:data:`~airflow_transactional.spark.submit.SPARK_AUTH_CONF`), no REST submission
+#: port (it takes applications over HTTP, outside the RPC's authentication), and no kill buttons on
+#: the master's and workers' web pages (which have no login).
+SECURED = {**SPARK_AUTH_CONF, "spark.master.rest.enabled": "false", "spark.ui.killEnabled": "false"}
+
+
 class SparkStandalone:
     """A Spark standalone master and ``workers`` workers of ``cores`` cores each, on loopback, their
     logs and work directories under ``base_dir``. ``conf`` goes to the cluster's
@@ -139,9 +147,21 @@ class SparkStandalone:
         self.workers: dict[int, subprocess.Popen[bytes] | None] = dict.fromkeys(range(1, workers + 1))
         self.master: subprocess.Popen[bytes] | None = None
         self.recovery = recovery
-        self.conf = {**({"spark.deploy.recoveryMode": "FILESYSTEM",
+        # The cluster's shared secret (SECURED): the master accepts only applications, and workers,
+        # that hold it; without it any local user ran applications here, as the workers' user.
+        self.conf = {**SECURED,
+                     **({"spark.deploy.recoveryMode": "FILESYSTEM",
                          "spark.deploy.recoveryDirectory": str(base_dir / "recovery")} if recovery else {}),
                      **(conf or {})}
+
+    @property
+    def secret(self) -> str:
+        """The cluster's shared secret, made once and kept (0600) beside its daemons' files."""
+        kept = self.base_dir / "secret"
+        if not kept.exists():
+            files.private_dir(self.base_dir)
+            files.write_private(kept, secrets.token_hex(32))
+        return kept.read_text()
 
     @property
     def url(self) -> str:
@@ -162,8 +182,10 @@ class SparkStandalone:
                 "SPARK_DAEMON_JAVA_OPTS": f"-Djava.io.tmpdir={scratch}"}
 
     def start(self) -> SparkStandalone:
-        self.conf_dir.mkdir(parents=True, exist_ok=True)
-        (self.conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in sorted(self.conf.items())))
+        # Read by the daemons and by every spark-submit of the stack; it holds the secret: 0600.
+        settings = {**self.conf, AUTH_SECRET: self.secret}
+        files.write_private(files.private_dir(self.conf_dir) / "spark-defaults.conf",
+                            "".join(f"{k} {v}\n" for k, v in sorted(settings.items())))
         self.start_master()
         for k in self.workers:
             self.start_worker(k)

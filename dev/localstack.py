@@ -298,7 +298,7 @@ class LocalStack:
         if name == SPARK_CONNECT and self.spark_connect_port:
             connector = kafka_connector().find() if self.kafka is not None else None
             argv = spark_connect_server_argv(self.spark_connect_port, self.spark_connect_master,
-                                             jars=[str(j) for j in connector or []])
+                                             jars=[str(j) for j in connector or []], env=env)
             env = spark_connect_server_env(self._secrets()["spark_connect"], env)  # its token, none of our secrets
         else:
             argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])

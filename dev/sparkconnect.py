@@ -48,9 +48,9 @@ class ConnectServer:
                 "SPARK_LOCAL_IP": "127.0.0.1", "TMPDIR": str(scratch), "SPARK_LOCAL_DIRS": str(scratch),
                 "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={scratch}"}
         with open(files.open_private_log(self.log), "ab") as out:
-            self.proc = subprocess.Popen(spark_connect_server_argv(self.port, self.master, self.jars), stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                         env=spark_connect_server_env(self.token, base))
+            self.proc = subprocess.Popen(spark_connect_server_argv(self.port, self.master, self.jars, base),
+                                         stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, env=spark_connect_server_env(self.token, base))
         return self
 
     def wait(self, timeout: float = 180) -> ConnectServer:

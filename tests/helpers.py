@@ -15,6 +15,7 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spark import cds as spark_cds
+from airflow_transactional.spark.auth import with_authentication
 from airflow_transactional.spark.submit import LOCAL_SPARK_CONF, provider_zip
 from airflow_transactional.spec import StateSpec, TopologySpec
 
@@ -22,10 +23,11 @@ from airflow_transactional.spec import StateSpec, TopologySpec
 def local_conf(conf: dict[str, str] | None = None, java_options: str | None = None) -> list[str]:
     """``--conf`` arguments of a small job on this machine, as the process task sets them
     (``LOCAL_SPARK_CONF``: C1 only, which halves a small job's CPU; the class-data-sharing archive
-    when one was built), with ``conf`` and ``java_options`` added."""
+    when one was built; Spark's authentication), with ``conf`` and ``java_options`` added."""
     jvm = " ".join(filter(None, [LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"], java_options]))
     settings = spark_cds.with_archive({**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": jvm,
                                        **(conf or {})}, spark_cds.current())
+    settings = with_authentication(settings, "local[2]")
     return [x for k, v in settings.items() for x in ("--conf", f"{k}={v}")]
 
 
@@ -38,6 +40,49 @@ def spark_submit(dsn: str, application: str, *args: str, env: dict[str, str] | N
             *(["--jars", ",".join(jars)] if jars else []), "--py-files", provider_zip(), application, *args]
     return subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
                                      **(env or {})}, capture_output=True, text=True, timeout=300)
+
+
+#: Another local user's Python: the virtualenv's may sit where ``nobody`` cannot enter.
+NOBODY_PYTHON = "/usr/bin/python3"
+
+
+def as_nobody(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``argv`` run as the local user ``nobody`` (the tests run as root, as CI does), from ``/``."""
+    return subprocess.run(argv, capture_output=True, text=True, user="nobody", check=False, cwd="/",
+                          env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, timeout=timeout)
+
+
+def fetch_blocks_as_nobody(port: int, block_ids: list[str]) -> str:
+    """What ``nobody`` gets asking the Spark block manager on 127.0.0.1:``port`` for ``block_ids``
+    (``tests/blockfetch.py``: a line per block, ``GOT`` when it got the bytes)."""
+    source = (Path(__file__).parent / "blockfetch.py").read_text()
+    res = as_nobody([NOBODY_PYTHON, "-c", source, "127.0.0.1", str(port), *block_ids])
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports the process ``pid`` listens on (its sockets' inodes matched in /proc/net/tcp);
+    none once it has ended."""
+    inodes, ports = set(), set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        tables = [Path(f"/proc/{pid}/net/{table}").read_text() for table in ("tcp", "tcp6")]
+    except OSError:
+        return ports
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 DAG_FILE = """from datetime import timedelta

@@ -18,9 +18,10 @@ import pytest
 
 from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
+from dev.cluster import descendants
 from dev.embedded import free_port
 from dev.sparkconnect import ConnectServer
-from tests.helpers import query
+from tests.helpers import fetch_blocks_as_nobody, listening_ports, query
 
 MODEL_CACHE = "spark_connect_model_cache"  # what a Connect server makes in its JVM's temp dir
 
@@ -31,17 +32,21 @@ WORDS = str(REPO / "spark_jobs" / "words.py")
 
 
 @pytest.fixture(scope="module")
-def spark_remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     cache = Path("/tmp") / MODEL_CACHE  # the JVM's default temp dir, whatever $TMPDIR says
     before = cache.exists()
     server = ConnectServer(free_port(), tmp_path_factory.mktemp("spark-connect") / "server.log").start()
     try:
-        server.wait(120)
-        yield server.url
+        yield server.wait(120)
     finally:
         server.stop()
     # The server kept its scratch (Spark's local dirs, its model cache) beside its log.
     assert before or not cache.exists(), f"the Spark Connect server left {cache}"
+
+
+@pytest.fixture(scope="module")
+def spark_remote(connect_server: ConnectServer) -> str:
+    return connect_server.url
 
 
 def _client(dsn: str, remote: str, txid: int) -> subprocess.CompletedProcess[str]:
@@ -110,6 +115,38 @@ def test_the_server_serves_only_a_client_with_its_token_and_holds_no_secret(
                                  timeout=120)
         assert refused.returncode != 0, remote
         assert "UNAUTHENTICATED" in refused.stderr or "Invalid authentication" in refused.stderr, refused.stderr[-2000:]
+
+
+CLOSURE = """
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+secret = "hunter2-" + "in-a-closure"
+
+def stage(batches):
+    import pyarrow as pa
+    for _batch in batches:
+        yield pa.RecordBatch.from_pydict({"n": [len(secret)]})
+
+print(spark.range(4).mapInArrow(stage, "n long").count())
+"""
+
+
+def test_another_local_user_fetches_no_block_from_the_server(connect_server: ConnectServer, tmp_path: Path) -> None:
+    """Regression: the token guards gRPC only. The server's block manager served a task's closure
+    -- the staging COPY's held the DSN -- to ``nobody``, who needed no token."""
+    client = tmp_path / "closure.py"
+    client.write_text(CLOSURE)
+    ran = subprocess.run([sys.executable, str(client), connect_server.url], capture_output=True, text=True,
+                         timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert connect_server.proc is not None
+    ports = set().union(*(listening_ports(pid) for pid in descendants(connect_server.proc.pid))) - {connect_server.port}
+    assert ports, "the server's JVM listens on no port but gRPC's"
+    answers = {port: fetch_blocks_as_nobody(port, [f"broadcast_{n}_piece0" for n in range(6)]) for port in ports}
+    assert not [port for port, got in answers.items() if "GOT" in got], answers
+    # Its RPC and its block manager turned nobody away for want of the secret.
+    assert sum("Expected SaslMessage" in got for got in answers.values()) >= 2, answers
 
 
 def test_the_servers_environment_has_its_token_and_none_of_the_stores_secrets() -> None:

@@ -207,6 +207,7 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
      "spark_conf does not reach a Spark Connect server"),
     ({"commit_deadline": timedelta(minutes=1), "on_late_commit": "not.a.module"}, "cannot be imported"),
     ({"commit_deadline": timedelta(minutes=1), "on_late_commit": "json.dumps"}, "must be a coroutine function"),
+    ({"spark_conf": {"spark.authenticate.secret": "hunter2"}}, "would be on spark-submit's command line"),
     ({"kubernetes_dsn_secret": "a" * 300 + ":dsn"}, "each at most 253 characters"),
     ({"kubernetes_dsn_secret": "Bad Name:dsn"}, "kubernetes_dsn_secret must be 'secret-name:key'"),
     ({"kubernetes_dsn_secret": "txn-store:dsn"}, None),

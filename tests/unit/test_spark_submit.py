@@ -22,6 +22,9 @@ from airflow_transactional.spark.submit import driver_dsn
 pytestmark = pytest.mark.unit
 
 DSN = "host=db.internal port=5432 dbname=txn user=app password=s3cret"
+#: What every driver's command line carries: Spark's own ports ask for the application's secret.
+AUTH = ["--conf", "spark.authenticate=true", "--conf", "spark.network.crypto.enabled=true",
+        "--conf", "spark.network.crypto.cipher=AES/GCM/NoPadding"]
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +52,15 @@ def submit(monkeypatch: pytest.MonkeyPatch, conn: dict[str, object], deploy_mode
     return argv, hook._env, delivery.local_file
 
 
+def cluster_secret(monkeypatch: pytest.MonkeyPatch, conf_dir: Path, mode: int = 0o600) -> Path:
+    """A standalone cluster's ``spark-defaults.conf`` on this machine, holding its secret."""
+    path = conf_dir / "spark-defaults.conf"
+    path.write_text("spark.authenticate true\nspark.authenticate.secret hunter2\n")
+    path.chmod(mode)
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    return path
+
+
 def job_args(dsn_file: str) -> list[str]:
     return ["/jobs/w.py", "--topology", "t", "--txid", "7", "--schema", "airflow_txn", "--dsn-file", dsn_file]
 
@@ -56,16 +68,18 @@ def job_args(dsn_file: str) -> list[str]:
 def test_a_local_driver_reads_the_dsn_from_a_private_file(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
     argv, env, dsn_file = submit(monkeypatch, {"host": "local[2]"}, None)
     assert dsn_file is not None and dsn_file.parent == cache / "dsn"
-    assert argv == ["spark-submit", "--master", "local[2]", "--conf",
+    assert argv == ["spark-submit", "--master", "local[2]", *AUTH, "--conf",
                     f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:{spark_job.quiet_log_config()}",
                     "--py-files", spark_job.provider_zip(), "--name", "txn-t", *job_args(str(dsn_file))]
     assert env == {"PYSPARK_PYTHON": "/venv/bin/python", "SPARK_LOCAL_IP": "127.0.0.1"}
     assert stat.S_IMODE(os.stat(dsn_file).st_mode) == 0o600 and driver_dsn(str(dsn_file)) == DSN
 
 
-def test_a_standalone_master_in_client_and_cluster_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_standalone_master_in_client_and_cluster_mode(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cluster_secret(monkeypatch, tmp_path)
     argv, env, dsn_file = submit(monkeypatch, {"host": "spark://h", "port": 7077}, "client")
-    assert argv[:3] == ["spark-submit", "--master", "spark://h:7077"]
+    assert argv[:3 + len(AUTH)] == ["spark-submit", "--master", "spark://h:7077", *AUTH]
+    assert not any("hunter2" in a for a in argv)  # the cluster's secret: spark-submit reads it from the file
     assert argv[-11:] == ["--deploy-mode", "client", *job_args(str(dsn_file))]
     # Not loopback: the executors on the cluster's other hosts connect back to the driver here.
     assert env == {"PYSPARK_PYTHON": "/venv/bin/python"}
@@ -80,7 +94,7 @@ def test_a_standalone_master_in_client_and_cluster_mode(monkeypatch: pytest.Monk
 
 def test_yarn_cluster_mode_ships_the_file_yarn_keeps_private(monkeypatch: pytest.MonkeyPatch) -> None:
     argv, env, dsn_file = submit(monkeypatch, {"host": "yarn"}, "cluster")
-    assert argv == ["spark-submit", "--master", "yarn", "--files", f"{dsn_file}#airflow_txn_dsn",
+    assert argv == ["spark-submit", "--master", "yarn", *AUTH, "--files", f"{dsn_file}#airflow_txn_dsn",
                     "--py-files", spark_job.provider_zip(), "--name", "txn-t", "--deploy-mode", "cluster",
                     *job_args("airflow_txn_dsn")]
     assert env is None
@@ -97,7 +111,7 @@ def test_kubernetes_cluster_mode_names_a_secret_and_never_carries_the_dsn(monkey
     argv, env, dsn_file = submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster",
                                  kubernetes_dsn_secret="txn-store:dsn", conf=upload)
     assert dsn_file is None and env is None
-    assert argv == ["spark-submit", "--master", "k8s://https://k:443", "--conf",
+    assert argv == ["spark-submit", "--master", "k8s://https://k:443", *AUTH, "--conf",
                     "spark.kubernetes.file.upload.path=s3a://jobs/uploads", "--conf",
                     "spark.kubernetes.driver.secretKeyRef.AIRFLOW_TXN_DSN=txn-store:dsn",
                     "--py-files", spark_job.provider_zip(), "--name", "txn-t", "--deploy-mode", "cluster",
@@ -216,7 +230,7 @@ def test_cli_finds_spark_submit_beside_its_python_when_path_lacks_it(monkeypatch
 
 
 def test_a_local_driver_gets_the_c1_jit_for_a_small_batch_and_the_full_one_for_a_big_one(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from airflow_transactional.spark.submit import SHORT_JIT, with_jit_for_batch
 
     def opts(conf: dict[str, str]) -> str:
@@ -238,7 +252,41 @@ def test_a_local_driver_gets_the_c1_jit_for_a_small_batch_and_the_full_one_for_a
     op.prepare_submit(7, "airflow_txn", DSN, batch=log_batch, planned_records=2_000).remove()
     assert opts(op.conf).startswith(f"{SHORT_JIT} -XX:+UseSerialGC -Dlog4j2.configurationFile=")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": "spark://h", "port": 7077}))
+    cluster_secret(monkeypatch, tmp_path)
     op = TransactionalSparkSubmitOperator(task_id="process", topology={"topology_id": "t"}, application="/jobs/w.py",
                                           conn_id="spark_test", name="txn-t", conf=dict(gc), deploy_mode="client")
     op.prepare_submit(7, "airflow_txn", DSN, batch=log_batch, planned_records=2_000).remove()
     assert SHORT_JIT not in opts(op.conf)
+
+
+def test_a_standalone_master_without_the_clusters_secret_is_refused_naming_the_fix(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: nothing set ``spark.authenticate``, so any local user fetched a driver's blocks
+    and ran applications on the standalone master as its workers' user."""
+    standalone = {"host": "spark://h", "port": 7077}
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # no spark-defaults.conf there
+    with pytest.raises(ConfigError, match=r"needs the cluster's shared secret: put 'spark.authenticate true' and "
+                                          r"'spark.authenticate.secret <the cluster's secret>' in the spark-defaults"):
+        submit(monkeypatch, standalone, "client")
+    cluster_secret(monkeypatch, tmp_path, mode=0o644)
+    with pytest.raises(ConfigError, match=r"other users can read it: chmod 600 .*spark-defaults.conf"):
+        submit(monkeypatch, standalone, "client")
+    # The secret as a setting would be a --conf on the command line.
+    for key in ("spark.authenticate.secret", "spark.authenticate.secret.file"):
+        with pytest.raises(ConfigError, match=f"{key} in spark_conf would be on spark-submit's command line"):
+            submit(monkeypatch, {"host": "local[2]"}, None, conf={key: "hunter2"})
+    # An unauthenticated cluster only when asked for by name, and said in the log.
+    with caplog.at_level("WARNING"):
+        argv, _env, _file = submit(monkeypatch, standalone, "client", conf={"spark.authenticate": "false"})
+    assert "spark.authenticate=false" in argv and "spark.network.crypto.enabled=true" not in argv
+    assert "any local user can fetch this job's blocks" in caplog.text
+
+
+def test_every_driver_and_server_the_provider_starts_authenticates() -> None:
+    from airflow_transactional.spark.submit import spark_connect_server_argv, spark_submit_argv
+
+    for argv in (spark_submit_argv("local[1]", {}), spark_connect_server_argv(15002)):
+        assert " ".join(AUTH) in " ".join(argv)
+    # A user's own cipher wins; authentication itself stays on.
+    mine = spark_submit_argv("yarn", {"spark.network.crypto.cipher": "AES/CTR/NoPadding", "spark.authenticate": "TRUE"})
+    assert "spark.network.crypto.cipher=AES/CTR/NoPadding" in mine and "spark.authenticate=true" in mine

@@ -26,6 +26,7 @@ from airflow.sdk import DAG
 from ..core.liveness import STALL_AFTER
 from ..exceptions import ConfigError
 from ..sources.base import Source
+from ..spark.auth import check_no_secret_on_argv
 from ..spark.submit import LOCAL_SPARK_CONF, check_kubernetes_secret
 from ..spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
 from ..values import Combiner, ValueKind
@@ -216,6 +217,7 @@ def _check_settings(*, retries: Any, defer_after: Any, retry_delay: Any, commit_
     if isinstance(application_args, str) or not all(isinstance(a, str) for a in application_args):
         raise ConfigError(f"application_args must be a list of strings, got {application_args!r}")
     _check_spark_connect(spark_connect_conn_id, spark_conf)
+    check_no_secret_on_argv(spark_conf or {})
     if kubernetes_dsn_secret is not None:
         check_kubernetes_secret(kubernetes_dsn_secret)
 

@@ -6,6 +6,7 @@
 * :func:`with_quiet_driver_logs`: the driver's log4j at WARN, so a task log shows the job;
 * :data:`LOCAL_SPARK_CONF`: settings for small batches on one machine;
 * :func:`with_jit_for_batch`: a local driver's JIT chosen by the planned batch's size;
+* :func:`.auth.with_authentication` on every command line: Spark's own ports ask for a secret;
 * :func:`deliver_dsn`: the state store's DSN, never on a command line, never in a pod spec.
 
 How the DSN travels, and why:
@@ -54,6 +55,7 @@ from typing import Any
 
 from .. import files
 from ..exceptions import ConfigError, TransactionalError
+from .auth import spark_defaults, with_authentication
 
 log = logging.getLogger(__name__)
 
@@ -159,35 +161,6 @@ def check_deploy_mode(master: str, deploy_mode: str | None, conf: Mapping[str, A
 K8S_UPLOAD_PATH = "spark.kubernetes.file.upload.path"
 
 
-def spark_defaults() -> dict[str, str]:
-    """The settings of the ``spark-defaults.conf`` spark-submit reads here (``$SPARK_CONF_DIR``, else
-    ``$SPARK_HOME/conf``, else the pyspark install's ``conf``); empty when there is none."""
-    conf_dir = os.environ.get("SPARK_CONF_DIR")
-    if not conf_dir:
-        home = os.environ.get("SPARK_HOME") or _pyspark_home()
-        conf_dir = os.path.join(home, "conf") if home else None
-    path = Path(conf_dir or "", "spark-defaults.conf")
-    if not conf_dir or not path.is_file():
-        return {}
-    out = {}
-    for line in path.read_text(errors="replace").splitlines():  # a Java properties file: k v, k=v or k: v
-        found = _PROPERTY.match(line.strip())
-        if found and not line.strip().startswith(("#", "!")):
-            out[found.group(1)] = found.group(2).strip()
-    return out
-
-
-_PROPERTY = re.compile(r"([^=:\s]+)\s*[=:\s]?\s*(.*)")
-
-
-def _pyspark_home() -> str | None:
-    try:
-        import pyspark
-    except ImportError:
-        return None
-    return os.path.dirname(pyspark.__file__)
-
-
 def check_kubernetes_secret(ref: Any) -> str:
     """``ref`` when it is ``'secret-name:key'`` as Kubernetes allows them, else a ConfigError."""
     if (not isinstance(ref, str) or not _K8S_SECRET_REF.fullmatch(ref)
@@ -252,11 +225,14 @@ def spark_submit() -> str:
     return found
 
 
-def spark_submit_argv(master: str, conf: Mapping[str, Any], *options: str) -> list[str]:
+def spark_submit_argv(master: str, conf: Mapping[str, Any], *options: str,
+                      env: Mapping[str, str] | None = None) -> list[str]:
     """``spark-submit --master MASTER OPTIONS --conf key=value ...``: every job's command line up to
-    its application."""
+    its application, Spark's authentication on (:func:`with_authentication`; ``env``: the
+    environment spark-submit will run in, default this process's)."""
     return [spark_submit(), "--master", master, *options,
-            *(arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}"))]
+            *(arg for key, value in with_authentication(conf, master, env).items()
+              for arg in ("--conf", f"{key}={value}"))]
 
 
 def provider_zip() -> str:
@@ -374,15 +350,17 @@ def spark_connect_url(port: int, token: str) -> str:
     return f"sc://localhost:{port}/;token={token}"
 
 
-def spark_connect_server_argv(port: int, master: str = "local[2]", jars: list[str] | None = None) -> list[str]:
+def spark_connect_server_argv(port: int, master: str = "local[2]", jars: list[str] | None = None,
+                              env: Mapping[str, str] | None = None) -> list[str]:
     """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server),
-    with ``jars`` on its classpath (Spark's Kafka connector, for Kafka topologies). Start it with
-    :func:`spark_connect_server_env`: a server without a token serves any local user."""
+    with ``jars`` on its classpath (Spark's Kafka connector, for Kafka topologies), to run in
+    ``env``. Start it with :func:`spark_connect_server_env`: a server without a token serves any
+    local user (the token guards its gRPC port; Spark's authentication, its block manager)."""
     conf = with_quiet_driver_logs({**LOCAL_SPARK_CONF, "spark.driver.memory": "2g",
                                    # a long-lived JVM: let the JIT optimise fully
                                    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
                                    "spark.connect.grpc.binding.address": "127.0.0.1",
                                    "spark.connect.grpc.binding.port": str(port),
                                    **({"spark.jars": ",".join(jars)} if jars else {})})
-    return [*spark_submit_argv(master, conf, "--class", SPARK_CONNECT_SERVER, "--name", "spark-connect"),
+    return [*spark_submit_argv(master, conf, "--class", SPARK_CONNECT_SERVER, "--name", "spark-connect", env=env),
             "spark-internal"]

@@ -22,6 +22,7 @@ from ... import faults
 from ...sources import KafkaSource, Source, source_from_config
 from ...sources.kafka import connections_for
 from ...spark import cds
+from ...spark.auth import with_authentication
 from ...spark.jars import kafka_jars
 from ...spark.job import REMOTE_ENV
 from ...spark.submit import (
@@ -179,7 +180,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
                              **({"SPARK_LOCAL_IP": "127.0.0.1"} if loopback else {})}
         self.files = ",".join(filter(None, [self.files, *delivery.files])) or None
         self.py_files = ",".join(filter(None, [self.py_files, provider_zip()]))
-        conf = {**(self.conf or {}), **delivery.conf}
+        conf = with_authentication({**(self.conf or {}), **delivery.conf}, master)
         if batch is not None and master.startswith("local"):
             chosen = with_jit_for_batch(conf, batch, planned_records)
             if chosen != conf:
