@@ -40,14 +40,14 @@ time.sleep(float(sys.argv[2]))
 BROADCASTS = [f"broadcast_{n}_piece0" for n in range(4)]
 
 
-def held_driver(tmp_path: Path, dsn: str, port: int) -> subprocess.Popen[str]:
-    """A ``local[1]`` driver with the provider's settings and its block manager on ``port``,
-    once it has run the staging COPY."""
+def held_driver(tmp_path: Path, dsn: str, port: int, conf: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """A ``local[1]`` driver with the provider's settings (and ``conf``) and its block manager on
+    ``port``, once it has run the staging COPY."""
     app, secret = tmp_path / "holder.py", tmp_path / "dsn"
     app.write_text(HOLDER)
     secret.write_text(dsn)
     secret.chmod(0o600)
-    argv = [*spark_submit_argv("local[1]", {**LOCAL_SPARK_CONF, "spark.blockManager.port": str(port)}),
+    argv = [*spark_submit_argv("local[1]", {**LOCAL_SPARK_CONF, "spark.blockManager.port": str(port), **(conf or {})}),
             "--py-files", provider_zip(), str(app), str(secret), "90"]
     driver = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                               env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable})
@@ -60,12 +60,18 @@ def held_driver(tmp_path: Path, dsn: str, port: int) -> subprocess.Popen[str]:
     return driver
 
 
-def test_another_local_user_fetches_no_block_from_a_driver(dsn: str, tmp_path: Path) -> None:
+def _password(dsn: str) -> str:
     import psycopg2
 
     with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE ports_probe (word text)")
-    password = dsn.split("password=")[1].split()[0] if "password=" in dsn else None
+    password = conn.get_dsn_parameters().get("password") or dsn.split("password=")[1].split()[0]
+    assert password
+    return str(password)
+
+
+def test_another_local_user_fetches_no_block_from_a_driver(dsn: str, tmp_path: Path) -> None:
+    password = _password(dsn)
     port = free_port()
     driver = held_driver(tmp_path, dsn, port)
     try:
@@ -73,7 +79,25 @@ def test_another_local_user_fetches_no_block_from_a_driver(dsn: str, tmp_path: P
     finally:
         driver.kill()
         driver.wait(30)
-    leaked = bool(password) and any(password.encode().hex() in line for line in got.splitlines())
+    leaked = any(password.encode().hex() in line for line in got.splitlines())
     assert "GOT" not in got, f"nobody fetched the driver's blocks{' (the DSN password inside)' if leaked else ''}"
     # Each ask was turned away by the authentication, not merely by a missing block.
     assert got.count("Expected SaslMessage") == len(BROADCASTS), got
+
+
+def test_no_task_carries_the_dsn_even_from_a_driver_without_authentication(dsn: str, tmp_path: Path) -> None:
+    """Regression: the staging COPY's closure held the DSN, so whoever read a task read the state
+    store's password. Now a task carries only the name of the file Spark hands each executor. Run
+    unauthenticated on purpose, nobody fetches the tasks -- and finds no password in them."""
+    password = _password(dsn)
+    port = free_port()
+    driver = held_driver(tmp_path, dsn, port, {"spark.authenticate": "false"})
+    try:
+        got = fetch_blocks_as_nobody(port, BROADCASTS)
+    finally:
+        driver.kill()
+        driver.wait(30)
+    blocks = [line.split()[-1] for line in got.splitlines() if " GOT " in line]
+    assert blocks, f"the unauthenticated driver served no block: the test proves nothing\n{got}"
+    assert not [b for b in blocks if password.encode().hex() in b], "a task the driver shipped holds the DSN's password"
+    assert any(b"airflow-txn-dsn-".hex() in b for b in blocks)  # what the COPY's task holds instead: a file's name

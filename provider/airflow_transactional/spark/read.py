@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..exceptions import ConfigError
 from ..sources import LandingDirectory, PostgresLogSource, Source, source_from_config
 from ..store.connection import connect
+from .handoff import StoreFile, store_file
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -69,7 +70,8 @@ def _log_chunks(batch: Mapping[str, Any], size: int = LOG_CHUNK) -> list[tuple[i
     return chunks
 
 
-def _arrow_log_chunks(dsn: str, schema: str, source_cfg: dict[str, Any], batches: Iterable[Any]) -> Iterator[Any]:
+def _arrow_log_chunks(store: StoreFile, schema: str, source_cfg: dict[str, Any], batches: Iterable[Any]
+                      ) -> Iterator[Any]:
     """Executor side: the events of some LSN chunks (Arrow batches of ``p, lo, hi``) as Arrow
     batches of (_offset, _event_id, payload), read by COPY as CSV and parsed by Arrow in bulk."""
     import io
@@ -85,7 +87,7 @@ def _arrow_log_chunks(dsn: str, schema: str, source_cfg: dict[str, Any], batches
     parse = pacsv.ParseOptions(newlines_in_values=True)
     convert = pacsv.ConvertOptions(column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=True,
                                    quoted_strings_can_be_null=False)
-    conn = connect(dsn, application_name="airflow_transactional:spark_read")
+    conn = connect(store.dsn(), application_name="airflow_transactional:spark_read")
     try:
         with conn, conn.cursor() as cur:
             for p, lo, hi in arrow_rows(batches):
@@ -245,10 +247,12 @@ def read_spooled(spark: SparkSession, files: list[str]) -> DataFrame:
 
 def stream_log(spark: SparkSession, source: PostgresLogSource, chunks: list[tuple[int, int, int]], *, dsn: str,
                schema: str) -> DataFrame:
-    """The chunks read on the executors: each task COPYs its chunks into Arrow batches."""
+    """The chunks read on the executors: each task COPYs its chunks into Arrow batches (the DSN
+    from the file Spark hands it, :mod:`.handoff`)."""
     cfg = source.to_config()
+    store = store_file(spark, dsn)
     ranges = spark.createDataFrame(chunks, "p long, lo long, hi long").repartition(min(len(chunks), 8))
-    return ranges.mapInArrow(lambda batches: _arrow_log_chunks(dsn, schema, cfg, batches), raw_schema())
+    return ranges.mapInArrow(lambda batches: _arrow_log_chunks(store, schema, cfg, batches), raw_schema())
 
 
 @reader(LandingDirectory.kind)

@@ -15,6 +15,7 @@ from ..spec import StateSpec
 from ..store.connection import connect
 from . import admit
 from .admit import SetAside
+from .handoff import StoreFile, store_file
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -275,11 +276,11 @@ def stage_executors(rows: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[A
                           prefix)
 
 
-def _copy_arrow(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any],
+def _copy_arrow(store: StoreFile, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any],
                 slice_of: str | None) -> Iterator[Any]:
     import pyarrow as pa
 
-    yield pa.RecordBatch.from_pydict({"n": [copy_batches(dsn, copy_sql, prefix, batches, slice_of=slice_of)]})
+    yield pa.RecordBatch.from_pydict({"n": [copy_batches(store.dsn(), copy_sql, prefix, batches, slice_of=slice_of)]})
 
 
 def copy_dataframe(spark: SparkSession | None, df: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any], *,
@@ -291,6 +292,8 @@ def copy_dataframe(spark: SparkSession | None, df: DataFrame, dsn: str, copy_sql
     The COPYing tasks are the job's last stage, whose results (one count each) go straight to the
     driver: summed by Spark instead, they would be shuffle output on the executor, and an executor
     lost before the sum read it would have its COPYs run again (a staging table refuses the second
-    copy, failing the attempt; the quarantine keeps one, see :func:`writer_of`)."""
-    counts = df.mapInArrow(lambda batches: _copy_arrow(dsn, copy_sql, prefix, batches, slice_of), "n long")
+    copy, failing the attempt; the quarantine keeps one, see :func:`writer_of`). The tasks carry no
+    DSN: each executor reads it from the file Spark hands it (:mod:`.handoff`)."""
+    store = store_file(df.sparkSession, dsn)
+    counts = df.mapInArrow(lambda batches: _copy_arrow(store, copy_sql, prefix, batches, slice_of), "n long")
     return sum(int(row[0]) for row in counts.collect())

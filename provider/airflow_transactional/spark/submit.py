@@ -28,7 +28,8 @@ cluster mode). So the DSN travels the way each cluster manager keeps a secret:
   itself refuses cluster mode there, so :func:`check_deploy_mode` refuses it first, naming the
   fix (the driver then runs beside the task, the executors on the cluster's workers).
 
-Executors never need the file: the driver hands them the DSN inside the tasks it ships.
+Executors never get the driver's file, nor the DSN inside a task: the driver hands them a file of
+the DSN alone through Spark (:mod:`.handoff`).
 
 The same file carries the settings of the source's connection when the job needs them (a Kafka
 topic's broker and credentials): then it holds JSON, ``{"dsn": ..., "connections": {id: extra}}``
