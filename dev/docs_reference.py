@@ -191,11 +191,41 @@ def _rows(pairs: list[tuple[str, str]]) -> str:
         f"| {k} | {v} |\n" for k, v in pairs)
 
 
+def _kafka_connection() -> str:
+    from airflow_transactional.sources.kafka_settings import ALLOWED, GROUP_KEYS
+    from airflow_transactional.spark.kafka import KAFKA_RENAMED, KAFKA_SAME, SASL_MODULES
+
+    return ("The Apache Kafka provider's connection (type `kafka`): its extra holds librdkafka settings. The "
+            "plan and the publisher use them with confluent-kafka; Spark's reader, a Java client, gets them through an "
+            "allow-list.\n\n"
+            + _rows([("extra `bootstrap.servers`", "required: the brokers to reach"),
+                     *[(f"extra `{k}`", "passed to Spark's reader as `kafka." + k + "`") for k in KAFKA_SAME
+                       if k != "bootstrap.servers"],
+                     *[(f"extra `{k}`", f"passed to Spark's reader as `kafka.{java}` (the Java client's name)")
+                       for k, java in KAFKA_RENAMED.items()],
+                     ("extra `sasl.mechanism(s)`, `sasl.username`, `sasl.password`",
+                      f"become Spark's JAAS line, for {', '.join(f'`{m}`' for m in SASL_MODULES)}"),
+                     ("extra `ssl.ca.location`", "becomes a PEM truststore of Spark's reader"),
+                     (", ".join(f"extra `{k}`" for k in sorted(GROUP_KEYS)), "ignored: the provider reads by offset, "
+                      "never through a consumer group"),
+                     ("the other `sasl.*` and `ssl.*` extras on the list", "used by the plan's and the publisher's "
+                      "clients; a Spark job refuses them by name (its value never printed): Spark's reader has no "
+                      "counterpart"),
+                     ("the other extras on the allow-list: " + ", ".join(
+                         f"`{k}`" for k in sorted(ALLOWED - GROUP_KEYS - set(KAFKA_SAME) - set(KAFKA_RENAMED)
+                                                   - {"sasl.mechanism", "sasl.mechanisms", "sasl.username",
+                                                      "sasl.password", "ssl.ca.location"})),
+                      "used by the plan's and the publisher's clients, left out of Spark's reader"),
+                     ("any extra off that list, and `plugin.library.paths`, `*.cmd`, `ssl.engine.*`, `ssl.providers`, "
+                      "`*_cb` by name", "refused by name: whoever may edit the connection must not run code where the "
+                      "provider runs; a value with a control character (a newline) is refused too")])
+            + "\nOutside Airflow (the CLI, a test) the connection comes from `AIRFLOW_CONN_<ID>` in JSON; a Spark "
+            "driver gets it inside its private DSN file.\n")
+
+
 def connections() -> str:
     from airflow_transactional import UI_FIELD_BEHAVIOUR
     from airflow_transactional.airflow.hooks import ALLOWED_EXTRAS, TransactionalHook
-    from airflow_transactional.sources.kafka import GROUP_KEYS
-    from airflow_transactional.spark.kafka import KAFKA_RENAMED, KAFKA_SAME, SASL_MODULES
     from airflow_transactional.store.migrations import DEFAULT_SCHEMA
 
     taken = conn_parameters()
@@ -214,23 +244,7 @@ def connections() -> str:
                  ("extra `state_schema`", f"the provider's schema in that database (default `{DEFAULT_SCHEMA}`)"),
                  *[(f"extra `{k}`", "passed to libpq as is") for k in ALLOWED_EXTRAS]])
         + "\nAny other extra is ignored: extras are never forwarded wholesale.\n",
-        "kafka": "The Apache Kafka provider's connection (type `kafka`): its extra holds librdkafka settings. The "
-        "plan and the publisher use them with confluent-kafka; Spark's reader, a Java client, gets them through an "
-        "allow-list.\n\n"
-        + _rows([("extra `bootstrap.servers`", "required: the brokers to reach"),
-                 *[(f"extra `{k}`", "passed to Spark's reader as `kafka." + k + "`") for k in KAFKA_SAME
-                   if k != "bootstrap.servers"],
-                 *[(f"extra `{k}`", f"passed to Spark's reader as `kafka.{java}` (the Java client's name)")
-                   for k, java in KAFKA_RENAMED.items()],
-                 ("extra `sasl.mechanism(s)`, `sasl.username`, `sasl.password`",
-                  f"become Spark's JAAS line, for {', '.join(f'`{m}`' for m in SASL_MODULES)}"),
-                 ("extra `ssl.ca.location`", "becomes a PEM truststore of Spark's reader"),
-                 (", ".join(f"extra `{k}`" for k in GROUP_KEYS), "ignored: the provider reads by offset, never "
-                  "through a consumer group"),
-                 ("any other `sasl.*`, `ssl.*`, `oauthbearer*`", "refused by name (its value never printed)"),
-                 ("any other extra", "used by the plan's and the publisher's clients, left out of Spark's reader")])
-        + "\nOutside Airflow (the CLI, a test) the connection comes from `AIRFLOW_CONN_<ID>` in JSON; a Spark "
-        "driver gets it inside its private DSN file.\n",
+        "kafka": _kafka_connection(),
         "spark": "The Apache Spark provider's connection (type `spark`) the process task submits with: its host is "
         "the master (`local[N]`, `spark://host:7077`, `yarn`, `k8s://https://host:443`), its extra `deploy-mode` "
         "client or cluster (the process task refuses cluster mode of a Python application on a standalone master "

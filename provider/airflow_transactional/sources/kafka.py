@@ -33,6 +33,7 @@ import psycopg2.extensions
 from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
 from ..store import transactions
 from .base import BatchPlan, Offsets, Record, Source, fair_shares
+from .kafka_settings import checked_settings
 
 __all__ = ["KafkaSource", "client_config", "connections_for", "use_connections", "use_resolver"]
 
@@ -40,9 +41,6 @@ log = logging.getLogger(__name__)
 
 #: How long one request to the cluster may take before the plan fails (and is retried by Airflow).
 TIMEOUT = 30.0
-#: Settings of a connection's extra that only a consumer group or a client library of its own use:
-#: the provider reads by offset, never through a group.
-GROUP_KEYS = ("group.id", "enable.auto.commit", "auto.offset.reset", "group.instance.id")
 
 Resolver = Callable[[str], dict[str, Any]]
 
@@ -93,16 +91,13 @@ def connections_for(source: Source) -> dict[str, dict[str, Any]]:
 
 
 def client_config(conn_id: str) -> dict[str, Any]:
-    """The librdkafka settings of connection ``conn_id``, checked: a broker to reach, no group."""
+    """The librdkafka settings of connection ``conn_id``, checked: a broker to reach, no group, and
+    only settings on the allow-list (:mod:`.kafka_settings`)."""
     extra = _resolver(conn_id)
     if not isinstance(extra.get("bootstrap.servers"), str) or not extra["bootstrap.servers"].strip():
         raise ConfigError(f"Kafka connection {conn_id!r} names no broker: set bootstrap.servers in its extra "
                           "(e.g. {\"bootstrap.servers\": \"broker1:9092,broker2:9092\"})")
-    bad = [k for k, v in extra.items() if not isinstance(k, str) or callable(v)]
-    if bad:
-        raise ConfigError(f"Kafka connection {conn_id!r}: settings {bad} are not librdkafka settings (text keys, "
-                          "plain values)")
-    return {k: v for k, v in extra.items() if k not in GROUP_KEYS}
+    return checked_settings(conn_id, extra)
 
 
 class Snapshot(NamedTuple):
@@ -139,8 +134,8 @@ class KafkaSource(Source):
 
     def __init__(self, topic: str, *, kafka_conn_id: str = "kafka_default") -> None:
         if not isinstance(topic, str) or not topic or len(topic) > 249 or \
-                not all(c.isalnum() or c in "._-" for c in topic):
-            raise ConfigError(f"Kafka topic {topic!r}: a topic name is 1 to 249 letters, digits, '.', '_' or '-'")
+                not all(c.isascii() and (c.isalnum() or c in "._-") for c in topic):
+            raise ConfigError(f"Kafka topic {topic!r}: a topic name is 1 to 249 ASCII letters, digits, '.', '_' or '-'")
         self.topic = topic
         self.kafka_conn_id = _conn_id(kafka_conn_id)
 
@@ -373,6 +368,7 @@ def _text(value: bytes | None) -> str:
 
 def _conn_id(value: Any) -> str:
     """An Airflow connection id: letters, digits, '_', '-' and '.'."""
-    if not isinstance(value, str) or not value or len(value) > 250 or not all(c.isalnum() or c in "_-." for c in value):
+    if not isinstance(value, str) or not value or len(value) > 250 or \
+            not all(c.isascii() and (c.isalnum() or c in "_-.") for c in value):
         raise ConfigError(f"Kafka connection id {value!r}: use letters, digits, '_', '-' or '.'")
     return value
