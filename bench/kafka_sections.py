@@ -268,7 +268,7 @@ def plain_publish(broker: KafkaBroker, topic: str, rows: list[tuple[Any, ...]]) 
             producer.begin_transaction()
             current = txid
         values: tuple[str | bytes | None, ...] = (b"bench_publish", b"bench_publish", str(txid).encode(),
-                                                  str(seq).encode())
+                                                  str(seq).encode(), b"1")
         headers = list(zip(HEADERS, values, strict=True))
         while True:
             try:

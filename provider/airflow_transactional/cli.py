@@ -127,10 +127,23 @@ def publish(args: argparse.Namespace, coord: Coordinator) -> int:
             print(f"{args.topology} output {output}: marked published through txid {args.mark_published} "
                   f"(was {before}); nothing was sent to Kafka")
         return 0
+    if not any(o.kafka_topic for o in coord.spec(args.topology).outputs):
+        print(f"topology {args.topology} publishes nothing to Kafka: none of its outputs is declared with "
+              "kafka_topic=...", file=sys.stderr)
+        return 2
     for done in coord.publish(args.topology, args.through):
         sent = f"txids {done.txids[0]}..{done.txids[-1]}" if done.txids else "nothing new"
-        print(f"{args.topology} output {done.output} -> Kafka topic {done.topic}: published {sent}")
+        print(f"{args.topology} output {done.output} -> Kafka topic {done.topic}: published {sent}"
+              + (f"; {done.ignored} records in the topic claimed to be this output's and were not believed (see the "
+                 "log: someone else writes to the topic?)" if done.ignored else ""))
     return 0
+
+
+def _txid(text: str) -> int:
+    """A txid on the command line: a whole number from 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a txid is a whole number from 1, got {text!r}")
+    return int(text)
 
 
 def _committed_records(coord: Coordinator, topology_id: str) -> int:
@@ -281,8 +294,8 @@ def _operating_commands(sub: Any) -> None:
     _command(sub, "recover", recover, "discard staged output that can never commit")
     one = _command(sub, "publish", publish, "publish the committed txids not yet published of the outputs declared "
                    "with a Kafka topic (what the DAG's publish task does), or --mark-published")
-    one.add_argument("--through", type=int, help="publish no further than this txid")
-    one.add_argument("--mark-published", type=int, metavar="TXID", help="record the txids through TXID as "
+    one.add_argument("--through", type=_txid, help="publish no further than this txid")
+    one.add_argument("--mark-published", type=_txid, metavar="TXID", help="record the txids through TXID as "
                      "published without sending them (after you published them yourself)")
     one.add_argument("--output", help="with --mark-published: only this output (default: every published one)")
 

@@ -55,6 +55,8 @@ def published(kafka: KafkaBroker, topic: str) -> list[tuple[int, int, str]]:
     """(txid, seq, event id) of every record a read_committed consumer sees, in (txid, seq) order."""
     out = []
     for msg in read_topic(kafka, topic):
+        if msg.key() == b"forged":  # written by the tests as someone else
+            continue
         headers = dict(msg.headers() or [])
         assert headers[HEADERS[0]] == b"big" and headers[HEADERS[1]] == b"big"
         out.append((int(headers[HEADERS[2]]), int(headers[HEADERS[3]]), msg.key().decode()))
@@ -120,7 +122,7 @@ def test_a_second_publisher_fences_a_stale_one(dsn: str, kafka: KafkaBroker) -> 
     commit_all(coord, "r")
     config = client_config("kafka_default")
     stale = KafkaPublisher(config, topic=topic, topology_id="big", output="big",
-                           transactional_id="airflow-txn.airflow_txn.big.big")
+                           transactional_id="airflow-txn.airflow_txn.big.big", registration=1)
     coord.publish("big")  # starts a publisher with the same transactional id: the stale one is fenced
     with pytest.raises(Exception, match=r"(?i)fenc"):
         stale.publish(99, [PublishedEvent(0, "zombie", json.dumps({"late": True}))])
@@ -163,4 +165,73 @@ def test_retention_waits_for_the_publisher_and_forced_retention_stops_it_with_th
     assert cli(["--dsn", dsn, "publish", "big"]) == 0
     assert f"published txids {later[0]}..{later[-1] + 1}" in capsys.readouterr().out
     assert {t for t, _s, _e in published(kafka, topic)} == {1, *later}
+    coord.close()
+
+
+def _forge(kafka: KafkaBroker, topic: str, txid: bytes, registration: bytes, key: str = "forged") -> None:
+    """One record from another producer, with this output's headers (anyone who may write the topic)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    producer.produce(topic, key=key, value="{}", partition=0, headers=[
+        (HEADERS[0], b"big"), (HEADERS[1], b"big"), (HEADERS[2], txid), (HEADERS[3], b"0"), (HEADERS[4], registration)])
+    assert producer.flush(30) == 0
+
+
+@pytest.mark.parametrize("claim", [b"1000000000", b"not-a-number", b"2"])
+def test_a_record_someone_else_wrote_with_this_outputs_headers_skips_nothing(
+        dsn: str, kafka: KafkaBroker, claim: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: one record claiming txid 1000000000 stopped every later txid from being
+    published; a txid header that is not a number made every publish fail for good; a claim of the
+    next txid made it skipped. A claim now counts only for the txid after the last recorded one,
+    and only when its records are exactly that txid's events; the rest are reported."""
+    topic = create_topic(kafka, 1)
+    make_log(dsn).append([click(i) for i in range(40)])
+    coord = Coordinator(dsn)
+    coord.register(topology(topic))
+    txids = commit_all(coord, "r")
+    [first] = coord.publish("big", through_txid=1)
+    assert first.txids == [1]
+    [(num,)] = query(dsn, "SELECT num FROM airflow_txn.topologies WHERE topology_id = 'big'")
+    _forge(kafka, topic, claim, str(num).encode())
+    with caplog.at_level("WARNING"):
+        [rest] = coord.publish("big")
+    assert rest.txids == list(range(2, txids[-1] + 2)) and rest.ignored == 1
+    assert "were not believed" in caplog.text
+    seen = published(kafka, topic)
+    assert sorted(e for _t, _s, e in seen) == expected(dsn)
+    assert query(dsn, "SELECT published_txid FROM airflow_txn.publications") == [(txids[-1] + 1,)]
+    coord.close()
+
+
+def test_after_a_reset_the_old_runs_records_publish_nothing_in_the_new_ones_place(dsn: str, kafka: KafkaBroker) -> None:
+    """Regression: after ``airflow-txn reset`` the old run's headers in the topic made the new
+    run's txids "already published", and they never were."""
+    topic = create_topic(kafka, 2)
+    make_log(dsn).append([click(i) for i in range(30)])
+    coord = Coordinator(dsn)
+    coord.register(topology(topic))
+    old = commit_all(coord, "r")
+    [before] = coord.publish("big")
+    assert before.txids == [*old, old[-1] + 1]
+    coord.reset("big")
+    coord.register(topology(topic))
+    make_log(dsn).append([click(i) for i in range(30, 50)])  # new events: the output log keeps the old ones' ids
+    new = commit_all(coord, "n")
+    [after] = coord.publish("big")
+    assert after.txids == [*new, new[-1] + 1] and after.ignored > 0  # the old run's records, not believed
+    assert sorted(e for _t, _s, e in published(kafka, topic)) == expected(dsn)
+    coord.close()
+
+
+def test_publish_refuses_a_topology_without_a_kafka_output_and_a_txid_below_one(
+        dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    make_log(dsn).append([click(i) for i in range(5)])
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("quiet", PostgresLogSource("clicks"), [StateSpec("quiet_count", {"user_id": "text"})]))
+    assert cli(["--dsn", dsn, "publish", "quiet"]) == 2
+    assert "publishes nothing to Kafka: none of its outputs is declared with kafka_topic" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli(["--dsn", dsn, "publish", "quiet", "--through", "-5"])
+    assert "a txid is a whole number from 1, got '-5'" in capsys.readouterr().err
     coord.close()

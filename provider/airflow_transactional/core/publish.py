@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from .. import faults
 from ..exceptions import ConfigError, TransactionalError
-from ..sinks.kafka import KafkaPublisher, PublishedEvent
+from ..sinks.kafka import KafkaPublisher, PublishedEvent, Scan
 from ..sources.kafka import client_config
 from ..spec import OutputSpec, TopologySpec
 from ..store import outputs, publications
@@ -40,15 +40,16 @@ class Publication(NamedTuple):
     topic: str
     published_through: int  # the last txid published (before: the first of this call's minus one)
     txids: list[int]  # published by this call
+    ignored: int  # records in the topic that claimed to be this output's and were not believed
 
 
 def publish(store: StateStore, topology_id: str, through_txid: int | None = None) -> list[Publication]:
     """Publish every committed txid up to ``through_txid`` (default: the last committed) not yet
     published, of every output of ``topology_id`` declared with a Kafka topic."""
     with store.db.transaction() as cur:
-        _num, spec, committed, _offsets = store.load(cur, topology_id)
+        num, spec, committed, _offsets = store.load(cur, topology_id)
     target = committed if through_txid is None else min(int(through_txid), committed)
-    return [_publish_output(store, spec, out, target) for out in spec.outputs if out.kafka_topic]
+    return [_publish_output(store, num, spec, out, target) for out in spec.outputs if out.kafka_topic]
 
 
 def mark_published(store: StateStore, topology_id: str, output: str, txid: int) -> int:
@@ -69,7 +70,7 @@ def mark_published(store: StateStore, topology_id: str, output: str, txid: int) 
     return recorded.published_txid
 
 
-def _publish_output(store: StateStore, spec: TopologySpec, out: OutputSpec, target: int) -> Publication:
+def _publish_output(store: StateStore, num: int, spec: TopologySpec, out: OutputSpec, target: int) -> Publication:
     topic = out.kafka_topic
     if topic is None:
         raise ConfigError(f"output {out.name!r} of topology {spec.topology_id!r} publishes to no Kafka topic")
@@ -79,16 +80,15 @@ def _publish_output(store: StateStore, spec: TopologySpec, out: OutputSpec, targ
         with store.db.transaction() as cur:
             recorded = publications.get(cur, store.schema, spec.topology_id, out.name)
         if recorded.published_txid >= target:
-            return Publication(out.name, topic, recorded.published_txid, [])
+            return Publication(out.name, topic, recorded.published_txid, [], 0)
         publisher = KafkaPublisher(client_config(out.kafka_conn_id), topic=topic, topology_id=spec.topology_id,
-                                   output=out.name, transactional_id=f"airflow-txn.{key}")
+                                   output=out.name, transactional_id=f"airflow-txn.{key}",
+                                   registration=num)
         offsets = dict(recorded.topic_offsets)
-        found = publisher.last_published(offsets)
-        done = max(recorded.published_txid, found or 0)
+        done, ignored = _found_in_topic(store, spec, out, publisher.scan(offsets), recorded.published_txid, target)
         if done > recorded.published_txid:  # published before, not recorded: the publisher died between
-            log.warning("topology %s output %s: txids through %d were published to %s before this publisher "
-                        "started (found in the topic); they are not published again", spec.topology_id, out.name,
-                        done, topic)
+            log.warning("topology %s output %s: txid %d was published to %s before this publisher started (found "
+                        "in the topic); it is not published again", spec.topology_id, out.name, done, topic)
             with store.db.transaction() as cur:
                 publications.record(cur, store.schema, spec.topology_id, out.name, topic, done, offsets)
         published = []
@@ -105,10 +105,32 @@ def _publish_output(store: StateStore, spec: TopologySpec, out: OutputSpec, targ
         if published:
             log.info("topology %s output %s: published txids %d..%d to Kafka topic %s", spec.topology_id, out.name,
                      published[0], published[-1], topic)
-        return Publication(out.name, topic, done, published)
+        return Publication(out.name, topic, done, published, ignored)
     finally:
         with store.db.transaction() as cur:
             publications.unlock(cur, key)
+
+
+def _found_in_topic(store: StateStore, spec: TopologySpec, out: OutputSpec, scan: Scan, recorded: int,
+                    target: int) -> tuple[int, int]:
+    """The last txid published (``recorded``, or the one after it when the topic holds exactly its
+    events: a publisher that died between the Kafka commit and its record), and how many claims in
+    the topic were not believed -- each logged. One publisher records every txid it publishes, so
+    no other txid can be there unrecorded; and anyone who may write to the topic can write its
+    headers, so a claim counts only when its records are exactly the txid's committed events."""
+    done, doubts = recorded, list(scan.strangers)
+    nxt = recorded + 1
+    for txid, records in sorted(scan.claims.items()):
+        if txid == nxt <= target and sorted(records) == sorted(
+                (e.event_id, e.payload) for e in _events(store, spec.topology_id, out.name, nxt)):
+            done = nxt
+        else:
+            doubts.append(f"{len(records)} records naming txid {txid}")
+    if doubts:
+        log.warning("topology %s output %s: %d claims in Kafka topic %s to be this output's were not believed -- "
+                    "not its next txid, another registration's, or not its events (someone else writes to the "
+                    "topic?): %s", spec.topology_id, out.name, len(doubts), out.kafka_topic, "; ".join(doubts[:5]))
+    return done, len(doubts)
 
 
 def _events(store: StateStore, topology_id: str, output: str, txid: int) -> list[PublishedEvent]:

@@ -2,9 +2,12 @@
 
 One publisher per topology and output, with a fixed ``transactional.id``: starting one fences any
 other (a zombie's open transaction is aborted), so at most one publishes at a time. Each record
-carries headers naming its topology, output, txid and place in the txid, which is how a publisher
-that restarts finds, in the topic itself, the last txid it published -- even one it could not
-record in Postgres before it died.
+carries headers naming its topology, output, registration (the topology's number in the state
+store, new after a reset), txid and place in the txid, which is how a publisher that restarts
+finds, in the topic itself, the txid it published but could not record in Postgres before it
+died (:meth:`KafkaPublisher.scan`). Anyone who may write to the topic can write such headers too,
+so they are evidence, not proof: :mod:`..core.publish` believes them for that one txid only, and
+only when the records are exactly its events.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from typing import Any, NamedTuple
 
 from ..exceptions import ConfigError, SourceUnreachable
 
-__all__ = ["HEADERS", "KafkaPublisher", "PublishedEvent"]
+__all__ = ["HEADERS", "KafkaPublisher", "PublishedEvent", "Scan"]
 
 log = logging.getLogger(__name__)
 
 #: The headers every published record carries.
-HEADERS = ("airflow-txn-topology", "airflow-txn-output", "airflow-txn-txid", "airflow-txn-seq")
+HEADERS = ("airflow-txn-topology", "airflow-txn-output", "airflow-txn-txid", "airflow-txn-seq",
+           "airflow-txn-registration")
 TIMEOUT = 60.0
 
 
@@ -30,14 +34,22 @@ class PublishedEvent(NamedTuple):
     payload: str
 
 
+class Scan(NamedTuple):
+    """What the topic holds past the offsets a publisher last recorded, claiming to be its output."""
+
+    claims: dict[int, list[tuple[str, str]]]  # txid -> its records' (key, value), of this registration
+    strangers: list[str]  # the other claims: another registration's, or headers that do not parse
+
+
 class KafkaPublisher:
     """A transactional producer for one topology's output (see the module docstring)."""
 
     def __init__(self, config: Mapping[str, Any], *, topic: str, topology_id: str, output: str,
-                 transactional_id: str) -> None:
+                 transactional_id: str, registration: int) -> None:
         from confluent_kafka import Producer
 
         self.config, self.topic, self.topology_id, self.output = dict(config), topic, topology_id, output
+        self.registration = int(registration)
         self.producer = Producer({**self.config, "transactional.id": transactional_id, "enable.idempotence": True,
                                   "transaction.timeout.ms": 300_000},
                                  logger=logging.getLogger(f"{__name__}.librdkafka"))
@@ -52,46 +64,60 @@ class KafkaPublisher:
                               "partitions are the consumers' parallelism), or fix the output's kafka_topic")
         self.partitions = len(metadata.partitions)
 
-    def last_published(self, since: Mapping[str, int]) -> int | None:
-        """The highest txid this topology's output published in the topic past the offsets ``since``
-        (by partition; from each partition's start when missing), read at read_committed."""
-        from confluent_kafka import Consumer, TopicPartition
+    def scan(self, since: Mapping[str, int]) -> Scan:
+        """The records past the offsets ``since`` (by partition; from each partition's start when
+        missing) whose headers name this topology and output, read at read_committed: those of this
+        registration that name one txid, and the rest as :attr:`Scan.strangers` -- never trusted,
+        never a reason to fail (a record whose txid header is not a number is one of them)."""
+        from confluent_kafka import Consumer
 
         consumer = Consumer({**self.config, "group.id": "airflow-transactional-publisher", "enable.auto.commit": False,
                              "isolation.level": "read_committed", "enable.partition.eof": True},
                             logger=logging.getLogger(f"{__name__}.librdkafka"))
-        found: int | None = None
+        claims: dict[int, list[tuple[str, str]]] = {}
+        strangers: list[str] = []
+        mine = (self.topology_id.encode(), self.output.encode())
         try:
-            ends = {}
-            for p in range(self.partitions):
-                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=TIMEOUT)
-                start = max(int(since.get(str(p), low)), low)
-                if start < high:
-                    ends[p] = (start, high)
-            consumer.assign([TopicPartition(self.topic, p, start) for p, (start, _high) in ends.items()])
-            open_partitions = set(ends)
-            while open_partitions:
-                msg = consumer.poll(TIMEOUT)
-                if msg is None:
-                    raise SourceUnreachable(f"Kafka topic {self.topic!r}: no record within {TIMEOUT:.0f} s while "
-                                            "looking for what this publisher published")
-                error, partition, offset = msg.error(), int(msg.partition() or 0), int(msg.offset() or 0)
-                if error is not None:
-                    if error.name() == "_PARTITION_EOF":
-                        open_partitions.discard(partition)
-                        continue
-                    raise SourceUnreachable(f"Kafka topic {self.topic!r}: {error}")
+            for msg in self._tail(consumer, since):
                 headers = dict(msg.headers() or [])
-                txid_header = headers.get(HEADERS[2])
-                if headers.get(HEADERS[0]) == self.topology_id.encode() and \
-                        headers.get(HEADERS[1]) == self.output.encode() and isinstance(txid_header, bytes):
-                    txid = int(txid_header)
-                    found = txid if found is None else max(found, txid)
-                if offset + 1 >= ends[partition][1]:
-                    open_partitions.discard(partition)
+                if (headers.get(HEADERS[0]), headers.get(HEADERS[1])) != mine:
+                    continue
+                where = f"partition {msg.partition()} offset {msg.offset()}"
+                txid = _number(headers.get(HEADERS[2]))
+                if txid is None or _number(headers.get(HEADERS[4])) != self.registration:
+                    strangers.append(f"{where}: txid {_shown(headers.get(HEADERS[2]))}, registration "
+                                     f"{_shown(headers.get(HEADERS[4]))}")
+                    continue
+                claims.setdefault(txid, []).append((_text(msg.key()), _text(msg.value())))
         finally:
             consumer.close()
-        return found
+        return Scan(claims, strangers)
+
+    def _tail(self, consumer: Any, since: Mapping[str, int]) -> Any:
+        from confluent_kafka import TopicPartition
+
+        ends = {}
+        for p in range(self.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=TIMEOUT)
+            start = max(int(since.get(str(p), low)), low)
+            if start < high:
+                ends[p] = (start, high)
+        consumer.assign([TopicPartition(self.topic, p, start) for p, (start, _high) in ends.items()])
+        open_partitions = set(ends)
+        while open_partitions:
+            msg = consumer.poll(TIMEOUT)
+            if msg is None:
+                raise SourceUnreachable(f"Kafka topic {self.topic!r}: no record within {TIMEOUT:.0f} s while "
+                                        "looking for what this publisher published")
+            error, partition, offset = msg.error(), int(msg.partition() or 0), int(msg.offset() or 0)
+            if error is not None:
+                if error.name() == "_PARTITION_EOF":
+                    open_partitions.discard(partition)
+                    continue
+                raise SourceUnreachable(f"Kafka topic {self.topic!r}: {error}")
+            yield msg
+            if offset + 1 >= ends[partition][1]:
+                open_partitions.discard(partition)
 
     def publish(self, txid: int, events: Iterable[PublishedEvent], *, before_commit: Any = None) -> dict[str, int]:
         """Publish ``events`` of ``txid`` in one Kafka transaction; the topic's end offsets after it
@@ -111,7 +137,7 @@ class KafkaPublisher:
             for seq, event in enumerate(events):
                 headers: list[tuple[str, str | bytes | None]] = [
                     (HEADERS[0], self.topology_id), (HEADERS[1], self.output), (HEADERS[2], str(txid)),
-                    (HEADERS[3], str(seq))]
+                    (HEADERS[3], str(seq)), (HEADERS[4], str(self.registration))]
                 self.producer.produce(self.topic, key=event.event_id, value=event.payload, headers=headers,
                                       partition=event.partition % self.partitions, on_delivery=delivered)
                 self.producer.poll(0)
@@ -128,3 +154,18 @@ class KafkaPublisher:
                 log.warning("could not abort the Kafka transaction of txid %d: %s", txid, exc)
             raise
         return written
+
+
+def _number(raw: Any) -> int | None:
+    """A header's positive whole number, or None (absent, not ASCII digits, absurdly long)."""
+    if not isinstance(raw, bytes) or not raw.isdigit() or len(raw) > 18:
+        return None
+    return int(raw) or None
+
+
+def _shown(raw: Any) -> str:
+    return "none" if raw is None else repr(raw[:40])
+
+
+def _text(raw: Any) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else "" if raw is None else str(raw)

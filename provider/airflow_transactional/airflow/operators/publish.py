@@ -25,4 +25,7 @@ class PublishOperator(TopologyTask):
             self.log.info("output %s: %s to Kafka topic %s (published through txid %d before this task)", p.output,
                           f"published txids {p.txids[0]}..{p.txids[-1]}" if p.txids else "nothing new to publish",
                           p.topic, p.published_through)
+            if p.ignored:
+                self.log.warning("output %s: %d records in Kafka topic %s claimed to be its own and were not believed "
+                                 "(someone else writes to the topic?)", p.output, p.ignored, p.topic)
         return {"txid": txn.txid, "published": {p.output: p.txids for p in done}}
