@@ -12,7 +12,8 @@ in-process by :func:`inject`, or when a process starts, by ``AIRFLOW_TXN_FAULT_E
 * ``terminate`` -- the server drops this connection (``pg_terminate_backend``);
 * ``raise``     -- an InjectedFault exception;
 * ``pause:S``   -- sleep S seconds (to hold a transaction open while others run);
-* ``waitfor:PATH`` -- wait until PATH exists (at most ten minutes): a test releases it.
+* ``waitfor:PATH`` -- wait until PATH exists (at most ten minutes): a test releases it (and knows
+  the process is waiting once ``PATH.waiting`` exists).
 
 ``name=action@N`` fires only the first N times in this process; ``name=action@once:PATH`` fires
 once across all processes (the first to create PATH fires, and writes its pid there: the chaos
@@ -138,7 +139,12 @@ def point(name: str, cur: Any = None, scope: tuple[str, ...] = ()) -> None:
         raise InjectedFault(name)
     if action.startswith("waitfor:"):
         deadline = time.monotonic() + 600
-        while not os.path.exists(action.split(":", 1)[1]) and time.monotonic() < deadline:
+        release = action.split(":", 1)[1]
+        try:
+            Path(f"{release}.waiting").touch()
+        except OSError:
+            pass  # a release file somewhere this process may not write: nobody is told
+        while not os.path.exists(release) and time.monotonic() < deadline:
             time.sleep(0.5)
         return
     if action.startswith("pause:"):

@@ -291,10 +291,10 @@ def test_links_out_of_the_directory_and_bad_patterns_are_not_taken(coordinator: 
     _land(outside, "passwords.json", ["root"])
     (inside / "leak.json").symlink_to(outside / "passwords.json")
     _land(inside, "real.json", ["x"])
-    (inside / "alias.json").symlink_to(inside / "real.json")  # a link within the directory is fine
+    (inside / "alias.json").symlink_to(inside / "real.json")  # a link even within it: no link is a landed file
     coordinator.register(_landing_topology(inside, max_files=10))
     _commit_all(coordinator, "r1")
-    assert table(dsn, "file_counts") == {"x": 2}
+    assert table(dsn, "file_counts") == {"x": 1}
     assert query(dsn, "SELECT count(*) FROM airflow_txn.quarantine") == [(0,)]
     for bad in (123, "", "sub/*.json"):
         with pytest.raises(ValueError, match="landing pattern must be a file-name pattern"):
@@ -306,3 +306,46 @@ def test_max_batch_size_caps_a_landing_batch_too(coordinator: Coordinator, tmp_p
     for n in range(5):
         _land(tmp_path, f"f{n}.json", ["x"], time.time() - 100 + n)
     assert len(coordinator.plan("files", "r1").batch["files"]) == 2
+
+
+def test_a_name_swapped_for_a_link_between_the_check_and_the_read_reads_nothing_through_it(
+        coordinator: Coordinator, tmp_path: Path, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: whoever may write into the landing directory flipped a planned name between a
+    good file and a link to a file they may not read; the processor checked the name, then read it
+    again by name, and committed the other file's first line to the quarantine (downloadable by
+    every viewer of the DAG). The swap is made here right after the processor's check, and undone
+    before its check after the read: what the reader gets is the planned file or nothing."""
+    inside = tmp_path / "landing"
+    inside.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET-LINE not json\n")
+    secret.chmod(0o600)
+    _land(inside, "f.json", ["x"], time.time() - 10)
+    coordinator.register(_landing_topology(inside))
+    txn = coordinator.plan("files", "r1")
+    name, kept = inside / "f.json", inside / ".kept"
+    checks = {"n": 0}
+    check = LandingDirectory.unavailable
+
+    def swapping(self: LandingDirectory, *args: object, **kwargs: object) -> str | None:
+        checks["n"] += 1
+        if checks["n"] == 2:  # the check after the read: the writer puts the file back first
+            name.unlink()
+            kept.rename(name)
+        why = check(self, *args, **kwargs)  # type: ignore[arg-type]
+        if checks["n"] == 1:  # the writer's move, right after the check before the read
+            name.rename(kept)
+            name.symlink_to(secret)
+        return why
+
+    monkeypatch.setattr(LandingDirectory, "unavailable", swapping)
+    with pytest.raises(BatchUnavailable, match=r"f\.json .* cannot be opened as a file of its own"):
+        process_batch(coordinator, "files", txn.txid, _fn)
+    monkeypatch.undo()
+    name.unlink()
+    kept.rename(name)
+    assert not [r for (r,) in query(dsn, "SELECT record FROM airflow_txn.quarantine") if "SECRET" in (r or "")]
+    process_batch(coordinator, "files", txn.txid, _fn)  # the planned file, read again: counted once
+    coordinator.commit("files", txn.txid)
+    assert table(dsn, "file_counts") == {"x": 1}
+    assert not [r for (r,) in query(dsn, "SELECT record FROM airflow_txn.quarantine") if "SECRET" in (r or "")]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -172,4 +173,58 @@ def test_bad_records_a_spark_task_copied_twice_are_committed_once(dsn: str, tmp_
     kept = query(dsn, "SELECT record FROM airflow_txn.quarantine WHERE committed")
     assert sorted(r for (r,) in kept) == ["not json a", "not json a", "not json b", "not json b"]
     assert dict(query(dsn, "SELECT \"user\", value FROM order_totals")) == {"a": 2, "b": 2}
+    coord.close()
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 180) -> bool:
+    """Until ``path`` exists (True) or ``proc`` ended (False)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_a_name_swapped_for_a_link_while_spark_reads_reads_nothing_through_it(dsn: str, tmp_path: Path) -> None:
+    """Regression: the Spark reader opened planned files by name, after the check, for longer than
+    the pure-Python one. A writer of the landing directory swaps the name for a link to a file it
+    may not read right after the check, and back before the check after the read: the driver
+    reads the planned file itself (by descriptor) or fails the attempt -- the other file's lines
+    never reach the quarantine."""
+    from dev import faults
+
+    landing, secret = tmp_path / "in", tmp_path / "secret.txt"
+    landing.mkdir()
+    secret.write_text("SECRET-LINE not json\n")
+    secret.chmod(0o600)
+    write_json_lines(str(landing), "f.json", [{"user": "a", "amount": 2}])
+    os.utime(landing / "f.json", (time.time() - 10, time.time() - 10))
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("orders", LandingDirectory(str(landing), settle_seconds=0), [
+        StateSpec("order_totals", {"user": "text"}, combiner="sum"),
+        StateSpec("order_counts", {"user": "text"}, combiner="count")]))
+    t = coord.plan("orders", "r1").txid
+    checked, read = tmp_path / "checked", tmp_path / "read"
+    argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.sql.shuffle.partitions": "2"}),
+            "--py-files", provider_zip(), str(REPO / "spark_jobs" / "landing_amounts.py"), "--topology", "orders",
+            "--txid", str(t)]
+    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
+                           faults=f"spark.begin=waitfor:{checked},spark.after_stage=waitfor:{read}")
+    name, kept = landing / "f.json", landing / ".kept"
+    job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert _wait_for(Path(f"{checked}.waiting"), job), "the driver never passed its check"
+        name.rename(kept)  # the writer's move, right after the check
+        name.symlink_to(secret)
+        checked.touch()
+        if _wait_for(Path(f"{read}.waiting"), job):  # it read what it read: the writer puts the file back
+            name.unlink()
+            kept.rename(name)
+            read.touch()
+        out, _ = job.communicate(timeout=300)
+    finally:
+        job.kill()
+    assert job.returncode != 0 and "cannot be opened as a file of its own" in out, out[-3000:]
+    assert not [r for (r,) in query(dsn, "SELECT record FROM airflow_txn.quarantine") if "SECRET" in (r or "")]
     coord.close()

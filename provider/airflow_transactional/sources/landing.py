@@ -15,9 +15,11 @@ never ignored, and never half-counted. Touching a file (same bytes) changes noth
 Writers should move complete files into the directory (write elsewhere or under a hidden name,
 then rename): names starting with ``.`` or ``_`` and ``*.tmp`` / ``*.inprogress`` / ``*.partial``
 are ignored. As a second guard a file is planned only once it has not changed for
-``settle_seconds`` (default 2). Symbolic links that lead out of the directory, hard links and
-files on another device (a mount inside it) are ignored, with a warning: each could make a file
-from elsewhere be processed.
+``settle_seconds`` (default 2). Symbolic links, hard links and files on another device (a mount
+inside it) are ignored, with a warning: each could make a file from elsewhere be processed. A file
+is opened once for each look, by descriptor and never through a link (:mod:`.landed`): what is
+identified and digested is what is read, and the reader checks it is the planned file (inode and
+digest) -- a name swapped for another file under the plan fails the attempt instead.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -36,6 +39,7 @@ import psycopg2.extensions
 
 from ..exceptions import BatchUnavailable, ConfigError
 from ..store import landing, transactions
+from . import landed
 from .base import BatchPlan, Offsets, Record, Source
 
 log = logging.getLogger(__name__)
@@ -82,11 +86,23 @@ class LandedFile:
 
 
 def _stat(path: str) -> LandedFile | None:
+    """The name's own stat (a link is not followed: a link is not a landed file)."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
     return LandedFile(path, st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _identified(path: str) -> LandedFile | None:
+    """The file named ``path`` with its digest, all from one descriptor (None: no such file)."""
+    found = landed.identify(path)
+    if found is None:
+        return None
+    ident, sha = found
+    return LandedFile(path, ident.size, ident.mtime_ns, ident.inode, sha)
 
 
 def _foreign(path: str, device: int) -> str | None:
@@ -96,7 +112,7 @@ def _foreign(path: str, device: int) -> str | None:
     mount under the directory) would let whoever may write into the directory have another
     file -- one they may not read -- processed; a writer moves its files in instead."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
         return None
     if st.st_nlink > 1:
@@ -107,11 +123,11 @@ def _foreign(path: str, device: int) -> str | None:
 
 
 def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The digest of the regular file named ``path`` (FileNotFoundError when there is none)."""
+    found = landed.identify(path)
+    if found is None:
+        raise FileNotFoundError(path)
+    return found[1]
 
 
 def changed(f: LandedFile, *, deep: bool = False) -> bool:
@@ -127,10 +143,8 @@ def changed(f: LandedFile, *, deep: bool = False) -> bool:
         return False
     if f.mtime_ns is None:
         return True
-    try:  # touched, copied back, restored from a backup: the same bytes are the same file
-        return now.size != f.size or f.sha256 is None or sha256_of(f.path) != f.sha256
-    except FileNotFoundError:
-        return True
+    again = _identified(f.path)  # touched, copied back, restored from a backup: the same bytes are the same file
+    return again is None or again.size != f.size or f.sha256 is None or again.sha256 != f.sha256
 
 
 class LandingDirectory(Source):
@@ -176,8 +190,9 @@ class LandingDirectory(Source):
                 continue
             if not fnmatch.fnmatch(e.name, self.pattern) or not e.is_file():
                 continue
-            if e.is_symlink() and os.path.commonpath([home, os.path.realpath(e.path)]) != home:
-                log.warning("landing directory %s: ignoring %s, a link to a file outside it", self.path, e.name)
+            if e.is_symlink():
+                log.warning("landing directory %s: ignoring %s, a symbolic link (move files into the directory, do "
+                            "not link them)", self.path, e.name)
                 continue
             why = _foreign(e.path, device)
             if why is not None:
@@ -199,10 +214,10 @@ class LandingDirectory(Source):
             old = latest.get(f.path)
             if old is not None and old.matches(f):
                 continue
-            try:
-                f = LandedFile(f.path, f.size, f.mtime_ns, f.inode, sha256_of(f.path))
-            except FileNotFoundError:
+            found = _identified(f.path)  # stat and digest from one descriptor: one file, whatever the name does
+            if found is None:
                 continue
+            f = found
             if old is not None and (old.sha256 == f.sha256 or old.seq > planned_through):
                 # Touched (same bytes), or rewritten before any plan took it: the entry follows it.
                 self._record(cur, s, topology_id, old.seq, f)
@@ -222,12 +237,8 @@ class LandingDirectory(Source):
         """A planned file whose content changed in place (its stat kept): what it holds now is a new
         version, with the next sequence number (its stat alone would never tell the listing) --
         unless the listing registered that content already."""
-        now = _stat(gone.path)
+        now = _identified(gone.path)
         if now is None:
-            return
-        try:
-            now = LandedFile(now.path, now.size, now.mtime_ns, now.inode, sha256_of(now.path))
-        except FileNotFoundError:
             return
         if landing.latest_digest(cur, s, topology_id, gone.path) != now.sha256:
             self._insert(cur, s, topology_id, landing.last_seq(cur, s, topology_id) + 1, now)
@@ -288,10 +299,7 @@ class LandingDirectory(Source):
             raise ConfigError("the pure-Python reader handles JSON-lines files; "
                               "Parquet and CSV batches are read by the Spark helper")
         for f in batch.get("files", []):
-            with open(f["path"], encoding="utf-8", errors="replace") as fh:
-                for n, line in enumerate(fh, start=1):
-                    if line.strip():
-                        yield Record(f"{f['seq']}:{n}", None, line.rstrip("\n"))
+            yield from _planned_lines(f)
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                         committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
@@ -314,6 +322,28 @@ class LandingDirectory(Source):
             done.setdefault(f.path, []).append(f)
         return sum(1 for f in self._listing(settled_only=False)
                    if not any(d.matches(f) for d in done.get(f.path, [])))
+
+
+def _planned_lines(f: Mapping[str, Any]) -> Iterator[Record]:
+    """The records of the planned file ``f``, read through one descriptor of the very file planned
+    (its inode) and checked, once read, against the planned digest: BatchUnavailable otherwise."""
+    path = str(f["path"])
+    try:
+        fd = landed.open_landed(path)
+    except landed.NotLanded as exc:
+        raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) planned, now: {exc}") from None
+    if f.get("inode") is not None and landed.identity(fd).inode != int(f["inode"]):
+        os.close(fd)
+        raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) is another file than the one planned (a new "
+                               "inode under its name): it is a new version, read by a later txid")
+    sha = hashlib.sha256()
+    for n, raw in enumerate(landed.lines(fd, sha), start=1):
+        line = raw.decode("utf-8", errors="replace")
+        if line.strip():
+            yield Record(f"{f['seq']}:{n}", None, line.rstrip("\r\n"))
+    if f.get("sha256") and sha.hexdigest() != f["sha256"]:
+        raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) changed while it was read: this attempt is "
+                               "void, and its content now is a new version")
 
 
 def write_json_lines(directory: str, name: str, records: Iterable[Mapping[str, Any]]) -> str:

@@ -9,16 +9,16 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..exceptions import ConfigError
-from ..sources import LandingDirectory, PostgresLogSource, Source, source_from_config
+from ..exceptions import BatchUnavailable, ConfigError
+from ..sources import LandingDirectory, PostgresLogSource, Source, landed, source_from_config
 from ..store.connection import connect
 from .handoff import StoreFile, store_file
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -268,21 +268,72 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    files = [f["path"] for f in batch.get("files", [])]
-    if not files:
+    if not batch.get("files"):
         return Records(spark.createDataFrame([], raw_schema()), TEXT)
+    files, file_name = pinned_files(spark, batch["files"])
     if batch.get("format", "json") == "parquet":
-        return Records(spark.read.parquet(*files).withColumn(OFFSET_COL, F.input_file_name()), COLUMNS)
+        return Records(spark.read.parquet(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if batch.get("format") == "csv":
-        return Records(spark.read.option("header", True).csv(*files).withColumn(OFFSET_COL, F.input_file_name()),
-                       COLUMNS)
+        return Records(spark.read.option("header", True).csv(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if not record_schema:
         raise ConfigError(NEEDS_SCHEMA)
     fields = spark_schema(record_schema).fields
     parsed = (spark.read.schema(StructType([*fields, StructField(CORRUPT_COL, StringType())]))
               .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT_COL).json(files))
-    return Records(parsed.select(F.input_file_name().alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
+    return Records(parsed.select(file_name.alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
                                  *[f.name for f in fields], CORRUPT_COL), PARSED)
+
+
+#: Descriptors of the landed files a driver reads through ``/proc/self/fd`` (:func:`pinned_files`),
+#: open while it lives: Spark reads a file lazily, whenever an action first needs it.
+_pinned: list[int] = []
+
+
+def pinned_files(spark: SparkSession, planned: Sequence[Mapping[str, Any]]) -> tuple[list[str], Column]:
+    """The paths Spark reads a landing batch's files by, and the column naming each record's file
+    as Spark names the planned file (``input_file_name()``).
+
+    Opened by name, a file can be another file than the one planned: whoever may write into the
+    directory may swap the name for a link to a file they may not read while Spark reads. A
+    driver whose executors share its process (a classic session on ``local[N]``) opens each
+    planned file itself, once, never through a link (:mod:`..sources.landed`), checks it is the
+    planned inode, and hands Spark ``/proc/<pid>/fd/<n>``: that very file, whatever the name does
+    after. Executors elsewhere (a cluster, Spark Connect) open the names; keep who may write the
+    landing directory to writers you trust there (docs: Security).
+    """
+    from pyspark.sql import functions as F
+
+    paths = [str(f["path"]) for f in planned]
+    connect = type(spark).__module__.startswith("pyspark.sql.connect")
+    if connect or not str(spark.sparkContext.master or "").startswith("local"):
+        return paths, F.input_file_name()
+    jvm: Any = spark._jvm  # classic sessions only: py4j
+    conf: Any = spark._jsc
+    fs = jvm.org.apache.hadoop.fs.Path("/").getFileSystem(conf.hadoopConfiguration())
+
+    def uri(path: str) -> str:  # as input_file_name() spells a local file
+        return str(fs.makeQualified(jvm.org.apache.hadoop.fs.Path(path)).toUri().toString())
+
+    pinned, names = [], []
+    for f, path in zip(planned, paths, strict=True):
+        try:
+            fd = landed.open_landed(path)
+        except landed.NotLanded as exc:
+            raise BatchUnavailable(f"landing file {path} (seq {f.get('seq')}) planned, now: {exc}") from None
+        _pinned.append(fd)
+        if f.get("inode") is not None and landed.identity(fd).inode != int(f["inode"]):
+            raise BatchUnavailable(f"landing file {path} (seq {f.get('seq')}) is another file than the one planned "
+                                   "(a new inode under its name): it is a new version, read by a later txid")
+        by_fd = f"/proc/{os.getpid()}/fd/{fd}"
+        pinned.append(by_fd)
+        names += [F.lit(uri(by_fd)), F.lit(uri(path))]
+    return pinned, F.element_at(F.create_map(*names), F.input_file_name())
+
+
+@atexit.register
+def _unpin() -> None:
+    while _pinned:
+        os.close(_pinned.pop())
 
 
 def spark_schema(ddl: str) -> Any:
