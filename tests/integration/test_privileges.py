@@ -242,3 +242,39 @@ def test_grant_refuses_a_role_that_would_be_the_owner_in_all_but_name(
     argv = [a.format(**roles.names) for a in args]
     assert cli(["--dsn", roles.dsn_of("owner"), "grant", *argv]) == 1
     assert fix in capsys.readouterr().err
+
+
+def test_a_producer_can_neither_take_nor_stall_a_turn(roles: Roles, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: publishers, decisions and rebuilds took turns with advisory locks, which any role
+    may take and whose keys follow from public names: a producer holding one stalled every publish
+    (then failed it after 300 s) and a decision's processing, and made a rebuild look running. Turns
+    are row locks on rows only the owner and the run-time role may lock."""
+    import zlib
+
+    from airflow_transactional.core import publish, rebuild
+    from airflow_transactional.core.context import StateStore
+
+    producer = psycopg2.connect(roles.dsn_of("producer"))
+    producer.autocommit = True
+    with producer.cursor() as cur:  # every key the advisory locks took, held by the producer
+        cur.execute("SELECT pg_advisory_lock(hashtext('airflow_txn.clicks.feed'))")
+        cur.execute("SELECT pg_advisory_lock(%s)",
+                    (zlib.crc32(b"airflow_transactional:airflow_txn:rebuild:clicks") & 0x7FFFFFFF,))
+        cur.execute("SELECT pg_advisory_lock(1954051684, hashtext('airflow_txn.clicks.feed'))")
+    monkeypatch.setattr(publish, "LOCK_WAIT", 2.0)
+    runtime = StateStore(roles.dsn_of("runtime"), schema="airflow_txn")
+    turn = publish._take_turn(runtime, "airflow_txn.clicks.feed")  # not stalled
+    owner = StateStore(roles.dsn_of("owner"), schema="airflow_txn")
+    started = rebuild.begin(owner, "clicks")  # not "a rebuild running"
+    assert rebuild.abort(owner, "clicks", rebuild=started)
+    for statement in ("SELECT name FROM airflow_txn.turns FOR UPDATE", "INSERT INTO airflow_txn.turns VALUES ('x')",
+                      "SELECT name FROM airflow_txn.turns FOR UPDATE SKIP LOCKED"):
+        roles.refused("producer", statement)
+    # The turn is the runtime role's while it holds it: a second publisher waits, then gives up.
+    with pytest.raises(Exception, match="held its lock for 2 s"):
+        publish._take_turn(StateStore(roles.dsn_of("runtime"), schema="airflow_txn"), "airflow_txn.clicks.feed")
+    turn.release()
+    publish._take_turn(runtime, "airflow_txn.clicks.feed").release()
+    runtime.close()
+    owner.close()
+    producer.close()

@@ -16,7 +16,7 @@ from .. import identifiers
 from ..exceptions import ConfigError, UnknownTopology, UnknownTransaction
 from ..sources.base import Offsets
 from ..spec import DecisionSpec, StateSpec, TopologySpec
-from ..store import decisions, outputs, topologies, transactions
+from ..store import decisions, outputs, topologies, transactions, turns
 from ..store import sql as q
 from ..store.connection import Database
 from .model import Transaction
@@ -43,9 +43,13 @@ class StateStore:
         self.external_dsns = dict(external_dsns or {})
         self.external: dict[str, Database] = {}
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
+        self.held: dict[str, turns.Held] = {}  # turns this store holds across transactions (a rebuild's)
         self.specs: dict[str, tuple[int, TopologySpec]] = {}  # topology id -> (num, spec), as last read
 
     def close(self) -> None:
+        for held in self.held.values():  # as a session lock ended with its session
+            held.release()
+        self.held.clear()
         self.db.close()
         for ext in self.external.values():
             ext.close()

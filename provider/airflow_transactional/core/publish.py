@@ -2,8 +2,8 @@
 
 An output declared with ``kafka_topic`` is published after its commits: each committed txid's
 events in one Kafka transaction, strictly in txid order, by one publisher per topology and output
-(a fixed ``transactional.id``: a second one fences the first; here a session lock keeps a second
-from starting at all). After the Kafka transaction commits, the txid is recorded in
+(a fixed ``transactional.id``: a second one fences the first; here the output's turn,
+:mod:`..store.turns`, keeps a second from starting at all). After the Kafka transaction commits, the txid is recorded in
 ``publications``. A publisher that died between the two finds the txid in the topic itself (its
 records' headers, read at read_committed past the offsets last recorded), so nothing is published
 twice and nothing skipped.
@@ -26,7 +26,7 @@ from ..exceptions import ConfigError, TransactionalError
 from ..sinks.kafka import KafkaPublisher, PublishedEvent, Scan
 from ..sources.kafka import client_config
 from ..spec import OutputSpec, TopologySpec
-from ..store import outputs, publications
+from ..store import outputs, publications, turns
 from .context import StateStore
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def _publish_output(store: StateStore, num: int, spec: TopologySpec, out: Output
     if topic is None:
         raise ConfigError(f"output {out.name!r} of topology {spec.topology_id!r} publishes to no Kafka topic")
     key = f"{store.schema}.{spec.topology_id}.{out.name}"
-    _take_turn(store, key)
+    turn = _take_turn(store, key)
     try:
         with store.db.transaction() as cur:
             recorded = publications.get(cur, store.schema, spec.topology_id, out.name)
@@ -107,8 +107,7 @@ def _publish_output(store: StateStore, num: int, spec: TopologySpec, out: Output
                      published[0], published[-1], topic)
         return Publication(out.name, topic, done, published, ignored)
     finally:
-        with store.db.transaction() as cur:
-            publications.unlock(cur, key)
+        turn.release()
 
 
 def _found_in_topic(store: StateStore, spec: TopologySpec, out: OutputSpec, scan: Scan, recorded: int,
@@ -149,13 +148,13 @@ def _events(store: StateStore, topology_id: str, output: str, txid: int) -> list
     return [PublishedEvent(e.partition, e.event_id, e.payload) for e in events]
 
 
-def _take_turn(store: StateStore, key: str) -> None:
-    """Hold the session lock of one output's publisher, waiting for another to finish."""
+def _take_turn(store: StateStore, key: str) -> turns.Held:
+    """The turn of one output's publisher, waiting for another to finish."""
     deadline = time.monotonic() + LOCK_WAIT
     while True:
-        with store.db.transaction() as cur:
-            if publications.try_lock(cur, key):
-                return
+        held = turns.hold(store.db.dsn, store.schema, f"publish:{key}")
+        if held is not None:
+            return held
         if time.monotonic() > deadline:
             raise TransactionalError(f"another publisher of {key} held its lock for {LOCK_WAIT:.0f} s: retry when it "
                                      "has finished")

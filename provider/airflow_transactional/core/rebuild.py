@@ -17,14 +17,14 @@ job, or a damaged table). The steps:
 
 Each rebuild has an id, recorded at :func:`begin` and checked at :func:`swap`: a rebuild that was
 aborted (or replaced by another) can never swap its half-loaded tables in. While it runs, the
-rebuild holds a session advisory lock in Postgres: that is how ``airflow-txn rebuild --abort``
-tells a live rebuild (refused without ``--force``) from one whose process died.
+rebuild holds its turn in Postgres (:mod:`..store.turns`, a row lock no producer can take): that
+is how ``airflow-txn rebuild --abort`` tells a live rebuild (refused without ``--force``) from one
+whose process died.
 """
 
 from __future__ import annotations
 
 import uuid
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from psycopg2 import sql
 
 from ..exceptions import ConfigError, RebuildInProgress, TransactionalError
 from ..spec import StateSpec
-from ..store import attempts, catalog, commits, topologies
+from ..store import attempts, catalog, commits, topologies, turns
 from ..store import sql as q
 from ..store.topologies import RebuildMark
 from . import status
@@ -52,19 +52,23 @@ class Rebuild:
     rebuild_id: str
 
 
-def _liveness_key(store: StateStore, topology_id: str) -> int:
-    return zlib.crc32(f"airflow_transactional:{store.schema}:rebuild:{topology_id}".encode()) & 0x7FFFFFFF
-
-
 def _hold(store: StateStore, topology_id: str) -> bool:
-    """Take the rebuild's liveness lock on this store's session; False if another session holds it."""
-    with store.db.transaction() as cur:
-        return catalog.try_lock(cur, _liveness_key(store, topology_id))
+    """Take the rebuild's turn for this store (kept in ``store.held``); False if another holds it.
+    Taken again by the store that holds it, it is still its own."""
+    name = f"rebuild:{topology_id}"
+    if name in store.held:
+        return True
+    held = turns.hold(store.db.dsn, store.schema, name)
+    if held is None:
+        return False
+    store.held[name] = held
+    return True
 
 
 def _release(store: StateStore, topology_id: str) -> None:
-    with store.db.transaction() as cur:
-        catalog.unlock(cur, _liveness_key(store, topology_id))
+    held = store.held.pop(f"rebuild:{topology_id}", None)
+    if held is not None:
+        held.release()
 
 
 def load_table(store: StateStore, num: int, state: StateSpec) -> sql.Composed:

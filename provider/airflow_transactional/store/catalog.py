@@ -1,5 +1,5 @@
 """What the database itself knows: whether a table or schema exists, a table's columns, the
-clock, session advisory locks, and the few statements that act on a whole table."""
+clock, and the few statements that act on a whole table."""
 
 from __future__ import annotations
 
@@ -60,16 +60,6 @@ def now(cur: Cursor) -> datetime:
     """The database's clock: one time for everything a step records."""
     cur.execute(query("catalog_now"))
     return scalar(cur)
-
-
-def try_lock(cur: Cursor, key: int) -> bool:
-    """Take a session advisory lock; False when another session holds it."""
-    cur.execute(query("catalog_try_lock"), {"key": key})
-    return bool(scalar(cur))
-
-
-def unlock(cur: Cursor, key: int) -> None:
-    cur.execute(query("catalog_unlock"), {"key": key})
 
 
 def server_version(cur: Cursor) -> str:

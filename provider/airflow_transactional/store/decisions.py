@@ -31,7 +31,7 @@ from psycopg2 import sql
 
 from .. import limits
 from ..exceptions import ConfigError
-from . import catalog
+from . import catalog, turns
 from . import sql as q
 from .queries import query
 from .rows import Cursor
@@ -39,8 +39,6 @@ from .rows import Cursor
 if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
     from ..spec import DecisionSpec, StateSpec
 
-#: The class of the advisory locks completions of one decision take turns with (its other key: the decision).
-LOCK_CLASS = 0x7478_6E64
 
 
 def staging_table(schema: str, topology_num: int, decision: DecisionSpec) -> sql.Composed:
@@ -96,11 +94,10 @@ def prepare(cur: Cursor, schema: str, topology_id: str, decision: DecisionSpec, 
     topology's committed txid now): each request no earlier txid claims, with its place in its
     key's run, and each key's run; the conflicts with other uncommitted txids; the staged rows
     are then removed."""
-    params = _params(topology_id, decision, txid, attempt, c=committed, lock_class=LOCK_CLASS,
-                     lock=f"{schema}.{topology_id}.{decision.name}")
+    params = _params(topology_id, decision, txid, attempt, c=committed)
     fresh = sql.Identifier(f"txn_fresh_{decision.name}")
     parts = {"staging": staging, "runs": runs, "fresh": fresh, "keys": q.key_list(state)}
-    cur.execute(query("decision_take_turn"), params)
+    turns.take(cur, schema, f"decision:{topology_id}:{decision.name}")  # each completion sees every one before
     cur.execute(query("decision_prepare_fresh_create", fresh=fresh, key_defs=q.key_defs(state)))
     cur.execute(query("decision_prepare_fresh", schema, **parts,
                       claims=_claims(schema, sql.SQL("r.request"), sql.SQL("<> %(txid)s"))), params)

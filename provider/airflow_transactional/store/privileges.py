@@ -47,6 +47,7 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("decision_runs", "INSERT"),
     ("output_ranges", "INSERT"),  # the commit records where it appended
     ("publications", "INSERT, UPDATE"),  # the publish task records how far it published
+    ("turns", "INSERT, UPDATE"),  # decisions and publishers take turns by its rows' locks
 )
 APPEND_FUNCTION = "append_events(text, integer[], text[], text[])"
 #: Row-level security on the logs: who sees which log's row (every other log table is out of a

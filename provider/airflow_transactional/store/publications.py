@@ -26,15 +26,6 @@ def record(cur: Cursor, schema: str, topology_id: str, output: str, topic: str, 
                                                       "txid": txid, "offsets": Json(dict(offsets))})
 
 
-def try_lock(cur: Cursor, key: str) -> bool:
-    cur.execute(query("publication_lock"), {"key": key})
-    return bool(scalar(cur))
-
-
-def unlock(cur: Cursor, key: str) -> None:
-    cur.execute(query("publication_unlock"), {"key": key})
-
-
 def unpublished_in_log(cur: Cursor, schema: str, log: str, partition: int) -> list[tuple[str, str, int]]:
     """(topology, output, LSN published through) of the outputs published to Kafka whose events in
     ``partition`` of ``log`` are not all published yet."""

@@ -1,5 +1,5 @@
 -- What the database itself knows (whether a table exists, its columns, the clock), session
--- advisory locks, wake-up notices, and the few statements that act on a whole table.
+-- wake-up notices, and the few statements that act on a whole table.
 
 -- name: catalog_exists
 SELECT to_regclass(%(name)s) IS NOT NULL
@@ -26,12 +26,6 @@ FROM pg_roles WHERE rolname = %(name)s
 -- name: catalog_now
 -- clock_timestamp(), not now(): one time for everything a step records, even inside a long transaction.
 SELECT clock_timestamp()
-
--- name: catalog_try_lock
-SELECT pg_try_advisory_lock(%(key)s)
-
--- name: catalog_unlock
-SELECT pg_advisory_unlock(%(key)s)
 
 -- name: catalog_count
 SELECT count(*) FROM {table}

@@ -19,10 +19,6 @@ CREATE TABLE IF NOT EXISTS {runs} (txid bigint NOT NULL, attempt integer NOT NUL
     requests text[] NOT NULL, amounts numeric[] NOT NULL, total numeric NOT NULL, low numeric,
     high numeric, credits numeric, debits integer, PRIMARY KEY (txid, attempt, {keys}))
 
--- name: decision_take_turn
--- Completions of one decision take turns, so each one sees every request recorded before it.
-SELECT pg_advisory_xact_lock(%(lock_class)s, hashtext(%(lock)s))
-
 -- name: decision_prepare_fresh_create
 CREATE TEMP TABLE {fresh} ({key_defs}, request text, seq bigint, amount numeric, prefix numeric,
     cprefix numeric, keep boolean, earlier boolean, later boolean) ON COMMIT DROP

@@ -11,13 +11,6 @@ ON CONFLICT (topology_id, output) DO UPDATE SET topic = EXCLUDED.topic,
     published_txid = greatest(publications.published_txid, EXCLUDED.published_txid),
     topic_offsets = EXCLUDED.topic_offsets, published_at = EXCLUDED.published_at
 
--- name: publication_lock
--- One publisher of an output at a time (a second one would fence the first in Kafka anyway).
-SELECT pg_try_advisory_lock(hashtext(%(key)s))
-
--- name: publication_unlock
-SELECT pg_advisory_unlock(hashtext(%(key)s))
-
 -- name: publication_unpublished_in_log
 -- The outputs published to Kafka that appended events to one partition of a log which are not
 -- published yet: the last LSN before the first of them (retention must not pass it).
