@@ -39,6 +39,8 @@ from airflow_transactional import faults as points
 
 ENV = "AIRFLOW_TXN_FAULTS"
 FILE_ENV = "AIRFLOW_TXN_FAULTS_FILE"
+#: What a process needs of its environment to run this engine (a Spark Connect server keeps them).
+KEEP = (points.ENGINE_ENV, ENV, FILE_ENV)
 ROOT = Path(__file__).resolve().parent.parent  # where ``dev`` is importable from
 
 _armed: dict[str, list[Any]] = {}  # name -> [action, remaining: int | "once:PATH" | None]

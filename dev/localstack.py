@@ -24,6 +24,7 @@ from airflow_transactional import files
 from airflow_transactional.spark.jars import kafka_connector
 from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env
 from dev.embedded import EmbeddedPostgres, free_port, listening
+from dev.faults import KEEP as FAULT_ENV
 from dev.kafka import KafkaBroker
 from dev.restclient import AirflowStackError, RestClient
 
@@ -299,7 +300,7 @@ class LocalStack:
             connector = kafka_connector().find() if self.kafka is not None else None
             argv = spark_connect_server_argv(self.spark_connect_port, self.spark_connect_master,
                                              jars=[str(j) for j in connector or []], env=env)
-            env = spark_connect_server_env(self._secrets()["spark_connect"], env)  # its token, none of our secrets
+            env = spark_connect_server_env(self._secrets()["spark_connect"], env, keep=FAULT_ENV)  # none of our secrets
         else:
             argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
         self.procs[name] = spawn(argv, self.base_dir / f"{name}.log", env)

@@ -16,6 +16,7 @@ from typing import Any
 from airflow_transactional import files
 from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env, spark_connect_url
 from dev.embedded import listening
+from dev.faults import KEEP as FAULT_ENV
 
 __all__ = ["ConnectServer"]
 
@@ -50,7 +51,8 @@ class ConnectServer:
         with open(files.open_private_log(self.log), "ab") as out:
             self.proc = subprocess.Popen(spark_connect_server_argv(self.port, self.master, self.jars, base),
                                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, env=spark_connect_server_env(self.token, base))
+                                         start_new_session=True, env=spark_connect_server_env(self.token, base,
+                                                                                           keep=FAULT_ENV))
         return self
 
     def wait(self, timeout: float = 180) -> ConnectServer:

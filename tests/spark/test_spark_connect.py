@@ -153,7 +153,12 @@ def test_the_servers_environment_has_its_token_and_none_of_the_stores_secrets() 
     from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env
 
     base = {"PATH": "/usr/bin", "AIRFLOW_TXN_DSN": "host=h password=s3cret", "AIRFLOW_TXN_DSN_FILE": "/x",
-            "AIRFLOW_CONN_TRANSACTIONAL_DEFAULT": '{"password": "s3cret"}', "AIRFLOW__API_AUTH__JWT_SECRET": "j"}
+            "AIRFLOW_CONN_TRANSACTIONAL_DEFAULT": '{"password": "s3cret"}', "AIRFLOW__API_AUTH__JWT_SECRET": "j",
+            # Regression: the filter was a deny-list, and a secret under any other name passed.
+            "PGPASSWORD": "s3cret", "AWS_SECRET_ACCESS_KEY": "s3cret", "REDIS_URL": "redis://:s3cret@h",
+            "SPARK_LOCAL_IP": "127.0.0.1", "LC_ALL": "C.UTF-8", "JAVA_HOME": "/jdk"}
     env = spark_connect_server_env("tok", base)
-    assert env == {"PATH": "/usr/bin", "SPARK_CONNECT_AUTHENTICATE_TOKEN": "tok"}
+    assert env == {"PATH": "/usr/bin", "SPARK_CONNECT_AUTHENTICATE_TOKEN": "tok", "SPARK_LOCAL_IP": "127.0.0.1",
+                   "LC_ALL": "C.UTF-8", "JAVA_HOME": "/jdk"}
+    assert spark_connect_server_env("tok", {"MINE": "x"}, keep=("MINE",))["MINE"] == "x"
     assert not any("tok" == a or "token" in a for a in spark_connect_server_argv(15002))

@@ -333,16 +333,26 @@ def with_jit_for_batch(conf: Mapping[str, Any], batch: Mapping[str, Any], planne
 CONNECT_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 
 
-def spark_connect_server_env(token: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a Spark Connect server: ``base`` (default: this process's) without the
-    state store's secrets or Airflow's (an authenticated client can run code on the server and read
-    it), with the token every client must present (``spark.connect.authenticate.token`` is the
-    same setting, but on the server's command line every local user could read it)."""
+#: What a Spark Connect server keeps of its starter's environment: what Java, Spark and Python
+#: need to run, by name or prefix. Nothing else -- an authenticated client can run code in the
+#: server and read its environment, so a secret of the starter's must not pass by accident.
+CONNECT_SERVER_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "JAVA_HOME",
+                                "PYTHONPATH", "PYTHONHASHSEED", "HADOOP_CONF_DIR", "HADOOP_HOME", "YARN_CONF_DIR",
+                                "XDG_CACHE_HOME", "NO_PROXY", "AIRFLOW_TXN_CACHE_DIR"})
+CONNECT_SERVER_ENV_PREFIXES = ("LC_", "SPARK_", "PYSPARK_", "OPENBLAS_")
+
+
+def spark_connect_server_env(token: str, base: Mapping[str, str] | None = None, *,
+                             keep: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment of a Spark Connect server: of ``base`` (default: this process's) only what
+    :data:`CONNECT_SERVER_ENV` names (and ``keep``), with the token every client must present
+    (``spark.connect.authenticate.token`` is the same setting, but on the server's command line
+    every local user could read it)."""
     if not token:
         raise ConfigError("a Spark Connect server needs a token: without one any local user may run code in it")
-    secret = ("AIRFLOW_CONN_", "AIRFLOW__", DSN_ENV, DSN_FILE_ENV)
-    return {**{k: v for k, v in (base if base is not None else os.environ).items() if not k.startswith(secret)},
-            CONNECT_TOKEN_ENV: token}
+    allowed = CONNECT_SERVER_ENV | set(keep)
+    return {**{k: v for k, v in (base if base is not None else os.environ).items()
+               if k in allowed or k.startswith(CONNECT_SERVER_ENV_PREFIXES)}, CONNECT_TOKEN_ENV: token}
 
 
 def spark_connect_url(port: int, token: str) -> str:
