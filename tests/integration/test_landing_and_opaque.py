@@ -349,3 +349,21 @@ def test_a_name_swapped_for_a_link_between_the_check_and_the_read_reads_nothing_
     coordinator.commit("files", txn.txid)
     assert table(dsn, "file_counts") == {"x": 1}
     assert not [r for (r,) in query(dsn, "SELECT record FROM airflow_txn.quarantine") if "SECRET" in (r or "")]
+
+
+def test_a_planned_file_copied_back_with_the_same_bytes_is_still_the_planned_file(
+        coordinator: Coordinator, tmp_path: Path, dsn: str) -> None:
+    """The same bytes under a new inode (restored from a backup) are the same file: the reader,
+    which checks it reads the planned file, takes it, as the plan's checks do."""
+    _land(tmp_path, "f.json", ["x", "y"], time.time() - 10)
+    coordinator.register(_landing_topology(tmp_path))
+    txn = coordinator.plan("files", "r1")
+    name = tmp_path / "f.json"
+    content, stamp = name.read_bytes(), name.stat().st_mtime
+    name.unlink()
+    (tmp_path / ".restore.tmp").write_bytes(content)  # a new inode, the same bytes and mtime
+    os.utime(tmp_path / ".restore.tmp", (stamp, stamp))
+    (tmp_path / ".restore.tmp").rename(name)
+    process_batch(coordinator, "files", txn.txid, _fn)
+    coordinator.commit("files", txn.txid)
+    assert table(dsn, "file_counts") == {"x": 1, "y": 1}

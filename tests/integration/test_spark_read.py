@@ -15,10 +15,22 @@ import pytest
 
 from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spark import read
+from airflow_transactional.spark.handoff import StoreFile
 from airflow_transactional.store.connection import connect
 from tests.helpers import AWKWARD_PAYLOADS, make_log
 
 pytestmark = pytest.mark.integration
+
+
+class _Given(StoreFile):
+    """The store as an executor reaches it, here without Spark: the DSN itself."""
+
+    def __init__(self, dsn: str) -> None:
+        object.__setattr__(self, "name", "given")
+        object.__setattr__(self, "_dsn", dsn)
+
+    def dsn(self) -> str:
+        return str(self._dsn)  # type: ignore[attr-defined]
 
 
 def test_log_chunks_arrive_as_the_sources_own_records(dsn: str) -> None:
@@ -29,7 +41,7 @@ def test_log_chunks_arrive_as_the_sources_own_records(dsn: str) -> None:
     assert len(chunks) > 2  # several chunks per partition
     ranges = pa.RecordBatch.from_pydict({"p": [c[0] for c in chunks], "lo": [c[1] for c in chunks],
                                          "hi": [c[2] for c in chunks]})
-    got = pa.Table.from_batches(list(read._arrow_log_chunks(dsn, "airflow_txn", source.to_config(), [ranges])))
+    got = pa.Table.from_batches(list(read._arrow_log_chunks(_Given(dsn), "airflow_txn", source.to_config(), [ranges])))
     assert got.schema.names == [read.OFFSET_COL, read.EVENT_ID_COL, "payload"]
     conn = connect(dsn)
     try:

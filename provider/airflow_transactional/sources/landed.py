@@ -11,10 +11,11 @@ inode, size, mtime) comes from that descriptor, and its digest from the very byt
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
 
 
 class NotLanded(OSError):
@@ -61,6 +62,19 @@ def digest(fd: int) -> str:
     return sha.hexdigest()
 
 
+def not_planned(fd: int, planned: Mapping[str, Any]) -> str | None:
+    """Why the file ``fd`` reads is not the planned file ``planned`` (None: it is): another inode
+    whose bytes are not the planned ones. The same bytes under a new inode (a file copied back,
+    restored from a backup) are the same file, as the plan's checks hold."""
+    if planned.get("inode") is None or identity(fd).inode == int(planned["inode"]):
+        return None
+    if planned.get("sha256") and digest(fd) == planned["sha256"]:
+        os.lseek(fd, 0, os.SEEK_SET)
+        return None
+    return (f"landing file {planned['path']} (seq {planned.get('seq')}) is another file than the one planned (a new "
+            "inode, other bytes, under its name): it is a new version, read by a later txid")
+
+
 def identify(path: str) -> tuple[Identity, str] | None:
     """The identity and digest of the regular file named ``path``, from one descriptor; None when
     there is no such file (gone, a link, not regular)."""
@@ -74,9 +88,25 @@ def identify(path: str) -> tuple[Identity, str] | None:
         os.close(fd)
 
 
-def lines(fd: int, sha: hashlib._Hash) -> Iterator[bytes]:
-    """The lines ``fd`` reads, each added to ``sha`` as it goes (the descriptor is closed after)."""
-    with os.fdopen(fd, "rb") as fh:
-        for line in fh:
-            sha.update(line)
-            yield line
+class _Digesting(io.RawIOBase):
+    """The bytes of a raw file, each added to a digest as it is read."""
+
+    def __init__(self, raw: Any, sha: Any) -> None:
+        self.raw, self.sha = raw, sha
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.raw.readinto(buffer)
+        if n:
+            self.sha.update(memoryview(buffer)[:n])
+        return n or 0
+
+
+def lines(fd: int, sha: Any) -> Iterator[str]:
+    """The text lines ``fd`` reads (UTF-8, a bad byte replaced; universal newlines, as text files
+    are read), every byte added to ``sha`` as it goes; the descriptor is closed after."""
+    with io.TextIOWrapper(io.BufferedReader(_Digesting(os.fdopen(fd, "rb", buffering=0), sha)),
+                          encoding="utf-8", errors="replace") as text:
+        yield from text

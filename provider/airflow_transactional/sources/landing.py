@@ -332,15 +332,14 @@ def _planned_lines(f: Mapping[str, Any]) -> Iterator[Record]:
         fd = landed.open_landed(path)
     except landed.NotLanded as exc:
         raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) planned, now: {exc}") from None
-    if f.get("inode") is not None and landed.identity(fd).inode != int(f["inode"]):
+    why = landed.not_planned(fd, f)
+    if why is not None:
         os.close(fd)
-        raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) is another file than the one planned (a new "
-                               "inode under its name): it is a new version, read by a later txid")
+        raise BatchUnavailable(why)
     sha = hashlib.sha256()
-    for n, raw in enumerate(landed.lines(fd, sha), start=1):
-        line = raw.decode("utf-8", errors="replace")
+    for n, line in enumerate(landed.lines(fd, sha), start=1):
         if line.strip():
-            yield Record(f"{f['seq']}:{n}", None, line.rstrip("\r\n"))
+            yield Record(f"{f['seq']}:{n}", None, line.rstrip("\n"))
     if f.get("sha256") and sha.hexdigest() != f["sha256"]:
         raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) changed while it was read: this attempt is "
                                "void, and its content now is a new version")

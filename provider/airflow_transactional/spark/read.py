@@ -268,12 +268,15 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
+    kind = batch.get("format", "json")
     if not batch.get("files"):
         return Records(spark.createDataFrame([], raw_schema()), TEXT)
+    if kind == "json" and not record_schema:
+        raise ConfigError(NEEDS_SCHEMA)
     files, file_name = pinned_files(spark, batch["files"])
-    if batch.get("format", "json") == "parquet":
+    if kind == "parquet":
         return Records(spark.read.parquet(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
-    if batch.get("format") == "csv":
+    if kind == "csv":
         return Records(spark.read.option("header", True).csv(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if not record_schema:
         raise ConfigError(NEEDS_SCHEMA)
@@ -321,13 +324,13 @@ def pinned_files(spark: SparkSession, planned: Sequence[Mapping[str, Any]]) -> t
         except landed.NotLanded as exc:
             raise BatchUnavailable(f"landing file {path} (seq {f.get('seq')}) planned, now: {exc}") from None
         _pinned.append(fd)
-        if f.get("inode") is not None and landed.identity(fd).inode != int(f["inode"]):
-            raise BatchUnavailable(f"landing file {path} (seq {f.get('seq')}) is another file than the one planned "
-                                   "(a new inode under its name): it is a new version, read by a later txid")
+        why = landed.not_planned(fd, f)
+        if why is not None:
+            raise BatchUnavailable(why)
         by_fd = f"/proc/{os.getpid()}/fd/{fd}"
         pinned.append(by_fd)
         names += [F.lit(uri(by_fd)), F.lit(uri(path))]
-    return pinned, F.element_at(F.create_map(*names), F.input_file_name())
+    return pinned, F.coalesce(F.try_element_at(F.create_map(*names), F.input_file_name()), F.input_file_name())
 
 
 @atexit.register
