@@ -278,3 +278,15 @@ def test_a_producer_can_neither_take_nor_stall_a_turn(roles: Roles, monkeypatch:
     runtime.close()
     owner.close()
     producer.close()
+
+
+def test_a_producer_sees_only_its_own_rows_of_the_log_writers(roles: Roles) -> None:
+    """Regression: a producer read log_writers whole -- every producer role and the logs each may write."""
+    roles.admin("INSERT INTO airflow_txn.log_writers (log_name, role_name) VALUES ('other', 'someone_else')")
+    seen = query(roles.dsn_of("producer"), "SELECT log_name, role_name FROM airflow_txn.log_writers ORDER BY 1")
+    assert seen == [("clicks", roles.names["producer"]), ("feed", roles.names["producer"])]
+    # Its own appends still go through, and the run-time role still sees every row.
+    producer = EventLog(roles.dsn_of("producer"), "clicks")
+    assert producer.append([click(1)], partition=0).appended == 1
+    producer.close()
+    assert len(query(roles.dsn_of("runtime"), "SELECT * FROM airflow_txn.log_writers")) == 3

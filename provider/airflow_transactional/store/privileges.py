@@ -53,6 +53,8 @@ APPEND_FUNCTION = "append_events(text, integer[], text[], text[])"
 #: Row-level security on the logs: who sees which log's row (every other log table is out of a
 #: producer's reach altogether).
 WRITERS_POLICY = "txn_log_writers"
+#: Row-level security on ``log_writers``: a role sees the rows that name it (or a role it is in).
+OWN_ROWS_POLICY = "txn_own_rows"
 
 
 def grant_statements(schema: str, topologies: Sequence[tuple[int, TopologySpec]], *, runtime_role: str,
@@ -71,9 +73,19 @@ def grant_statements(schema: str, topologies: Sequence[tuple[int, TopologySpec]]
         out += _topology_grants(schema, num, spec, runtime)
     logs_table = sql.SQL("{}.logs").format(s)
     policy = sql.Identifier(f"txn_{runtime_role}")
+    writers_table = sql.SQL("{}.log_writers").format(s)
     out += [sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(logs_table),
             sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(policy, logs_table),
-            sql.SQL("CREATE POLICY {} ON {} TO {} USING (true)").format(policy, logs_table, runtime)]
+            sql.SQL("CREATE POLICY {} ON {} TO {} USING (true)").format(policy, logs_table, runtime),
+            # Which roles write which logs: a producer sees its own rows only (it listed every
+            # producer role and the logs each may write).
+            sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(writers_table),
+            sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(policy, writers_table),
+            sql.SQL("CREATE POLICY {} ON {} TO {} USING (true)").format(policy, writers_table, runtime),
+            sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(sql.Identifier(OWN_ROWS_POLICY), writers_table),
+            sql.SQL("CREATE POLICY {} ON {} USING (EXISTS (SELECT 1 FROM pg_catalog.pg_roles r "
+                    "WHERE r.rolname = role_name AND pg_has_role(current_user, r.oid, 'MEMBER')))")
+            .format(sql.Identifier(OWN_ROWS_POLICY), writers_table)]
     if producer_role is None:
         return out
     producer = sql.Identifier(identifiers.name("role name", producer_role))
