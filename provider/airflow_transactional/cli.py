@@ -139,6 +139,13 @@ def publish(args: argparse.Namespace, coord: Coordinator) -> int:
     return 0
 
 
+def _request_id(text: str) -> str:
+    """A request id on the command line: non-empty text."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a request id is non-empty text, got ''")
+    return text
+
+
 def _txid(text: str) -> int:
     """A txid on the command line: a whole number from 1."""
     if not text.strip().isdigit() or int(text) < 1:
@@ -278,7 +285,7 @@ def _operating_commands(sub: Any) -> None:
     one = _command(sub, "verdict", verdict, "a decision's verdict on requests (granted, declined, or not yet "
                    "decided): what a requester asks")
     one.add_argument("decision")
-    one.add_argument("request_ids", nargs="+", metavar="REQUEST_ID")
+    one.add_argument("request_ids", nargs="+", metavar="REQUEST_ID", type=_request_id)
     _command(sub, "register", register, "register the topologies that DAG files declare (as the schema's owner: "
              "creates their tables; the run-time role then needs no DDL rights)", topology=False).add_argument(
         "dag_files", nargs="+", metavar="DAG_FILE")

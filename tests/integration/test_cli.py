@@ -64,6 +64,8 @@ def test_cli_commits_is_a_table_or_json_and_survives_a_closed_pipe(coordinator: 
 @pytest.mark.parametrize(("source", "fix"), [
     ("def broken(:\n", "does not parse: invalid syntax (line 1): fix the file"),
     ("raise SystemExit(3)\n", "exited while loading (SystemExit 3)"),
+    ("raise KeyboardInterrupt\n", "was interrupted while loading (KeyboardInterrupt)"),
+    ("import os\nos._exit(0)\n", "exited through os._exit (code 0) while loading"),
     ("import no_such_module_here\n", "failed to load: ModuleNotFoundError: No module named 'no_such_module_here'"),
     ("x = 1\n", "declares no transactional topology"),
 ])

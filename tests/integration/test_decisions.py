@@ -172,6 +172,9 @@ def test_payments_are_decided_in_log_order_on_committed_balances_and_conserve_mo
     assert out[0].startswith(f"r0: {'granted' if verdicts['r0'] else 'declined'} in txid 1 (amount ")
     assert out[2] == "nope: not decided yet"
     assert cli(["--dsn", dsn, "verdict", "payments", "pay", "r0"]) == 0
+    with pytest.raises(SystemExit):  # regression: an empty id was "not decided yet"
+        cli(["--dsn", dsn, "verdict", "payments", "pay", ""])
+    assert "a request id is non-empty text" in capsys.readouterr().err
 
 
 def test_a_request_sent_again_is_not_decided_again_and_replays_decide_once(dsn: str) -> None:

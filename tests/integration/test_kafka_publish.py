@@ -235,3 +235,19 @@ def test_publish_refuses_a_topology_without_a_kafka_output_and_a_txid_below_one(
         cli(["--dsn", dsn, "publish", "quiet", "--through", "-5"])
     assert "a txid is a whole number from 1, got '-5'" in capsys.readouterr().err
     coord.close()
+
+
+def test_a_publisher_says_at_once_when_the_broker_is_not_there(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: a closed broker made ``airflow-txn publish`` wait 61 s before its error."""
+    import time
+
+    from airflow_transactional.exceptions import SourceUnreachable
+    from dev.embedded import free_port
+
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_CLOSED", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": f"127.0.0.1:{free_port()}"}}))
+    started = time.monotonic()
+    with pytest.raises(SourceUnreachable, match="is not reachable to publish output 'big'"):
+        KafkaPublisher(client_config("kafka_closed"), topic="t", topology_id="big", output="big",
+                       transactional_id="airflow-txn.x.big.big", registration=1)
+    assert time.monotonic() - started < 30

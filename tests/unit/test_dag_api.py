@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import textwrap
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -208,6 +208,12 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     ({"commit_deadline": timedelta(minutes=1), "on_late_commit": "not.a.module"}, "cannot be imported"),
     ({"commit_deadline": timedelta(minutes=1), "on_late_commit": "json.dumps"}, "must be a coroutine function"),
     ({"spark_conf": {"spark.authenticate.secret": "hunter2"}}, "would be on spark-submit's command line"),
+    # the third review's careless hand
+    ({"transactional_conn_id": ""}, "transactional_conn_id must name an Airflow connection"),
+    ({"spark_conn_id": "spark default"}, "spark_conn_id must name an Airflow connection"),
+    ({"spark_pool": ""}, "spark_pool must name an Airflow pool"),
+    ({"start_date": datetime(2026, 1, 1)}, "start_date must be a datetime with a time zone"),
+    ({"commit_deadline": timedelta(days=36500)}, "commit_deadline must be at most 365 days"),
     ({"kubernetes_dsn_secret": "a" * 300 + ":dsn"}, "each at most 253 characters"),
     ({"kubernetes_dsn_secret": "Bad Name:dsn"}, "kubernetes_dsn_secret must be 'secret-name:key'"),
     ({"kubernetes_dsn_secret": "txn-store:dsn"}, None),

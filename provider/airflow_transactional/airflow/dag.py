@@ -18,7 +18,7 @@ import inspect
 import itertools
 import os
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from airflow.sdk import DAG
@@ -38,7 +38,7 @@ from .priority import TransactionalPriority
 
 __all__ = ["LOCAL_SPARK_CONF", "transactional_dag"]
 
-DEFAULT_START = datetime(2024, 1, 1)
+DEFAULT_START = datetime(2024, 1, 1, tzinfo=UTC)
 
 def _caller_dir() -> str:
     frame = inspect.stack()[2]
@@ -163,6 +163,8 @@ def transactional_dag(
             raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=10)), got {value!r}")
     if commit_deadline is None and on_late_commit is not None:
         raise ConfigError("on_late_commit needs commit_deadline: say how long a run may take to commit")
+    _check_names(transactional_conn_id=transactional_conn_id, spark_conn_id=spark_conn_id, spark_pool=spark_pool,
+                 start_date=start_date, commit_deadline=commit_deadline)
     _check_settings(retries=retries, defer_after=defer_after, retry_delay=retry_delay,
                     commit_timeout=commit_timeout, plan_timeout=plan_timeout, deferrable=deferrable,
                     emit_assets=emit_assets, tags=tags, application_args=application_args,
@@ -194,6 +196,30 @@ def transactional_dag(
         raise ConfigError(f"topology {topology_id!r}: schedule {schedule!r} is not valid ({exc}): give a cron "
                           "string such as '*/5 * * * *', a timedelta, or a timetable") from None
     return dag
+
+
+#: The longest ``commit_deadline`` taken: a run not committed within a year is not "late" but lost.
+MAX_COMMIT_DEADLINE = timedelta(days=365)
+
+
+def _check_names(*, transactional_conn_id: Any, spark_conn_id: Any, spark_pool: Any, start_date: Any,
+                 commit_deadline: timedelta | None) -> None:
+    """Refuse what Airflow would take at parse and fail on at run time, or never: a connection id or
+    a pool that cannot exist, a start date without a time zone, a deadline past any use."""
+    for name, value in (("transactional_conn_id", transactional_conn_id), ("spark_conn_id", spark_conn_id),
+                        ("spark_pool", spark_pool)):
+        if value is None and name == "spark_pool":
+            continue
+        if not isinstance(value, str) or not value or len(value) > 250 or not all(
+                c.isascii() and (c.isalnum() or c in "_-.") for c in value):
+            raise ConfigError(f"{name} must name an Airflow {'pool' if name == 'spark_pool' else 'connection'} "
+                              f"(letters, digits, '_', '-', '.'), got {value!r}")
+    if not isinstance(start_date, datetime) or start_date.tzinfo is None or start_date.utcoffset() is None:
+        raise ConfigError(f"start_date must be a datetime with a time zone (e.g. datetime(2026, 1, 1, tzinfo=UTC)), "
+                          f"got {start_date!r}: a naive one is read in whatever time zone the scheduler runs in")
+    if commit_deadline is not None and commit_deadline > MAX_COMMIT_DEADLINE:
+        raise ConfigError(f"commit_deadline must be at most {MAX_COMMIT_DEADLINE.days} days, got {commit_deadline}: "
+                          "a run that late is stalled, which stall_after reports")
 
 
 def _check_settings(*, retries: Any, defer_after: Any, retry_delay: Any, commit_timeout: Any, plan_timeout: Any,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import runpy
-from typing import Any
+from typing import Any, NoReturn
 
 from ..core.liveness import STALL_AFTER
 from ..exceptions import ConfigError, TransactionalError
@@ -75,8 +75,18 @@ def _dags(names: dict[str, Any]) -> list[Any]:
 
 def _load(path: str) -> dict[str, Any]:
     """The globals of a DAG file, or a ConfigError saying in one line why it did not load."""
+    real_exit = os._exit
+
+    def refused_exit(code: int) -> NoReturn:  # a file that calls os._exit would end the owner's command silently
+        raise ConfigError(f"{path} exited through os._exit (code {code}) while loading: a DAG file must only declare "
+                          "its DAGs")
+
+    os._exit = refused_exit  # type: ignore[assignment]
     try:
         return runpy.run_path(path)
+    except KeyboardInterrupt:
+        raise ConfigError(f"{path} was interrupted while loading (KeyboardInterrupt): a DAG file must only declare "
+                          "its DAGs") from None
     except SyntaxError as exc:
         raise ConfigError(f"{path} does not parse: {exc.msg} (line {exc.lineno}): fix the file") from None
     except SystemExit as exc:
@@ -86,3 +96,5 @@ def _load(path: str) -> dict[str, Any]:
         raise
     except Exception as exc:
         raise ConfigError(f"{path} failed to load: {type(exc).__name__}: {redact(str(exc)).strip()[:500]}") from None
+    finally:
+        os._exit = real_exit

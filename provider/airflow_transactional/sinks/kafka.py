@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 HEADERS = ("airflow-txn-topology", "airflow-txn-output", "airflow-txn-txid", "airflow-txn-seq",
            "airflow-txn-registration")
 TIMEOUT = 60.0
+#: How long the publisher waits for the broker to answer at all before it says it is not there.
+REACH_TIMEOUT = 10.0
 
 
 class PublishedEvent(NamedTuple):
@@ -53,6 +55,11 @@ class KafkaPublisher:
         self.producer = Producer({**self.config, "transactional.id": transactional_id, "enable.idempotence": True,
                                   "transaction.timeout.ms": 300_000},
                                  logger=logging.getLogger(f"{__name__}.librdkafka"))
+        try:  # a broker that is not there says so in seconds, not after the transactions' minute
+            self.producer.list_topics(topic, timeout=REACH_TIMEOUT)
+        except Exception as exc:
+            raise SourceUnreachable(f"Kafka at {self.config.get('bootstrap.servers')} is not reachable to publish "
+                                    f"output {output!r} ({exc}): check the broker and the connection") from None
         try:
             self.producer.init_transactions(TIMEOUT)  # fences an older publisher, aborts what it left open
         except Exception as exc:
