@@ -91,30 +91,27 @@ def _lz4_block(src: bytes) -> bytes:
     out, i = bytearray(), 0
     while i < len(src):
         token = src[i]
-        i += 1
-        literals = token >> 4
-        if literals == 15:
-            while True:
-                literals += src[i]
-                i += 1
-                if src[i - 1] != 255:
-                    break
+        literals, i = _length(src, i + 1, token >> 4)
         out += src[i:i + literals]
         i += literals
         if i >= len(src):
             break
         offset = src[i] | src[i + 1] << 8
-        i += 2
-        length = token & 15
-        if length == 15:
-            while True:
-                length += src[i]
-                i += 1
-                if src[i - 1] != 255:
-                    break
+        length, i = _length(src, i + 2, token & 15)
         for _ in range(length + 4):
             out.append(out[-offset])
     return bytes(out)
+
+
+def _length(src: bytes, i: int, nibble: int) -> tuple[int, int]:
+    """An LZ4 length: the token's nibble, and when it is 15, the bytes after it up to one below 255."""
+    if nibble == 15:
+        while True:
+            nibble += src[i]
+            i += 1
+            if src[i - 1] != 255:
+                break
+    return nibble, i
 
 
 if __name__ == "__main__":
