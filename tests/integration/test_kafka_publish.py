@@ -63,6 +63,16 @@ def published(kafka: KafkaBroker, topic: str) -> list[tuple[int, int, str]]:
     return sorted(out)
 
 
+def committed(dsn: str, kafka: KafkaBroker, *, partitions: int, clicks: int) -> tuple[Coordinator, str, list[int]]:
+    """The ``big`` topology over ``clicks`` clicks, every batch committed; its output's topic of
+    ``partitions`` partitions (nothing published yet), and the txids with events."""
+    topic = create_topic(kafka, partitions)
+    make_log(dsn).append([click(i) for i in range(clicks)])
+    coord = Coordinator(dsn)
+    coord.register(topology(topic))
+    return coord, topic, commit_all(coord, "r")
+
+
 def expected(dsn: str) -> list[str]:
     return [e for (e,) in query(dsn, "SELECT event_id FROM airflow_txn.log_events WHERE log_name = 'big' "
                                      "ORDER BY event_id")]
@@ -70,11 +80,7 @@ def expected(dsn: str) -> list[str]:
 
 def test_each_committed_txid_is_published_once_in_one_kafka_transaction_in_txid_order(
         dsn: str, kafka: KafkaBroker) -> None:
-    topic = create_topic(kafka, 3)
-    make_log(dsn).append([click(i) for i in range(60)])
-    coord = Coordinator(dsn)
-    coord.register(topology(topic))
-    txids = commit_all(coord, "r")
+    coord, topic, txids = committed(dsn, kafka, partitions=3, clicks=60)
     [first] = coord.publish("big", through_txid=2)
     assert first.txids == [1, 2]
     [rest] = coord.publish("big")
@@ -92,11 +98,7 @@ def test_each_committed_txid_is_published_once_in_one_kafka_transaction_in_txid_
 @pytest.mark.parametrize("point", ["publish.before_kafka_commit", "publish.after_kafka_commit"])
 def test_a_publisher_killed_around_the_kafka_commit_publishes_nothing_twice_and_skips_nothing(
         dsn: str, kafka: KafkaBroker, point: str) -> None:
-    topic = create_topic(kafka, 2)
-    make_log(dsn).append([click(i) for i in range(40)])
-    coord = Coordinator(dsn)
-    coord.register(topology(topic))
-    commit_all(coord, "r")
+    coord, topic, _txids = committed(dsn, kafka, partitions=2, clicks=40)
     # A publisher process dies at the point, on txid 2: its Kafka transaction is open (before) or
     # committed but not recorded in Postgres (after).
     script = ("import sys; from airflow_transactional.coordinator import Coordinator; "
@@ -115,11 +117,7 @@ def test_a_publisher_killed_around_the_kafka_commit_publishes_nothing_twice_and_
 
 
 def test_a_second_publisher_fences_a_stale_one(dsn: str, kafka: KafkaBroker) -> None:
-    topic = create_topic(kafka, 1)
-    make_log(dsn).append([click(i) for i in range(20)])
-    coord = Coordinator(dsn)
-    coord.register(topology(topic))
-    commit_all(coord, "r")
+    coord, topic, _txids = committed(dsn, kafka, partitions=1, clicks=20)
     config = client_config("kafka_default")
     stale = KafkaPublisher(config, topic=topic, topology_id="big", output="big",
                            transactional_id="airflow-txn.airflow_txn.big.big", registration=1)
@@ -142,11 +140,7 @@ def test_an_output_published_to_a_missing_topic_is_a_clear_error(dsn: str, kafka
 
 def test_retention_waits_for_the_publisher_and_forced_retention_stops_it_with_the_way_out(
         dsn: str, kafka: KafkaBroker, capsys: pytest.CaptureFixture[str]) -> None:
-    topic = create_topic(kafka, 2)
-    make_log(dsn).append([click(i) for i in range(40)])
-    coord = Coordinator(dsn)
-    coord.register(topology(topic))
-    txids = commit_all(coord, "r")
+    coord, topic, txids = committed(dsn, kafka, partitions=2, clicks=40)
     coord.publish("big", through_txid=1)
     out = EventLog(dsn, "big")
     [(head,)] = query(dsn, "SELECT next_lsn - 1 FROM airflow_txn.log_partitions WHERE log_name = 'big' "
@@ -185,11 +179,7 @@ def test_a_record_someone_else_wrote_with_this_outputs_headers_skips_nothing(
     published; a txid header that is not a number made every publish fail for good; a claim of the
     next txid made it skipped. A claim now counts only for the txid after the last recorded one,
     and only when its records are exactly that txid's events; the rest are reported."""
-    topic = create_topic(kafka, 1)
-    make_log(dsn).append([click(i) for i in range(40)])
-    coord = Coordinator(dsn)
-    coord.register(topology(topic))
-    txids = commit_all(coord, "r")
+    coord, topic, txids = committed(dsn, kafka, partitions=1, clicks=40)
     [first] = coord.publish("big", through_txid=1)
     assert first.txids == [1]
     [(num,)] = query(dsn, "SELECT num FROM airflow_txn.topologies WHERE topology_id = 'big'")
@@ -207,11 +197,7 @@ def test_a_record_someone_else_wrote_with_this_outputs_headers_skips_nothing(
 def test_after_a_reset_the_old_runs_records_publish_nothing_in_the_new_ones_place(dsn: str, kafka: KafkaBroker) -> None:
     """Regression: after ``airflow-txn reset`` the old run's headers in the topic made the new
     run's txids "already published", and they never were."""
-    topic = create_topic(kafka, 2)
-    make_log(dsn).append([click(i) for i in range(30)])
-    coord = Coordinator(dsn)
-    coord.register(topology(topic))
-    old = commit_all(coord, "r")
+    coord, topic, old = committed(dsn, kafka, partitions=2, clicks=30)
     [before] = coord.publish("big")
     assert before.txids == [*old, old[-1] + 1]
     coord.reset("big")

@@ -70,7 +70,7 @@ def check_standalone_secret(master: str, env: Mapping[str, str] | None = None) -
     """Refuse to submit to the standalone ``master`` unless the ``spark-defaults.conf`` of ``env``
     holds the cluster's secret, in a file only its owner can read."""
     path = spark_defaults_path(env)
-    defaults = spark_defaults(env)
+    defaults = _properties(path) if path is not None else {}
     fix = (f"put 'spark.authenticate true' and 'spark.authenticate.secret <the cluster's secret>' in the "
            f"spark-defaults.conf of the master, of every worker and of this machine ({path or '$SPARK_CONF_DIR'}), "
            "mode 600, and restart the master and workers; or set spark_conf={'spark.authenticate': 'false'} to run "
@@ -98,8 +98,10 @@ def spark_defaults(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings of the ``spark-defaults.conf`` spark-submit reads in ``env``
     (:func:`spark_defaults_path`); empty when there is none."""
     path = spark_defaults_path(env)
-    if path is None:
-        return {}
+    return _properties(path) if path is not None else {}
+
+
+def _properties(path: Path) -> dict[str, str]:
     out = {}
     for line in path.read_text(errors="replace").splitlines():  # a Java properties file: k v, k=v or k: v
         found = _PROPERTY.match(line.strip())

@@ -51,6 +51,11 @@ class StoreFile:
                               ) from None
 
 
+def is_remote(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def store_file(spark: SparkSession, dsn: str) -> StoreFile:
     """The :class:`StoreFile` of ``dsn`` in ``spark``: registered with the session on first use."""
     digest = hashlib.sha256(dsn.encode()).hexdigest()
@@ -66,7 +71,7 @@ def _register(spark: SparkSession, dsn: str, name: str) -> StoreFile:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(dsn)
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
+    if is_remote(spark):
         try:
             spark.addArtifacts(str(path), file=True)  # uploaded over the session's gRPC channel
         finally:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..exceptions import BatchUnavailable, ConfigError
 from ..sources import LandingDirectory, PostgresLogSource, Source, landed, source_from_config
 from ..store.connection import connect
-from .handoff import StoreFile, store_file
+from .handoff import StoreFile, is_remote, store_file
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -51,9 +51,10 @@ SPOOL_CONF = "spark.airflow_transactional.logSpoolDir"
 SPOOL_PREFIX = "txn-log-"  # then host, driver pid, a random part
 
 
-def is_remote(spark: SparkSession) -> bool:
-    """Whether ``spark`` is a Spark Connect session."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
+def executors_here(spark: SparkSession) -> bool:
+    """Whether ``spark``'s executors run in this driver's process, on this host, as its user (a
+    classic session on a ``local`` master): then they can read what the driver can."""
+    return not is_remote(spark) and str(spark.sparkContext.master or "").startswith("local")
 
 
 def arrow_rows(batches: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
@@ -171,7 +172,7 @@ def spool_root(spark: SparkSession) -> str | None:
     configured = spark.conf.get(SPOOL_CONF, None)
     if configured:
         return configured
-    if is_remote(spark) or not (spark.sparkContext.master or "").startswith("local"):
+    if not executors_here(spark):
         return None
     scratch = spark.conf.get("spark.local.dir", None)
     return scratch.split(",")[0] if scratch else tempfile.gettempdir()
@@ -307,8 +308,7 @@ def pinned_files(spark: SparkSession, planned: Sequence[Mapping[str, Any]]) -> t
     from pyspark.sql import functions as F
 
     paths = [str(f["path"]) for f in planned]
-    connect = type(spark).__module__.startswith("pyspark.sql.connect")
-    if connect or not str(spark.sparkContext.master or "").startswith("local"):
+    if not executors_here(spark):
         return paths, F.input_file_name()
     jvm: Any = spark._jvm  # classic sessions only: py4j
     conf: Any = spark._jsc

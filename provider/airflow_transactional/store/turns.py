@@ -12,6 +12,8 @@ connection, which frees the turn the way a session advisory lock was freed.
 
 from __future__ import annotations
 
+import psycopg2.extensions
+
 from .connection import connect
 from .queries import query
 from .rows import Cursor
@@ -26,17 +28,17 @@ def take(cur: Cursor, schema: str, name: str) -> None:
 class Held:
     """A turn held on a connection of its own (see the module docstring)."""
 
-    def __init__(self, conn: object) -> None:
-        self._conn = conn
+    def __init__(self, conn: psycopg2.extensions.connection) -> None:
+        self._conn: psycopg2.extensions.connection | None = conn
 
     def release(self) -> None:
         """Give the turn back (the connection's transaction rolled back, the connection closed)."""
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
-                conn.rollback()  # type: ignore[attr-defined]
+                conn.rollback()
             finally:
-                conn.close()  # type: ignore[attr-defined]
+                conn.close()
 
 
 def hold(dsn: str, schema: str, name: str) -> Held | None:
