@@ -5,8 +5,9 @@ A record is a tweet-like JSON object ``{"user": ..., "amount": ...}`` -- or not 
 JSON at all. The generator mixes plain ones with what a careless or hostile producer appends: a
 key past the index row limit, a NUL inside a key, numbers a bigint cannot hold (or holds only
 until they are summed), NaN and infinities, text where a number goes, nesting deep enough to
-break a recursive parser. :func:`oracle` says, independently of the processors, which records a
-batch must count and what the states must hold.
+break a recursive parser, escaped lone surrogates (``\\ud800``: no UTF-8 text holds one) beside
+escaped pairs and escaped backslashes that are fine. :func:`oracle` says, independently of the
+processors, which records a batch must count and what the states must hold.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from hypothesis import strategies as st
 
 BIGINT = 2**63 - 1
 USERS = ["ann", "bob", "cy", "d\u00e9d\u00e9", "e v e"]
+#: Text json.dumps escapes: lone halves (bad), a pair given as halves or as the character (one
+#: emoji: fine), a backslash before "ud800" (no escape of a surrogate: fine).
+SURROGATES = ["\ud800", "a\udfff", "\udc00\ud800", "\ud83d\ude00", "\U0001f600", "\\ud800", "\\\ud800"]
 
 #: What a value may be: plain numbers most of the time, and every kind of trouble.
 AMOUNTS = st.one_of(
@@ -29,13 +33,14 @@ AMOUNTS = st.one_of(
 KEYS = st.one_of(
     st.sampled_from(USERS), st.sampled_from(USERS),
     st.sampled_from(["k\u0000ey", "x" * 3000, "\u00e9" * 600, "", 17, None, ["a"], {"u": 1}]),
+    st.sampled_from(SURROGATES),
 )
 
 
 @st.composite
 def payloads(draw: st.DrawFn) -> str:
     """One record's raw text."""
-    kind = draw(st.sampled_from(["plain"] * 8 + ["deep", "garbage", "array", "no_user"]))
+    kind = draw(st.sampled_from(["plain"] * 8 + ["deep", "garbage", "array", "no_user", "note"]))
     if kind == "deep":
         depth = draw(st.sampled_from([70, 5_000, 100_000]))  # both processors agree below 512 and above 1,000
         return '{"user": "ann", "amount": 1, "x": ' + "[" * depth + "]" * depth + "}"
@@ -46,6 +51,8 @@ def payloads(draw: st.DrawFn) -> str:
     record: dict[str, Any] = {"amount": draw(AMOUNTS)}
     if kind == "plain":
         record["user"] = draw(KEYS)
+    if kind == "note":  # a field no state reads: a lone surrogate there still makes the record bad
+        record.update(user=draw(st.sampled_from(USERS)), note=draw(st.sampled_from(SURROGATES)))
     return json.dumps(record)
 
 
@@ -60,6 +67,8 @@ EXAMPLES = [
     [json.dumps({"user": "ann", "amount": a}) for a in (1e308, float("nan"), float("inf"), 10**30, "lots")]
     + [json.dumps({"user": "cy", "amount": 2})],
     ['{"user": "ann", "amount": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "{not json", "[1]"],
+    [json.dumps({"user": u, "amount": 1}) for u in SURROGATES]
+    + [json.dumps({"user": "ann", "amount": 1, "note": "\udfff"})],  # the third review's lone surrogates
 ]
 
 
@@ -93,7 +102,7 @@ def oracle(batch: Sequence[str], *, spark: bool = False) -> tuple[dict[str, int]
             record = json.loads(text) if _depth(text) <= (1000 if spark else 512) else None
         except ValueError:
             record = None
-        user = _key(record.get("user"), spark) if isinstance(record, dict) else None
+        user = _key(record.get("user"), spark) if isinstance(record, dict) and _utf8(record) else None
         if user is None or not _amount_ok(record.get("amount")):  # type: ignore[union-attr]
             bad.append(n)
             continue
@@ -106,6 +115,15 @@ def oracle(batch: Sequence[str], *, spark: bool = False) -> tuple[dict[str, int]
     if spark:
         sums = {user: total for user, total in sums.items() if -(2**63) <= total <= BIGINT}
     return counts, sums, bad
+
+
+def _utf8(record: Any) -> bool:
+    """Whether every text the parsed record holds is UTF-8 (no lone surrogate)."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _amount_ok(amount: Any) -> bool:

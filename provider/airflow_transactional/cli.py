@@ -26,6 +26,7 @@ from .airflow.dagfile import declared_as_stored, declared_topologies
 from .coordinator import Coordinator, TopologyStatus
 from .core.liveness import duration
 from .exceptions import ConfigError, TransactionalError
+from .sources.eventlog import EventLog
 from .spark import cds, jars
 from .spark.recompute import recompute
 from .spark.submit import DSN_FILE_ENV, read_dsn_file
@@ -305,6 +306,24 @@ def _operating_commands(sub: Any) -> None:
     one.add_argument("--mark-published", type=_txid, metavar="TXID", help="record the txids through TXID as "
                      "published without sending them (after you published them yourself)")
     one.add_argument("--output", help="with --mark-published: only this output (default: every published one)")
+    one = _command(sub, "repair-log", repair_log, "move an event log's counter (its next LSN) back to just past what "
+                   "it holds and what its readers planned, after it was set too far (as the schema's owner)",
+                   topology=False)
+    one.add_argument("log")
+    one.add_argument("--partition", type=int, help="only this partition (default: every one)")
+
+
+def repair_log(args: argparse.Namespace, _coord: Coordinator) -> int:
+    elog = EventLog(_dsn(args), args.log, schema=args.schema)
+    try:
+        for p in [args.partition] if args.partition is not None else range(elog.partitions()):
+            done = elog.repair(p)
+            held = f" (planned that far by {', '.join(done.held_by)}: reset them to go lower)" if done.held_by else ""
+            print(f"log {args.log} partition {p}: next LSN {done.before}" +
+                  (f" -> {done.after}{held}" if done.after != done.before else f", as it should be{held}"))
+    finally:
+        elog.close()
+    return 0
 
 
 def _spark_commands(sub: Any) -> None:

@@ -12,7 +12,13 @@ PostgreSQL and Spark can hold, so a record that passes them cannot fail a COPY o
   ``integer`` range, a ``numeric`` within what Spark's ``decimal(38,10)`` holds, a finite
   ``double precision`` (never NaN or infinite);
 * a JSON record nests at most :data:`MAX_NESTING` levels deep (the pure-Python processor; Spark's
-  JSON reader holds to its own limit, 1,000 levels, and a record past it is malformed).
+  JSON reader holds to its own limit, 1,000 levels, and a record past it is malformed);
+* a record is at most :data:`MAX_RECORD_BYTES` bytes (UTF-8): the event log refuses a longer
+  payload at append, and a longer record from a source the provider does not write (a Kafka
+  topic, a landing file's line) is quarantined, its first characters kept;
+* a JSON record's text is UTF-8: an escaped lone surrogate (``"\\ud800"`` with no low half after
+  it) decodes to no character UTF-8 can hold -- PostgreSQL refuses it, Spark would store ``?`` --
+  so the record is quarantined by both processors alike (:data:`SURROGATE_PAIRS_AND_BACKSLASHES`).
 
 A sum that leaves its type's range only once several records add up is not one record's fault:
 the Python processor sets aside the record that would carry its key's sum out of range, the
@@ -24,6 +30,7 @@ in the quarantine; declare ``value_type="numeric"`` for sums that large.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
@@ -35,6 +42,24 @@ MAX_KEY_BYTES = 1024
 MAX_ID_BYTES = 512
 #: How deep a JSON record may nest (objects and arrays).
 MAX_NESTING = 512
+#: The most bytes (UTF-8) of one record: Kafka's default largest message (``message.max.bytes``).
+MAX_RECORD_BYTES = 1 << 20
+
+#: What a JSON text's escapes hold that is not a lone surrogate: an escaped backslash, and a high
+#: surrogate's escape followed by a low one's (a pair: one character). Removed, left to right
+#: (``re.sub``; Spark's ``regexp_replace``, the same Java-compatible pattern), what is left of
+#: :data:`SURROGATE_ESCAPE` is an escape of a lone half -- exactly what a JSON parser would decode
+#: to a lone surrogate, a backslash's parity taken into account.
+SURROGATE_PAIRS_AND_BACKSLASHES = r"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+#: The escape of a surrogate half (high or low).
+SURROGATE_ESCAPE = r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+#: Why a record over :data:`MAX_RECORD_BYTES` is refused (a reader may hold only its start).
+RECORD_TOO_LARGE = f"the record is more than the {MAX_RECORD_BYTES:,} bytes allowed (UTF-8)"
+#: Why a record holding an escaped lone surrogate is refused.
+LONE_SURROGATE = ("the record holds an escaped lone surrogate (\\ud800-\\udfff without its other half): no "
+                  "UTF-8 text can hold it")
+_PAIRS = re.compile(SURROGATE_PAIRS_AND_BACKSLASHES)
+_SURROGATE = re.compile(SURROGATE_ESCAPE)
 
 #: The values each numeric value type holds (inclusive). ``numeric`` is bounded by what Spark
 #: folds it as (``decimal(38,10)``: 28 digits before the point).
@@ -152,6 +177,24 @@ def printable(text: str) -> str:
     """``text`` as PostgreSQL text can hold it: a NUL byte becomes U+FFFD (the quarantine keeps a
     bad record's text even when its badness is a NUL)."""
     return text.replace("\x00", "\ufffd")
+
+
+def too_large(size: int) -> str:
+    """Why a record of ``size`` bytes is refused at append."""
+    return f"the record is {size:,} bytes long, more than the {MAX_RECORD_BYTES:,} allowed"
+
+
+def record_refusal(payload: str) -> str | None:
+    """Why the raw record ``payload`` cannot be processed, whatever it holds (None: it can): more
+    than :data:`MAX_RECORD_BYTES`, or JSON text escaping a lone surrogate. Cheap for most
+    records: a length and a substring test."""
+    if len(payload) * 4 > MAX_RECORD_BYTES:  # most characters take fewer bytes: encode only what may be too long
+        size = len(payload) if len(payload) > MAX_RECORD_BYTES else len(payload.encode("utf-8", "surrogatepass"))
+        if size > MAX_RECORD_BYTES:
+            return RECORD_TOO_LARGE
+    if "\\u" in payload and _SURROGATE.search(_PAIRS.sub("", payload)):
+        return LONE_SURROGATE
+    return None
 
 
 def nesting_refusal(text: str) -> str | None:

@@ -233,9 +233,10 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
             read += 1
             crcs += zlib.crc32(rec.offset.encode())
             try:
-                too_deep = limits.nesting_refusal(rec.payload) if parse is json.loads else None
-                if too_deep is not None:
-                    raise BadRecord(too_deep)
+                why = limits.record_refusal(rec.payload) or (
+                    limits.nesting_refusal(rec.payload) if parse is json.loads else None)
+                if why is not None:
+                    raise BadRecord(why)
                 batch.add(rec, list(fn(parse(rec.payload))))
             except ConfigError:  # the code is wrong, not the record: every record would fail alike
                 raise

@@ -171,6 +171,40 @@ def test_a_producer_cannot_move_its_logs_counters_or_write_past_the_door(roles: 
     producer.close()
 
 
+def test_the_runtime_role_cannot_move_a_logs_counter_and_the_owner_repairs_one(
+        roles: Roles, capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: with UPDATE on log_partitions (for the commit's output events) the run-time role
+    set next_lsn to the largest bigint -- every later append failed 'bigint out of range' -- and
+    the forward-only guard refused the owner's rewind. The commit appends through append_outputs
+    now; the owner repairs a counter with ``airflow-txn repair-log``."""
+    top = "UPDATE airflow_txn.log_partitions SET next_lsn = 9223372036854775807 WHERE log_name = 'clicks'"
+    for statement in (top, "INSERT INTO airflow_txn.log_events (log_name, partition, lsn, event_id, payload) "
+                           "VALUES ('feed', 0, 99, 'forged', '{}')"):
+        roles.refused("runtime", statement)
+    producer = EventLog(roles.dsn_of("producer"), "clicks")
+    assert producer.append([click(i) for i in range(5)], partition=0).appended == 5
+    query(roles.dsn_of("owner"), top + " AND partition = 0")  # as the hole did (the owner still may)
+    with pytest.raises(psycopg2.errors.NumericValueOutOfRange):
+        producer.append([click(9)], partition=0)
+    with pytest.raises(psycopg2.errors.CheckViolation, match="repair-log"):  # a plain rewind: still refused
+        query(roles.dsn_of("owner"), "UPDATE airflow_txn.log_partitions SET next_lsn = 6 WHERE log_name = 'clicks'")
+    assert cli(["--dsn", roles.dsn_of("runtime"), "repair-log", "clicks"]) == 1  # the owner's alone
+    assert cli(["--dsn", roles.dsn_of("producer"), "repair-log", "clicks"]) == 1
+    capsys.readouterr()
+    assert cli(["--dsn", roles.dsn_of("owner"), "repair-log", "clicks", "--partition", "0"]) == 0
+    assert "partition 0: next LSN 9223372036854775807 -> 6" in capsys.readouterr().out
+    assert producer.append([click(9)], partition=0).appended == 1
+    assert query(roles.dsn_of("owner"), "SELECT max(lsn) FROM airflow_txn.log_events WHERE log_name = 'clicks' "
+                                        "AND partition = 0") == [(6,)]
+    runtime = Coordinator(roles.dsn_of("runtime"))  # the commit still appends its output events
+    txn = runtime.plan("clicks", "r1")
+    process_batch(runtime, "clicks", txn.txid, _feed)
+    assert runtime.commit("clicks", txn.txid).committed
+    assert query(roles.dsn_of("owner"), "SELECT count(*) FROM airflow_txn.log_events WHERE log_name = 'feed'")[0][0] > 0
+    runtime.close()
+    producer.close()
+
+
 def test_a_producer_cannot_squat_a_topologys_output_ids(roles: Roles) -> None:
     """Regression: the deposit producer on the payments ledger appended an event with the commit's
     future id; the commit dropped the real event as a duplicate and reported success."""

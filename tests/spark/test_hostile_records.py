@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
+from airflow_transactional import limits
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.sources import EventLog
 from airflow_transactional.spark import job
@@ -19,7 +21,7 @@ from airflow_transactional.spark_job import per_record
 from dev.embedded import EmbeddedPostgres
 from tests.helpers import query
 from tests.hostile import BATCHES, EXAMPLES, oracle
-from tests.integration.test_hostile_records import _topology
+from tests.integration.test_hostile_records import LANDED_SUMS, _topology, land_past_the_limits, landed_topology
 
 pytestmark = pytest.mark.spark
 
@@ -46,6 +48,7 @@ def transform(records: Any) -> dict[str, Any]:
 @example(batch=EXAMPLES[1])
 @example(batch=EXAMPLES[2])
 @example(batch=EXAMPLES[3])
+@example(batch=EXAMPLES[4])
 
 def test_any_batch_commits_with_its_bad_records_quarantined(pg: EmbeddedPostgres, spark: Any,
                                                             batch: list[str]) -> None:
@@ -157,3 +160,27 @@ def test_no_payment_request_can_stop_the_payments_pipeline(pg: EmbeddedPostgres,
     coord.close()
     requests.close()
     ledger.close()
+
+
+def test_landed_lines_past_the_limits_are_quarantined_as_the_python_processor_does(
+        dsn: str, spark: Any, tmp_path: Path) -> None:
+    """Regression: Spark's JSON reader stored an escaped lone surrogate as '?' (the pure-Python
+    processor quarantined the record: the two disagreed) and parsed a line of any length. A file
+    whose registration found either is read as text and judged line by line, with the same
+    reasons, before anything is parsed; a batch of plain files is read by the JSON reader."""
+    from pyspark.sql import functions as F
+
+    land_past_the_limits(tmp_path)
+    coord = Coordinator(dsn)
+    coord.register(landed_topology(tmp_path, max_files=2))
+    txn = coord.plan("landed", "r1")
+    result = job.process(spark, coord, "landed", txn.txid,
+                         lambda records: {"hostile_amount": records.select(F.col("user").alias("user_id"),
+                                                                           F.col("amount").alias("value"))},
+                         schema="user string, amount bigint", required=["user", "amount"])
+    assert coord.commit("landed", txn.txid).committed
+    assert dict(query(dsn, "SELECT user_id, value FROM landed_amount")) == LANDED_SUMS
+    rows = query(dsn, "SELECT reason, record_length FROM airflow_txn.quarantine ORDER BY record_length DESC")
+    assert [r[0] for r in rows] == [limits.RECORD_TOO_LARGE, limits.LONE_SURROGATE]
+    assert rows[0][1] > limits.MAX_RECORD_BYTES and result["quarantined"] == 2
+    coord.close()

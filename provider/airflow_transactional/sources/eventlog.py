@@ -10,11 +10,12 @@ import time
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import psycopg2
 import psycopg2.extensions
 
-from .. import faults, identifiers
+from .. import faults, identifiers, limits
 from ..exceptions import ConfigError
 from ..limits import id_refusal
 from ..store import logs, publications, topologies
@@ -49,14 +50,24 @@ class AppendResult:
 
 
 def payload_refusal(payload: str) -> str | None:
-    """Why Postgres cannot store ``payload`` as text (None: it can)."""
+    """Why a log cannot hold ``payload`` (None: it can): text PostgreSQL cannot store, or a
+    record over :data:`..limits.MAX_RECORD_BYTES` (the log's ``append_events`` refuses one too)."""
     if "\x00" in payload:
         return "payload holds a NUL byte (\\x00), which PostgreSQL text cannot store"
     try:
-        payload.encode("utf-8")
+        size = len(payload.encode("utf-8"))
     except UnicodeEncodeError as exc:
         return f"payload is not valid UTF-8 text ({exc.reason} at character {exc.start})"
-    return None
+    return limits.too_large(size) if size > limits.MAX_RECORD_BYTES else None
+
+
+class Repair(NamedTuple):
+    """What :meth:`EventLog.repair` did: the partition's next LSN before and after, and the
+    topologies whose plans kept it from going lower (reset them to let it)."""
+
+    before: int
+    after: int
+    held_by: tuple[str, ...]
 
 
 class EventLog:
@@ -186,6 +197,26 @@ class EventLog:
                             "that", self.name, partition, through_lsn,
                             ", ".join(f"{who} through {c}" for who, c in behind))
             return logs.truncate(cur, self.schema, self.name, partition, through_lsn)
+
+    def repair(self, partition: int) -> Repair:
+        """The schema owner's repair of ``partition``'s counter when it was set too far (by mistake,
+        or by a role that could write it before 0006): moved back to just past the last event the
+        partition holds, what retention removed, and what every topology of this store reading the
+        log planned -- never lower, so no LSN a reader may have passed is handed out again."""
+        if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+            raise ConfigError(f"repair: partition must be a non-negative integer, got {partition!r}")
+        with self.db.transaction() as cur:
+            held = logs.bounds(cur, self.schema, self.name, partition)  # locked against appends
+            if held is None:
+                raise ConfigError(f"log {self.name!r} has no partition {partition}")
+            planned = topologies.planned_in_log(cur, self.schema, self.name, partition, SOURCE_KIND)
+            floor = max([held.truncated_through, logs.last_lsn(cur, self.schema, self.name, partition),
+                         *(c for _t, c in planned)])
+            holding = tuple(t for t, c in planned if c == floor and c > held.truncated_through)
+            before = held.head + 1
+            if floor + 1 < before:
+                logs.rewind(cur, self.schema, self.name, partition, floor + 1)
+            return Repair(before, min(before, floor + 1), holding)
 
     def _readers_behind(self, cur: psycopg2.extensions.cursor, partition: int, lsn: int) -> list[tuple[str, int]]:
         """(who, LSN) of the topologies of this store reading this log that have not committed

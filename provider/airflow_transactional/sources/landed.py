@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import stat
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
@@ -53,13 +54,58 @@ def identity(fd: int) -> Identity:
     return Identity(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+class Scan(NamedTuple):
+    """What reading a whole file tells: its digest, and whether it is ``plain`` -- every line at
+    most the record limit and no surrogate's escape in it, so Spark's JSON reader may read it as
+    it is (otherwise its lines are read as text and checked one by one, as the pure-Python
+    processor reads every line)."""
+
+    sha256: str
+    plain: bool
+
+
+class _Lines:
+    """Whether the bytes seen so far are plain (:class:`Scan`), a block at a time: a few
+    searches per megabyte, whatever the length of the lines."""
+
+    def __init__(self, longest: int) -> None:
+        self.longest, self.run, self.tail, self.plain = longest, 0, b"", True
+
+    def update(self, block: bytes) -> None:
+        if not self.plain:
+            return
+        if b"\\u" in self.tail + block[:8] or b"\\u" in block:  # rare: look closer (a pair counts too)
+            self.plain = _SURROGATE_ESCAPE.search(self.tail + block) is None
+        self.tail = block[-8:]
+        start = 0
+        while self.plain:
+            room = self.longest - self.run  # bytes the current line may still take
+            nl = block.rfind(b"\n", start, start + room + 1)
+            if nl < 0:
+                self.run += len(block) - start
+                self.plain = self.run <= self.longest
+                return
+            self.run, start = 0, nl + 1
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def digest(fd: int) -> str:
     """The SHA-256 of everything ``fd`` reads from its start."""
-    sha = hashlib.sha256()
+    return scan(fd, 0).sha256
+
+
+def scan(fd: int, longest: int) -> Scan:
+    """The digest of everything ``fd`` reads from its start, and whether every line is at most
+    ``longest`` bytes and escapes no surrogate (``longest`` 0: not looked at)."""
+    sha, lines = hashlib.sha256(), _Lines(longest)
     os.lseek(fd, 0, os.SEEK_SET)
     while block := os.read(fd, 1 << 20):
         sha.update(block)
-    return sha.hexdigest()
+        if longest:
+            lines.update(block)
+    return Scan(sha.hexdigest(), bool(longest) and lines.plain)
 
 
 def not_planned(fd: int, planned: Mapping[str, Any]) -> str | None:
@@ -75,15 +121,15 @@ def not_planned(fd: int, planned: Mapping[str, Any]) -> str | None:
             "inode, other bytes, under its name): it is a new version, read by a later txid")
 
 
-def identify(path: str) -> tuple[Identity, str] | None:
-    """The identity and digest of the regular file named ``path``, from one descriptor; None when
-    there is no such file (gone, a link, not regular)."""
+def identify(path: str, longest: int) -> tuple[Identity, Scan] | None:
+    """The identity and :func:`scan` of the regular file named ``path``, from one descriptor; None
+    when there is no such file (gone, a link, not regular)."""
     try:
         fd = open_landed(path)
     except NotLanded:
         return None
     try:
-        return identity(fd), digest(fd)
+        return identity(fd), scan(fd, longest)
     finally:
         os.close(fd)
 
@@ -104,9 +150,17 @@ class _Digesting(io.RawIOBase):
         return n or 0
 
 
-def lines(fd: int, sha: Any) -> Iterator[str]:
+def lines(fd: int, sha: Any, longest: int) -> Iterator[str]:
     """The text lines ``fd`` reads (UTF-8, a bad byte replaced; universal newlines, as text files
-    are read), every byte added to ``sha`` as it goes; the descriptor is closed after."""
+    are read), every byte added to ``sha`` as it goes; the descriptor is closed after.
+
+    A line of more than ``longest`` characters is its first ``longest + 1`` only (the rest is read
+    and digested, never held): a record that long is refused whatever it holds, and one huge line
+    must not take the worker's memory."""
     with io.TextIOWrapper(io.BufferedReader(_Digesting(os.fdopen(fd, "rb", buffering=0), sha)),
                           encoding="utf-8", errors="replace") as text:
-        yield from text
+        while line := text.readline(longest + 1):
+            if len(line) > longest and not line.endswith("\n"):
+                while (rest := text.readline(1 << 20)) and not rest.endswith("\n"):
+                    pass
+            yield line

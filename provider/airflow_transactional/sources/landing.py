@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 import psycopg2.extensions
 
+from .. import limits
 from ..exceptions import BatchUnavailable, ConfigError
 from ..store import landing, transactions
 from . import landed
@@ -58,23 +59,25 @@ class LandedFile:
     inode: int | None
     sha256: str | None = None
     seq: int = 0
+    plain: bool | None = None  # see landed.Scan (None: registered before it was looked at)
 
     @classmethod
     def from_row(cls, row: Iterable[Any]) -> LandedFile:
-        seq, path, size, mtime_ns, inode, sha256 = row
-        return cls(path, int(size), mtime_ns, inode, sha256, int(seq))
+        seq, path, size, mtime_ns, inode, sha256, plain = row
+        return cls(path, int(size), mtime_ns, inode, sha256, int(seq), plain)
 
     @classmethod
     def from_plan(cls, f: Mapping[str, Any]) -> LandedFile:
-        return cls(f["path"], int(f["size"]), f.get("mtime_ns"), f.get("inode"), f.get("sha256"), int(f["seq"]))
+        return cls(f["path"], int(f["size"]), f.get("mtime_ns"), f.get("inode"), f.get("sha256"), int(f["seq"]),
+                   f.get("plain"))
 
-    def row(self, seq: int, sha256: str | None = None) -> landing.FileRow:
-        """This version as the store keeps it, with sequence number ``seq`` (and digest ``sha256``)."""
-        return landing.FileRow(seq, self.path, self.size, self.mtime_ns, self.inode, sha256 or self.sha256)
+    def row(self, seq: int) -> landing.FileRow:
+        """This version as the store keeps it, with sequence number ``seq``."""
+        return landing.FileRow(seq, self.path, self.size, self.mtime_ns, self.inode, self.sha256, self.plain)
 
     def to_plan(self) -> dict[str, Any]:
         return {"seq": self.seq, "path": self.path, "size": self.size, "mtime_ns": self.mtime_ns,
-                "inode": self.inode, "sha256": self.sha256}
+                "inode": self.inode, "sha256": self.sha256, "plain": self.plain}
 
     def same_stat(self, other: LandedFile) -> bool:
         return (self.size, self.mtime_ns, self.inode) == (other.size, other.mtime_ns, other.inode)
@@ -98,11 +101,11 @@ def _stat(path: str) -> LandedFile | None:
 
 def _identified(path: str) -> LandedFile | None:
     """The file named ``path`` with its digest, all from one descriptor (None: no such file)."""
-    found = landed.identify(path)
+    found = landed.identify(path, limits.MAX_RECORD_BYTES)
     if found is None:
         return None
-    ident, sha = found
-    return LandedFile(path, ident.size, ident.mtime_ns, ident.inode, sha)
+    ident, scan = found
+    return LandedFile(path, ident.size, ident.mtime_ns, ident.inode, scan.sha256, plain=scan.plain)
 
 
 def _foreign(path: str, device: int) -> str | None:
@@ -120,14 +123,6 @@ def _foreign(path: str, device: int) -> str | None:
     if st.st_dev != device:
         return "a file on another device than the directory (a mount inside it)"
     return None
-
-
-def sha256_of(path: str) -> str:
-    """The digest of the regular file named ``path`` (FileNotFoundError when there is none)."""
-    found = landed.identify(path)
-    if found is None:
-        raise FileNotFoundError(path)
-    return found[1]
 
 
 def changed(f: LandedFile, *, deep: bool = False) -> bool:
@@ -245,7 +240,7 @@ class LandingDirectory(Source):
 
     @staticmethod
     def _record(cur: psycopg2.extensions.cursor, s: str, topology_id: str, seq: int, f: LandedFile) -> None:
-        landing.update(cur, s, topology_id, f.row(seq, f.sha256 or sha256_of(f.path)))
+        landing.update(cur, s, topology_id, f.row(seq))
 
     def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
              max_records: int, *, skip_unavailable: bool, until: Offsets | None = None) -> BatchPlan:
@@ -337,7 +332,7 @@ def _planned_lines(f: Mapping[str, Any]) -> Iterator[Record]:
         os.close(fd)
         raise BatchUnavailable(why)
     sha = hashlib.sha256()
-    for n, line in enumerate(landed.lines(fd, sha), start=1):
+    for n, line in enumerate(landed.lines(fd, sha, limits.MAX_RECORD_BYTES), start=1):
         if line.strip():
             yield Record(f"{f['seq']}:{n}", None, line.rstrip("\n"))
     if f.get("sha256") and sha.hexdigest() != f["sha256"]:

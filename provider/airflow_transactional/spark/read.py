@@ -264,7 +264,8 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
     Parquet and CSV carry their columns. JSON Lines are parsed by Spark's JSON reader straight
     into the record schema's fields (a malformed line keeps its raw text in ``_corrupt_record``;
     blank lines are skipped; a line holding an array of objects is those records) -- a quarter
-    less CPU than reading the text and parsing it with ``from_json``.
+    less CPU than reading the text and parsing it with ``from_json``. A batch with a file whose
+    registration found a line past the record limit or a surrogate's escape is read as text instead.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
@@ -281,6 +282,14 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
         return Records(spark.read.option("header", True).csv(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if not record_schema:
         raise ConfigError(NEEDS_SCHEMA)
+    if not all(f.get("plain") for f in batch["files"]):
+        # A line past the record limit or escaping a surrogate, somewhere (or a file registered before
+        # lines were looked at): lines as text, judged one by one before they are parsed, as the
+        # pure-Python processor reads them (Spark's JSON reader would parse any line, and store a
+        # lone surrogate as '?').
+        text = spark.read.text(files).where(F.col("value").rlike("\\S"))
+        return Records(text.select(file_name.alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
+                                   F.col("value").alias("payload")), TEXT)
     fields = spark_schema(record_schema).fields
     parsed = (spark.read.schema(StructType([*fields, StructField(CORRUPT_COL, StringType())]))
               .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT_COL).json(files))

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from .. import limits
 from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
 from .read import (
@@ -90,7 +91,9 @@ def _flatten(records: Records, schema: str | None) -> tuple[DataFrame, list[str]
             raise ConfigError(NEEDS_SCHEMA)
         parsed_schema = StructType([*spark_schema(schema).fields, StructField(CORRUPT_COL, StringType())])
         options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COL}
-        parsed = df.withColumn("_r", F.from_json("payload", parsed_schema, options))
+        # A record over the limit is never parsed (nor held longer than its check and quarantine need).
+        fits = F.octet_length("payload") <= limits.MAX_RECORD_BYTES
+        parsed = df.withColumn("_r", F.from_json(F.when(fits, F.col("payload")), parsed_schema, options))
         fields = [f.name for f in parsed_schema.fields if f.name != CORRUPT_COL]
         # What the reader knows of a record besides its text (a Kafka record's partition, key...).
         meta = [c for c in df.columns if c not in (OFFSET_COL, EVENT_ID_COL, "payload", INVALID_COL, *fields)]
@@ -116,6 +119,18 @@ def _flatten(records: Records, schema: str | None) -> tuple[DataFrame, list[str]
     return flat, fields, meta, record
 
 
+def _text_reason(payload: Column) -> Column:
+    """Why a raw record of a TEXT reader is bad before it is parsed, as the pure-Python processor
+    judges it (:func:`..limits.record_refusal`): the reader's verdict, then the record limits."""
+    from pyspark.sql import functions as F
+
+    lone = payload.contains("\\u") & F.regexp_replace(payload, limits.SURROGATE_PAIRS_AND_BACKSLASHES, "").rlike(
+        limits.SURROGATE_ESCAPE)
+    return (F.when(F.col(INVALID_COL).isNotNull(), F.col(INVALID_COL))
+            .when(F.octet_length(payload) > limits.MAX_RECORD_BYTES, F.lit(limits.RECORD_TOO_LARGE))
+            .when(lone, F.lit(limits.LONE_SURROGATE)))
+
+
 def prepare(records: Records, schema: str | None, required: Sequence[str],
             checks: Mapping[str, str] | None = None) -> Prepared:
     """Parse records and judge each one: a bad one gets the reason, and its raw text for the
@@ -132,7 +147,7 @@ def prepare(records: Records, schema: str | None, required: Sequence[str],
     if unknown:
         raise ConfigError(f"required fields {unknown} are not in the record schema ({', '.join(fields)})")
     not_json = F.lit("malformed record: not a JSON object of the schema")
-    reason = (F.when(F.col(INVALID_COL).isNotNull(), F.col(INVALID_COL)).when(F.col("_malformed"), not_json)
+    reason = (_text_reason(F.col("payload")).when(F.col("_malformed"), not_json)
               if records.form == TEXT else F.when(F.col("_malformed"), not_json))
     for r in required:
         reason = reason.when(F.col(r).isNull(), F.lit(f"missing required field {r!r}"))

@@ -16,6 +16,7 @@ class FileRow(NamedTuple):
     mtime_ns: int | None
     inode: int | None
     sha256: str | None
+    plain: bool | None = None  # every line within the record limit, no surrogate escaped (None: not known)
 
 
 def latest_versions(cur: Cursor, schema: str, topology_id: str) -> list[FileRow]:

@@ -16,7 +16,7 @@ from typing import IO, Any, NamedTuple
 from psycopg2 import sql
 
 from .queries import query
-from .rows import Cursor, every, one
+from .rows import Cursor, every, one, scalar
 
 __all__ = ["Bounds", "Partition", "append", "bounds", "copy_csv", "count", "ensure", "oldest_after", "partition_counts",
            "partitions", "read", "truncate"]
@@ -103,3 +103,15 @@ def truncate(cur: Cursor, schema: str, log: str, partition: int, through_lsn: in
     removed = cur.rowcount
     cur.execute(query("log_truncated_through", schema), params)
     return int(removed)
+
+
+def last_lsn(cur: Cursor, schema: str, log: str, partition: int) -> int:
+    """The highest LSN ``partition`` holds (0: none)."""
+    cur.execute(query("log_last_lsn", schema), {"log": log, "p": partition})
+    return int(scalar(cur))
+
+
+def rewind(cur: Cursor, schema: str, log: str, partition: int, next_lsn: int) -> None:
+    """Set ``partition``'s next LSN back to ``next_lsn`` (the schema's owner only: the guard refuses
+    anyone else, and any move past what the partition removed)."""
+    cur.execute(query("log_rewind", schema), {"log": log, "p": partition, "lsn": next_lsn})

@@ -69,21 +69,18 @@ def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Ta
     appended = dict.fromkeys(log_of, 0)
     for log, p, output in staged:  # (log, partition) order: every appender locks in this order
         where = {"log": log, "p": p}
-        cur.execute(query("log_partition_lock", schema), where)
-        row = cur.fetchone()
-        if row is None:
-            raise LookupError(f"log {log!r} has no partition {p}")
         cur.execute(query("output_append", schema, staging=staging, only_verdicts=only_verdicts),
-                    {**where, "base": int(row[0]), "txid": txid, "attempt": attempt, "output": output})
-        handed_out, inserted, clash = cur.fetchone()
+                    {**where, "txid": txid, "attempt": attempt, "output": output})
+        first, handed_out, inserted, clash = cur.fetchone()
+        if first is None:
+            raise LookupError(f"log {log!r} has no partition {p}")
         if clash is not None:
             raise IdCollision(log, str(clash))
-        cur.execute(query("log_partition_advance", schema), {**where, "n": int(handed_out)})
         appended[output] += int(inserted)
         if topology_id is not None and handed_out:  # where this txid's events are, for a publisher
             cur.execute(query("output_range_record", schema), {**where, "topology": topology_id, "txid": txid,
-                                                               "output": output, "first": int(row[0]),
-                                                               "last": int(row[0]) + int(handed_out) - 1})
+                                                               "output": output, "first": int(first),
+                                                               "last": int(first) + int(handed_out) - 1})
     return appended
 
 

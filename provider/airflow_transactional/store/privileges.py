@@ -38,8 +38,6 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("attempts", "INSERT, UPDATE"),
     ("commits", "INSERT"),
     ("quarantine", "INSERT, DELETE, UPDATE (committed)"),
-    ("log_partitions", "UPDATE (next_lsn)"),  # the commit appends output events
-    ("log_events", "INSERT"),
     ("landing_files", "INSERT, UPDATE (size, mtime, mtime_ns, inode, sha256)"),
     ("decision_requests", "INSERT, DELETE"),
     ("decision_checks", "INSERT, DELETE"),
@@ -50,6 +48,8 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("turns", "INSERT, UPDATE"),  # decisions and publishers take turns by its rows' locks
 )
 APPEND_FUNCTION = "append_events(text, integer[], text[], text[])"
+#: The commit's door into a log (output events): the run-time role writes no log table itself.
+OUTPUTS_FUNCTION = "append_outputs(text, integer, text[], text[])"
 #: Row-level security on the logs: who sees which log's row (every other log table is out of a
 #: producer's reach altogether).
 WRITERS_POLICY = "txn_log_writers"
@@ -66,7 +66,8 @@ def grant_statements(schema: str, topologies: Sequence[tuple[int, TopologySpec]]
     out = [*_revoke_all(s, runtime),
            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, runtime),
            sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(s, runtime),
-           sql.SQL("GRANT USAGE ON SEQUENCE {}.quarantine_id_seq TO {}").format(s, runtime)]
+           sql.SQL("GRANT USAGE ON SEQUENCE {}.quarantine_id_seq TO {}").format(s, runtime),
+           sql.SQL("GRANT EXECUTE ON FUNCTION {}." + OUTPUTS_FUNCTION + " TO {}").format(s, runtime)]
     out += [sql.SQL("GRANT " + rights + " ON {}.{} TO {}").format(s, sql.Identifier(table), runtime)
             for table, rights in RUNTIME_WRITES]
     for num, spec in topologies:

@@ -113,3 +113,11 @@ def readers_of_log(cur: Cursor, schema: str, log: str, partition: int, kind: str
     cur.execute(query("topology_readers_of_log", schema), {"partition": str(partition), "kind": kind, "log": log,
                                                            "schema": schema})
     return [(str(t), int(c)) for t, c in cur.fetchall()]
+
+
+def planned_in_log(cur: Cursor, schema: str, log: str, partition: int, kind: str) -> list[tuple[str, int]]:
+    """(topology, LSN planned through in ``partition``, committed or not) of the topologies of this
+    store reading ``log`` that planned any transaction."""
+    cur.execute(query("topology_planned_in_log", schema), {"partition": str(partition), "kind": kind, "log": log,
+                                                           "schema": schema})
+    return [(str(t), int(c)) for t, c in cur.fetchall()]

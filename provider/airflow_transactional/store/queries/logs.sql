@@ -1,8 +1,8 @@
 -- Event logs (the OLEP log): logs, their partitions' counters (log_partitions: next_lsn, the safe
 -- point planning reads; truncated_through, what retention removed), their events (log_events), and
 -- the ids of removed events (log_retired_ids), kept so a late duplicate is still known. Producers
--- append through the function append_events (store/schema); the commit appends output events
--- (store/queries/outputs.sql) under the same partition locks.
+-- append through the function append_events, the commit its output events through append_outputs
+-- (store/schema), both under the partitions' locks.
 
 -- name: log_ensure
 -- Idempotent: an existing log only ever gains partitions.
@@ -13,15 +13,6 @@ SELECT %(log)s, p FROM generate_series(0, %(partitions)s - 1) p ON CONFLICT DO N
 
 -- name: log_partition_counts
 SELECT log_name, partitions FROM {s}.logs WHERE log_name = ANY(%(logs)s)
-
--- name: log_partition_lock
--- Every appender (a commit, a producer) locks partitions in (log, partition) order, so LSNs of a
--- partition become visible strictly in order.
-SELECT next_lsn FROM {s}.log_partitions WHERE log_name = %(log)s AND partition = %(p)s FOR UPDATE
-
--- name: log_partition_advance
--- A concurrent producer's id can still win the unique index: its LSN stays a harmless gap.
-UPDATE {s}.log_partitions SET next_lsn = next_lsn + %(n)s WHERE log_name = %(log)s AND partition = %(p)s
 
 -- name: log_partitions
 -- Planning reads only the counters (never max(lsn)): O(partitions), whatever the log's size.
@@ -62,3 +53,13 @@ INSERT INTO {s}.log_retired_ids (log_name, event_id) SELECT %(log)s, event_id FR
 
 -- name: log_truncated_through
 UPDATE {s}.log_partitions SET truncated_through = %(lsn)s WHERE log_name = %(log)s AND partition = %(p)s
+
+-- name: log_last_lsn
+-- The highest LSN a partition holds (0: none).
+SELECT coalesce(max(lsn), 0) FROM {s}.log_events WHERE log_name = %(log)s AND partition = %(p)s
+
+-- name: log_rewind
+-- The owner's repair of a counter set too far (the guard lets the table's owner move it back
+-- while airflow_transactional.repair_log is on, in this transaction only).
+SELECT set_config('airflow_transactional.repair_log', 'on', true);
+UPDATE {s}.log_partitions SET next_lsn = %(lsn)s WHERE log_name = %(log)s AND partition = %(p)s

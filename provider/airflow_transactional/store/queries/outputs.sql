@@ -16,30 +16,17 @@ SELECT output, count(*) FROM {staging} WHERE txid = %(txid)s AND attempt = %(att
 SELECT DISTINCT output, partition FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s
 
 -- name: output_append
--- The staged events of one partition, numbered from its next LSN in (seq, event id) order. Ids the
--- log holds (or held before retention) are left out before numbering: no LSN gap; one held with
--- another payload is not this event appended before, and is reported (the third column).
--- {only_verdicts}: which events emitted for a request go. OFFSET 0 keeps each probe one index
--- lookup per event (a join, on a log grown since its statistics, nests a scan of the log under
--- each event).
-WITH staged AS (
-    SELECT o.seq, o.event_id, o.payload,
-           (SELECT k.payload FROM {s}.log_events k WHERE k.log_name = %(log)s AND k.event_id = o.event_id
-            OFFSET 0) AS held,
-           EXISTS (SELECT 1 FROM {s}.log_retired_ids k WHERE k.log_name = %(log)s AND k.event_id = o.event_id
-                   OFFSET 0) AS retired
-    FROM {staging} o
-    WHERE o.txid = %(txid)s AND o.attempt = %(attempt)s AND o.output = %(output)s AND o.partition = %(p)s
-      AND {only_verdicts}),
-numbered AS (
-    SELECT %(base)s + row_number() OVER (ORDER BY seq, event_id) - 1 AS lsn, event_id, payload
-    FROM staged WHERE held IS NULL AND NOT retired),
-ins AS (
-    INSERT INTO {s}.log_events (log_name, partition, lsn, event_id, payload)
-    SELECT %(log)s, %(p)s, lsn, event_id, payload FROM numbered
-    ON CONFLICT (log_name, event_id) DO NOTHING RETURNING 1)
-SELECT (SELECT count(*) FROM numbered) AS handed_out, (SELECT count(*) FROM ins) AS inserted,
-       (SELECT event_id FROM staged WHERE held <> payload ORDER BY event_id LIMIT 1) AS clash
+-- The staged events of one partition, in (seq, event id) order, through the commit's door
+-- append_outputs (store/schema/0006): under the partition's lock, ids the log holds (or held
+-- before retention) left out before numbering (no LSN gap), one held with another payload reported
+-- (clash). {only_verdicts}: which events emitted for a request go.
+SELECT a.first_lsn, a.handed_out, a.inserted, a.clash
+FROM (SELECT coalesce(array_agg(o.event_id ORDER BY o.seq, o.event_id), ARRAY[]::text[]) AS ids,
+             coalesce(array_agg(o.payload ORDER BY o.seq, o.event_id), ARRAY[]::text[]) AS payloads
+      FROM {staging} o
+      WHERE o.txid = %(txid)s AND o.attempt = %(attempt)s AND o.output = %(output)s AND o.partition = %(p)s
+        AND {only_verdicts}) AS g,
+     LATERAL {s}.append_outputs(%(log)s, %(p)s, g.ids, g.payloads) AS a
 
 -- name: output_range_record
 -- Where the commit of a txid appended an output's events in one partition (its LSNs, held under the

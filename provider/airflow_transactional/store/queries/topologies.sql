@@ -44,6 +44,14 @@ SELECT rebuild_from_txid, rebuild_id FROM {s}.topologies WHERE topology_id = %(t
 UPDATE {s}.topologies SET rebuild_from_txid = %(from_txid)s, rebuild_id = %(rebuild_id)s
 WHERE topology_id = %(topology)s
 
+-- name: topology_planned_in_log
+-- The topologies of this store reading a log, and how far each planned one partition (committed or not).
+SELECT t.topology_id, max(coalesce((x.end_offsets->>%(partition)s)::bigint, 0)) AS planned
+FROM {s}.topologies t JOIN {s}.transactions x ON x.topology_id = t.topology_id
+WHERE t.spec->'source'->>'kind' = %(kind)s AND t.spec->'source'->>'log' = %(log)s
+  AND coalesce(t.spec->'source'->>'schema', %(schema)s) = %(schema)s
+GROUP BY t.topology_id ORDER BY t.topology_id
+
 -- name: topology_readers_of_log
 -- The topologies of this store reading a log, and how far each committed one partition.
 SELECT topology_id, coalesce((committed_offsets->>%(partition)s)::bigint, 0) AS committed FROM {s}.topologies
