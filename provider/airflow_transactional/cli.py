@@ -375,6 +375,13 @@ def main(argv: list[str] | None = None) -> int:
     except (TransactionalError, psycopg2.Error) as exc:
         print(f"error: {redact(str(exc)).strip()}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        kafka = sys.modules.get("confluent_kafka")  # loaded only by a command that spoke to Kafka
+        if kafka is None or not isinstance(exc, kafka.KafkaException):
+            raise
+        print(f"error: Kafka: {redact(str(exc)).strip()}: check the Kafka connection's settings and that its "
+              "cluster is up", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -254,8 +254,10 @@ class Coordinator:
         """Discard staged output that can never be committed; safe to run at any time."""
         return status.recover(self.store, topology_id)
 
-    def status(self, topology_id: str) -> TopologyStatus:
-        return status.status(self.store, topology_id)
+    def status(self, topology_id: str, *, lag_wait: float | None = None) -> TopologyStatus:
+        """Where ``topology_id`` stands. A Kafka source's lag is waited for ``lag_wait`` seconds at
+        most (default: a view's few, :data:`.core.lag.WAIT`), else it is unknown, with why."""
+        return status.status(self.store, topology_id, lag_wait=lag_wait)
 
     def committed_batch(self, topology_id: str, through_txid: int | None = None
                     ) -> tuple[dict[str, Any], str | None]:

@@ -5,13 +5,17 @@ topic deleted and created again, a broker that restarts or is gone."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import Counter
 from typing import Any
 
 import pytest
 
 from airflow_transactional import KafkaSource, StateSpec, TopologySpec
+from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import lag
 from airflow_transactional.exceptions import BatchUnavailable, ConfigError, SourceChanged, SourceUnreachable
 from airflow_transactional.processing import process_batch
 from dev.kafka import KafkaBroker
@@ -282,6 +286,49 @@ def test_the_status_of_a_topology_whose_broker_is_gone_says_so_and_keeps_the_res
     drain(coord)
     monkeypatch.setattr("airflow_transactional.sources.kafka.TIMEOUT", 2.0)
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"extra": {"bootstrap.servers": "127.0.0.1:9"}}))
-    status = coord.status("spend")
+    lag.forget()
+    status = coord.status("spend", lag_wait=lag.PATIENT)
     assert status.committed_txid >= 1 and status.source_error and "127.0.0.1:9" in status.source_error
+    coord.close()
+
+
+@pytest.mark.parametrize("extra", [{"bootstrap.servers": "127.0.0.1:9"}, {"no.such.property": "1"}],
+                         ids=["out of reach", "a bad setting"])
+def test_a_broken_kafka_topology_costs_a_view_seconds_once_and_holds_no_transaction(
+        dsn: str, kafka: KafkaBroker, monkeypatch: pytest.MonkeyPatch, extra: dict[str, str]) -> None:
+    """Regression: an unreachable broker made every view of a Kafka topology (the UI's overview
+    and pages, the commit's metrics, the stall watch) wait 30 s, in sequence per topology, with a
+    database transaction open across the broker calls; a bad setting broke the status with a
+    KafkaException (a 500 for the whole overview, a traceback from the command line). The lag is
+    asked outside any transaction, waited for a few seconds, and kept: unknown, with why."""
+    topic = create_topic(kafka, 1)
+    coord = Coordinator(dsn)
+    coord.register(spend(topic))
+    produce(kafka, topic, payments(5))
+    drain(coord)
+    lag.forget()
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"extra": {"bootstrap.servers": kafka.bootstrap,
+                                                                           **extra}}))
+    held: list[str] = []
+    watching = threading.Event()
+
+    def watch() -> None:  # what the store sees while the status asks
+        while not watching.is_set():
+            held.extend(s for (s,) in query(dsn, "SELECT state FROM pg_stat_activity WHERE application_name LIKE "
+                                                 "'airflow_transactional%' AND state = 'idle in transaction'"))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    began = time.monotonic()
+    status = coord.status("spend")
+    took = time.monotonic() - began
+    watching.set()
+    watcher.join()
+    assert status.committed_txid >= 1 and status.source_error and status.lag == 0
+    assert took < lag.WAIT + 2 and held == []
+    began = time.monotonic()
+    again = coord.status("spend")  # kept: no second wait
+    assert time.monotonic() - began < 1 and again.source_error
+    assert cli(["--dsn", dsn, "status", "spend"]) == 0
     coord.close()

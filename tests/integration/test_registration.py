@@ -7,10 +7,10 @@ import pytest
 
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.exceptions import DeclarationChanged, TopologyOfAnotherDag
+from airflow_transactional.exceptions import ConfigError, DeclarationChanged, TopologyOfAnotherDag
 from airflow_transactional.sources import PostgresLogSource
-from airflow_transactional.spec import StateSpec, TopologySpec
-from tests.helpers import click, make_log, run_one, table
+from airflow_transactional.spec import DecisionSpec, StateSpec, TopologySpec
+from tests.helpers import click, make_log, query, run_one, table
 
 pytestmark = pytest.mark.integration
 
@@ -75,3 +75,26 @@ def test_a_store_nothing_was_registered_in_yet_lists_no_topologies(dsn: str) -> 
         assert fresh.topologies() == []
     finally:
         fresh.close()
+
+
+@pytest.mark.parametrize(("state_table", "headroom", "where"), [
+    ("airflow_txn.topologies", None, "the provider's schema 'airflow_txn'"),
+    ("public.counts", "airflow_txn.turns", "the provider's schema 'airflow_txn'"),
+    ("public.counts", "public.headroom", None),
+], ids=["state in the provider's schema", "headroom in it", "the control"])
+def test_a_state_table_or_headroom_in_the_providers_schema_is_refused(
+        coordinator: Coordinator, dsn: str, state_table: str, headroom: str | None, where: str | None) -> None:
+    """Regression: a state table named airflow_txn.topologies (the run-time role is granted INSERT
+    and UPDATE on a state's table: the declarations) or a headroom on one of the provider's
+    tables was registered and granted without a word."""
+    spec = TopologySpec("inside", PostgresLogSource("clicks"), [
+        StateSpec("counts", {"user_id": "text"}, combiner="sum", table=state_table)],
+        decisions=[DecisionSpec("pay", state="counts", headroom=headroom)])
+    if where is None:
+        make_log(dsn)
+        query(dsn, "CREATE TABLE public.headroom (user_id text PRIMARY KEY, value bigint)")
+        coordinator.register(spec)
+        return
+    with pytest.raises(ConfigError, match=f"in {where}: put it in a schema of its own"):
+        coordinator.register(spec)
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.topologies WHERE topology_id = 'inside'") == [(0,)]

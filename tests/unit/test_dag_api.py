@@ -213,6 +213,8 @@ def test_relative_application_paths_resolve_against_the_dag_file() -> None:
     ({"spark_conn_id": "spark default"}, "spark_conn_id must name an Airflow connection"),
     ({"spark_pool": ""}, "spark_pool must name an Airflow pool"),
     ({"start_date": datetime(2026, 1, 1)}, "start_date must be a datetime with a time zone"),
+    ({"spark_connect_conn_id": "no such"}, "spark_connect_conn_id must name a spark_connect connection"),
+    ({"spark_connect_conn_id": "spark_connect_default"}, None),
     ({"commit_deadline": timedelta(days=36500)}, "commit_deadline must be at most 365 days"),
     ({"kubernetes_dsn_secret": "a" * 300 + ":dsn"}, "each at most 253 characters"),
     ({"kubernetes_dsn_secret": "Bad Name:dsn"}, "kubernetes_dsn_secret must be 'secret-name:key'"),

@@ -55,7 +55,7 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     statuses = {"words": status("words", stalled=True), "orders": status("orders", stalled=False)}
     specs = [SimpleNamespace(topology_id=t, extra={"dag_id": f"dag_{t}"}) for t in statuses]
-    coordinator = SimpleNamespace(topologies=lambda: specs, status=statuses.__getitem__, close=lambda: None)
+    coordinator = SimpleNamespace(topologies=lambda: specs, status=lambda t, **_: statuses[t], close=lambda: None)
     monkeypatch.setattr(stalls, "TransactionalHook", lambda conn_id: SimpleNamespace(
         get_coordinator=lambda: coordinator))
     monkeypatch.setattr(stalls, "datetime", SimpleNamespace(now=lambda tz: NOW, fromisoformat=datetime.fromisoformat))
@@ -96,6 +96,18 @@ def test_a_check_alerts_once_per_stall_with_what_airflow_says_the_next_txid_wait
     watch.statuses["words"] = dataclasses.replace(status("words", stalled=True), last_commit_at=later_commit)
     watch.op.execute({"ti": FakeTI(previous=again.pushed["stalled"])})
     assert len(ALERTS) == 3 and ALERTS[2]["stalled_seconds"] == 700
+
+
+def test_a_source_whose_lag_is_unknown_is_stalled_when_nothing_commits() -> None:
+    """Regression: a Kafka topology whose broker was out of reach showed lag 0 (unknown), so the
+    stall rule never held and the watch never alerted."""
+    from airflow_transactional.core.liveness import stalled
+
+    quiet = dataclasses.replace(status("kafka", stalled=False), lag=0,
+                                source_error="Kafka at 127.0.0.1:9 did not answer")
+    said = stalled(quiet, 300, NOW)
+    assert said is not None and "while the source's lag is unknown (Kafka at 127.0.0.1:9 did not answer)" in said
+    assert stalled(dataclasses.replace(quiet, source_error=None), 300, NOW) is None  # known to hold nothing: idle
 
 
 def test_a_failing_alert_or_an_unreadable_topology_does_not_blind_the_check(watch: Any) -> None:

@@ -210,8 +210,7 @@ def _check_names(*, transactional_conn_id: Any, spark_conn_id: Any, spark_pool: 
                         ("spark_pool", spark_pool)):
         if value is None and name == "spark_pool":
             continue
-        if not isinstance(value, str) or not value or len(value) > 250 or not all(
-                c.isascii() and (c.isalnum() or c in "_-.") for c in value):
+        if not _a_name(value):
             raise ConfigError(f"{name} must name an Airflow {'pool' if name == 'spark_pool' else 'connection'} "
                               f"(letters, digits, '_', '-', '.'), got {value!r}")
     if not isinstance(start_date, datetime) or start_date.tzinfo is None or start_date.utcoffset() is None:
@@ -220,6 +219,12 @@ def _check_names(*, transactional_conn_id: Any, spark_conn_id: Any, spark_pool: 
     if commit_deadline is not None and commit_deadline > MAX_COMMIT_DEADLINE:
         raise ConfigError(f"commit_deadline must be at most {MAX_COMMIT_DEADLINE.days} days, got {commit_deadline}: "
                           "a run that late is stalled, which stall_after reports")
+
+
+def _a_name(value: Any) -> bool:
+    """Whether ``value`` can be an Airflow connection's or pool's id."""
+    return isinstance(value, str) and 0 < len(value) <= 250 and all(
+        c.isascii() and (c.isalnum() or c in "_-.") for c in value)
 
 
 def _check_settings(*, retries: Any, defer_after: Any, retry_delay: Any, commit_timeout: Any, plan_timeout: Any,
@@ -279,9 +284,9 @@ def _check_spark_connect(conn_id: Any, spark_conf: Mapping[str, Any] | None) -> 
     """A Spark Connect connection id is a name, and the settings of Spark belong to its server."""
     if conn_id is None:
         return
-    if not isinstance(conn_id, str) or not conn_id.strip() or "\x00" in conn_id:
-        raise ConfigError(f"spark_connect_conn_id must name a spark_connect connection (e.g. "
-                          f"'spark_connect_default'), got {conn_id!r}")
+    if not _a_name(conn_id):
+        raise ConfigError(f"spark_connect_conn_id must name a spark_connect connection (letters, digits, '_', '-', "
+                          f"'.', e.g. 'spark_connect_default'), got {conn_id!r}")
     if spark_conf:
         raise ConfigError(f"spark_conf does not reach a Spark Connect server (spark_connect_conn_id={conn_id!r}): "
                           "set those settings where the server is started, and drop spark_conf here")

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from airflow.sdk import DAG, BaseOperator
 
+from ..core import lag
 from ..core.model import TopologyStatus
 from ..exceptions import ConfigError
 from . import metrics
@@ -141,7 +142,7 @@ class StallWatchOperator(BaseOperator):
             statuses = {}
             for t in watched:
                 try:
-                    statuses[t] = coordinator.status(t)
+                    statuses[t] = coordinator.status(t, lag_wait=lag.PATIENT)
                 except Exception as exc:  # one unreadable topology does not blind the watch to the others
                     self.log.warning("topology %s: its status could not be read: %s", t, exc)
         finally:

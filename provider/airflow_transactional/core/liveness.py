@@ -96,16 +96,21 @@ def duration(seconds: float) -> str:
 
 
 def stalled(status: TopologyStatus, stall_after: float | None, now: datetime) -> str | None:
-    """The stall rule: no commit for ``stall_after`` seconds while the source holds records, said
-    with what the next txid is doing (or that no run planned it); None when not stalled."""
+    """The stall rule: no commit for ``stall_after`` seconds while the source holds records (or
+    cannot say whether it does), said with what the next txid is doing (or that no run planned it);
+    None when not stalled."""
     nxt = next((f for f in status.in_flight if f.txid == status.committed_txid + 1), None)
     since = status.last_commit_at or (nxt.since if nxt else None)
-    if not stall_after or status.lag <= 0 or since is None or (now - since).total_seconds() < stall_after:
+    unknown = status.source_error is not None  # a source out of reach may hold anything: it counts
+    if not stall_after or (status.lag <= 0 and not unknown) or since is None or \
+            (now - since).total_seconds() < stall_after:
         return None
     waited = duration((now - since).total_seconds())
     quiet = (f"no commit for {waited}" if status.last_commit_at
              else f"no commit since txid {status.committed_txid + 1} was planned {waited} ago")
-    head = f"stalled: {quiet} (stall_after {duration(stall_after)}) while the source holds {status.lag:,} records"
+    holds = (f"the source's lag is unknown ({status.source_error})" if unknown
+             else f"the source holds {status.lag:,} records")
+    head = f"stalled: {quiet} (stall_after {duration(stall_after)}) while {holds}"
     if nxt is None:
         return (f"{head}; no run has planned txid {status.committed_txid + 1}: is the DAG paused, or are its "
                 "runs queued behind max_active_runs?")

@@ -51,6 +51,7 @@ def register(store: StateStore, spec: TopologySpec) -> None:
 
 
 def _register(store: StateStore, spec: TopologySpec) -> None:
+    check_tables_outside(store.schema, spec)
     migrate(store)
     for state in spec.states:
         if state.database is not None:
@@ -147,6 +148,21 @@ class Reset(NamedTuple):
     kept: list[str]
 
 
+def check_tables_outside(schema: str, spec: TopologySpec) -> None:
+    """Refuse a state table or a decision's headroom in the provider's own schema or a system one:
+    the run-time role is granted INSERT and UPDATE on a state's table and SELECT on a headroom,
+    so either would hand it the provider's own tables (a state table named ``topologies``: the
+    declarations) or the catalog's."""
+    tables = [(f"state {st.name!r}", st.schema_and_table) for st in spec.states if st.database is None]
+    tables += [(f"the headroom of decision {d.name!r}", d.headroom_table) for d in spec.decisions
+               if d.headroom_table is not None]
+    for what, (in_schema, table) in tables:
+        if in_schema == schema or in_schema.startswith("pg_") or in_schema == "information_schema":
+            raise ConfigError(f"topology {spec.topology_id!r}: {what} is the table {in_schema}.{table}, in "
+                              f"{'the provider' if in_schema == schema else 'a system'}'s schema {in_schema!r}: "
+                              "put it in a schema of its own (e.g. 'public.my_table')")
+
+
 def ensure_state_table(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str,
                        state: StateSpec) -> None:
     """Create the state's table, or check the one there has its columns; mark it as the
@@ -194,6 +210,8 @@ def grant(store: StateStore, *, runtime_role: str, producer_role: str | None = N
                                   "(EventLog(dsn, name).create(partitions), as the owner), or fix the name")
         registered = [(num, TopologySpec.from_config(config))
                       for num, config in topology_rows.numbered(cur, store.schema)]
+        for _num, spec in registered:  # registered before this check existed
+            check_tables_outside(store.schema, spec)
         statements = privileges.grant_statements(store.schema, registered, runtime_role=runtime_role,
                                                  producer_role=producer_role, logs=logs)
         if apply:

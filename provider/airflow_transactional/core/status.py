@@ -14,10 +14,13 @@ import psycopg2.extensions
 from psycopg2 import sql
 
 from ..exceptions import SourceUnreachable
+from ..sources.base import Source
 from ..spec import StateSpec
 from ..store import attempts, catalog, decisions, topologies, transactions
 from ..store import commits as commit_log
 from ..store import sql as q
+from ..store.rows import Offsets
+from . import lag as lag_
 from . import liveness
 from .context import StateStore
 from .model import (
@@ -32,7 +35,7 @@ log = logging.getLogger(__name__)
 PHASES = {"running": "processing", "complete": "processed", "failed": "failed"}
 
 
-def status(store: StateStore, topology_id: str) -> TopologyStatus:
+def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None) -> TopologyStatus:
     with store.db.transaction() as cur:
         _num, spec, committed, offsets = store.load(cur, topology_id)
         progress = topologies.progress(cur, store.schema, topology_id)
@@ -45,12 +48,10 @@ def status(store: StateStore, topology_id: str) -> TopologyStatus:
             in_flight.append(InFlight(int(row.txid), row.run_key, phase, int(row.plan_version), int(row.attempts),
                                       error, int(row.failed_tries), row.since))
         quarantined = commit_log.quarantine_counts(cur, store.schema, topology_id)
-        source_error = None
-        try:
-            lag = spec.source.lag(cur, store.schema, topology_id, offsets)
-            lag_seconds = spec.source.lag_seconds(cur, store.schema, topology_id, offsets) if lag else 0.0
-        except SourceUnreachable as exc:  # the rest of the status still stands; the lag is unknown
-            lag, lag_seconds, source_error = 0, None, str(exc)
+        if not spec.source.remote:
+            lag, lag_seconds, source_error = _local_lag(spec.source, cur, store.schema, topology_id, offsets)
+    if spec.source.remote:  # asked of another server: outside the transaction, briefly, kept a while
+        lag, lag_seconds, source_error = lag_.remote(spec.source, topology_id, offsets, wait=lag_wait)
     blocked = liveness.blocker(store, topology_id, committed + 2)
     nxt = next((f for f in in_flight if f.txid == committed + 1), None)
     if blocked is None and nxt is not None and nxt.phase == "failed":
@@ -61,6 +62,16 @@ def status(store: StateStore, topology_id: str) -> TopologyStatus:
                         lag_seconds, source_error)
     stall = None if blocked else liveness.stalled(st, spec.extra.get(liveness.STALL_AFTER), datetime.now(UTC))
     return replace(st, blocked_by=stall, stalled=True) if stall else st  # nothing failed, and nothing moves
+
+
+def _local_lag(source: Source, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+               offsets: Offsets) -> lag_.Lag:
+    """The lag of a source the state store holds (a log, a directory's files)."""
+    try:
+        lag = source.lag(cur, schema, topology_id, offsets)
+        return lag_.Lag(lag, source.lag_seconds(cur, schema, topology_id, offsets) if lag else 0.0)
+    except SourceUnreachable as exc:  # the rest of the status still stands; the lag is unknown
+        return lag_.Lag(0, None, str(exc))
 
 
 def recover(store: StateStore, topology_id: str) -> RecoverResult:

@@ -46,6 +46,10 @@ class Source(ABC):
     """A source of batches. Methods get a cursor inside the caller's transaction."""
 
     kind: ClassVar[str]
+    #: Whether the lag is asked of a server other than the state store (a Kafka cluster): a status
+    #: then asks :meth:`remote_lag` outside its transaction, waits a few seconds at most and keeps
+    #: the answer a while (:mod:`..core.lag`), instead of :meth:`lag` and :meth:`lag_seconds`.
+    remote: ClassVar[bool] = False
 
     @abstractmethod
     def to_config(self) -> dict[str, Any]:
@@ -93,6 +97,10 @@ class Source(ABC):
         """How long the oldest record beyond ``committed`` has waited (0.0 when none waits), or
         None when the source does not know when its records arrived."""
         return None
+
+    def remote_lag(self, committed: Offsets) -> tuple[int, float | None]:
+        """(:meth:`lag`, :meth:`lag_seconds`) of a :attr:`remote` source, from its server alone."""
+        raise NotImplementedError(f"a {self.kind} source keeps its lag in the state store")
 
     @abstractmethod
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,

@@ -288,20 +288,32 @@ class KafkaSource(Source):
                         "longer be recomputed")
         return {"topic": self.topic, "topic_id": now.topic_id, "cluster_id": now.cluster_id, "ranges": ranges}, None
 
+    remote = True
+
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
         """Offsets (records, and the markers of producer transactions) past the committed ones."""
-        now = self.snapshot()
+        return self._lag(self.snapshot(), committed)
+
+    @staticmethod
+    def _lag(now: Snapshot, committed: Offsets) -> int:
         return sum(max(0, now.stable[p] - max(int(committed.get(str(p), now.earliest[p])), now.earliest[p]))
                    for p in now.stable)
 
     def lag_seconds(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                     committed: Offsets) -> float | None:
         """The age of the oldest record past the committed offsets, by its timestamp."""
+        return self._lag_seconds(self.snapshot(), committed)
+
+    def remote_lag(self, committed: Offsets) -> tuple[int, float | None]:
+        now = self.snapshot()
+        lag = self._lag(now, committed)
+        return lag, self._lag_seconds(now, committed) if lag else 0.0
+
+    def _lag_seconds(self, now: Snapshot, committed: Offsets) -> float | None:
         import time
 
         from confluent_kafka import Consumer, TopicPartition
 
-        now = self.snapshot()
         waiting = {p: max(int(committed.get(str(p), now.earliest[p])), now.earliest[p]) for p in now.stable}
         waiting = {p: o for p, o in waiting.items() if o < now.stable[p]}
         if not waiting:
