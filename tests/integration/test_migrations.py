@@ -115,3 +115,36 @@ def test_a_schema_of_an_unreleased_development_version_is_refused_naming_the_fix
             migrate(db, "old")
     finally:
         db.close()
+
+
+def test_an_upgrade_hands_an_old_runtime_role_the_commits_door_and_takes_its_log_rights(
+        pg: EmbeddedPostgres, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run-time role granted before migration 6 had UPDATE on a log's counter and INSERT on its
+    events (for the commit's output events); after the upgrade its commits need append_outputs.
+    The migration carries it over: the door granted, the old rights revoked -- at once, not at
+    the owner's next grant."""
+    role = f"old_runtime_{uuid.uuid4().hex[:6]}"
+    admin = psycopg2.connect(pg.admin_dsn(parse_dsn(dsn)["dbname"]))
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE ROLE {role} LOGIN")
+    db = Database(dsn)
+    try:
+        monkeypatch.setattr("airflow_transactional.store.migrations.MIGRATIONS", MIGRATIONS[:5])
+        assert migrate(db, "upgraded") == [1, 2, 3, 4, 5]
+        query(dsn, f"GRANT USAGE ON SCHEMA upgraded TO {role}; "
+                   f"GRANT UPDATE (next_lsn) ON upgraded.log_partitions TO {role}; "
+                   f"GRANT INSERT ON upgraded.log_events TO {role}")  # as grant did before
+        monkeypatch.setattr("airflow_transactional.store.migrations.MIGRATIONS", MIGRATIONS)
+        assert migrate(db, "upgraded") == [6]
+        rights = query(dsn, f"SELECT has_column_privilege('{role}', 'upgraded.log_partitions', 'next_lsn', 'UPDATE'), "
+                            f"has_table_privilege('{role}', 'upgraded.log_events', 'INSERT'), "
+                            f"has_function_privilege('{role}', "
+                            "'upgraded.append_outputs(text, integer, text[], text[])', 'EXECUTE')")
+        assert rights == [(False, False, True)]
+    finally:
+        db.close()
+        with admin.cursor() as cur:
+            cur.execute("DROP SCHEMA upgraded CASCADE")
+            cur.execute(f"DROP ROLE {role}")
+        admin.close()

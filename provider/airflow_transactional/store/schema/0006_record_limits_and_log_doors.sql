@@ -140,3 +140,23 @@ BEGIN
     RETURN NEW;
 END
 $body$;
+
+-- A run-time role granted before this version (UPDATE on next_lsn and INSERT on log_events, for
+-- the commit's output events) gets the commit's door instead, now: its commits go on through
+-- append_outputs, and the rights that let it set a counter or forge an event go at once, not at
+-- the owner's next 'airflow-txn grant'.
+DO $carry$
+DECLARE
+    r name;
+BEGIN
+    FOR r IN SELECT a.rolname FROM pg_catalog.pg_roles a
+             WHERE a.rolname <> current_user AND NOT a.rolsuper
+               AND has_column_privilege(a.oid, '{s}.log_partitions'::regclass, 'next_lsn', 'UPDATE')
+               AND NOT pg_has_role(a.oid, current_user, 'MEMBER') LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I',
+                       '{s}.append_outputs(text, integer, text[], text[])'::regprocedure, r);
+        EXECUTE format('REVOKE UPDATE (next_lsn) ON %s FROM %I', '{s}.log_partitions'::regclass, r);
+        EXECUTE format('REVOKE INSERT ON %s FROM %I', '{s}.log_events'::regclass, r);
+    END LOOP;
+END
+$carry$;
