@@ -134,14 +134,16 @@ def test_an_upgrade_hands_an_old_runtime_role_the_commits_door_and_takes_its_log
         assert migrate(db, "upgraded") == [1, 2, 3, 4, 5]
         query(dsn, f"GRANT USAGE ON SCHEMA upgraded TO {role}; "
                    f"GRANT UPDATE (next_lsn) ON upgraded.log_partitions TO {role}; "
-                   f"GRANT INSERT ON upgraded.log_events TO {role}")  # as grant did before
+                   f"GRANT INSERT ON upgraded.log_events TO {role}; "
+                   f"GRANT UPDATE (sha256) ON upgraded.landing_files TO {role}")  # as grant did before
         monkeypatch.setattr("airflow_transactional.store.migrations.MIGRATIONS", MIGRATIONS)
         assert migrate(db, "upgraded") == [6]
         rights = query(dsn, f"SELECT has_column_privilege('{role}', 'upgraded.log_partitions', 'next_lsn', 'UPDATE'), "
                             f"has_table_privilege('{role}', 'upgraded.log_events', 'INSERT'), "
                             f"has_function_privilege('{role}', "
-                            "'upgraded.append_outputs(text, integer, text[], text[])', 'EXECUTE')")
-        assert rights == [(False, False, True)]
+                            "'upgraded.append_outputs(text, integer, text[], text[])', 'EXECUTE'), "
+                            f"has_column_privilege('{role}', 'upgraded.landing_files', 'plain', 'UPDATE')")
+        assert rights == [(False, False, True, True)]
     finally:
         db.close()
         with admin.cursor() as cur:

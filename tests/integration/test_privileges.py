@@ -8,6 +8,8 @@ granting a role that is the owner in all but name."""
 from __future__ import annotations
 
 import json
+import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import ConfigError, StagedOutputIncomplete
 from airflow_transactional.processing import OutputEvent, process_batch
-from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.sources import EventLog, LandingDirectory, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
 from dev.embedded import EmbeddedPostgres
 from tests.helpers import click, make_log, query, table
@@ -160,6 +162,7 @@ def test_a_producer_cannot_move_its_logs_counters_or_write_past_the_door(roles: 
             "INSERT INTO airflow_txn.log_events (log_name, partition, lsn, event_id, payload) "
             "VALUES ('clicks', 0, 999, 'x', '{}')",
             "SELECT airflow_txn.append_events('other', '{0}', '{x}', '{\"{}\"}')",  # not its log
+            "SELECT airflow_txn.append_outputs('clicks', 0, '{x}', '{\"{}\"}')",  # the commit's door
             "DELETE FROM airflow_txn.log_writers",
             "INSERT INTO airflow_txn.log_writers VALUES ('other', current_user)"):
         roles.refused("producer", statement)
@@ -188,6 +191,10 @@ def test_the_runtime_role_cannot_move_a_logs_counter_and_the_owner_repairs_one(
         producer.append([click(9)], partition=0)
     with pytest.raises(psycopg2.errors.CheckViolation, match="repair-log"):  # a plain rewind: still refused
         query(roles.dsn_of("owner"), "UPDATE airflow_txn.log_partitions SET next_lsn = 6 WHERE log_name = 'clicks'")
+    with pytest.raises(psycopg2.errors.CheckViolation):  # nor, repairing, onto an LSN the partition holds
+        query(roles.dsn_of("owner"), "SELECT set_config('airflow_transactional.repair_log', 'on', true); UPDATE "
+                                     "airflow_txn.log_partitions SET next_lsn = 5 WHERE log_name = 'clicks' "
+                                     "AND partition = 0")
     assert cli(["--dsn", roles.dsn_of("runtime"), "repair-log", "clicks"]) == 1  # the owner's alone
     assert cli(["--dsn", roles.dsn_of("producer"), "repair-log", "clicks"]) == 1
     capsys.readouterr()
@@ -203,6 +210,32 @@ def test_the_runtime_role_cannot_move_a_logs_counter_and_the_owner_repairs_one(
     assert query(roles.dsn_of("owner"), "SELECT count(*) FROM airflow_txn.log_events WHERE log_name = 'feed'")[0][0] > 0
     runtime.close()
     producer.close()
+
+
+def test_the_runtime_role_registers_and_follows_landing_files(roles: Roles, tmp_path: Path) -> None:
+    """What a landing topology's plan writes, the run-time role may: a new file's row, and a touched
+    file's row following it -- with what registration now records of its lines (plain)."""
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    owner = Coordinator(roles.dsn_of("owner"))
+    owner.register(TopologySpec("landed", LandingDirectory(str(inbox), settle_seconds=0), [
+        StateSpec("landed_count", {"user_id": "text"}, combiner="count")]))
+    owner.close()
+    assert cli(["--dsn", roles.dsn_of("owner"), "grant", "--runtime-role", roles.names["runtime"]]) == 0
+    runtime = Coordinator(roles.dsn_of("runtime"))
+    (inbox / "a.json").write_text('{"user": "ann"}\n')
+    os.utime(inbox / "a.json", (time.time() - 60, time.time() - 60))
+    for run in ("r1", "r2"):
+        txn = runtime.plan("landed", run)
+        process_batch(runtime, "landed", txn.txid, lambda r: [("landed_count", (r["user"],), 1)])
+        assert runtime.commit("landed", txn.txid).committed
+        os.utime(inbox / "a.json", (time.time() - 30, time.time() - 30))  # touched: the same bytes
+        (inbox / "b.json").write_text('{"user": "bob"}\n')
+    assert table(roles.dsn_of("runtime"), "landed_count") == {"ann": 1, "bob": 1}
+    assert query(roles.dsn_of("owner"), "SELECT path LIKE '%a.json', plain FROM airflow_txn.landing_files "
+                                        "ORDER BY seq") == [(True, True), (False, True)]
+    runtime.close()
+    query(roles.dsn_of("owner"), "DROP TABLE landed_count")
 
 
 def test_a_producer_cannot_squat_a_topologys_output_ids(roles: Roles) -> None:

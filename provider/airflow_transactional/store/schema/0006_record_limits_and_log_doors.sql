@@ -118,15 +118,18 @@ REVOKE ALL ON FUNCTION {s}.append_outputs(text, integer, text[], text[]) FROM PU
 
 -- The owner's repair of a partition's counter (airflow-txn repair-log): inside a transaction
 -- that set airflow_transactional.repair_log to 'on', the table's owner may move next_lsn back --
--- never below what the log holds or what a reader planned (sources/eventlog.py checks). Nobody
--- else may: the run-time role and producers reach the counter only through the doors above.
+-- never to an LSN the partition holds (nor below what a reader planned: sources/eventlog.py
+-- checks). Nobody else may: the run-time role and producers reach the counter only through the
+-- doors above.
 CREATE OR REPLACE FUNCTION {s}.log_partition_guard() RETURNS trigger
 LANGUAGE plpgsql AS $body$
 BEGIN
     IF NEW.next_lsn < OLD.next_lsn AND coalesce(current_setting('airflow_transactional.repair_log', true), '') = 'on'
             AND pg_has_role(current_user, (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = TG_RELID),
                             'MEMBER')
-            AND NEW.truncated_through = OLD.truncated_through AND NEW.truncated_through < NEW.next_lsn THEN
+            AND NEW.truncated_through = OLD.truncated_through AND NEW.truncated_through < NEW.next_lsn
+            AND NOT EXISTS (SELECT 1 FROM {s}.log_events e WHERE e.log_name = NEW.log_name
+                            AND e.partition = NEW.partition AND e.lsn >= NEW.next_lsn) THEN
         RETURN NEW;
     END IF;
     IF NEW.next_lsn < OLD.next_lsn OR NEW.truncated_through < OLD.truncated_through
@@ -144,7 +147,7 @@ $body$;
 -- A run-time role granted before this version (UPDATE on next_lsn and INSERT on log_events, for
 -- the commit's output events) gets the commit's door instead, now: its commits go on through
 -- append_outputs, and the rights that let it set a counter or forge an event go at once, not at
--- the owner's next 'airflow-txn grant'.
+-- the owner's next 'airflow-txn grant'; it may record a landing file's "plain" too.
 DO $carry$
 DECLARE
     r name;
@@ -157,6 +160,13 @@ BEGIN
                        '{s}.append_outputs(text, integer, text[], text[])'::regprocedure, r);
         EXECUTE format('REVOKE UPDATE (next_lsn) ON %s FROM %I', '{s}.log_partitions'::regclass, r);
         EXECUTE format('REVOKE INSERT ON %s FROM %I', '{s}.log_events'::regclass, r);
+    END LOOP;
+    -- and records what a landing file's registration now finds (a touched file's row follows it)
+    FOR r IN SELECT a.rolname FROM pg_catalog.pg_roles a
+             WHERE a.rolname <> current_user AND NOT a.rolsuper
+               AND has_column_privilege(a.oid, '{s}.landing_files'::regclass, 'sha256', 'UPDATE')
+               AND NOT pg_has_role(a.oid, current_user, 'MEMBER') LOOP
+        EXECUTE format('GRANT UPDATE (plain) ON %s TO %I', '{s}.landing_files'::regclass, r);
     END LOOP;
 END
 $carry$;
