@@ -5,6 +5,7 @@ states, in a Spark session that stays up across the generated batches."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,7 +92,6 @@ def plain(records: Any) -> dict[str, Any]:
 def test_rows_of_plain_dataframes_that_cannot_be_staged_are_set_aside_by_key(pg: EmbeddedPostgres, spark: Any) -> None:
     """A transform of plain DataFrames: a key too long or holding a NUL, a sum past a bigint --
     the key's row of the batch is set aside in the quarantine with the reason, the rest commits."""
-    import json
 
     dsn = pg.create_database(f"h_{uuid.uuid4().hex[:10]}")
     log, coord = EventLog(dsn, "hostile"), Coordinator(dsn)
@@ -122,7 +122,6 @@ def test_no_payment_request_can_stop_the_payments_pipeline(pg: EmbeddedPostgres,
     both stopped payments. The example now bounds amounts before any arithmetic, and a request or
     event id past the limit is set aside; the rest of the batch is decided and committed."""
     import importlib.util
-    import json
     from pathlib import Path
 
     from dev import payments
@@ -184,3 +183,37 @@ def test_landed_lines_past_the_limits_are_quarantined_as_the_python_processor_do
     assert [r[0] for r in rows] == [limits.RECORD_TOO_LARGE, limits.LONE_SURROGATE]
     assert rows[0][1] > limits.MAX_RECORD_BYTES and result["quarantined"] == 2
     coord.close()
+
+
+def test_an_output_event_past_the_record_limit_is_set_aside_as_the_python_processor_does(
+        dsn: str, spark: Any) -> None:
+    """An output event is a record of its log: past the limit, the pure-Python processor
+    quarantines the record that emitted it (OutputEvent) and the Spark helper sets the event
+    aside -- the log never holds a record its readers would refuse."""
+    from pyspark.sql import functions as F
+
+    from airflow_transactional import OutputSpec, PostgresLogSource, StateSpec, TopologySpec
+
+    log = EventLog(dsn, "notes")
+    log.create(1)
+    log.append([("n1", json.dumps({"user": "ann", "size": 10})),
+                ("n2", json.dumps({"user": "bob", "size": limits.MAX_RECORD_BYTES + 1}))])
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("notes", PostgresLogSource("notes"), [
+        StateSpec("note_count", {"user_id": "text"}, combiner="count")], outputs=[OutputSpec("echo")]))
+    txn = coord.plan("notes", "r1")
+
+    def transform(records: Any) -> dict[str, Any]:
+        return {"note_count": records.select(F.col("user").alias("user_id"), F.lit(1).alias("value")),
+                "echo": records.select(F.col("_event_id").alias("id"), F.repeat(F.lit("x"), F.col("size").cast("int"))
+                                       .alias("payload"))}
+
+    result = job.process(spark, coord, "notes", txn.txid, transform, schema="user string, size int",
+                         required=["user"])
+    assert coord.commit("notes", txn.txid).committed
+    assert query(dsn, "SELECT event_id FROM airflow_txn.log_events WHERE log_name = 'echo'") == [("notes:n1",)]
+    assert [r for (r,) in query(dsn, "SELECT reason FROM airflow_txn.quarantine")] == [
+        f"output event for 'echo': {limits.RECORD_TOO_LARGE}"]
+    assert result["quarantined"] == 1
+    coord.close()
+    log.close()

@@ -8,7 +8,7 @@ import io
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import faults
+from .. import faults, limits
 from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
 from ..spec import StateSpec
@@ -88,7 +88,9 @@ def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
     why = admit.first_reason([*admit.id_reasons(f"the id of an output event for {output!r}", F.col("event_id")),
                         (F.col("payload").isNull(), f"an output event for {output!r} has no payload"),
                         (F.instr(F.col("payload"), "\u0000") > 0, f"the payload of an output event for {output!r} "
-                                                                  "holds a NUL byte (\\u0000)")])
+                                                                  "holds a NUL byte (\\u0000)"),
+                        (F.octet_length(F.col("payload")) > limits.MAX_RECORD_BYTES,
+                         f"output event for {output!r}: {limits.RECORD_TOO_LARGE}")])
     return _judged(_first_by_seq(rows, "event_id", "payload"), why)
 
 
