@@ -254,6 +254,10 @@ class Coordinator:
         """Discard staged output that can never be committed; safe to run at any time."""
         return status.recover(self.store, topology_id)
 
+    def ask_lags(self, topology_ids: Sequence[str]) -> None:
+        """Begin asking every remote source's lag at once, before the statuses of many topologies."""
+        status.ask_lags(self.store, topology_ids)
+
     def status(self, topology_id: str, *, lag_wait: float | None = None) -> TopologyStatus:
         """Where ``topology_id`` stands. A Kafka source's lag is waited for ``lag_wait`` seconds at
         most (default: a view's few, :data:`.core.lag.WAIT`), else it is unknown, with why."""

@@ -332,3 +332,21 @@ def test_a_broken_kafka_topology_costs_a_view_seconds_once_and_holds_no_transact
     assert time.monotonic() - began < 1 and again.source_error
     assert cli(["--dsn", dsn, "status", "spend"]) == 0
     coord.close()
+
+
+def test_the_lags_of_many_kafka_topologies_are_asked_at_once(dsn: str, kafka: KafkaBroker,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The overview and the stall watch read many statuses in turn: asked one by one, N clusters
+    out of reach cost N waits; asked ahead all at once (ask_lags), about one."""
+    topic = create_topic(kafka, 1)
+    coord = Coordinator(dsn)
+    for name in ("spend", "elsewhere"):
+        coord.register(spend(topic, topology_id=name))
+    lag.forget()
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"extra": {"bootstrap.servers": "127.0.0.1:9"}}))
+    began = time.monotonic()
+    coord.ask_lags(["spend", "elsewhere"])
+    statuses = [coord.status(name, lag_wait=4) for name in ("spend", "elsewhere")]
+    assert time.monotonic() - began < 6
+    assert all(st.source_error and "not answered for" in st.source_error for st in statuses)
+    coord.close()

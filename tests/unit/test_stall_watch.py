@@ -55,7 +55,8 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     statuses = {"words": status("words", stalled=True), "orders": status("orders", stalled=False)}
     specs = [SimpleNamespace(topology_id=t, extra={"dag_id": f"dag_{t}"}) for t in statuses]
-    coordinator = SimpleNamespace(topologies=lambda: specs, status=lambda t, **_: statuses[t], close=lambda: None)
+    coordinator = SimpleNamespace(topologies=lambda: specs, status=lambda t, **_: statuses[t],
+                                  ask_lags=lambda ids: None, close=lambda: None)
     monkeypatch.setattr(stalls, "TransactionalHook", lambda conn_id: SimpleNamespace(
         get_coordinator=lambda: coordinator))
     monkeypatch.setattr(stalls, "datetime", SimpleNamespace(now=lambda tz: NOW, fromisoformat=datetime.fromisoformat))

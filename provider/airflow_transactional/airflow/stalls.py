@@ -140,6 +140,7 @@ class StallWatchOperator(BaseOperator):
             watched = [t for t in known if self.topologies is None or t in self.topologies]
             self._dag_ids = {t: str(known[t].extra.get("dag_id") or t) for t in watched}
             statuses = {}
+            coordinator.ask_lags(watched)  # every Kafka cluster asked at once: the check waits for the slowest
             for t in watched:
                 try:
                     statuses[t] = coordinator.status(t, lag_wait=lag.PATIENT)

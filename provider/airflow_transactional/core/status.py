@@ -64,6 +64,21 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
     return replace(st, blocked_by=stall, stalled=True) if stall else st  # nothing failed, and nothing moves
 
 
+def ask_lags(store: StateStore, topology_ids: Sequence[str]) -> None:
+    """Begin asking the lag of each of ``topology_ids`` whose source is remote, all at once and
+    without waiting: a view of many topologies then waits about as long as the slowest, not the
+    sum (:func:`status` takes each answer, or waits for what is left of its time)."""
+    try:
+        with store.db.transaction() as cur:
+            asks = [(spec.source, t, offsets) for t in topology_ids
+                    for _num, spec, _committed, offsets in [store.load(cur, t)] if spec.source.remote]
+    except Exception as exc:  # only a head start: each status asks, and says what fails, itself
+        log.warning("the lags of %s could not be asked ahead: %s", ", ".join(topology_ids), exc)
+        return
+    for source, topology_id, offsets in asks:
+        lag_.remote(source, topology_id, offsets, wait=0)
+
+
 def _local_lag(source: Source, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                offsets: Offsets) -> lag_.Lag:
     """The lag of a source the state store holds (a log, a directory's files)."""
