@@ -181,3 +181,33 @@ def test_a_record_past_the_limit_is_refused_at_append_and_quarantined_from_a_lan
     assert query(dsn, "SELECT path LIKE '%a.json', plain FROM airflow_txn.landing_files ORDER BY seq") == [
         (True, False), (False, True)]
     coord.close()
+
+
+def test_an_output_event_its_logs_readers_would_refuse_quarantines_its_record(dsn: str) -> None:
+    """An output event is a record of its log: one past the record limit or escaping a lone
+    surrogate would be quarantined by every reader of the log, so the record that emitted it is
+    quarantined here instead (the Spark helper sets such an event aside:
+    tests/spark/test_hostile_records.py)."""
+    from airflow_transactional import OutputEvent, OutputSpec
+
+    log = EventLog(dsn, "notes")
+    log.create(1)
+    log.append([("n1", json.dumps({"note": "fine"})), ("n2", json.dumps({"note": "big"})),
+                ("n3", json.dumps({"note": "lone"}))])
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("notes", PostgresLogSource("notes"), [
+        StateSpec("note_count", {"note": "text"}, combiner="count")], outputs=[OutputSpec("echo")]))
+    payloads = {"fine": {"n": 1}, "big": "x" * (limits.MAX_RECORD_BYTES + 1), "lone": {"n": "\ud800"}}
+
+    def fn(r):  # type: ignore[no-untyped-def]
+        return [("note_count", (r["note"],), 1), OutputEvent("echo", payloads[r["note"]], id=r["note"])]
+
+    txn = coord.plan("notes", "r1")
+    process_batch(coord, "notes", txn.txid, fn)
+    assert coord.commit("notes", txn.txid).committed
+    assert dict(query(dsn, "SELECT note, value FROM note_count")) == {"fine": 1}
+    assert query(dsn, "SELECT event_id FROM airflow_txn.log_events WHERE log_name = 'echo'") == [("notes:fine",)]
+    reasons = [r for (r,) in query(dsn, "SELECT reason FROM airflow_txn.quarantine ORDER BY id")]
+    assert "more than the 1,048,576 allowed" in reasons[0] and limits.LONE_SURROGATE in reasons[1]
+    coord.close()
+    log.close()

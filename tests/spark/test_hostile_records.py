@@ -187,9 +187,9 @@ def test_landed_lines_past_the_limits_are_quarantined_as_the_python_processor_do
 
 def test_an_output_event_past_the_record_limit_is_set_aside_as_the_python_processor_does(
         dsn: str, spark: Any) -> None:
-    """An output event is a record of its log: past the limit, the pure-Python processor
-    quarantines the record that emitted it (OutputEvent) and the Spark helper sets the event
-    aside -- the log never holds a record its readers would refuse."""
+    """An output event is a record of its log: past the limit or escaping a lone surrogate, the
+    pure-Python processor quarantines the record that emitted it (OutputEvent) and the Spark
+    helper sets the event aside -- the log never holds a record its readers would refuse."""
     from pyspark.sql import functions as F
 
     from airflow_transactional import OutputSpec, PostgresLogSource, StateSpec, TopologySpec
@@ -197,7 +197,8 @@ def test_an_output_event_past_the_record_limit_is_set_aside_as_the_python_proces
     log = EventLog(dsn, "notes")
     log.create(1)
     log.append([("n1", json.dumps({"user": "ann", "size": 10})),
-                ("n2", json.dumps({"user": "bob", "size": limits.MAX_RECORD_BYTES + 1}))])
+                ("n2", json.dumps({"user": "bob", "size": limits.MAX_RECORD_BYTES + 1})),
+                ("n3", json.dumps({"user": "cy", "size": -1}))])
     coord = Coordinator(dsn)
     coord.register(TopologySpec("notes", PostgresLogSource("notes"), [
         StateSpec("note_count", {"user_id": "text"}, combiner="count")], outputs=[OutputSpec("echo")]))
@@ -205,15 +206,16 @@ def test_an_output_event_past_the_record_limit_is_set_aside_as_the_python_proces
 
     def transform(records: Any) -> dict[str, Any]:
         return {"note_count": records.select(F.col("user").alias("user_id"), F.lit(1).alias("value")),
-                "echo": records.select(F.col("_event_id").alias("id"), F.repeat(F.lit("x"), F.col("size").cast("int"))
-                                       .alias("payload"))}
+                "echo": records.select(F.col("_event_id").alias("id"), F.when(
+                    F.col("size") < 0, F.lit('{"n": "\\ud800"}')).otherwise(F.repeat(F.lit("x"), F.col("size")))
+                    .alias("payload"))}
 
     result = job.process(spark, coord, "notes", txn.txid, transform, schema="user string, size int",
                          required=["user"])
     assert coord.commit("notes", txn.txid).committed
     assert query(dsn, "SELECT event_id FROM airflow_txn.log_events WHERE log_name = 'echo'") == [("notes:n1",)]
-    assert [r for (r,) in query(dsn, "SELECT reason FROM airflow_txn.quarantine")] == [
-        f"output event for 'echo': {limits.RECORD_TOO_LARGE}"]
-    assert result["quarantined"] == 1
+    assert sorted(r for (r,) in query(dsn, "SELECT reason FROM airflow_txn.quarantine")) == [
+        f"output event for 'echo': {limits.LONE_SURROGATE}", f"output event for 'echo': {limits.RECORD_TOO_LARGE}"]
+    assert result["quarantined"] == 2
     coord.close()
     log.close()

@@ -111,6 +111,16 @@ def id_reasons(what: str, ident: Column) -> list[tuple[Column, str]]:
              f"{what} is more than the {limits.MAX_ID_BYTES} bytes allowed")]
 
 
+def lone_surrogate(text: Column) -> Column:
+    """Whether JSON ``text`` escapes a lone surrogate (:data:`..limits.SURROGATE_PAIRS_AND_BACKSLASHES`:
+    escaped backslashes and pairs removed left to right, a surrogate's escape left): looked at
+    only when the text holds ``\\u`` at all."""
+    from pyspark.sql import functions as F
+
+    return text.contains("\\u") & F.regexp_replace(text, limits.SURROGATE_PAIRS_AND_BACKSLASHES, "").rlike(
+        limits.SURROGATE_ESCAPE)
+
+
 def record_reason(state: StateSpec, keys: Mapping[str, Column], value: Column) -> Column:
     """Why one record's row of ``state`` (its keys and value, as :func:`per_record` declared them)
     cannot be folded: the record is then quarantined with that reason."""

@@ -90,7 +90,9 @@ def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
                         (F.instr(F.col("payload"), "\u0000") > 0, f"the payload of an output event for {output!r} "
                                                                   "holds a NUL byte (\\u0000)"),
                         (F.octet_length(F.col("payload")) > limits.MAX_RECORD_BYTES,
-                         f"output event for {output!r}: {limits.RECORD_TOO_LARGE}")])
+                         f"output event for {output!r}: {limits.RECORD_TOO_LARGE}"),
+                        (admit.lone_surrogate(F.col("payload")),
+                         f"output event for {output!r}: {limits.LONE_SURROGATE}")])
     return _judged(_first_by_seq(rows, "event_id", "payload"), why)
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from .. import limits
 from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
+from . import admit
 from .read import (
     COLUMNS,
     CORRUPT_COL,
@@ -124,11 +125,9 @@ def _text_reason(payload: Column) -> Column:
     judges it (:func:`..limits.record_refusal`): the reader's verdict, then the record limits."""
     from pyspark.sql import functions as F
 
-    lone = payload.contains("\\u") & F.regexp_replace(payload, limits.SURROGATE_PAIRS_AND_BACKSLASHES, "").rlike(
-        limits.SURROGATE_ESCAPE)
     return (F.when(F.col(INVALID_COL).isNotNull(), F.col(INVALID_COL))
             .when(F.octet_length(payload) > limits.MAX_RECORD_BYTES, F.lit(limits.RECORD_TOO_LARGE))
-            .when(lone, F.lit(limits.LONE_SURROGATE)))
+            .when(admit.lone_surrogate(payload), F.lit(limits.LONE_SURROGATE)))
 
 
 def prepare(records: Records, schema: str | None, required: Sequence[str],
