@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test docs bench venv lint clean startup-archive browser jars redis
+.PHONY: demo test docs bench bench-check venv lint clean startup-archive browser jars redis
 
 venv: $(STAMP)
 
@@ -65,6 +65,12 @@ docs: $(STAMP)
 bench: startup-archive
 	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[bench]'
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m bench.perf $(if $(QUICK),--quick) $(BENCH_ARGS)
+
+# The regression guard before a change to the processing or commit path lands (a few minutes): the
+# work section, its ratios beside the committed docs/results/bench.json, a verdict per row.
+bench-check: startup-archive
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[bench]'
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m bench.check
 
 lint: $(STAMP)
 	$(BIN)/ruff check provider tests dags spark_jobs bench dev
