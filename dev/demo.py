@@ -103,10 +103,11 @@ class Producer(threading.Thread):
 class KafkaTweets(threading.Thread):
     """Writes tweets to the ``tweets`` topic in Kafka transactions, aborting one in ten."""
 
-    def __init__(self, broker: KafkaBroker, rate: int, interval: float = 2.0) -> None:
+    def __init__(self, broker: KafkaBroker, rate: int, interval: float = 2.0, topic: str = "tweets") -> None:
         from confluent_kafka import Producer
 
         super().__init__(name="kafka-tweets", daemon=True)
+        self.topic = topic
         self.producer = Producer({**broker.client_config(), "transactional.id": f"demo-tweets-{uuid.uuid4().hex[:8]}"},
                                  logger=logging.getLogger("demo.kafka"))
         self.producer.init_transactions(60)
@@ -123,7 +124,10 @@ class KafkaTweets(threading.Thread):
                 for _ in range(self.per_tick):
                     url = f"https://{self.rng.choice(DOMAINS)}/post/{self.rng.randint(1, 40)}"
                     tweet = {"url": url, "user": f"u{self.rng.randint(1, 500)}", "ts": time.time()}
-                    self.producer.produce("tweets", value=json.dumps(tweet))
+                    self.producer.produce(self.topic, value=json.dumps(tweet))
+                # Sent before the verdict: an abort right after produce() purges what librdkafka still
+                # holds, and the topic would show abort markers without aborted records.
+                self.producer.flush(60)
                 if self.rng.random() < 0.1:  # a producer that gives up: its records are never read
                     self.producer.abort_transaction(60)
                     self.aborted += self.per_tick

@@ -13,8 +13,10 @@ import pytest
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
-from dev.demo import Producer
+from dev.demo import KafkaTweets, Producer
+from dev.kafka import KafkaBroker, read_topic
 from tests.helpers import click, counting_topology, make_log, query, run_one
+from tests.kafka_helpers import create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -83,3 +85,20 @@ def test_a_state_can_name_its_schema(coordinator: Coordinator, dsn: str) -> None
     assert query(dsn, "SELECT sum(value) FROM analytics.clicks_count") == [(5,)]
     assert query(dsn, "SELECT to_regclass('public.clicks_count')") == [(None,)]
     assert json.dumps(coordinator.spec("clicks").to_config()).count('"schema": "analytics"') == 1
+
+
+def test_the_kafka_demo_aborts_records_a_committed_reader_never_sees(kafka: KafkaBroker) -> None:
+    """Regression: the demo's producer aborted right after produce(), so librdkafka purged the
+    records it had not sent: the topic held abort markers and no aborted record, and the
+    read_committed filtering the docs advertise was never exercised. Sent first, then aborted."""
+    topic = create_topic(kafka, 1)
+    tweets = KafkaTweets(kafka, rate=20, interval=0.1, topic=topic)
+    tweets.rng.random = iter([0.05, 0.5] * 50).__next__  # type: ignore[method-assign]  # every other one aborted
+    tweets.start()
+    while tweets.aborted < 4 or tweets.committed < 4:
+        time.sleep(0.1)
+    tweets.stop_event.set()
+    tweets.join(60)
+    every = read_topic(kafka, topic, committed_only=False)
+    committed = read_topic(kafka, topic)
+    assert len(committed) == tweets.committed and len(every) == tweets.committed + tweets.aborted
