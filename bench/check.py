@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bench import perf
+
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "docs" / "results" / "bench.json"
 #: How far a ratio may move the wrong way before the check says so (this box's noise between two
@@ -93,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.report:
         now = json.loads(Path(args.report).read_text())
     else:
-        from bench import perf
-
         with tempfile.TemporaryDirectory(prefix="txn-bench-check-") as tmp:
             out = Path(tmp) / "now.json"
             code = perf.main(["--quick", "--only", ",".join(SECTIONS), "--json", str(out), "--plot", ""])

@@ -29,8 +29,7 @@ from .exceptions import ConfigError, TransactionalError
 from .sources.eventlog import EventLog
 from .spark import cds, jars
 from .spark.recompute import recompute
-from .spark.submit import DSN_FILE_ENV, read_dsn_file
-from .store.connection import redact
+from .store.connection import DSN_FILE_ENV, read_dsn_file, redact
 from .store.migrations import DEFAULT_SCHEMA
 
 __all__ = ["main"]

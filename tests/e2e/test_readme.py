@@ -24,7 +24,7 @@ def readme_blocks(section: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", body, re.S)
 
 
-def test_the_readme_topology_example_commits_as_written(stack: LocalStack, client: RestClient) -> None:
+def test_the_readme_topology_example_commits_as_written(stack: LocalStack, client: RestClient, tmp_path: Path) -> None:
     dag_file, job, producer = readme_blocks("Writing your own topology")
     dags = Path(os.environ.get("AIRFLOW__CORE__DAGS_FOLDER") or stack.dags_folder)
     application = re.search(r'application="([^"]+)"', dag_file).group(1)  # type: ignore[union-attr]
@@ -33,8 +33,13 @@ def test_the_readme_topology_example_commits_as_written(stack: LocalStack, clien
     job_path.write_text(job)
     (dags / "readme_clicks.py").write_text(dag_file)
 
+    # In the shell the demo's banner prepares: the DSN in a private file it names, no password exported.
+    dsn_file = tmp_path / "state.dsn"
+    dsn_file.write_text(stack.state_dsn)
+    dsn_file.chmod(0o600)
+    env = {k: v for k, v in os.environ.items() if k != "AIRFLOW_TXN_DSN"}
     said = subprocess.run([sys.executable, "-c", producer], capture_output=True, text=True, check=True, timeout=120,
-                          env={**os.environ, "AIRFLOW_TXN_DSN": stack.state_dsn}).stdout
+                          env={**env, "AIRFLOW_TXN_DSN_FILE": str(dsn_file)}).stdout
     assert "AppendResult(appended=2, duplicates=0" in said and "AppendResult(appended=0, duplicates=1" in said
 
     client.wait_for_dag("clicks")

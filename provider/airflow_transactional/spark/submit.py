@@ -56,6 +56,7 @@ from typing import Any
 
 from .. import files
 from ..exceptions import ConfigError, TransactionalError
+from ..store.connection import DSN_ENV, DSN_FILE_ENV, read_dsn_file
 from .auth import spark_defaults, with_authentication
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,6 @@ LOCAL_SPARK_CONF = {
 }
 
 SPARK_CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
-DSN_ENV = "AIRFLOW_TXN_DSN"
-DSN_FILE_ENV = "AIRFLOW_TXN_DSN_FILE"
 DSN_FILE_ARG = "--dsn-file"
 #: The name YARN gives the shipped DSN file in the driver's container.
 YARN_DSN_NAME = "airflow_txn_dsn"
@@ -170,21 +169,6 @@ def check_kubernetes_secret(ref: Any) -> str:
         raise ConfigError(f"kubernetes_dsn_secret must be 'secret-name:key' (a secret name of lower-case letters, "
                           f"digits, '-' and '.', and a key, each at most {_K8S_NAME_MAX} characters), got {shown!r}")
     return ref
-
-
-def read_dsn_file(path: str, *, owner_only: bool = True, unreadable_hint: str = "") -> str:
-    """The DSN kept in ``path``. ``owner_only``: refuse a file others may read (like ``~/.pgpass``)
-    -- not in a driver, where the cluster manager decides the mode of a shipped file."""
-    try:
-        mode = os.stat(path).st_mode
-        dsn = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the DSN file {path}: {exc.strerror}{unreadable_hint}") from None
-    if owner_only and mode & 0o077:
-        raise ConfigError(f"the DSN file {path} can be read by other users: chmod 600 {path}")
-    if not dsn:
-        raise ConfigError(f"the DSN file {path} is empty: write the state store's DSN or URI in it")
-    return dsn
 
 
 def driver_dsn(dsn_file: str | None) -> str:

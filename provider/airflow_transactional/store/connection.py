@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg2
@@ -14,6 +16,11 @@ import psycopg2.extensions
 from ..exceptions import ConfigError
 
 log = logging.getLogger(__name__)
+
+#: Where the state store's DSN comes from when no one passes it: a file (mode 600) named by the
+#: first, else the second itself (what ``airflow-txn``, a driver run by hand and :func:`store_dsn` read).
+DSN_FILE_ENV = "AIRFLOW_TXN_DSN_FILE"
+DSN_ENV = "AIRFLOW_TXN_DSN"
 
 # The password of a URI runs to the last ``@`` of its authority: an unencoded ``@`` in it must not
 # leave its tail in sight.
@@ -141,3 +148,30 @@ class Database:
             except Exception:  # already broken; nothing else to release
                 log.debug("closing a broken connection failed", exc_info=True)
             self._conn = None
+
+
+def read_dsn_file(path: str, *, owner_only: bool = True, unreadable_hint: str = "") -> str:
+    """The DSN kept in ``path``. ``owner_only``: refuse a file others may read (like ``~/.pgpass``)
+    -- not in a driver, where the cluster manager decides the mode of a shipped file."""
+    try:
+        mode = os.stat(path).st_mode
+        dsn = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the DSN file {path}: {exc.strerror}{unreadable_hint}") from None
+    if owner_only and mode & 0o077:
+        raise ConfigError(f"the DSN file {path} can be read by other users: chmod 600 {path}")
+    if not dsn:
+        raise ConfigError(f"the DSN file {path} is empty: write the state store's DSN or URI in it")
+    return dsn
+
+
+def store_dsn() -> str:
+    """The state store's DSN from the environment, as ``airflow-txn`` finds it: the file named by
+    ``$AIRFLOW_TXN_DSN_FILE`` (mode 600: what the demo's banner exports), else ``$AIRFLOW_TXN_DSN``.
+    For a producer's script: ``EventLog(store_dsn(), "clicks")`` -- no password on a command line."""
+    if os.environ.get(DSN_FILE_ENV):
+        return read_dsn_file(os.environ[DSN_FILE_ENV])
+    if os.environ.get(DSN_ENV):
+        return os.environ[DSN_ENV]
+    raise ConfigError(f"no state store in the environment: export {DSN_FILE_ENV}=FILE (a mode-600 file holding the "
+                      f"DSN, as the demo's banner does) or {DSN_ENV}=postgresql://user:password@host:5432/db")
