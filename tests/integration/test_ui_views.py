@@ -5,7 +5,8 @@ the pages themselves, with every untrusted string escaped."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -104,6 +105,39 @@ def test_tries_that_failed_before_an_attempt_are_told_on_the_run_page() -> None:
     html = pages.run("/airflow/transactional", "d", "r", {**txn, "failure": "commit: boom"}, [], None)
     assert "Failed for good after 2 failed tries: commit: boom" in html and "Processing failed" not in html
     assert "<a href='/airflow/dags/d/runs/r/tasks/commit'>The commit task's log in Airflow</a>" in html
+
+
+def test_a_txid_whose_tries_failed_looks_failed_in_the_table_and_the_timeline() -> None:
+    """Regression: a txid whose tries were all killed before they began an attempt showed
+    "planned" in the topology's table and no bar of its failure in the timeline; the attempts
+    column said "1 failed tries"."""
+    now = datetime.now(UTC)
+
+    def txn(txid: int, *, attempts: list[str] = (), failed_tries: int = 0,  # type: ignore[assignment]
+            failure: str | None = None, committed: bool = False) -> dict[str, object]:
+        at = (now - timedelta(minutes=10 - txid)).isoformat()
+        return {"txid": txid, "run_id": f"r{txid}", "status": "committed" if committed else "planned",
+                "planned_at": at, "planned_records": 5, "failed_tries": failed_tries, "failure": failure,
+                "last_try_failure": "process: spark-submit exited with code 1 (spark-class: bad array subscript)"
+                if failed_tries else None,
+                "attempts": [{"attempt": n + 1, "status": st, "started_at": at, "finished_at": at}
+                             for n, st in enumerate(attempts)],
+                "commit": {"attempt": 1, "started_at": at, "committed_at": at, "rows": {}, "quarantined": 0}
+                if committed else None}
+
+    txns = [txn(1, attempts=["complete"], committed=True), txn(2, failed_tries=1), txn(3, failed_tries=3,
+            failure="process: failed for good"), txn(4, attempts=["failed"], failed_tries=1),
+            txn(5, attempts=["running"]), txn(6, attempts=["complete"]), txn(7)]
+    summary = {"topology_id": "t", "dag_id": "d", "committed_txid": 1, "in_flight": [], "lag_records": 0,
+               "lag_seconds": None, "source_error": None, "last_commit_age_seconds": 5.0, "commits_per_minute": 1.0,
+               "quarantined": 0, "blocked_by": None, "stalled": False}
+    html = pages.topology("/transactional", summary, txns, now)
+    cells = re.findall(r"<td>(committed|failed for good|failed|processing|processed|planned)</td>", html)
+    assert cells == ["committed", "failed", "failed for good", "failed", "processing", "processed", "planned"]
+    assert "1 (1 failed try)" in html and "0 (3 failed tries)" in html and "failed tries)" in html
+    assert "txid 2: 1 try failed before processing began: process: spark-submit exited with code 1" in html
+    assert "txid 4: planned" in html  # its failed try began an attempt: the attempt's bar tells it
+    assert html.count("class=bar-failed") == 3  # txids 2 and 3 before any attempt, txid 4's attempt
 
 
 def test_a_commit_is_counted_by_what_it_did_not_by_what_it_staged(dsn: str) -> None:

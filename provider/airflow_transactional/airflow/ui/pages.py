@@ -134,7 +134,13 @@ def _bars(txns: list[dict[str, Any]], now: datetime) -> str:
         first = min([s for s in starts if s is not None], default=None)
         commit = t["commit"]
         plan_end = first or (ts(commit["started_at"]) if commit else None) or planned
-        spans.append((row, planned, max(plan_end, planned), "bar-plan", f"txid {t['txid']}: planned"))
+        failed_early = tries_before_attempts(t)
+        if failed_early:  # tries killed before they began an attempt: the plan's row says so, in red
+            spans.append((row, planned, max(plan_end, planned + 1), "bar-failed",
+                          f"txid {t['txid']}: {plural(failed_early, 'try')} failed before processing began: "
+                          f"{t.get('last_try_failure') or t.get('failure') or 'see the run'}"))
+        else:
+            spans.append((row, planned, max(plan_end, planned), "bar-plan", f"txid {t['txid']}: planned"))
         for a in t["attempts"]:
             start = ts(a["started_at"]) or planned
             end = ts(a["finished_at"]) or now.timestamp()
@@ -160,6 +166,36 @@ def _bars(txns: list[dict[str, Any]], now: datetime) -> str:
                  f"{e(datetime.fromtimestamp(lo).astimezone().isoformat(timespec='seconds'))} &#8594; "
                  f"{hi - lo:.0f} s</text></svg>")
     return "".join(parts)
+
+
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, in the plural unless one ("1 failed try", "2 tries")."""
+    many = word[:-1] + "ies" if word.endswith("y") and word[-2:-1] not in "aeiou" else word + "s"
+    return f"{n:,} {word if n == 1 else many}"
+
+
+def tries_before_attempts(t: dict[str, Any]) -> int:
+    """How many failed tries of txid ``t`` never began a processing attempt (a task killed before,
+    a launcher that failed): the attempts do not tell them."""
+    failed_attempts = sum(1 for a in t["attempts"] if a["status"] == "failed")
+    return max(0, int(t.get("failed_tries") or 0) - failed_attempts)
+
+
+def txn_status(t: dict[str, Any]) -> str:
+    """A txid's state in one word or two, as its attempts and failed tries tell it: committed, failed
+    (for good, or its last try), processing, processed, or planned."""
+    if t["commit"] or t["status"] == "committed":
+        return "committed"
+    if t.get("failure"):
+        return "failed for good"
+    latest = max(t["attempts"], key=lambda a: a["attempt"], default=None)
+    if latest is not None and latest["status"] == "running":
+        return "processing"
+    if latest is not None and latest["status"] == "complete":
+        return "processed"
+    if (latest is not None and latest["status"] == "failed") or t.get("failed_tries"):
+        return "failed"
+    return "planned"
 
 
 def flight_line(f: dict[str, Any]) -> str:
@@ -197,10 +233,11 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
         blocked = (f"<p class=ok>Backfill {int(backfill)} created: Airflow reprocesses the failed runs; the "
                    "timeline below fills in as they commit.</p>") + blocked
     def tries(t: dict[str, Any]) -> str:
-        return str(len(t["attempts"])) + (f" ({int(t['failed_tries'])} failed tries)" if t.get("failed_tries") else "")
+        failed = int(t.get("failed_tries") or 0)
+        return str(len(t["attempts"])) + (f" ({plural(failed, 'failed try')})" if failed else "")
 
     log_rows = [[f"<a href='{e(base)}/dags/{quote(dag, safe='')}/runs/{quote(t['run_id'], safe='')}'>"
-                 f"{t['txid']}</a>", e(t["run_id"]), e(t["status"]),
+                 f"{t['txid']}</a>", e(t["run_id"]), e(txn_status(t)),
                  f"{t['planned_records']:,}", tries(t),
                  when(t["commit"]["committed_at"]) if t["commit"] else "-",
                  committed(t["commit"]) if t["commit"] else "-",
