@@ -24,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.coordinator import Coordinator, TopologyStatus
 from airflow_transactional.exceptions import TransactionalError
 from airflow_transactional.sources import EventLog
 from airflow_transactional.sources.landing import write_json_lines
@@ -208,6 +208,17 @@ def cluster_banner(stack: ClusterStack) -> str:
 """
 
 
+def status_line(dag_id: str, st: TopologyStatus) -> str:
+    """One topology in the demo's console line: what committed, what is in flight, the lag in what
+    its source counts -- and, loudly, what blocks or stalls it."""
+    lag = f"lag unknown ({st.source_error})" if st.source_error else f"lag {st.lag:,} {st.lag_unit}"
+    said = (f"{dag_id}: txid {st.committed_txid} committed, {len(st.in_flight)} in flight, {lag}, "
+            f"quarantined {st.quarantined}")
+    if st.blocked_by:
+        said += f", {'STALLED' if st.stalled else 'BLOCKED'} (airflow-txn status {dag_id} says why)"
+    return said
+
+
 def start_producers(stack: LocalStack, landing: Path, rate: int) -> tuple[Producer, KafkaTweets, PaymentRequests]:
     """The demo's producers, each on its thread: tweets to the event log and order files, tweets to
     Kafka in transactions, payment requests."""
@@ -267,9 +278,7 @@ def main(argv: list[str] | None = None) -> int:
             line = []
             for dag_id in DAGS:
                 try:
-                    st = coordinator.status(dag_id)
-                    line.append(f"{dag_id}: txid {st.committed_txid} committed, {len(st.in_flight)} in flight, "
-                                f"lag {st.lag}, quarantined {st.quarantined}")
+                    line.append(status_line(dag_id, coordinator.status(dag_id)))
                 except TransactionalError:
                     line.append(f"{dag_id}: waiting for its first plan")
             logging.info(" | ".join(line))

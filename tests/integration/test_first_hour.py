@@ -13,7 +13,7 @@ import pytest
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
-from dev.demo import KafkaTweets, Producer
+from dev.demo import KafkaTweets, Producer, status_line
 from dev.kafka import KafkaBroker, read_topic
 from tests.helpers import click, counting_topology, make_log, query, run_one
 from tests.kafka_helpers import create_topic
@@ -102,3 +102,21 @@ def test_the_kafka_demo_aborts_records_a_committed_reader_never_sees(kafka: Kafk
     every = read_topic(kafka, topic, committed_only=False)
     committed = read_topic(kafka, topic)
     assert len(committed) == tweets.committed and len(every) == tweets.committed + tweets.aborted
+
+
+def test_the_demos_console_line_says_what_blocks_a_topology_and_what_its_lag_counts(
+        coordinator: Coordinator, dsn: str, tmp_path: Path) -> None:
+    """Regression: the demo's console line never said "blocked", and its lag read as records for a
+    landing directory (files) and a Kafka topic (offsets)."""
+    from airflow_transactional.sources import LandingDirectory
+
+    coordinator.register(TopologySpec("files", LandingDirectory(str(tmp_path), settle_seconds=0),
+                                      [StateSpec("file_counts", {"user_id": "text"}, combiner="count")]))
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text('{"user_id": "u"}\n')
+    txn = coordinator.plan("files", "r1")
+    with pytest.raises(RuntimeError), coordinator.processing("files", txn.txid):  # its attempt fails
+        raise RuntimeError("spark-submit exited with code 1")
+    line = status_line("files", coordinator.status("files"))
+    assert ", lag 2 files," in line  # a landing directory counts files past the committed ones
+    assert line.endswith("BLOCKED (airflow-txn status files says why)"), line

@@ -66,6 +66,7 @@ class TopologyStatus:
     lag_seconds: float | None = None  # the oldest waiting record's age; None: the source cannot tell
     source_error: str | None = None  # why the source could not say its lag now (a Kafka cluster out of reach)
     stalled: bool = False  # no commit for the declared stall_after while the source holds records
+    lag_unit: str = "records"  # what ``lag`` counts: records, files (a landing directory), offsets (Kafka)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +83,7 @@ class TopologyStatus:
             "lag_seconds": self.lag_seconds,
             "source_error": self.source_error,
             "stalled": self.stalled,
+            "lag_unit": self.lag_unit,
         }
 
 

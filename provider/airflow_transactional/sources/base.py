@@ -50,6 +50,9 @@ class Source(ABC):
     #: then asks :meth:`remote_lag` outside its transaction, waits a few seconds at most and keeps
     #: the answer a while (:mod:`..core.lag`), instead of :meth:`lag` and :meth:`lag_seconds`.
     remote: ClassVar[bool] = False
+    #: What :meth:`lag` counts, as the views say it: records, or a landing directory's files, or a
+    #: Kafka topic's offsets (its transactions' markers take offsets too).
+    lag_unit: ClassVar[str] = "records"
 
     @abstractmethod
     def to_config(self) -> dict[str, Any]:

@@ -289,6 +289,7 @@ class KafkaSource(Source):
         return {"topic": self.topic, "topic_id": now.topic_id, "cluster_id": now.cluster_id, "ranges": ranges}, None
 
     remote = True
+    lag_unit = "offsets"
 
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
         """Offsets (records, and the markers of producer transactions) past the committed ones."""

@@ -146,6 +146,7 @@ class LandingDirectory(Source):
     """Batches of files from one directory, at most ``max_files`` files per batch."""
 
     kind: ClassVar[str] = "landing"
+    lag_unit: ClassVar[str] = "files"
 
     def __init__(self, path: str, *, format: str = "json", pattern: str = "*",
                  max_files: int = 100, settle_seconds: float = 2.0) -> None:

@@ -107,7 +107,7 @@ def transactions(base: str, topologies: list[dict[str, Any]]) -> str:
         blocked = (f"<span class=blocked>{e(t['blocked_by'])}</span>" if t["blocked_by"]
                    else "<span class=ok>nothing</span>")
         rows.append([f"<a href='{e(base)}/dags/{quote(t['dag_id'], safe='')}'>{e(t['topology_id'])}</a>",
-                     str(t["committed_txid"]), flight, f"{t['lag_records']:,}{_waited(t)}", when(t["last_commit_at"]),
+                     str(t["committed_txid"]), flight, lag_text(t), when(t["last_commit_at"]),
                      age(t["last_commit_age_seconds"]), f"{t['commits_per_minute']:.1f}",
                      f"{t['quarantined']:,}" + (f" (+{t['quarantined_pending']:,} pending)"
                                                 if t["quarantined_pending"] else ""), blocked])
@@ -117,7 +117,7 @@ def transactions(base: str, topologies: list[dict[str, Any]]) -> str:
     if not rows:
         return page("Transactions", body + "<p>No transactional topology you can see has run yet.</p>")
     return page("Transactions", body + table(
-        ["topology", "committed txid", "in flight", "lag (records)", "last commit", "age", "commits/min",
+        ["topology", "committed txid", "in flight", "lag", "last commit", "age", "commits/min",
          "quarantined", "blocked by"], rows, numeric=(1, 3, 6, 7)))
 
 
@@ -216,6 +216,12 @@ def _blocked(base: str, summary: dict[str, Any]) -> str:
             "runs&#8230;</a> <span class=muted>(a preview first)</span></p>")
 
 
+def lag_text(summary: dict[str, Any]) -> str:
+    """How far behind its source a topology is, in what the source counts (records, files, Kafka
+    offsets), with how long the oldest has waited."""
+    return f"{summary['lag_records']:,} {e(summary.get('lag_unit') or 'records')}{_waited(summary)}"
+
+
 def _waited(summary: dict[str, Any]) -> str:
     """How long the oldest record behind has waited, where the source knows (or why it cannot say now)."""
     if summary.get("source_error"):
@@ -245,7 +251,7 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
     body = (f"<h1>Topology {e(tid)}</h1>{blocked}"
             f"<p>Committed txid <b>{summary['committed_txid']}</b>, last commit "
             f"{age(summary['last_commit_age_seconds'])}, {summary['commits_per_minute']:.1f} commits/min, "
-            f"{summary['lag_records']:,} records behind the source{_waited(summary)}, "
+            f"{lag_text(summary)} behind the source, "
             f"{summary['quarantined']:,} records quarantined.</p>"
             f"<p>In flight: {'<br>'.join(flight_line(f) for f in summary['in_flight']) or 'nothing'}</p>"
             "<h2>Timeline</h2><p class=muted>Each row is a txid: <span style='color:#a0aec0'>plan</span>, "
