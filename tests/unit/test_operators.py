@@ -187,6 +187,9 @@ def test_airflow_is_asked_at_most_every_interval() -> None:
      'echo "26/11/26 INFO ShutdownHookManager: Shutdown hook called"; exit 1',
      "spark-submit exited with code 1: pyspark.errors.exceptions.captured.ArithmeticException: "
      "[ARITHMETIC_OVERFLOW] long overflow"),
+    # The launcher killed under it: bash's own line says why (regression: only the exit code was told).
+    ('echo "/opt/spark/bin/spark-class: line 97: CMD: bad array subscript"; exit 1',
+     "spark-submit exited with code 1: /opt/spark/bin/spark-class: line 97: CMD: bad array subscript"),
 ])
 def test_a_failed_spark_submit_is_told_in_one_line(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
                                                    script: str, reason: str) -> None:

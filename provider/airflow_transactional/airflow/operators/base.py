@@ -33,7 +33,10 @@ T = TypeVar("T")
 # Spark Connect client (operators/process.py).
 _EXITED = (re.compile(r"Cannot execute: .*?\. Error code is: (-?\d+)\.(.*)", re.S),
            re.compile(r"the Spark Connect job \S+ exited with (-?\d+):(.*)", re.S))
-_CAUSE = re.compile(r"(Error|Exception|error:|Killed|OutOfMemory)")
+_CAUSE = re.compile(r"(Error|Exception|error:|Killed|OutOfMemory"
+                    # a shell's own complaint (the launcher scripts are bash): "spark-class: line 97: ...",
+                    # a command or a file missing, a permission refused
+                    r"|^\S+: line \d+: |command not found|No such file or directory|Permission denied)")
 _KILLED = {signal.SIGKILL: "killed by SIGKILL: out of memory (the OOM killer), or killed by someone",
            signal.SIGTERM: "stopped by SIGTERM"}
 
