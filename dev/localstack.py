@@ -191,6 +191,14 @@ class LocalStack:
     def scratch_dir(self) -> Path:
         return self.base_dir / "tmp"
 
+    def fresh_scratch(self) -> None:
+        """An empty scratch directory for a starting stack: what drivers and tasks killed in an
+        earlier life left there (spark-*, blockmgr-*, artifacts-*) belongs to no process now, and
+        would pile up across restarts. (A cluster stack's Spark daemons keep theirs apart, under
+        its spark/ directory.)"""
+        shutil.rmtree(self.scratch_dir, ignore_errors=True)
+        self.scratch_dir.mkdir(parents=True)
+
     def env(self) -> dict[str, str]:
         s = self._secrets()
         store = {"conn_type": "transactional", "host": "127.0.0.1", "port": self.pg.port,
@@ -254,7 +262,7 @@ class LocalStack:
     def start(self, timeout: float = 240) -> LocalStack:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         (self.base_dir / "logs").mkdir(exist_ok=True)
-        self.scratch_dir.mkdir(exist_ok=True)
+        self.fresh_scratch()
         self.pg.start()
         if self._own_kafka and self.kafka is not None:
             self.kafka.start()

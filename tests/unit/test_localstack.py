@@ -74,3 +74,19 @@ def test_a_kraft_cluster_id_never_reads_as_an_option(monkeypatch: pytest.MonkeyP
     assert kafka.cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
     monkeypatch.undo()
     assert not any(kafka.cluster_id().startswith("-") for _ in range(2000))
+
+
+def test_a_starting_stack_finds_its_scratch_directory_empty(tmp_path: object) -> None:
+    """Regression: killed drivers' spark-* and blockmgr-* directories piled up in the demo's
+    scratch directory across restarts."""
+    from pathlib import Path
+
+    from dev.localstack import LocalStack
+
+    base = Path(str(tmp_path))
+    stack = LocalStack(base / "stack", base / "dags")
+    left = stack.scratch_dir / "spark-0b1c" / "userFiles-1"
+    left.mkdir(parents=True)
+    (left / "words.py").write_text("# a killed driver's copy\n")
+    stack.fresh_scratch()
+    assert stack.scratch_dir.is_dir() and list(stack.scratch_dir.iterdir()) == []
