@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -114,13 +115,28 @@ class KafkaBroker:
         if name not in admin.list_topics(timeout=30).topics:
             admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(60)
 
+    def _kept_ports(self) -> tuple[int, int] | None:
+        """The (broker, controller) ports this directory's broker had, if both are free now."""
+        try:
+            kept = json.loads((self.base_dir / "kafka.json").read_text())
+            ports = int(kept["port"]), int(kept["controller"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        for port in ports:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    return None
+        return ports
+
     def start(self, timeout: float = 120) -> KafkaBroker:
         jars = BROKER.fetch()
         files.private_dir(self.base_dir)
         data = self.base_dir / "data"
         fresh = not (data / "meta.properties").exists()
-        if not self.port:
-            self.port, self.controller = free_port(), free_port()
+        if not self.port:  # the ports of its last life when they are free: an exported connection stays good
+            self.port, self.controller = self._kept_ports() or (free_port(), free_port())
         (self.base_dir / "server.properties").write_text(SERVER.format(port=self.port, controller=self.controller,
                                                                        data=data))
         (self.base_dir / "log4j2.properties").write_text(LOG4J.format(path=self.base_dir / "server.log"))
@@ -134,7 +150,8 @@ class KafkaBroker:
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         finally:
             os.close(out)
-        files.write_private(self.base_dir / "kafka.json", json.dumps({"port": self.port, "pid": self.proc.pid}))
+        files.write_private(self.base_dir / "kafka.json", json.dumps({"port": self.port, "controller": self.controller,
+                                                                      "pid": self.proc.pid}))
         self._wait(timeout)
         return self
 

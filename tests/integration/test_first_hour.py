@@ -120,3 +120,18 @@ def test_the_demos_console_line_says_what_blocks_a_topology_and_what_its_lag_cou
     line = status_line("files", coordinator.status("files"))
     assert ", lag 2 files," in line  # a landing directory counts files past the committed ones
     assert line.endswith("BLOCKED (airflow-txn status files says why)"), line
+
+
+def test_a_restarted_demo_broker_keeps_its_port(tmp_path: Path) -> None:
+    """Regression: the demo's Kafka port changed on every start, so an AIRFLOW_CONN_KAFKA_DEFAULT
+    a user exported from one banner was stale after a restart. The broker takes its last ports
+    again when they are free (a new one when they are not)."""
+    first = KafkaBroker(tmp_path / "kafka").start()
+    port = first.port
+    first.stop()
+    again = KafkaBroker(tmp_path / "kafka").start()
+    try:
+        assert again.port == port
+        assert again.create_topic("tweets", 1) is None  # a working broker on it
+    finally:
+        again.stop(remove=True)
