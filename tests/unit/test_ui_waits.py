@@ -99,3 +99,13 @@ def test_the_pools_use_is_told_to_whom_may_read_the_pool(monkeypatch: pytest.Mon
     assert asked == [("spark", "ops")]  # the pool's team, as Airflow's own check takes it
     assert waits.waiting("d", ["r1"], NOW, lambda name, team: True)["r1"].endswith("(2 running, 0 queued of 2; "
                                                                                  "7 waiting)")
+
+
+def test_a_batchs_offsets_read_as_text_not_as_a_python_dict() -> None:
+    """Regression: the plan task's log printed a batch's offsets as two Python dicts."""
+    from airflow_transactional.core.model import span_text
+
+    assert span_text({"0": 10, "1": 5, "10": 0}, {"0": 25, "1": 5, "10": 3}) == \
+        "partition 0: 10 -> 25, partition 10: 0 -> 3"
+    assert span_text({"seq": 3}, {"seq": 5}) == "seq: 3 -> 5"
+    assert span_text({"0": 4}, {"0": 4}) == "nothing new"

@@ -98,3 +98,19 @@ class RecoverResult:
 def same_offsets(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     """Offsets are equal when every position is; a missing position counts as 0."""
     return all(int(a.get(k, 0)) == int(b.get(k, 0)) for k in set(a) | set(b))
+
+
+def offsets_moved(start: Mapping[str, Any], end: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(where, from, to) of each offset a batch moved, partitions in number order (a landing
+    directory's single ``seq`` after them): what a person reads as a batch's span."""
+    def order(key: str) -> tuple[int, str]:
+        return (int(key), "") if str(key).isdigit() else (1 << 62, str(key))
+
+    return [(k, start.get(k, "-"), end.get(k, "-")) for k in sorted(set(start) | set(end), key=order)
+            if start.get(k) != end.get(k)]
+
+
+def span_text(start: Mapping[str, Any], end: Mapping[str, Any]) -> str:
+    """A batch's offsets as text: ``partition 0: 10 -> 25, partition 3: 4 -> 9`` (``seq: 3 -> 5``)."""
+    return ", ".join(f"{'partition ' if str(k).isdigit() else ''}{k}: {a} -> {b}"
+                     for k, a, b in offsets_moved(start, end)) or "nothing new"

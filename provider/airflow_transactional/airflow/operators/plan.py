@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from ...coordinator import Coordinator, Transaction
+from ...core.model import span_text
 from ...spec import TopologySpec
 from ..watch import Watch
 from .base import WaitingTask
@@ -38,9 +39,8 @@ class PlanOperator(WaitingTask):
         finally:
             coordinator.close()
         state = "committed" if txn.committed else "planned"
-        self.log.info("run %s is txid %d of topology %s (%s, %d records, offsets %s -> %s)",
-                      context["run_id"], txn.txid, self.topology_id, state, txn.planned_records,
-                      txn.start_offsets, txn.end_offsets)
+        self.log.info("run %s is txid %d of topology %s (%s, %d records; %s)", context["run_id"], txn.txid,
+                      self.topology_id, state, txn.planned_records, span_text(txn.start_offsets, txn.end_offsets))
         return {"txid": txn.txid, "records": txn.planned_records, "status": txn.status}
 
     def adopt_orphan(self, coordinator: Coordinator, context: Mapping[str, Any],

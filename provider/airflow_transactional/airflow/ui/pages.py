@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from ...core.model import offsets_moved
 from .waits import TASK_ORDER
 
 #: How much of a quarantined record a page shows (the CSV download has all of it).
@@ -79,11 +80,7 @@ def committed(c: dict[str, Any]) -> str:
 
 def spans(start: dict[str, Any], end: dict[str, Any]) -> str:
     """A batch's offsets as a person reads them: ``start -> end`` per partition that moved."""
-    def order(key: str) -> tuple[int, str]:
-        return (int(key), "") if str(key).isdigit() else (1 << 62, str(key))
-
-    moved = [f"partition {e(k)}: {e(start.get(k, '-'))} &#8594; {e(end.get(k, '-'))}"
-             for k in sorted(set(start) | set(end), key=order) if start.get(k) != end.get(k)]
+    moved = [f"partition {e(k)}: {e(a)} &#8594; {e(b)}" for k, a, b in offsets_moved(start, end)]
     return ", ".join(moved) or "nothing new"
 
 
