@@ -156,5 +156,6 @@ def test_a_commit_is_counted_by_what_it_did_not_by_what_it_staged(dsn: str) -> N
         [(False, declined), (True, granted)]
     ledger = query(dsn, "SELECT count(*) FROM airflow_txn.log_events WHERE log_name = 'ledger'")[0][0]
     assert sum(c["appended"]["ledger"] for c in done) == ledger > 0
-    assert all(set(c["rows"]) == {"debits", "requests_seen"} for c in done)
+    # debits moves by the decision's grants alone: never shown as "debits: 0" beside them
+    assert all(set(c["rows"]) == {"requests_seen"} for c in done)
     log.close()

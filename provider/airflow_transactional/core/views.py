@@ -109,8 +109,10 @@ def timeline(store: StateStore, topology_id: str, limit: int) -> list[dict[str, 
 
 
 def _names(spec: TopologySpec) -> tuple[list[str], list[str], list[str]]:
-    """(states, outputs, decisions) of a declaration."""
-    return ([s.name for s in spec.states], [o.name for o in spec.outputs], [d.name for d in spec.decisions])
+    """(states a commit writes rows of, outputs, decisions) of a declaration: a state only a decision
+    updates stages no rows -- its commits are told by the decision's grants, never as '0 rows'."""
+    return ([s.name for s in spec.states if s.name not in spec.decided_states], [o.name for o in spec.outputs],
+            [d.name for d in spec.decisions])
 
 
 def run(store: StateStore, topology_id: str, run_key: str) -> dict[str, Any] | None:
