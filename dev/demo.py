@@ -245,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="CeleryExecutor (Redis, two workers) and a Spark standalone cluster (two workers)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    # librdkafka's transient notes ("Coordinator load in progress" while the broker starts) are not
+    # the demo's news: its clients' errors still show.
+    for name in ("airflow_transactional.sources.kafka.librdkafka", "airflow_transactional.sinks.kafka.librdkafka",
+                 "demo.kafka", "dev.kafka.librdkafka"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
     base = Path(args.dir).resolve()
     landing = base / "landing"
