@@ -208,6 +208,14 @@ def cluster_banner(stack: ClusterStack) -> str:
 """
 
 
+def quiet_kafka_clients() -> None:
+    """librdkafka's transient notes ("Coordinator load in progress" while the broker starts) are not
+    the demo's news: its Kafka clients' errors still show."""
+    for name in ("airflow_transactional.sources.kafka.librdkafka", "airflow_transactional.sinks.kafka.librdkafka",
+                 "demo.kafka", "dev.kafka.librdkafka"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def status_line(dag_id: str, st: TopologyStatus) -> str:
     """One topology in the demo's console line: what committed, what is in flight, the lag in what
     its source counts -- and, loudly, what blocks or stalls it."""
@@ -245,11 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="CeleryExecutor (Redis, two workers) and a Spark standalone cluster (two workers)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    # librdkafka's transient notes ("Coordinator load in progress" while the broker starts) are not
-    # the demo's news: its clients' errors still show.
-    for name in ("airflow_transactional.sources.kafka.librdkafka", "airflow_transactional.sinks.kafka.librdkafka",
-                 "demo.kafka", "dev.kafka.librdkafka"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    quiet_kafka_clients()
 
     base = Path(args.dir).resolve()
     landing = base / "landing"
