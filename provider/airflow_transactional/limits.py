@@ -192,9 +192,13 @@ def record_refusal(payload: str) -> str | None:
         size = len(payload) if len(payload) > MAX_RECORD_BYTES else len(payload.encode("utf-8", "surrogatepass"))
         if size > MAX_RECORD_BYTES:
             return RECORD_TOO_LARGE
-    if "\\u" in payload and _SURROGATE.search(_PAIRS.sub("", payload)):
-        return LONE_SURROGATE
-    return None
+    return LONE_SURROGATE if escapes_lone_surrogate(payload) else None
+
+
+def escapes_lone_surrogate(text: str) -> bool:
+    """Whether JSON ``text`` escapes a lone surrogate (:data:`SURROGATE_PAIRS_AND_BACKSLASHES`);
+    looked at only when it holds ``\\u`` at all."""
+    return "\\u" in text and _SURROGATE.search(_PAIRS.sub("", text)) is not None
 
 
 def nesting_refusal(text: str) -> str | None:

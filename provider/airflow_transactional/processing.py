@@ -57,7 +57,8 @@ class OutputEvent:
 
     def text(self) -> str:
         text = self.payload if isinstance(self.payload, str) else json.dumps(self.payload, sort_keys=True)
-        why = payload_refusal(text) or limits.record_refusal(text)  # what the log's readers would refuse
+        # what the log's readers would refuse (payload_refusal has checked the size)
+        why = payload_refusal(text) or (limits.LONE_SURROGATE if limits.escapes_lone_surrogate(text) else None)
         if why is not None:
             raise BadRecord(f"output event for {self.output!r}: {why}")
         return text
