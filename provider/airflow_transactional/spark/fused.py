@@ -145,32 +145,23 @@ class FusedFolds:
 
         self.states = [state for state, _ in plan]
         exprs = {(i, n): decl.keys[k] for i, (state, decl) in enumerate(plan) for n, k in enumerate(state.key_columns)}
-        values = {i: decl.value for i, (_, decl) in enumerate(plan)}
-        # The columns' types, to give each state's row the other states' columns as typed nulls.
-        probe = records.select(*[e.alias(_key(i, n)) for (i, n), e in exprs.items()],
-                               *[v.alias(_value(i)) for i, v in values.items()]).schema
-        types = {f.name: f.dataType for f in probe.fields}
-        rows, reasons = [], []
-        for i, (state, decl) in enumerate(plan):
-            columns = [F.lit(i).alias(TAG)]
-            for (j, n), expr in exprs.items():
-                columns.append((expr if j == i else F.lit(None)).cast(types[_key(j, n)]).alias(_key(j, n)))
-            for j, expr in values.items():
-                columns.append((expr if j == i else F.lit(None)).cast(types[_value(j)]).alias(_value(j)))
-            keep = F.lit(True) if decl.where is None else F.coalesce(decl.where, F.lit(False))
-            for n in range(len(state.key_columns)):  # a row without all its keys is never folded
-                keep = keep & exprs[(i, n)].isNotNull()
-            rows.append(F.when(keep, F.struct(*columns)))
-            keys = {k: exprs[(i, n)] for n, k in enumerate(state.key_columns)}
-            reasons.append(F.when(keep, admit.record_reason(state, keys, decl.value)))
-        fields = [c for c in records.columns if c not in (OFFSET_COL, EVENT_ID_COL)]
+        # Each key, value and condition computed once per record, as a column: what judges a record
+        # and what folds it read these columns. (Written out in both, an expression would run in
+        # each, and again in every branch that names it -- `words`' domain regex six times a record.)
+        once = [*[e.alias(_key(i, n)) for (i, n), e in exprs.items()],
+                *[decl.value.alias(_value(i)) for i, (_, decl) in enumerate(plan)],
+                *[(F.lit(True) if decl.where is None else F.coalesce(decl.where, F.lit(False))).alias(_where(i))
+                  for i, (_, decl) in enumerate(plan)]]
+        projected = records.select(*once)
+        rows, reasons = self._rows_and_reasons(list(exprs), {f.name: f.dataType for f in projected.schema.fields})
         self._observed = Observation(f"airflow_transactional_rejected_{uuid.uuid4().hex}")
-        checked = records.withColumn(REJECT, F.coalesce(*reasons)).observe(
-            self._observed, F.count(F.col(REJECT)).alias("rejected"))
+        checked = projected.withColumn(REJECT, reasons).observe(self._observed,
+                                                                F.count(F.col(REJECT)).alias("rejected"))
+        fields = [c for c in records.columns if c not in (OFFSET_COL, EVENT_ID_COL)]
         record = F.to_json(F.struct(*[F.col(c) for c in fields]))
         offset = F.col(OFFSET_COL) if OFFSET_COL in records.columns else F.lit(None).cast("string")
         event_id = F.col(EVENT_ID_COL) if EVENT_ID_COL in records.columns else F.lit(None).cast("string")
-        self.rejected = records.withColumn(REJECT, F.coalesce(*reasons)).where(F.col(REJECT).isNotNull()).select(
+        self.rejected = records.select("*", *once).withColumn(REJECT, reasons).where(F.col(REJECT).isNotNull()).select(
             F.coalesce(offset, F.lit("?")).alias("offset"), event_id.alias("event_id"),
             F.col(REJECT).alias("reason"), F.substring(record, 1, QUARANTINE_RECORD_CHARS).alias("record"),
             F.length(record).alias("record_length"))
@@ -180,6 +171,28 @@ class FusedFolds:
             *[c for i, state in enumerate(self.states) for c in admit.fold_columns(state, F.col(_value(i)), _value(i))])
         self.folded = folded.select(TAG, *[c for i, state in enumerate(self.states) for c in self._judged(i, state)])
         self._head: Any = None
+
+    def _rows_and_reasons(self, keys: Sequence[tuple[int, int]],
+                          types: Mapping[str, Any]) -> tuple[list[Column], Column]:
+        """From the columns each record's keys, values and conditions were computed into (``keys``:
+        (state, n) of each key column; ``types``: every column's type): each state's row of a
+        record (null: none), and why the record can be folded into no state (null: it can)."""
+        from pyspark.sql import functions as F
+
+        rows, reasons = [], []
+        for i, state in enumerate(self.states):
+            keep = F.col(_where(i))
+            for n in range(len(state.key_columns)):  # a row without all its keys is never folded
+                keep = keep & F.col(_key(i, n)).isNotNull()
+            columns = [F.lit(i).alias(TAG)]
+            owned = [*((j, _key(j, n)) for j, n in keys), *((j, _value(j)) for j in range(len(self.states)))]
+            for owner, name in owned:
+                # The other states' columns as typed nulls: one struct type for every state's rows.
+                columns.append((F.col(name) if owner == i else F.lit(None).cast(types[name])).alias(name))
+            rows.append(F.when(keep, F.struct(*columns)))
+            state_keys = {k: F.col(_key(i, n)) for n, k in enumerate(state.key_columns)}
+            reasons.append(F.when(keep, admit.record_reason(state, state_keys, F.col(_value(i)))))
+        return rows, F.coalesce(*reasons)
 
     @staticmethod
     def _judged(i: int, state: StateSpec) -> list[Column]:
@@ -243,3 +256,7 @@ def _key(state: int, n: int) -> str:
 
 def _value(state: int) -> str:
     return f"_v{state}"
+
+
+def _where(state: int) -> str:
+    return f"_w{state}"
