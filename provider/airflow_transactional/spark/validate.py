@@ -49,7 +49,8 @@ class Prepared(NamedTuple):
     def offset_crcs(self) -> int:
         """The sum of the CRC-32s of the records' offsets, once a job has read the whole batch:
         with the count, which records were read (:func:`..core.attempts.read_digest`)."""
-        return int(self.counts.get["offset_crcs"] or 0)
+        metrics = self.counts.get
+        return (int(metrics["crcs_high"] or 0) << 16) + int(metrics["crcs_low"] or 0)
 
 
 class Validated(NamedTuple):
@@ -163,8 +164,12 @@ def prepare(records: Records, schema: str | None, required: Sequence[str],
             .withColumn("_record_length", F.when(is_bad, F.length(record)))
             .select(OFFSET_COL, EVENT_ID_COL, *fields, *meta, "_reason", "_record", "_record_length"))
     counts = Observation(f"airflow_transactional_records_{uuid.uuid4().hex}")  # unique in any plan
+    # The CRC-32s' sum as two sums of bigints (their high and low 16 bits): exact up to 2^47
+    # records, without a decimal per record.
+    crc = F.crc32(F.col(OFFSET_COL).cast("binary"))
     flat = flat.observe(counts, F.count(F.lit(1)).alias("records"), F.count("_reason").alias("bad"),
-                        F.sum(F.crc32(F.col(OFFSET_COL).cast("binary")).cast("decimal(38,0)")).alias("offset_crcs"))
+                        F.sum(F.shiftright(crc, 16)).alias("crcs_high"),
+                        F.sum(crc.bitwiseAND(0xFFFF)).alias("crcs_low"))
     good = flat.where(F.col("_reason").isNull()).select(OFFSET_COL, EVENT_ID_COL, *fields, *meta)
     bad = flat.where(is_bad).select(
         F.coalesce(F.col(OFFSET_COL), F.lit("?")).alias("offset"), F.col(EVENT_ID_COL).alias("event_id"),
