@@ -99,14 +99,14 @@ def bench_peer_ours(h: Harness, peer: dict[int, dict[str, Any]], backend: str) -
         for path in h.batch_files(size):  # copies: the landing directory refuses hard-linked files
             shutil.copyfile(path, landing / path.name)
         with h.memory.measuring(dag_id), CpuMeter() as cpu:
-            runs = [h.trigger(dag_id) for _ in range(h.sizes.peer_batch_count)]
+            runs = [h.trigger(dag_id) for _ in range(h.sizes.batches_of(size))]
             ours, events, seconds = h.throughput(dag_id, runs, timeout=600 + size / 2000)
         p = peer[size]
         peer_rate = p["events"] / p["query_seconds"]
         same = same_results(h, dag_id, f"bench_peer_{size}")
         target = PEER_TARGETS.get((backend, size))
         h.report.add(Row(
-            "vs Structured Streaming", f"{backend}: {h.sizes.peer_batch_count} batches x {size:,} events",
+            "vs Structured Streaming", f"{backend}: {h.sizes.batches_of(size)} batches x {size:,} events",
             f"{ours:,.0f} ev/s ({seconds:.0f} s)", f"{peer_rate:,.0f} ev/s ({p['query_seconds']:.0f} s)",
             ours / peer_rate, f">= {target}x at {size // 1_000_000}M" if target else "",
             (ours / peer_rate >= target) if target else None,

@@ -144,7 +144,7 @@ class Harness:
         folder = self.data / str(size)
         folder.mkdir(parents=True, exist_ok=True)
         files = []
-        for i in range(self.sizes.peer_batch_count):
+        for i in range(self.sizes.batches_of(size)):
             path = folder / f"events-{i:03d}.json"
             if not path.exists():
                 log.info("peer: writing %s (%d events)", path, size)

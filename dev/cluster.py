@@ -285,6 +285,7 @@ class ClusterStack(LocalStack):
         self.start_component(SPARK_CONNECT)
         _wait(lambda: listening(self.spark_connect_port or 0), "the Spark Connect server",
               self.base_dir / f"{SPARK_CONNECT}.log", self.procs[SPARK_CONNECT], timeout=180)
+        self.warm_spark_connect()
 
     def kill_spark_connect(self) -> None:
         """The Spark Connect server's host lost: its JVM (the driver of its sessions) SIGKILLed;

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from airflow_transactional import files
 from airflow_transactional.spark.jars import kafka_connector
-from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env
+from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env, spark_connect_url
+from airflow_transactional.spark.warm import warm_server
 from dev.embedded import EmbeddedPostgres, free_port, listening
 from dev.faults import KEEP as FAULT_ENV
 from dev.kafka import KafkaBroker
@@ -119,7 +120,8 @@ class LocalStack:
                  port: int | None = None, parallelism: int = 6, spark_slots: int = 2,
                  env: dict[str, str] | None = None, spark_connect: bool = False,
                  teams: dict[str, str | os.PathLike[str]] | None = None,
-                 users: dict[str, str] | None = None, kafka: KafkaBroker | bool = False) -> None:
+                 users: dict[str, str] | None = None, kafka: KafkaBroker | bool = False,
+                 warm_connect: bool = True) -> None:
         self.base_dir = Path(base_dir).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.home = self.base_dir / "airflow"
@@ -133,6 +135,9 @@ class LocalStack:
         # connection ``spark_connect_default``, for topologies declared with spark_connect_conn_id.
         self.spark_connect_port = free_port() if spark_connect else None
         self.spark_connect_master = "local[2]"
+        # Warmed before its first batch (airflow_transactional.spark.warm): a cold server's first
+        # batches pay for its JIT. Test stacks, which measure nothing, leave it cold.
+        self.warm_connect = warm_connect
         self._secrets_file = self.base_dir / "secrets.json"
         # With teams ({team: dags folder}), Airflow runs in multi-team mode: each folder is a DAG
         # bundle owned by its team, and a user given a team ("viewer:team_a") sees only the DAGs
@@ -280,7 +285,15 @@ class LocalStack:
             if name not in self.on_demand:
                 self.start_component(name)
         self.wait_healthy(timeout)
+        if SPARK_CONNECT in self.procs:
+            self.warm_spark_connect()
         return self
+
+    def warm_spark_connect(self) -> None:
+        """Warm the listening Spark Connect server (unless the stack was made with ``warm_connect=False``)."""
+        if self.warm_connect and self.spark_connect_port:
+            took = warm_server(spark_connect_url(self.spark_connect_port, self._secrets()["spark_connect"]))
+            log.info("Spark Connect server warmed in %.0f s", sum(took))
 
     @property
     def components(self) -> tuple[str, ...]:

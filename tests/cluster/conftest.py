@@ -36,7 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterStack]:
     # CI once saw with three slots each, loses both: each is retried, and the test's try numbers
     # would be another scenario's).
     # The Spark Connect server (spark_connect_default) runs on the cluster when a test starts it.
-    st = ClusterStack(base, dags, env=env, worker_concurrency=1, spark_connect=True)
+    st = ClusterStack(base, dags, env=env, worker_concurrency=1, spark_connect=True, warm_connect=False)
     system_temp = Path(tempfile.gettempdir())
     before = set(system_temp.glob(SPARK_SCRATCH))
     try:

@@ -134,7 +134,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
     # (test_deferred_waits.py would starve if they slept in workers).
     # A Spark Connect server beside Airflow (spark_connect_default) for the tests' own topologies.
     st = LocalStack(base, dags, env=env, parallelism=4, kafka=kafka_broker,  # kafka_default: the session's broker
-                    spark_connect=True)
+                    spark_connect=True, warm_connect=False)
     try:
         st.start()
         yield st

@@ -18,6 +18,8 @@ import pytest
 
 from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.spark.warm import warm_server
 from dev.cluster import descendants
 from dev.embedded import free_port
 from dev.sparkconnect import ConnectServer
@@ -162,3 +164,12 @@ def test_the_servers_environment_has_its_token_and_none_of_the_stores_secrets() 
                    "LC_ALL": "C.UTF-8", "JAVA_HOME": "/jdk"}
     assert spark_connect_server_env("tok", {"MINE": "x"}, keep=("MINE",))["MINE"] == "x"
     assert not any("tok" == a or "token" in a for a in spark_connect_server_argv(15002))
+
+
+def test_a_server_is_warmed_by_a_checked_batch_of_made_up_records(spark_remote: str) -> None:
+    took = warm_server(spark_remote, rounds=2, records=3000)  # each round's fold checked against its count
+    assert len(took) == 2 and all(t > 0 for t in took)
+    with pytest.raises(ConfigError, match="sc://"):
+        warm_server("http://localhost:15002")
+    with pytest.raises(ConfigError, match="1 to 1,900,000"):
+        warm_server(spark_remote, records=2_000_000)
