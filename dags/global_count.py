@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from airflow_transactional import LOCAL_SPARK_CONF, PostgresLogSource, StateSpec, transactional_dag
+from airflow_transactional import PostgresLogSource, StateSpec, spark_backend, transactional_dag
 
 # The batch-emit interval (the end-to-end tests set a daily one and trigger runs over REST).
 # Every minute on the minute (cron): a run's logical date is a whole minute, so Airflow's Backfill
@@ -19,6 +19,6 @@ dag = transactional_dag(
     schedule=SCHEDULE,
     max_in_flight=3,
     max_batch_size=int(os.environ.get("AIRFLOW_TXN_EXAMPLE_BATCH", "50000")),
-    spark_conf=LOCAL_SPARK_CONF,
+    **spark_backend(),  # local Spark per batch; a Spark Connect server with $AIRFLOW_TXN_SPARK_CONNECT_CONN_ID
     spark_pool=os.environ.get("AIRFLOW_TXN_SPARK_POOL"),  # the demo caps concurrent Spark jobs
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 # --8<-- [start:imports]
-from airflow_transactional import LOCAL_SPARK_CONF, KafkaSource, StateSpec, transactional_dag
+from airflow_transactional import KafkaSource, StateSpec, spark_backend, transactional_dag
 
 # --8<-- [end:imports]
 
@@ -29,7 +29,7 @@ dag = transactional_dag(
     schedule=SCHEDULE,
     max_in_flight=3,
     max_batch_size=int(os.environ.get("AIRFLOW_TXN_EXAMPLE_BATCH", "20000")),  # offsets per batch
-    spark_conf=LOCAL_SPARK_CONF,
+    **spark_backend(),  # local Spark per batch; a Spark Connect server with $AIRFLOW_TXN_SPARK_CONNECT_CONN_ID
     spark_pool=os.environ.get("AIRFLOW_TXN_SPARK_POOL"),  # the demo caps concurrent Spark jobs
 )
 # --8<-- [end:dag]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from airflow_transactional import LOCAL_SPARK_CONF, LandingDirectory, StateSpec, transactional_dag
+from airflow_transactional import LandingDirectory, StateSpec, spark_backend, transactional_dag
 
 LANDING_DIR = os.path.abspath(os.environ.get("AIRFLOW_TXN_LANDING_DIR")
                               or os.path.join(os.path.dirname(__file__), "..", "var", "landing"))
@@ -23,6 +23,6 @@ dag = transactional_dag(
     application="../spark_jobs/landing_amounts.py",
     schedule=SCHEDULE,
     max_in_flight=2,
-    spark_conf=LOCAL_SPARK_CONF,
+    **spark_backend(),  # local Spark per batch; a Spark Connect server with $AIRFLOW_TXN_SPARK_CONNECT_CONN_ID
     spark_pool=os.environ.get("AIRFLOW_TXN_SPARK_POOL"),  # the demo caps concurrent Spark jobs
 )

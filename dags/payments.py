@@ -19,12 +19,12 @@ from datetime import timedelta
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, DeltaTriggerTimetable
 
 from airflow_transactional import (
-    LOCAL_SPARK_CONF,
           DecisionSpec,
           OutputSpec,
           PostgresLogSource,
           StateSpec,
           output_asset,
+          spark_backend,
           transactional_dag,
 )
 
@@ -33,7 +33,7 @@ from airflow_transactional import (
 SCHEDULE = os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or "* * * * *"
 OVERDRAFT = 100  # no account goes below -OVERDRAFT, at any commit
 LEDGER_PARTITIONS = 4
-common = {"max_in_flight": 3, "spark_conf": LOCAL_SPARK_CONF, "spark_pool": os.environ.get("AIRFLOW_TXN_SPARK_POOL"),
+common = {"max_in_flight": 3, **spark_backend(), "spark_pool": os.environ.get("AIRFLOW_TXN_SPARK_POOL"),
           "max_batch_size": int(os.environ.get("AIRFLOW_TXN_EXAMPLE_BATCH", "20000"))}
 
 payments = transactional_dag(

@@ -28,6 +28,7 @@ from airflow_transactional.coordinator import Coordinator, TopologyStatus
 from airflow_transactional.exceptions import TransactionalError
 from airflow_transactional.sources import EventLog
 from airflow_transactional.sources.landing import write_json_lines
+from airflow_transactional.spark.submit import SPARK_CONNECT_CONN_ENV
 from dev import payments
 from dev.cluster import ClusterStack
 from dev.kafka import KafkaBroker
@@ -189,7 +190,14 @@ Payments     payments decides each request in its commit (and publishes them to 
              psql service=airflow_txn -c 'SELECT granted, count(*) FROM airflow_txn.verdicts GROUP BY 1'
              psql service=airflow_txn -c 'SELECT * FROM credits ORDER BY account'
 Logs         {base}/*.log    Ctrl-C stops everything.
-""" + (cluster_banner(stack) if isinstance(stack, ClusterStack) else "")
+""" + (cluster_banner(stack) if isinstance(stack, ClusterStack) else "") + connect_banner(stack)
+
+
+def connect_banner(stack: LocalStack) -> str:
+    if not stack.spark_connect_port:
+        return ""
+    return (f"Spark        every batch a client of the Spark Connect server on port {stack.spark_connect_port}\n"
+            "             (warmed before the first; connection spark_connect_default): no JVM start per batch.\n")
 
 
 def kafka_env(stack: LocalStack) -> dict[str, str]:
@@ -251,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: Ctrl-C)")
     parser.add_argument("--cluster", action="store_true",
                         help="CeleryExecutor (Redis, two workers) and a Spark standalone cluster (two workers)")
+    parser.add_argument("--spark-connect", action="store_true",
+                        help="run every batch on a Spark Connect server the demo starts (no JVM start per batch)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     quiet_kafka_clients()
@@ -258,9 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(args.dir).resolve()
     landing = base / "landing"
     landing.mkdir(parents=True, exist_ok=True)
-    stack = (ClusterStack if args.cluster else LocalStack)(
-        base, DAGS_DIR, port=_port(args.port), kafka=True,
-        env={"AIRFLOW_TXN_LANDING_DIR": str(landing), "AIRFLOW_TXN_PAYMENTS_KAFKA_TOPIC": "ledger"})
+    env = {"AIRFLOW_TXN_LANDING_DIR": str(landing), "AIRFLOW_TXN_PAYMENTS_KAFKA_TOPIC": "ledger",
+           # The example DAGs declare their Spark with spark_backend(): this moves them onto the server.
+           **({SPARK_CONNECT_CONN_ENV: "spark_connect_default"} if args.spark_connect else {})}
+    stack = (ClusterStack if args.cluster else LocalStack)(base, DAGS_DIR, port=_port(args.port), kafka=True, env=env,
+                                                           spark_connect=args.spark_connect)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     # Ctrl-C stops the demo however it was started: a process started in the background of a
@@ -274,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
               + (", two Celery workers; Redis; a Spark master and two workers" if args.cluster else "") + ")...",
               flush=True)
         stack.start()
+        if isinstance(stack, ClusterStack) and args.spark_connect:  # a cluster's server starts on demand
+            stack.start_spark_connect()
         producer, kafka_tweets, requests = start_producers(stack, landing, args.rate)
         client = stack.client()
         for dag_id in (*DAGS, STALL_WATCH):

@@ -6,7 +6,7 @@ from typing import Any
 
 from .processing import OutputEvent, Request
 from .sources import EventLog, KafkaSource, LandingDirectory, PostgresLogSource
-from .spark.submit import LOCAL_SPARK_CONF
+from .spark.submit import LOCAL_SPARK_CONF, spark_backend
 from .spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
 from .store.connection import store_dsn
 
@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 __all__ = ["LOCAL_SPARK_CONF", "DecisionSpec", "EventLog", "KafkaSource", "LandingDirectory", "OutputEvent",
            "OutputSpec", "PostgresLogSource", "Request", "StateSpec", "TopologySpec", "get_provider_info",
-           "output_asset", "stall_watch_dag", "state_asset", "store_dsn", "transactional_dag"]
+           "output_asset", "spark_backend", "stall_watch_dag", "state_asset", "store_dsn", "transactional_dag"]
 
 
 def __getattr__(name: str) -> Any:

@@ -66,6 +66,30 @@ def test_every_example_dag_loads_without_import_errors(tmp_path: Path, monkeypat
                                                   else ["plan", "process", "commit"])
 
 
+@pytest.mark.parametrize("connect", [None, "spark_connect_default"])
+def test_the_example_dags_move_onto_spark_connect_with_one_switch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  connect: str | None) -> None:
+    """`make demo SPARK_CONNECT=1` sets AIRFLOW_TXN_SPARK_CONNECT_CONN_ID: every example's batches
+    then run on that connection's server, with no spark_conf (which would not reach it)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_transactional import LOCAL_SPARK_CONF
+    from airflow_transactional.spark.submit import SPARK_CONNECT_CONN_ENV
+
+    monkeypatch.setenv("AIRFLOW_TXN_LANDING_DIR", str(tmp_path))
+    if connect:
+        monkeypatch.setenv(SPARK_CONNECT_CONN_ENV, connect)
+    else:
+        monkeypatch.delenv(SPARK_CONNECT_CONN_ENV, raising=False)
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    processes = [d.get_task("process") for d in bag.dags.values() if d.dag_id != "transactional_stall_watch"]
+    assert len(processes) == 6
+    for task in processes:
+        assert task.spark_connect_conn_id == connect, task.dag_id
+        assert (task.conf or {}) == ({} if connect else LOCAL_SPARK_CONF), task.dag_id
+
+
 def test_the_demo_runs_the_example_dags_of_this_repository(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Regression: the demo once looked for its DAGs one directory too high, found none, and gave up."""
     from airflow.dag_processing.dagbag import DagBag

@@ -71,6 +71,20 @@ LOCAL_SPARK_CONF = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 
+#: Set (to a ``spark_connect`` connection id) where DAG files are parsed, it moves every topology
+#: declared with :func:`spark_backend` onto that Spark Connect server.
+SPARK_CONNECT_CONN_ENV = "AIRFLOW_TXN_SPARK_CONNECT_CONN_ID"
+
+
+def spark_backend(spark_conf: Mapping[str, str] = LOCAL_SPARK_CONF) -> dict[str, Any]:
+    """A ``transactional_dag``'s Spark, one switch away from Spark Connect: ``spark_conf`` (a
+    ``spark-submit`` per batch), or -- with ``$AIRFLOW_TXN_SPARK_CONNECT_CONN_ID`` set where the DAG
+    files are parsed -- that connection as ``spark_connect_conn_id`` (each batch a client of a warm
+    server: no JVM start per batch). Pass it as ``transactional_dag(..., **spark_backend())``."""
+    conn_id = os.environ.get(SPARK_CONNECT_CONN_ENV, "").strip()
+    return {"spark_connect_conn_id": conn_id} if conn_id else {"spark_conf": dict(spark_conf)}
+
+
 SPARK_CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DSN_FILE_ARG = "--dsn-file"
 #: The name YARN gives the shipped DSN file in the driver's container.
