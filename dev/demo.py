@@ -251,7 +251,7 @@ def start_producers(stack: LocalStack, landing: Path, rate: int) -> tuple[Produc
     return producer, kafka_tweets, requests
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default="var/demo", help="where the demo keeps Postgres, Airflow and logs")
     parser.add_argument("--port", type=int, default=8080, help="Airflow UI/API port (a free one if taken)")
@@ -261,18 +261,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="CeleryExecutor (Redis, two workers) and a Spark standalone cluster (two workers)")
     parser.add_argument("--spark-connect", action="store_true",
                         help="run every batch on a Spark Connect server the demo starts (no JVM start per batch)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def make_stack(args: argparse.Namespace, base: Path, landing: Path) -> LocalStack:
+    env = {"AIRFLOW_TXN_LANDING_DIR": str(landing), "AIRFLOW_TXN_PAYMENTS_KAFKA_TOPIC": "ledger",
+           # The example DAGs declare their Spark with spark_backend(): this moves them onto the server.
+           **({SPARK_CONNECT_CONN_ENV: "spark_connect_default"} if args.spark_connect else {})}
+    return (ClusterStack if args.cluster else LocalStack)(base, DAGS_DIR, port=_port(args.port), kafka=True, env=env,
+                                                          spark_connect=args.spark_connect)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     quiet_kafka_clients()
 
     base = Path(args.dir).resolve()
     landing = base / "landing"
     landing.mkdir(parents=True, exist_ok=True)
-    env = {"AIRFLOW_TXN_LANDING_DIR": str(landing), "AIRFLOW_TXN_PAYMENTS_KAFKA_TOPIC": "ledger",
-           # The example DAGs declare their Spark with spark_backend(): this moves them onto the server.
-           **({SPARK_CONNECT_CONN_ENV: "spark_connect_default"} if args.spark_connect else {})}
-    stack = (ClusterStack if args.cluster else LocalStack)(base, DAGS_DIR, port=_port(args.port), kafka=True, env=env,
-                                                           spark_connect=args.spark_connect)
+    stack = make_stack(args, base, landing)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     # Ctrl-C stops the demo however it was started: a process started in the background of a
