@@ -23,7 +23,7 @@ from pathlib import Path
 from airflow_transactional import files
 from airflow_transactional.spark.jars import kafka_connector
 from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env, spark_connect_url
-from airflow_transactional.spark.warm import warm_server
+from airflow_transactional.spark.warm import warm_in_child
 from dev.embedded import EmbeddedPostgres, free_port, listening
 from dev.faults import KEEP as FAULT_ENV
 from dev.kafka import KafkaBroker
@@ -292,7 +292,7 @@ class LocalStack:
     def warm_spark_connect(self) -> None:
         """Warm the listening Spark Connect server (unless the stack was made with ``warm_connect=False``)."""
         if self.warm_connect and self.spark_connect_port:
-            took = warm_server(spark_connect_url(self.spark_connect_port, self._secrets()["spark_connect"]))
+            took = warm_in_child(spark_connect_url(self.spark_connect_port, self._secrets()["spark_connect"]))
             log.info("Spark Connect server warmed in %.0f s", sum(took))
 
     @property

@@ -19,7 +19,7 @@ import pytest
 from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import ConfigError
-from airflow_transactional.spark.warm import warm_server
+from airflow_transactional.spark.warm import ROUNDS, warm_in_child, warm_server
 from dev.cluster import descendants
 from dev.embedded import free_port
 from dev.sparkconnect import ConnectServer
@@ -169,6 +169,10 @@ def test_the_servers_environment_has_its_token_and_none_of_the_stores_secrets() 
 def test_a_server_is_warmed_by_a_checked_batch_of_made_up_records(spark_remote: str) -> None:
     took = warm_server(spark_remote, rounds=2, records=3000)  # each round's fold checked against its count
     assert len(took) == 2 and all(t > 0 for t in took)
+    # Regression: the remote session left SPARK_CONNECT_MODE_ENABLED set in this process, and every
+    # classic session started here (and in the processes it started) after it failed.
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+    assert len(warm_in_child(spark_remote)) == ROUNDS  # python -m airflow_transactional.spark.warm
     with pytest.raises(ConfigError, match="sc://"):
         warm_server("http://localhost:15002")
     with pytest.raises(ConfigError, match="1 to 1,900,000"):

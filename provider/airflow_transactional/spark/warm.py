@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigError, TransactionalError
 from ..spec import StateSpec
+from ..store.connection import redact
 from .fused import fuse, per_record
 from .read import EVENT_ID_COL, OFFSET_COL, TEXT, Records
 from .validate import prepare
@@ -31,10 +33,12 @@ from .validate import prepare
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ROUNDS", "warm", "warm_server"]
+__all__ = ["ROUNDS", "warm", "warm_in_child", "warm_server"]
 
 log = logging.getLogger(__name__)
 
+#: What PySpark sets in the environment when a process opens a Spark Connect session.
+CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
 #: Rounds of made-up records, and records per round: enough for the JIT to compile the hot loops.
 ROUNDS, RECORDS = 3, 200_000
 _SCHEMA = "url string, user string, n long"
@@ -91,13 +95,32 @@ def warm_server(url: str, rounds: int = ROUNDS, records: int = RECORDS) -> list[
     if not url.startswith("sc://"):
         raise ConfigError(f"a Spark Connect URL starts with sc://, e.g. sc://localhost:15002/;token=...; "
                           f"got {url[:5]!r}...")
+    # A remote session marks the whole process (and the processes it starts) as Spark Connect's:
+    # the mark goes with the session, so that a classic session started here later still works.
+    mark = os.environ.get(CONNECT_MODE_ENV)
     spark = SparkSession.builder.remote(url).getOrCreate()
     try:
         took = warm(spark, rounds, records)
     finally:
         spark.stop()
+        if mark is None:
+            os.environ.pop(CONNECT_MODE_ENV, None)
+        else:
+            os.environ[CONNECT_MODE_ENV] = mark
     log.info("warmed the Spark Connect server: %s", ", ".join(f"{t:.1f} s" for t in took))
     return took
+
+
+def warm_in_child(url: str, env: dict[str, str] | None = None, timeout: float = 600) -> list[float]:
+    """:func:`warm_server` in a Python process of its own (``python -m airflow_transactional.spark.warm``,
+    the URL and its token in its environment): nothing of a Connect client stays in the caller."""
+    res = subprocess.run([sys.executable, "-m", __name__], env={**(env or os.environ), "SPARK_REMOTE": url},
+                         capture_output=True, text=True, timeout=timeout, check=False)
+    said = res.stdout.strip().splitlines()
+    if res.returncode != 0 or not said or not said[-1].startswith("warmed: "):
+        raise TransactionalError(f"warming the Spark Connect server failed ({res.returncode}):\n"
+                                 f"{redact(res.stderr[-3000:])}")
+    return [float(t.rstrip(" s")) for t in said[-1][len("warmed: "):].split(", ")]
 
 
 def main() -> int:
