@@ -229,6 +229,9 @@ def _print_status(st: TopologyStatus) -> None:
     print(f"quarantined     {st.quarantined} committed, {st.quarantined_pending} pending")
     if st.lost_records:
         print(f"lost to retention {st.lost_records} records (opaque re-plans)")
+    if st.lag_unit == "offsets":
+        print(f"skipped         {st.offsets_skipped} offsets that held no committed record (aborted "
+              "transactions' records, transaction markers)")
     print(f"blocked by      {st.blocked_by or '-'}")
     if st.in_flight:
         print("in flight:")

@@ -83,6 +83,9 @@ def test_aborted_records_are_never_counted_and_an_open_transaction_stops_the_pla
     assert table(dsn, "spend_total") == totals(kept)
     read = sum(c["records_read"] for c in coord.commits("spend"))
     assert read == len(kept)  # the aborted records used offsets, never counted
+    st = coord.status("spend")  # and the offsets they and the three markers (at least) took, counted
+    assert st.offsets_skipped == sum(int(v) for v in st.committed_offsets.values()) - len(kept)
+    assert st.offsets_skipped >= len(dropped) + 3
     # A transaction still open: the plan stops at its first offset (the last stable offset), so a
     # replay can never see records that were undecided when it was planned.
     before = coord.status("spend").lag
@@ -114,6 +117,7 @@ def test_a_batch_of_only_markers_and_aborted_records_commits_empty(dsn: str, kaf
     assert coord.commit("spend", txn.txid).committed
     assert table(dsn, "spend_total") == {}
     assert coord.status("spend").lag == 0
+    assert coord.status("spend").offsets_skipped == 8
     coord.close()
 
 

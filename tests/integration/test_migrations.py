@@ -4,6 +4,7 @@ DDL at all."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 
@@ -137,7 +138,7 @@ def test_an_upgrade_hands_an_old_runtime_role_the_commits_door_and_takes_its_log
                    f"GRANT INSERT ON upgraded.log_events TO {role}; "
                    f"GRANT UPDATE (sha256) ON upgraded.landing_files TO {role}")  # as grant did before
         monkeypatch.setattr("airflow_transactional.store.migrations.MIGRATIONS", MIGRATIONS)
-        assert migrate(db, "upgraded") == [6]
+        assert migrate(db, "upgraded")[0] == 6
         rights = query(dsn, f"SELECT has_column_privilege('{role}', 'upgraded.log_partitions', 'next_lsn', 'UPDATE'), "
                             f"has_table_privilege('{role}', 'upgraded.log_events', 'INSERT'), "
                             f"has_function_privilege('{role}', "
@@ -150,3 +151,30 @@ def test_an_upgrade_hands_an_old_runtime_role_the_commits_door_and_takes_its_log
             cur.execute("DROP SCHEMA upgraded CASCADE")
             cur.execute(f"DROP ROLE {role}")
         admin.close()
+
+
+def test_an_upgrade_counts_what_the_kafka_commits_before_it_skipped(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 7 adds the offsets a Kafka topology's commits skipped (planned offsets less the
+    records read): for the commits made before it too, and only for Kafka topologies."""
+    db = Database(dsn)
+    try:
+        monkeypatch.setattr("airflow_transactional.store.migrations.MIGRATIONS", MIGRATIONS[:6])
+        migrate(db, "skips")
+        commits = {("k", "kafka"): [(1, 10, 7), (2, 5, 5), (3, 0, 0)], ("l", "postgres_log"): [(1, 9, 4)]}
+        for (topology, kind), rows in commits.items():
+            query(dsn, "INSERT INTO skips.topologies (topology_id, spec) VALUES (%s, %s)",
+                  (topology, json.dumps({"source": {"kind": kind}})))
+            for txid, planned, read in rows:
+                query(dsn, "INSERT INTO skips.transactions (topology_id, txid, run_key, start_offsets, end_offsets, "
+                           "batch, planned_records, status) VALUES (%s, %s, %s, '{}', '{}', '{}', %s, 'committed')",
+                      (topology, txid, f"r{txid}", planned))
+                query(dsn, "INSERT INTO skips.commits (topology_id, txid, attempt, plan_version, run_key, "
+                           "start_offsets, end_offsets, records_read, row_counts, quarantined, commit_started_at) "
+                           "VALUES (%s, %s, %s, 1, %s, '{}', '{}', %s, '{}', 0, now())",
+                      (topology, txid, 1 if planned else 0, f"r{txid}", read))
+        monkeypatch.setattr("airflow_transactional.store.migrations.MIGRATIONS", MIGRATIONS)
+        assert 7 in migrate(db, "skips")
+        assert dict(query(dsn, "SELECT topology_id, offsets_skipped FROM skips.topologies")) == {"k": 3, "l": 0}
+    finally:
+        db.close()
+        query(dsn, "DROP SCHEMA skips CASCADE")

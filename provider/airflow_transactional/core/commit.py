@@ -86,8 +86,11 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         appended = effects.append_outputs(store, cur, num, spec, txid, chosen)
         faults.point("commit.after_append", cur, scope=scope)
         lost = int((txn.batch.get("lost") or {}).get("records", 0))
+        # A Kafka plan spans offsets, an upper bound of its records: what its commit read fewer
+        # were offsets a read_committed reader skips (aborted records, transaction markers).
+        skipped = max(0, txn.planned_records - records_read) if spec.source.lag_unit == "offsets" and chosen else 0
         committed_at = catalog.now(cur)  # one time for the commit, wherever it is recorded
-        topologies.advance(cur, store.schema, topology_id, txid, txn.end_offsets, committed_at, lost)
+        topologies.advance(cur, store.schema, topology_id, txid, txn.end_offsets, committed_at, lost, skipped)
         transactions.mark_committed(cur, store.schema, topology_id, txid, committed_at)
         attempts.settle(cur, store.schema, topology_id, txid, chosen)
         for decision in spec.decisions:

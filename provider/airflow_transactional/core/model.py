@@ -67,6 +67,7 @@ class TopologyStatus:
     source_error: str | None = None  # why the source could not say its lag now (a Kafka cluster out of reach)
     stalled: bool = False  # no commit for the declared stall_after while the source holds records
     lag_unit: str = "records"  # what ``lag`` counts: records, files (a landing directory), offsets (Kafka)
+    offsets_skipped: int = 0  # committed Kafka offsets that held no committed record (aborted, markers)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +85,7 @@ class TopologyStatus:
             "source_error": self.source_error,
             "stalled": self.stalled,
             "lag_unit": self.lag_unit,
+            "offsets_skipped": self.offsets_skipped,
         }
 
 

@@ -59,7 +59,8 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
                    "backfill that run to process it again (Airflow retries it first if retries are left)")
     st = TopologyStatus(topology_id, committed, offsets, progress.last_commit_at, in_flight, int(lag),
                         blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
-                        lag_seconds, source_error, lag_unit=spec.source.lag_unit)
+                        lag_seconds, source_error, lag_unit=spec.source.lag_unit,
+                        offsets_skipped=int(progress.offsets_skipped))
     stall = None if blocked else liveness.stalled(st, spec.extra.get(liveness.STALL_AFTER), datetime.now(UTC))
     return replace(st, blocked_by=stall, stalled=True) if stall else st  # nothing failed, and nothing moves
 

@@ -52,6 +52,7 @@ def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) 
         "quarantined": st.quarantined,
         "quarantined_pending": st.quarantined_pending,
         "lost_records": st.lost_records,
+        "offsets_skipped": st.offsets_skipped,
         "blocked_by": st.blocked_by,
         "stalled": st.stalled,
     }

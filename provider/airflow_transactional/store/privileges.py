@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
 #: What the run-time role may change in the provider's own tables, beyond reading them all:
 #: (table, privileges). A column list limits an UPDATE to those columns.
 RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
-    ("topologies", "UPDATE (committed_txid, committed_offsets, last_commit_at, lost_records)"),
+    ("topologies", "UPDATE (committed_txid, committed_offsets, last_commit_at, lost_records, offsets_skipped)"),
     ("transactions", "INSERT, UPDATE"),
     ("attempts", "INSERT, UPDATE"),
     ("commits", "INSERT"),

@@ -36,6 +36,7 @@ class Registered(NamedTuple):
 class Progress(NamedTuple):
     last_commit_at: datetime | None
     lost_records: int
+    offsets_skipped: int
 
 
 class RebuildMark(NamedTuple):
@@ -79,10 +80,11 @@ def delete(cur: Cursor, schema: str, topology_id: str) -> None:
 
 
 def advance(cur: Cursor, schema: str, topology_id: str, txid: int, offsets: Offsets, at: datetime,
-            lost_records: int) -> None:
-    """Move the checkpoint to ``txid`` ending at ``offsets``."""
+            lost_records: int, offsets_skipped: int = 0) -> None:
+    """Move the checkpoint to ``txid`` ending at ``offsets``; add what its batch lost to retention
+    and the offsets it skipped (a Kafka batch's offsets that held no committed record)."""
     cur.execute(query("topology_advance", schema), {"topology": topology_id, "txid": txid, "offsets": Json(offsets),
-                                                    "at": at, "lost": lost_records})
+                                                    "at": at, "lost": lost_records, "skipped": offsets_skipped})
     notices.send(cur, schema, topology_id, txid, "committed")
 
 

@@ -219,6 +219,14 @@ def lag_text(summary: dict[str, Any]) -> str:
     return f"{summary['lag_records']:,} {e(summary.get('lag_unit') or 'records')}{_waited(summary)}"
 
 
+def skipped_text(summary: dict[str, Any]) -> str:
+    """For a Kafka topology, the offsets its commits skipped: what a read_committed reader never sees."""
+    if summary.get("lag_unit") != "offsets":
+        return ""
+    return (f"; {summary.get('offsets_skipped', 0):,} offsets skipped (aborted transactions' records and "
+            "transaction markers: no committed record)")
+
+
 def _waited(summary: dict[str, Any]) -> str:
     """How long the oldest record behind has waited, where the source knows (or why it cannot say now)."""
     if summary.get("source_error"):
@@ -249,7 +257,7 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
             f"<p>Committed txid <b>{summary['committed_txid']}</b>, last commit "
             f"{age(summary['last_commit_age_seconds'])}, {summary['commits_per_minute']:.1f} commits/min, "
             f"{lag_text(summary)} behind the source, "
-            f"{summary['quarantined']:,} records quarantined.</p>"
+            f"{summary['quarantined']:,} records quarantined{skipped_text(summary)}.</p>"
             f"<p>In flight: {'<br>'.join(flight_line(f) for f in summary['in_flight']) or 'nothing'}</p>"
             "<h2>Timeline</h2><p class=muted>Each row is a txid: <span style='color:#a0aec0'>plan</span>, "
             "processing attempts (<span style='color:#48bb78'>complete</span>, "

@@ -27,11 +27,11 @@ DELETE FROM {s}.topologies WHERE topology_id = %(topology)s
 
 -- name: topology_advance
 UPDATE {s}.topologies SET committed_txid = %(txid)s, committed_offsets = %(offsets)s, last_commit_at = %(at)s,
-       lost_records = lost_records + %(lost)s
+       lost_records = lost_records + %(lost)s, offsets_skipped = offsets_skipped + %(skipped)s
 WHERE topology_id = %(topology)s
 
 -- name: topology_progress
-SELECT last_commit_at, lost_records FROM {s}.topologies WHERE topology_id = %(topology)s
+SELECT last_commit_at, lost_records, offsets_skipped FROM {s}.topologies WHERE topology_id = %(topology)s
 
 -- name: topology_committed_shared
 -- FOR SHARE holds commits off until the caller's transaction ends.
