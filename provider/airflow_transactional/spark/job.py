@@ -64,6 +64,7 @@ from .read import raw_records, readable_batch
 from .stage import copy_dataframe, decision_requests, fold, output_events, stage_fold
 from .submit import DSN_FILE_ARG, driver_secrets, provider_zip
 from .validate import Prepared, cache, prepare
+from .watch import watched
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -351,15 +352,16 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
     spark = _session(f"txn:{args.topology}:{mode or args.txid}")
     phases.lap("session")
     try:
-        if mode == "audit":
-            result = audit(spark, coordinator, args.topology, transform, schema=schema, required=required,
-                           checks=checks)
-        elif mode == "rebuild":
-            result = rebuild(spark, coordinator, args.topology, transform, schema=schema, required=required,
-                             checks=checks)
-        else:
-            result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
-                             required=required, checks=checks, phases=phases)
+        with watched(spark):  # a standalone cluster's driver left without executors fails, to be retried
+            if mode == "audit":
+                result = audit(spark, coordinator, args.topology, transform, schema=schema, required=required,
+                               checks=checks)
+            elif mode == "rebuild":
+                result = rebuild(spark, coordinator, args.topology, transform, schema=schema, required=required,
+                                 checks=checks)
+            else:
+                result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
+                                 required=required, checks=checks, phases=phases)
         phases.threads()
     except StaleAttempt as exc:
         log.warning("%s", exc)
