@@ -179,13 +179,13 @@ class FusedFolds:
         record (null: none), and why the record can be folded into no state (null: it can)."""
         from pyspark.sql import functions as F
 
+        owned = [*((j, _key(j, n)) for j, n in keys), *((j, _value(j)) for j in range(len(self.states)))]
         rows, reasons = [], []
         for i, state in enumerate(self.states):
             keep = F.col(_where(i))
             for n in range(len(state.key_columns)):  # a row without all its keys is never folded
                 keep = keep & F.col(_key(i, n)).isNotNull()
             columns = [F.lit(i).alias(TAG)]
-            owned = [*((j, _key(j, n)) for j, n in keys), *((j, _value(j)) for j in range(len(self.states)))]
             for owner, name in owned:
                 # The other states' columns as typed nulls: one struct type for every state's rows.
                 columns.append((F.col(name) if owner == i else F.lit(None).cast(types[name])).alias(name))
