@@ -171,13 +171,22 @@ def _a_failed_txid_blocks_the_later_ones(c: _Cascade, statsd: StatsdListener) ->
 
 
 def _a_person_sees_the_blocked_topology_and_why(c: _Cascade, chrome: object) -> None:
-    """In a real browser, signed in: the overview says what blocks the topology; the failed run's
-    Transaction tab says in one line how it failed, and links to the whole log (docs/guides/ui.md shows them)."""
+    """In a real browser, signed in: the overview says what blocks the topology; the DAG's
+    Transactions tab shows the failed txid as failed; the failed run's Transaction tab says in one
+    line how it failed, and links to the whole log (docs/guides/ui.md shows them)."""
     driver = signed_in(chrome, c.stack)
     driver.get(f"{c.stack.url}/plugin/transactions")  # type: ignore[attr-defined]
     text = frame_text(driver, f"blocked by failed txid 3 (run {c.by_txid[3]})")
     assert "txid 3: failed for " in text and "process: the Spark Connect job exited with code 137" in text, text
     shot(driver, "ui-blocked.png", c.stack.base_dir)
+    # The DAG's Transactions tab: txid 3 failed for good in the table, its killed tries a bar of the timeline.
+    driver.get(f"{c.stack.url}/dags/{DAG}/plugin/transactions-dag")  # type: ignore[attr-defined]
+    text = frame_text(driver, "failed for good")
+    assert "blocked by failed txid 3" in text, text
+    bars = driver.execute_script(  # type: ignore[attr-defined]  # in the plugin's frame, as frame_text left it
+        "return [...document.querySelectorAll('rect.bar-failed title')].map(t => t.textContent)")
+    assert any(b.startswith("txid 3") for b in bars), bars
+    shot(driver, "ui-topology-failed.png", c.stack.base_dir)
     run = urllib.parse.quote(c.by_txid[3], safe="")
     driver.get(f"{c.stack.url}/dags/{DAG}/runs/{run}/plugin/transactions-run")  # type: ignore[attr-defined]
     text = frame_text(driver, "Failed for good after 2 failed tries: process: the Spark Connect job exited with "
