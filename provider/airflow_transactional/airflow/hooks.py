@@ -86,7 +86,7 @@ class TransactionalHook(BaseHook):
     def get_dsn(self) -> str:
         conn = self._connection()
         return dsn_from_fields(host=conn.host, port=conn.port, login=conn.login, password=conn.password,
-                               database=conn.schema, extras=dict(conn.extra_dejson or {}))
+                               database=conn.schema, extras=self._extras())
 
     def state_schema(self) -> str:
         return str(self._extras().get("state_schema") or DEFAULT_SCHEMA)

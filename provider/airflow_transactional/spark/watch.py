@@ -51,8 +51,8 @@ def patience_from_env() -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"{PATIENCE_ENV} is seconds (0 turns the watch off), got {raw!r}") from None
-    if not value >= 0:  # negative, or NaN
+        value = -1.0
+    if not value >= 0:  # not a number, negative, or NaN
         raise ConfigError(f"{PATIENCE_ENV} is seconds (0 turns the watch off), got {raw!r}")
     return value
 
