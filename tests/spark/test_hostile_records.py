@@ -50,6 +50,7 @@ def transform(records: Any) -> dict[str, Any]:
 @example(batch=EXAMPLES[2])
 @example(batch=EXAMPLES[3])
 @example(batch=EXAMPLES[4])
+@example(batch=EXAMPLES[5])
 
 def test_any_batch_commits_with_its_bad_records_quarantined(pg: EmbeddedPostgres, spark: Any,
                                                             batch: list[str]) -> None:
@@ -182,6 +183,37 @@ def test_landed_lines_past_the_limits_are_quarantined_as_the_python_processor_do
     rows = query(dsn, "SELECT reason, record_length FROM airflow_txn.quarantine ORDER BY record_length DESC")
     assert [r[0] for r in rows] == [limits.RECORD_TOO_LARGE, limits.LONE_SURROGATE]
     assert rows[0][1] > limits.MAX_RECORD_BYTES and result["quarantined"] == 2
+    coord.close()
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["per_record", "plain"])
+def test_landed_values_that_are_not_text_in_a_string_field_are_quarantined_as_the_python_processor_does(
+        dsn: str, spark: Any, tmp_path: Path, fused: bool) -> None:
+    """Regression: Spark's JSON reader made any JSON value text in a field the record schema declares
+    string (``1.0E308``, ``NaN``, ``true``, ``[1,2]``) where the pure-Python processor quarantines
+    such a key. A plain file, read by the JSON reader, that may hold one is read again as text,
+    where each record's own text tells a number from text that reads like one (``"1.5"``)."""
+    from pyspark.sql import functions as F
+
+    lines = EXAMPLES[5]
+    (tmp_path / "a.json").write_text("\n".join(lines) + "\n")
+    coord = Coordinator(dsn)
+    coord.register(landed_topology(tmp_path, max_files=1))
+    txn = coord.plan("landed", "r1")
+
+    def amounts(records: Any) -> dict[str, Any]:
+        if fused:
+            return {"hostile_amount": per_record(records, {"user_id": "user"}, value="amount")}
+        return {"hostile_amount": records.select(F.col("user").alias("user_id"), F.col("amount").alias("value"))}
+
+    result = job.process(spark, coord, "landed", txn.txid, amounts, schema="user string, amount bigint",
+                         required=["user", "amount"])
+    assert coord.commit("landed", txn.txid).committed
+    _counts, sums, bad = oracle(lines, spark=True)
+    assert dict(query(dsn, "SELECT user_id, value FROM landed_amount")) == sums
+    reasons = [r for (r,) in query(dsn, "SELECT reason FROM airflow_txn.quarantine WHERE committed")]
+    assert len(reasons) == len(bad) == result["quarantined"] and all("must be text" in r for r in reasons), reasons
+    assert query(dsn, "SELECT plain FROM airflow_txn.landing_files") == [(True,)]  # read by the JSON reader first
     coord.close()
 
 

@@ -121,6 +121,44 @@ def lone_surrogate(text: Column) -> Column:
         limits.SURROGATE_ESCAPE)
 
 
+#: What Spark's JSON reader makes of a JSON value that is not text, in a field declared ``string``
+#: (a whole number aside: its digits, as the pure-Python processor reads it): a number with a
+#: fraction or an exponent, NaN or an infinity (quoted), true, false, an array, an object.
+LOOKS_NOT_TEXT = (r'(?s)^(-?[0-9]+(\.[0-9]*([eE][-+]?[0-9]+)?|[eE][-+]?[0-9]+)|"?[-+]?(NaN|INF|Infinity)"?|true|false'
+                  r'|\[.*|\{.*)$')
+#: The first characters of those (as code points): most texts are passed by this test alone.
+_FIRST = (34, 43, 45, 73, 78, 91, 102, 116, 123)  # " + - I N [ f t {
+
+
+def looks_not_text(text: Column) -> Column:
+    """Whether ``text``, read from a field declared ``string``, may be a JSON value that was not
+    text (:data:`LOOKS_NOT_TEXT`; never for null, text and whole numbers -- ``"1.5"`` or ``"true"``
+    given as text look so too, and are told apart by :func:`held_not_text`)."""
+    from pyspark.sql import functions as F
+
+    first = F.ascii(text)
+    return F.coalesce(F.when(first.between(48, 57) | first.isin(*_FIRST), text.rlike(LOOKS_NOT_TEXT)), F.lit(False))
+
+
+def held_not_text(value: Column) -> Column:
+    """Whether the variant ``value`` (a field of a record parsed as a variant) is not text nor a
+    whole number: what a field declared ``string`` may not hold. Null (unparsed): it is not known
+    not to be."""
+    from pyspark.sql import functions as F
+
+    kind = F.schema_of_variant(value)
+    return ~(kind.isin("STRING", "BIGINT", "VOID") | kind.rlike(r"^DECIMAL\([0-9]+,0\)$"))
+
+
+def not_text_reason(name: str, text: Column) -> Column:
+    """The quarantine's reason for a record whose field ``name``, declared ``string``, held ``text``
+    (as Spark's JSON reader made it) that was not JSON text."""
+    from pyspark.sql import functions as F
+
+    return F.concat(F.lit(f"field {name!r} must be text (the record schema declares it string), got "),
+                    F.substring(text, 1, 80))
+
+
 def record_reason(state: StateSpec, keys: Mapping[str, Column], value: Column) -> Column:
     """Why one record's row of ``state`` (its keys and value, as :func:`per_record` declared them)
     cannot be folded: the record is then quarantined with that reason."""

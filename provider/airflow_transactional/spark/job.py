@@ -60,7 +60,7 @@ from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
 from .fused import FusedFolds, fuse
 from .profile import Phases
-from .read import raw_records, readable_batch
+from .read import as_text, raw_records, readable_batch
 from .stage import copy_dataframe, decision_requests, fold, output_events, stage_fold
 from .submit import DSN_FILE_ARG, driver_secrets, provider_zip
 from .validate import Prepared, cache, prepare
@@ -167,6 +167,10 @@ def _read(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, bat
         frames = {s.name: frames[s.name] for s in spec.recomputable_states}
     folds = fuse(spec.recomputable_states, frames, prepared.good)
     keep = folds.run() if folds is not None else cache(prepared).cached
+    if prepared.unsure():  # a string field may have held a number: read as text, where that shows
+        keep.unpersist()
+        return _read(spark, coordinator, spec, as_text(batch), transform, schema=schema, required=required,
+                     checks=checks, states_only=states_only)
     return _Read(prepared, frames, folds, keep, *prepared.totals())
 
 

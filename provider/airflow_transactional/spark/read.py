@@ -348,6 +348,11 @@ def _unpin() -> None:
         os.close(_pinned.pop())
 
 
+def as_text(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """A landing ``batch`` whose JSON files are read as text, line by line (:func:`read_landing`)."""
+    return {**batch, "files": [{**f, "plain": False} for f in batch.get("files", [])]}
+
+
 def spark_schema(ddl: str) -> Any:
     """The ``StructType`` of a record schema in DDL (``"url string, n bigint"``)."""
     from pyspark.sql.types import StructType

@@ -46,6 +46,12 @@ class Prepared(NamedTuple):
         metrics = self.counts.get
         return int(metrics["records"]), int(metrics["bad"])
 
+    def unsure(self) -> int:
+        """How many records Spark's JSON reader parsed (:data:`.read.PARSED`) with a field declared
+        ``string`` that may have held another JSON value (:func:`.admit.looks_not_text`), once a
+        job has read the whole batch: only their raw text tells, so the batch is read as text."""
+        return int(self.counts.get["unsure"] or 0)
+
     def offset_crcs(self) -> int:
         """The sum of the CRC-32s of the records' offsets, once a job has read the whole batch:
         with the count, which records were read (:func:`..core.attempts.read_digest`)."""
@@ -121,6 +127,16 @@ def _flatten(records: Records, schema: str | None) -> tuple[DataFrame, list[str]
     return flat, fields, meta, record
 
 
+def _text_fields(records: Records, schema: str | None, fields: Sequence[str]) -> list[str]:
+    """The fields the record schema declares ``string`` that Spark's JSON reader filled (a Parquet
+    or CSV file's columns are what they are)."""
+    from pyspark.sql.types import StringType
+
+    if records.form == COLUMNS or not schema:
+        return []
+    return [f.name for f in spark_schema(schema).fields if isinstance(f.dataType, StringType) and f.name in fields]
+
+
 def _text_reason(payload: Column) -> Column:
     """Why a raw record of a TEXT reader is bad before it is parsed, as the pure-Python processor
     judges it (:func:`..limits.record_refusal`): the reader's verdict, then the record limits."""
@@ -149,6 +165,14 @@ def prepare(records: Records, schema: str | None, required: Sequence[str],
     not_json = F.lit("malformed record: not a JSON object of the schema")
     reason = (_text_reason(F.col("payload")).when(F.col("_malformed"), not_json)
               if records.form == TEXT else F.when(F.col("_malformed"), not_json))
+    texts = _text_fields(records, schema, fields)
+    if records.form == TEXT and texts:
+        # Spark's reader makes any JSON value text in a field declared string; the record's text
+        # tells which held another value -- parsed again only for a record where one may have.
+        held = F.from_json(F.col("payload"), ", ".join(f"`{f}` variant" for f in texts), {"mode": "PERMISSIVE"})
+        for f in texts:
+            reason = reason.when(admit.looks_not_text(F.col(f)) & admit.held_not_text(held[f]),
+                                 admit.not_text_reason(f, F.col(f)))
     for r in required:
         reason = reason.when(F.col(r).isNull(), F.lit(f"missing required field {r!r}"))
     for why, condition in (checks or {}).items():
@@ -167,7 +191,12 @@ def prepare(records: Records, schema: str | None, required: Sequence[str],
     # The CRC-32s' sum as two sums of bigints (their high and low 16 bits): exact up to 2^47
     # records, without a decimal per record.
     crc = F.crc32(F.col(OFFSET_COL).cast("binary"))
+    unsure = F.lit(False)
+    if records.form == PARSED:
+        for f in texts:
+            unsure = unsure | admit.looks_not_text(F.col(f))
     flat = flat.observe(counts, F.count(F.lit(1)).alias("records"), F.count("_reason").alias("bad"),
+                        F.count(F.when(unsure, 1)).alias("unsure"),
                         F.sum(F.shiftright(crc, 16)).alias("crcs_high"),
                         F.sum(crc.bitwiseAND(0xFFFF)).alias("crcs_low"))
     good = flat.where(F.col("_reason").isNull()).select(OFFSET_COL, EVENT_ID_COL, *fields, *meta)
