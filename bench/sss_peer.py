@@ -8,7 +8,7 @@ recommends for ``foreachBatch``: the batch's rows and its ``batchId`` in one dat
 transaction, a ``batchId`` already recorded is skipped. Run by ``bench.perf`` under
 ``spark-submit``; prints nothing but a JSON result file.
 
-    spark-submit bench/sss_peer.py INPUT_DIR|kafka://SERVERS/TOPIC CHECKPOINT_DIR TABLE_PREFIX RESULT_FILE
+    spark-submit bench/sss_peer.py INPUT_DIR|kafka://SERVERS/TOPIC CHECKPOINT_DIR TABLE_PREFIX RESULT_FILE [warm]
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
+import psutil
 import psycopg2
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_transactional.spark.profile import jvm_thread_cpu
+from airflow_transactional.spark.profile import jvm_thread_cpu, tree_cpu
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "spark_jobs"))
 from words import domain  # the user's own expression, shared by both sides
@@ -53,17 +55,9 @@ def upsert(cur: psycopg2.extensions.cursor, table: str, key: str, rows: list[tup
                 f"ON CONFLICT ({key}) DO UPDATE SET value = {table}.value + EXCLUDED.value")
 
 
-def main(argv: list[str]) -> int:
-    input_dir, checkpoint, prefix, result_file = argv
-    dsn = os.environ["AIRFLOW_TXN_DSN"]
-    started = time.monotonic()
-    spark = SparkSession.builder.appName("sss-peer").getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    session_ready = time.monotonic()
-    create_tables(dsn, prefix)
+def writer(conn: psycopg2.extensions.connection, prefix: str, batches: list[dict[str, float]]) -> Any:
+    """The ``foreachBatch`` function writing into ``prefix``'s tables, noting each batch in ``batches``."""
     t = tables(prefix)
-    conn = psycopg2.connect(dsn, application_name="bench:sss_peer")
-    batches: list[dict[str, float]] = []
 
     def write(df: DataFrame, batch_id: int) -> None:
         t0 = time.monotonic()
@@ -81,24 +75,58 @@ def main(argv: list[str]) -> int:
                 cur.execute(f"INSERT INTO {t['batches']} (batch_id, rows) VALUES (%s, %s)", (batch_id, events))
         batches.append({"batch_id": batch_id, "events": events, "seconds": time.monotonic() - t0})
 
+    return write
+
+
+def stream_of(spark: SparkSession, input_dir: str) -> DataFrame:
     if input_dir.startswith("kafka://"):  # the same events in a topic: all of it in one micro-batch
         servers, topic = input_dir[len("kafka://"):].split("/", 1)
         raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers)
                .option("subscribe", topic).option("startingOffsets", "earliest")
                .option("kafka.isolation.level", "read_committed").option("failOnDataLoss", "true").load())
-        stream = raw.select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("e")).select("e.*")
-    else:
-        stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(input_dir)
+        return raw.select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("e")).select("e.*")
+    return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(input_dir)
+
+
+def run_query(spark: SparkSession, dsn: str, input_dir: str, checkpoint: str, prefix: str,
+              batches: list[dict[str, float]]) -> None:
+    """The recipe's query over all of ``input_dir`` (``availableNow``), into ``prefix``'s tables."""
+    create_tables(dsn, prefix)
+    conn = psycopg2.connect(dsn, application_name="bench:sss_peer")
+    try:
+        query = (stream_of(spark, input_dir).writeStream.foreachBatch(writer(conn, prefix, batches))
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query.awaitTermination()
+    finally:
+        conn.close()
+
+
+def main(argv: list[str]) -> int:
+    """``INPUT CHECKPOINT PREFIX RESULT [warm]``: with ``warm``, the query runs once over the same
+    input into ``PREFIX_warmup`` first, and the result also holds the CPU-seconds of the JVM and
+    this driver during the measured query alone (``query_cpu_seconds``): the peer at its JIT's best."""
+    input_dir, checkpoint, prefix, result_file = argv[:4]
+    warm = argv[4:] == ["warm"]
+    dsn = os.environ["AIRFLOW_TXN_DSN"]
+    started = time.monotonic()
+    spark = SparkSession.builder.appName("sss-peer").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    session_ready = time.monotonic()
+    if warm:
+        run_query(spark, dsn, input_dir, f"{checkpoint}-warmup", f"{prefix}_warmup", [])
+    jvm = psutil.Process(os.getppid())  # spark-submit's JVM runs this driver: its executors, and this process
+    cpu_before = tree_cpu(jvm)
+    batches: list[dict[str, float]] = []
     query_started = time.monotonic()
-    query = (stream.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
+    run_query(spark, dsn, input_dir, checkpoint, prefix, batches)
     finished = time.monotonic()
+    cpu_after = tree_cpu(jvm)
     threads = jvm_thread_cpu()  # before Spark stops its task threads
     spark.stop()
-    conn.close()
     with open(result_file, "w", encoding="utf-8") as fh:
         json.dump({"startup_seconds": session_ready - started, "query_seconds": finished - query_started,
+                   "query_cpu_seconds": None if cpu_before is None or cpu_after is None else cpu_after - cpu_before,
+                   "measured_process": jvm.name(),
                    "batches": batches, "events": sum(b["events"] for b in batches), "jvm_threads": threads}, fh)
     return 0
 
