@@ -141,7 +141,7 @@ def transactional_dag(
     least 5 minutes (30 minutes for a schedule without an interval, such as assets); None: no rule.
     ``commit_deadline``: an Airflow deadline alert on every run -- not committed within this long
     of being queued, it calls ``on_late_commit`` in the triggerer (a coroutine or its dotted path;
-    default :func:`airflow_transactional.deadlines.late_commit`: a warning with the topology's
+    default :func:`airflow_transactional.airflow.deadlines.late_commit`: a warning with the topology's
     blocker, and the metrics ``late_commits`` and, when stalled, ``stalled``). Not on by default:
     Airflow 3.3 fails to clear a run whose queued-at deadline has not passed yet (apache/airflow#70368).
     Everything is validated here, at parse time, without touching a database.

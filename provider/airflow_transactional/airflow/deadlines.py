@@ -3,7 +3,7 @@ committed its txid within ``commit_deadline`` of being queued (the topology's ``
 good value), Airflow calls back -- in the triggerer -- and the default callback here says so
 in the triggerer's log with what the topology's status names as its blocker (a failed txid, or the
 stall: what the next txid waits for), and sends the metrics ``transactional.<topology>.late_commits``
-and, when stalled, ``stalled`` (see :mod:`airflow_transactional.metrics`).
+and, when stalled, ``stalled`` (see :mod:`airflow_transactional.airflow.metrics`).
 
 ``transactional_dag(..., commit_deadline=timedelta(minutes=10), on_late_commit=my_callback)``
 swaps in your own coroutine (``async def my_callback(*, topology_id, context)``, importable where

@@ -5,7 +5,7 @@ The trigger wakes at once when its topology commits a txid or records one as fai
 (``LISTEN`` on :data:`~airflow_transactional.store.notices.CHANNEL`; the commit's own transaction
 sends the notice), and looks again every ``check_interval`` seconds in any case, so a lost
 notice or listener costs latency, never correctness. It keeps every fail-fast rule of a task
-waiting in a worker (:class:`~airflow_transactional.watch.Watch`): blocked by a failed
+waiting in a worker (:class:`~airflow_transactional.airflow.watch.Watch`): blocked by a failed
 txid, a run killed on its last try, a deleted run. It only says when to look again; the task
 resumes in a worker and does the commit or the plan itself, with every check that implies.
 

@@ -1,6 +1,6 @@
 """How a waiting task finds out that the txid it waits for will never commit (docs/design.md,
 trap 2). Shared by a task that waits in its worker (``deferrable=False``) and by the trigger that
-waits for it in Airflow's triggerer (:mod:`airflow_transactional.triggers`): the same rules, the
+waits for it in Airflow's triggerer (:mod:`airflow_transactional.airflow.triggers`): the same rules, the
 same words, wherever the wait happens."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class Watch:
         Airflow knows better: that run is failed. A run that is not running at all cannot commit
         either: queued behind the slots its waiters hold, finished without committing (marked
         success by hand), or deleted (the next run of the DAG takes its batch over, see
-        :meth:`PlanOperator.adopt_orphan`). A failed, finished or deleted run is also recorded as
+        :meth:`.operators.plan.PlanOperator.adopt_orphan`). A failed, finished or deleted run is also recorded as
         failed in Postgres, so ``airflow-txn status`` names it.
         """
         now = time.monotonic()

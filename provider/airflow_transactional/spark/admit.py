@@ -1,7 +1,7 @@
 """The limits of :mod:`..limits`, as Spark columns: why a record, a folded row, a request or an
 output event cannot be staged (null: it can).
 
-Record by record where the helper can tell the records apart (states declared :func:`per_record`:
+Record by record where the helper can tell the records apart (states declared :func:`.fused.per_record`:
 the record is quarantined), row by row after a fold otherwise (the key's row of that batch is set
 aside, with the reason): nothing that reaches a staging table can fail its COPY, its index, or the
 commit's arithmetic. Sums are folded with ``try_sum``, so a batch whose sum for a key leaves the
@@ -160,7 +160,7 @@ def not_text_reason(name: str, text: Column) -> Column:
 
 
 def record_reason(state: StateSpec, keys: Mapping[str, Column], value: Column) -> Column:
-    """Why one record's row of ``state`` (its keys and value, as :func:`per_record` declared them)
+    """Why one record's row of ``state`` (its keys and value, as :func:`.fused.per_record` declared them)
     cannot be folded: the record is then quarantined with that reason."""
     return first_reason([*key_reasons(f"the key of state {state.name!r}", state.keys, keys),
                    *value_reasons(f"the value for state {state.name!r}", state.value_type, value)])

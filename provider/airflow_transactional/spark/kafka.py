@@ -23,7 +23,7 @@ def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **
     """A Kafka batch: exactly its offsets, by Spark's Kafka reader (``assign`` and per-partition
     start and end, ``read_committed``, ``failOnDataLoss``). A record's offset is ``partition:offset``
     and its id ``topic:partition:offset``; a record without a value, or whose value is not UTF-8
-    text, is judged bad by :func:`..validate.prepare`; the record's topic, partition, offset, key,
+    text, is judged bad by :func:`.validate.prepare`; the record's topic, partition, offset, key,
     timestamp and headers go to the transform as the ``kafka_*`` columns."""
     from pyspark.sql import functions as F
 

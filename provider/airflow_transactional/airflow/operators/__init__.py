@@ -3,7 +3,7 @@ outputs go to Kafka.
 
 Operators keep their arguments in ``__init__`` and build hooks in ``execute``; nothing here
 touches a database at DAG-parse time. Order is enforced in PostgreSQL, not by
-``depends_on_past`` (see :mod:`airflow_transactional.dag` for why).
+``depends_on_past`` (see :mod:`airflow_transactional.airflow.dag` for why).
 """
 
 from .base import DELETED, TopologyTask, WaitingTask

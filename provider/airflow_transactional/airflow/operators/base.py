@@ -1,6 +1,6 @@
 """What the three tasks share: the topology's stored declaration and the run's transaction; and
 what the two that may wait for their turn share: where they wait (the triggerer, or the worker)
-and how they find out that the txid they wait for will never commit (:mod:`airflow_transactional.watch`)."""
+and how they find out that the txid they wait for will never commit (:mod:`airflow_transactional.airflow.watch`)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class TopologyTask(BaseOperator):
         return txn
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """What OpenLineage hears when the task ends (:mod:`airflow_transactional.lineage`):
+        """What OpenLineage hears when the task ends (:mod:`airflow_transactional.airflow.lineage`):
         the source it read, the outputs when it writes them, the run's transaction."""
         hook = TransactionalHook(self.transactional_conn_id)
         coordinator = hook.get_coordinator()
@@ -140,10 +140,10 @@ class WaitingTask(TopologyTask):
     pipeline are a commit whose predecessor commits a moment later, and resuming a deferred task
     costs Airflow a few seconds. Once the wait has lasted ``defer_after``, with
     ``deferrable=True`` (the default) it is handed to Airflow's triggerer
-    (:class:`~airflow_transactional.triggers.TurnTrigger`): it holds no worker slot any more,
+    (:class:`~airflow_transactional.airflow.triggers.TurnTrigger`): it holds no worker slot any more,
     shows as *deferred* in the grid, and wakes as soon as the topology commits.
     ``deferrable=False`` polls in the worker to the end. The fail-fast rules
-    (:class:`~airflow_transactional.watch.Watch`) are the same either way.
+    (:class:`~airflow_transactional.airflow.watch.Watch`) are the same either way.
     """
 
     #: How long a wait may last, and how often the worker looks, unless the DAG says otherwise.

@@ -159,9 +159,9 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
     def prepare_submit(self, txid: int, schema: str, dsn: str, *, batch: Mapping[str, Any] | None = None,
                        planned_records: int = 0) -> DsnDelivery:
         """Set this operator's ``spark-submit`` arguments for ``txid``; returns how the DSN travels
-        (:mod:`submit`: never in argv or ``env_vars``), whose local file the caller removes after.
+        (:mod:`...spark.submit`: never in argv or ``env_vars``), whose local file the caller removes after.
         Given the planned ``batch``, a ``local[N]`` driver's JIT is chosen by its size
-        (:func:`submit.with_jit_for_batch`)."""
+        (:func:`...spark.submit.with_jit_for_batch`)."""
         probe = self._get_hook()  # resolves the Spark connection: its master and deploy mode
         master, deploy_mode = str(probe._connection["master"]), probe._connection["deploy_mode"]
         check_deploy_mode(master, deploy_mode, self.conf or {}, self.application)
