@@ -33,5 +33,5 @@ def test_a_process_alive_at_both_snapshots_counts_its_difference() -> None:
     finally:
         child.stdin.close()
         child.wait()
-    assert cpu.by_role["other"] >= 0.6, cpu.by_role  # a process of no known role (others may add to it)
+    assert cpu.by_role["other"] >= 0.58, cpu.by_role  # its burn, to a clock tick; no known role (others may add)
     assert cpu.by_role["benchmark"] < 0.5, cpu.by_role  # not ours: it was not reaped in the window

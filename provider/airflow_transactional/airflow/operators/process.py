@@ -9,7 +9,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -36,7 +36,7 @@ from ...spark.submit import (
     with_jit_for_batch,
     with_quiet_driver_logs,
 )
-from .. import lineage
+from .. import lineage, spark_provider
 from ..hooks import TransactionalHook
 from .base import TopologyTask
 from .masterwatch import TIMEOUT as MASTER_LOST_TIMEOUT
@@ -120,32 +120,27 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         """The Spark provider's hook, whose log of spark-submit's output leaves Spark's routine
         warnings out (a failed job's error message still ends with them, as the hook keeps them)."""
         hook = super()._get_hook()
-        process = hook._process_spark_submit_log
 
-        def kill() -> None:
-            if hook._submit_sp is not None and hook._submit_sp.poll() is None:
-                hook._submit_sp.kill()
-
-        def quiet(lines: Iterator[Any]) -> None:
+        def quiet(log: Callable[[Iterator[Any]], None], lines: Iterator[Any]) -> None:
             # A driver its standalone master forgot: failed, not left waiting ([transactional] master_lost_timeout).
-            watch = MasterWatch(kill, self.log, conf.getfloat("transactional", "master_lost_timeout",
-                                                              fallback=MASTER_LOST_TIMEOUT))
+            watch = MasterWatch(lambda: spark_provider.kill_submit(hook), self.log,
+                                conf.getfloat("transactional", "master_lost_timeout", fallback=MASTER_LOST_TIMEOUT))
 
             def relevant() -> Iterator[Any]:
                 for line in lines:
                     if isinstance(line, str):
                         watch.see(line)
                         if _SPARK_NOISE.search(line):
-                            hook._last_submit_log_lines.append(line.strip())
+                            spark_provider.keep_for_error(hook, line)
                             continue
                     yield line
 
             try:
-                process(relevant())
+                log(relevant())
             finally:
                 watch.stop()
 
-        hook._process_spark_submit_log = quiet  # type: ignore[method-assign,assignment]  # one hook, one job
+        spark_provider.read_log_with(hook, quiet)  # one hook, one job
         return hook
 
     def skip(self, reason: str) -> NoReturn:
@@ -163,7 +158,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         Given the planned ``batch``, a ``local[N]`` driver's JIT is chosen by its size
         (:func:`...spark.submit.with_jit_for_batch`)."""
         probe = self._get_hook()  # resolves the Spark connection: its master and deploy mode
-        master, deploy_mode = str(probe._connection["master"]), probe._connection["deploy_mode"]
+        master, deploy_mode = spark_provider.master_and_deploy_mode(probe)
         check_deploy_mode(master, deploy_mode, self.conf or {}, self.application)
         source = self.source()
         delivery = deliver_dsn(dsn, master, deploy_mode, kubernetes_dsn_secret=self.kubernetes_dsn_secret,
@@ -198,7 +193,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
 
     def startup_archive(self) -> Path | None:
         """The class-data-sharing archive for a driver that runs on this machine, if one was built."""
-        if not cds.enabled() or self._deploy_mode == "cluster":
+        if not cds.enabled() or spark_provider.deploy_mode_argument(self) == "cluster":
             return None
         archive = cds.current()
         if archive is None:
