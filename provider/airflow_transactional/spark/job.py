@@ -167,7 +167,9 @@ def _read(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, bat
         frames = {s.name: frames[s.name] for s in spec.recomputable_states}
     folds = fuse(spec.recomputable_states, frames, prepared.good)
     keep = folds.run() if folds is not None else cache(prepared).cached
-    if prepared.unsure():  # a string field may have held a number: read as text, where that shows
+    if prepared.unsure() and any(f.get("plain") for f in batch.get("files", [])):
+        # A string field of a line Spark's JSON reader parsed may have held a number: read the
+        # files as text, where that shows (once: a batch as text has no plain file).
         keep.unpersist()
         return _read(spark, coordinator, spec, as_text(batch), transform, schema=schema, required=required,
                      checks=checks, states_only=states_only)

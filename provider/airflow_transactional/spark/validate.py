@@ -169,7 +169,8 @@ def prepare(records: Records, schema: str | None, required: Sequence[str],
     if records.form == TEXT and texts:
         # Spark's reader makes any JSON value text in a field declared string; the record's text
         # tells which held another value -- parsed again only for a record where one may have.
-        held = F.from_json(F.col("payload"), ", ".join(f"`{f}` variant" for f in texts), {"mode": "PERMISSIVE"})
+        as_variants = ", ".join(f"`{f.replace('`', '``')}` variant" for f in texts)
+        held = F.from_json(F.col("payload"), as_variants, {"mode": "PERMISSIVE"})
         for f in texts:
             reason = reason.when(admit.looks_not_text(F.col(f)) & admit.held_not_text(held[f]),
                                  admit.not_text_reason(f, F.col(f)))
