@@ -291,14 +291,10 @@ def with_quiet_driver_logs(conf: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: Up to this input a local driver JVM whose Java options choose no JIT runs with C1 only; above
-#: it, with the full JIT. Measured on the ``words`` job folding in one pass (docs/benchmarks.md),
-#: one spark-submit on its own. A landing file: C1 only took 0.80-0.93x the CPU of the full JIT at
-#: 1M events (90 MB) in the same wall time, but more of both at 2M (1.0-1.3x the CPU, 1.1-1.5x the
-#: time) and 1.2-1.7x the CPU at 5M; through Airflow, three in flight, it gave 1.07x the events/s
-#: at 1M. The event log does more per event (its CSV spool, then the JSON parse): at 1M events C1
-#: only took as much CPU (0.98-1.05x) and 1.1-1.2x the time, so a log batch keeps the full JIT
-#: from 250k events (C1 only gave 1.31x the events/s at 100k).
+#: Up to this input a local driver JVM whose Java options choose no JIT runs with C1 only (a
+#: one-shot JVM does not live long enough to repay the full JIT's compiling), the full JIT above;
+#: the event log does more per event than a landing file, so its bound is lower. Chosen with the
+#: ``work`` rows of ``bench.perf`` (docs/benchmarks.md says how the JIT was weighed).
 SHORT_JIT_MAX_RECORDS = 250_000
 SHORT_JIT_MAX_BYTES = 128 << 20
 SHORT_JIT = "-XX:TieredStopAtLevel=1"
