@@ -72,8 +72,8 @@ EXAMPLES = [
     ['{"user": "ann", "amount": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}", "{not json", "[1]"],
     [json.dumps({"user": u, "amount": 1}) for u in SURROGATES]
     + [json.dumps({"user": "ann", "amount": 1, "note": "\udfff"})],  # the third review's lone surrogates
-    [json.dumps({"user": u, "amount": 1}) for u in (1e308, float("nan"), True, [1, 2], {"a": 1}, 2.5, 10**40, -7,
-                                                    "1.0E308", "NaN", "true", "[1,2]", "2.5")]
+    [json.dumps({"user": u, "amount": 1}) for u in (1e308, float("nan"), True, [1, 2], {"a": 1}, 2.5, -0.0, 1.0,
+                                                    10**40, -7, "1.0E308", "NaN", "true", "[1,2]", "2.5")]
     + ['{"user": 1.0E308, "amount": 1}', '{"user": NaN, "amount": 2}', '{"user": "1.5", "amount": 3, "x": NaN}'],
 ]
 

@@ -141,13 +141,14 @@ def looks_not_text(text: Column) -> Column:
 
 
 def held_not_text(value: Column) -> Column:
-    """Whether the variant ``value`` (a field of a record parsed as a variant) is not text nor a
-    whole number: what a field declared ``string`` may not hold. Null (unparsed): it is not known
-    not to be."""
+    """Whether the variant ``value`` (a field of a record parsed as a variant) is not text: for a
+    value :func:`looks_not_text` picked (never a whole number's digits), any number, boolean, array
+    or object is what a field declared ``string`` may not hold (a variant keeps ``-0.0`` as a
+    whole ``DECIMAL(1,0)``, so its type cannot tell a whole number apart). Null (unparsed): it is
+    not known not to be."""
     from pyspark.sql import functions as F
 
-    kind = F.schema_of_variant(value)
-    return ~(kind.isin("STRING", "BIGINT", "VOID") | kind.rlike(r"^DECIMAL\([0-9]+,0\)$"))
+    return F.schema_of_variant(value) != F.lit("STRING")
 
 
 def not_text_reason(name: str, text: Column) -> Column:
