@@ -18,7 +18,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
 
 import psutil
 import psycopg2
@@ -55,7 +55,8 @@ def upsert(cur: psycopg2.extensions.cursor, table: str, key: str, rows: list[tup
                 f"ON CONFLICT ({key}) DO UPDATE SET value = {table}.value + EXCLUDED.value")
 
 
-def writer(conn: psycopg2.extensions.connection, prefix: str, batches: list[dict[str, float]]) -> Any:
+def writer(conn: psycopg2.extensions.connection, prefix: str,
+           batches: list[dict[str, float]]) -> Callable[[DataFrame, int], None]:
     """The ``foreachBatch`` function writing into ``prefix``'s tables, noting each batch in ``batches``."""
     t = tables(prefix)
 
@@ -88,17 +89,12 @@ def stream_of(spark: SparkSession, input_dir: str) -> DataFrame:
     return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(input_dir)
 
 
-def run_query(spark: SparkSession, dsn: str, input_dir: str, checkpoint: str, prefix: str,
-              batches: list[dict[str, float]]) -> None:
+def run_query(spark: SparkSession, conn: psycopg2.extensions.connection, input_dir: str, checkpoint: str,
+              prefix: str, batches: list[dict[str, float]]) -> None:
     """The recipe's query over all of ``input_dir`` (``availableNow``), into ``prefix``'s tables."""
-    create_tables(dsn, prefix)
-    conn = psycopg2.connect(dsn, application_name="bench:sss_peer")
-    try:
-        query = (stream_of(spark, input_dir).writeStream.foreachBatch(writer(conn, prefix, batches))
-                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-        query.awaitTermination()
-    finally:
-        conn.close()
+    query = (stream_of(spark, input_dir).writeStream.foreachBatch(writer(conn, prefix, batches))
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
 
 
 def main(argv: list[str]) -> int:
@@ -112,17 +108,21 @@ def main(argv: list[str]) -> int:
     spark = SparkSession.builder.appName("sss-peer").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     session_ready = time.monotonic()
+    for tables_of in ([prefix, f"{prefix}_warmup"] if warm else [prefix]):
+        create_tables(dsn, tables_of)
+    conn = psycopg2.connect(dsn, application_name="bench:sss_peer")
     if warm:
-        run_query(spark, dsn, input_dir, f"{checkpoint}-warmup", f"{prefix}_warmup", [])
+        run_query(spark, conn, input_dir, f"{checkpoint}-warmup", f"{prefix}_warmup", [])
     jvm = psutil.Process(os.getppid())  # spark-submit's JVM runs this driver: its executors, and this process
     cpu_before = tree_cpu(jvm)
     batches: list[dict[str, float]] = []
     query_started = time.monotonic()
-    run_query(spark, dsn, input_dir, checkpoint, prefix, batches)
+    run_query(spark, conn, input_dir, checkpoint, prefix, batches)
     finished = time.monotonic()
     cpu_after = tree_cpu(jvm)
     threads = jvm_thread_cpu()  # before Spark stops its task threads
     spark.stop()
+    conn.close()
     with open(result_file, "w", encoding="utf-8") as fh:
         json.dump({"startup_seconds": session_ready - started, "query_seconds": finished - query_started,
                    "query_cpu_seconds": None if cpu_before is None or cpu_after is None else cpu_after - cpu_before,

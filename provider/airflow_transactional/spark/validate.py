@@ -27,6 +27,7 @@ from .read import (
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation
+    from pyspark.sql.types import StructType
 
 __all__ = ["Prepared", "Validated", "cache", "prepare", "spark_schema", "validate"]
 
@@ -87,17 +88,17 @@ def cache(prepared: Prepared) -> Validated:
     return Validated(prepared.good, prepared.bad, *prepared.totals(), flat)
 
 
-def _flatten(records: Records, schema: str | None) -> tuple[DataFrame, list[str], list[str], Column]:
+def _flatten(records: Records, declared: StructType | None) -> tuple[DataFrame, list[str], list[str], Column]:
     """The batch as columns: (the records with ``_malformed`` and, for text, ``_invalid``; the
-    record schema's fields; what the reader adds besides them; the raw record of each)."""
+    record schema's fields (``declared``); what the reader adds besides them; the raw record of each)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
     df = records.df
     if records.form == TEXT:
-        if not schema:
+        if declared is None:
             raise ConfigError(NEEDS_SCHEMA)
-        parsed_schema = StructType([*spark_schema(schema).fields, StructField(CORRUPT_COL, StringType())])
+        parsed_schema = StructType([*declared.fields, StructField(CORRUPT_COL, StringType())])
         options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COL}
         # A record over the limit is never parsed (nor held longer than its check and quarantine need).
         fits = F.octet_length("payload") <= limits.MAX_RECORD_BYTES
@@ -127,14 +128,14 @@ def _flatten(records: Records, schema: str | None) -> tuple[DataFrame, list[str]
     return flat, fields, meta, record
 
 
-def _text_fields(records: Records, schema: str | None, fields: Sequence[str]) -> list[str]:
-    """The fields the record schema declares ``string`` that Spark's JSON reader filled (a Parquet
-    or CSV file's columns are what they are)."""
+def _text_fields(declared: StructType | None, fields: Sequence[str]) -> list[str]:
+    """The fields the record schema declares ``string`` that Spark's JSON reader filled (``declared``
+    is None for a Parquet or CSV file's columns: they are what they are)."""
     from pyspark.sql.types import StringType
 
-    if records.form == COLUMNS or not schema:
+    if declared is None:  # no schema, or a Parquet or CSV file's own columns
         return []
-    return [f.name for f in spark_schema(schema).fields if isinstance(f.dataType, StringType) and f.name in fields]
+    return [f.name for f in declared.fields if isinstance(f.dataType, StringType) and f.name in fields]
 
 
 def _text_reason(payload: Column) -> Column:
@@ -158,14 +159,15 @@ def prepare(records: Records, schema: str | None, required: Sequence[str],
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    flat, fields, meta, record = _flatten(records, schema)
+    declared = spark_schema(schema) if schema and records.form in (TEXT, PARSED) else None  # parsed once
+    flat, fields, meta, record = _flatten(records, declared)
     unknown = [r for r in required if r not in fields]
     if unknown:
         raise ConfigError(f"required fields {unknown} are not in the record schema ({', '.join(fields)})")
     not_json = F.lit("malformed record: not a JSON object of the schema")
     reason = (_text_reason(F.col("payload")).when(F.col("_malformed"), not_json)
               if records.form == TEXT else F.when(F.col("_malformed"), not_json))
-    texts = _text_fields(records, schema, fields)
+    texts = _text_fields(declared, fields)
     if records.form == TEXT and texts:
         # Spark's reader makes any JSON value text in a field declared string; the record's text
         # tells which held another value -- parsed again only for a record where one may have.
