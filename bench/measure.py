@@ -23,8 +23,8 @@ from typing import Any
 import psutil
 import psycopg2
 
+from airflow_transactional.model import DEFAULT_SCHEMA
 from airflow_transactional.spark.submit import LOCAL_SPARK_CONF, SPARK_CONNECT_SERVER
-from airflow_transactional.store.migrations import DEFAULT_SCHEMA
 
 log = logging.getLogger("bench.perf")
 

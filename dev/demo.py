@@ -24,8 +24,9 @@ import time
 import uuid
 from pathlib import Path
 
-from airflow_transactional.coordinator import Coordinator, TopologyStatus
+from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import TransactionalError
+from airflow_transactional.model import TopologyStatus
 from airflow_transactional.sources import EventLog
 from airflow_transactional.sources.landing import write_json_lines
 from airflow_transactional.spark.submit import SPARK_CONNECT_CONN_ENV

@@ -226,7 +226,7 @@ def _kafka_connection() -> str:
 def connections() -> str:
     from airflow_transactional import UI_FIELD_BEHAVIOUR
     from airflow_transactional.airflow.hooks import ALLOWED_EXTRAS, TransactionalHook
-    from airflow_transactional.store.migrations import DEFAULT_SCHEMA
+    from airflow_transactional.model import DEFAULT_SCHEMA
 
     taken = conn_parameters()
     if unknown := set(taken) - set(CONNECTION_KINDS):

@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from airflow_transactional import EventLog
+from airflow_transactional.connections import CONNECTION_ERRORS
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.core.lag import PATIENT
-from airflow_transactional.store.connection import CONNECTION_ERRORS
 from dev import faults as engine
 from dev.cluster import ClusterStack
 from dev.localstack import AirflowStackError, LocalStack, RestClient

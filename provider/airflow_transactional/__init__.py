@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .connections import store_dsn
 from .processing import OutputEvent, Request
 from .sources import EventLog, KafkaSource, LandingDirectory, PostgresLogSource
 from .spark.submit import LOCAL_SPARK_CONF, spark_backend
 from .spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
-from .store.connection import store_dsn
 
 __version__ = "0.1.0"
 

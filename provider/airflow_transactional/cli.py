@@ -23,14 +23,13 @@ from typing import Any
 import psycopg2
 
 from .airflow.dagfile import declared_as_stored, declared_topologies
-from .coordinator import Coordinator, TopologyStatus
-from .core.liveness import duration
+from .connections import DSN_FILE_ENV, read_dsn_file, redact
+from .coordinator import Coordinator
 from .exceptions import ConfigError, TransactionalError
+from .model import DEFAULT_SCHEMA, TopologyStatus, duration
 from .sources.eventlog import EventLog
 from .spark import cds, jars
 from .spark.recompute import recompute
-from .store.connection import DSN_FILE_ENV, read_dsn_file, redact
-from .store.migrations import DEFAULT_SCHEMA
 
 __all__ = ["main"]
 

@@ -40,28 +40,24 @@ from .core import (
     views,
 )
 from .core.context import StateStore
-from .core.model import (
-    QUARANTINE_RECORD_CHARS,
+from .core.lag import PATIENT as PATIENT_LAG_WAIT
+from .core.publish import Publication
+from .model import (
+    DEFAULT_SCHEMA,
     Attempt,
     CommitResult,
-    InFlight,
+    PlannedRun,
     RecoverResult,
     TopologyStatus,
     Transaction,
-    same_offsets,
 )
-from .core.publish import Publication
 from .sources.base import Record
 from .spec import TopologySpec
 from .store import catalog
 from .store.attempts import Finished
-from .store.commits import QUARANTINE_COLUMNS
 from .store.connection import Database
-from .store.migrations import DEFAULT_SCHEMA
-from .store.transactions import PlannedRun
 
-__all__ = ["QUARANTINE_COLUMNS", "QUARANTINE_RECORD_CHARS", "Attempt", "CommitResult", "Coordinator", "InFlight",
-           "RecoverResult", "TopologyStatus", "Transaction", "same_offsets"]
+__all__ = ["PATIENT_LAG_WAIT", "Coordinator"]
 
 
 class Coordinator:
@@ -260,7 +256,8 @@ class Coordinator:
 
     def status(self, topology_id: str, *, lag_wait: float | None = None) -> TopologyStatus:
         """Where ``topology_id`` stands. A Kafka source's lag is waited for ``lag_wait`` seconds at
-        most (default: a view's few, :data:`.core.lag.WAIT`), else it is unknown, with why."""
+        most (default: a view's few, :data:`.core.lag.WAIT`; a check that can afford it:
+        :data:`PATIENT_LAG_WAIT`), else it is unknown, with why."""
         return status.status(self.store, topology_id, lag_wait=lag_wait)
 
     def committed_batch(self, topology_id: str, through_txid: int | None = None

@@ -44,6 +44,8 @@ MAX_ID_BYTES = 512
 MAX_NESTING = 512
 #: The most bytes (UTF-8) of one record: Kafka's default largest message (``message.max.bytes``).
 MAX_RECORD_BYTES = 1 << 20
+#: How much of a bad record's raw text the quarantine keeps (its full length is kept beside it).
+QUARANTINE_RECORD_CHARS = 4096
 
 #: What a JSON text's escapes hold that is not a lone surrogate: an escaped backslash, and a high
 #: surrogate's escape followed by a low one's (a pair: one character). Removed, left to right

@@ -26,13 +26,11 @@ from typing import Any
 
 from . import limits
 from .coordinator import Coordinator
-from .core.attempts import StagedEvent, read_digest
-from .core.model import Attempt
 from .exceptions import BadRecord, ConfigError
+from .model import Attempt, StagedEvent, event_id, read_digest
 from .sources.base import Record
 from .sources.eventlog import partition_of, payload_refusal
 from .spec import StateSpec, TopologySpec
-from .store.outputs import event_id
 from .values import Combiner, combine
 
 log = logging.getLogger(__name__)

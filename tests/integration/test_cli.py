@@ -84,7 +84,7 @@ def test_cli_status_says_a_topology_is_stalled_and_how_long_its_next_txid_has_wa
     import dataclasses
     import time
 
-    from airflow_transactional.core.liveness import STALL_AFTER
+    from airflow_transactional.model import STALL_AFTER
 
     make_log(dsn).append([click(i) for i in range(30)])
     coordinator.register(dataclasses.replace(counting_topology(), extra={STALL_AFTER: 1}))

@@ -314,7 +314,7 @@ def test_a_topology_that_does_not_commit_while_records_wait_is_stalled_and_says_
     import dataclasses
     import time
 
-    from airflow_transactional.core.liveness import STALL_AFTER
+    from airflow_transactional.model import STALL_AFTER
 
     coordinator.register(dataclasses.replace(counting_topology(), extra={STALL_AFTER: 1}))
     topo.append([click(i) for i in range(120)])

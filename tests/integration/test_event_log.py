@@ -283,7 +283,8 @@ def test_an_unencoded_at_sign_in_a_uri_password_leaks_no_piece_of_it(password: s
     translate host name" error showed the password's tail."""
     import psycopg2
 
-    from airflow_transactional.store.connection import connect, redact
+    from airflow_transactional.connections import redact
+    from airflow_transactional.store.connection import connect
 
     uri = f"postgresql://u:{password}@127.0.0.1:1/db"
     with pytest.raises(psycopg2.OperationalError) as err:

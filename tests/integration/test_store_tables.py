@@ -12,9 +12,9 @@ import psycopg2.extras
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.model import DEFAULT_SCHEMA as S
 from airflow_transactional.processing import process_batch
 from airflow_transactional.store import attempts, catalog, commits, topologies, transactions
-from airflow_transactional.store.migrations import DEFAULT_SCHEMA as S
 from tests.helpers import click, counting_topology, make_log, run_one
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_transactional import KafkaSource, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.core.attempts import read_digest
+from airflow_transactional.model import read_digest
 from airflow_transactional.spark.jars import kafka_connector
 from dev.kafka import KafkaBroker
 from tests.helpers import query, spark_submit

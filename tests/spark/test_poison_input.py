@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from airflow_transactional import LandingDirectory, StateSpec, TopologySpec
-from airflow_transactional.coordinator import QUARANTINE_RECORD_CHARS, Coordinator
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.limits import QUARANTINE_RECORD_CHARS
 from airflow_transactional.sources.landing import write_json_lines
 from airflow_transactional.spark.submit import provider_zip
 from tests.helpers import local_conf, query

@@ -169,7 +169,7 @@ def test_a_commit_deadline_is_an_airflow_deadline_alert_on_every_run() -> None:
     ("@hourly", timedelta(minutes=90), 5400),  # as declared
 ])
 def test_the_stall_rule_defaults_to_ten_runs_missed(schedule: object, stall_after: object, seconds: int) -> None:
-    from airflow_transactional.core.liveness import STALL_AFTER
+    from airflow_transactional.model import STALL_AFTER
 
     dag = _dag(schedule=schedule, stall_after=stall_after)
     assert dag.get_task("plan").topology["extra"][STALL_AFTER] == seconds
@@ -178,7 +178,7 @@ def test_the_stall_rule_defaults_to_ten_runs_missed(schedule: object, stall_afte
 def test_an_asset_scheduled_stage_stalls_after_half_an_hour_and_none_turns_the_rule_off() -> None:
     from airflow.sdk import Asset
 
-    from airflow_transactional.core.liveness import STALL_AFTER
+    from airflow_transactional.model import STALL_AFTER
 
     assert _dag(schedule=[Asset("x://y")]).get_task("plan").topology["extra"][STALL_AFTER] == 1800
     assert STALL_AFTER not in _dag(stall_after=None).get_task("plan").topology["extra"]

@@ -3,13 +3,17 @@ among module-level imports; no import of one's own modules from inside a functio
 cycle is usually hidden; imports inside functions are kept for what is heavy or optional --
 Airflow, Spark, pyarrow -- so the core loads neither, ``test_core_imports.py``); and the layers:
 
-* the bottom -- ``exceptions``, ``identifiers``, ``values``, ``limits``, ``files``, ``faults`` --
-  imports nothing of the package above it;
+* the bottom -- ``exceptions``, ``identifiers``, ``values``, ``limits``, ``files``, ``faults``, the
+  shared vocabulary (``model``) and where connections come from (``connections``) -- imports
+  nothing of the package above it;
 * ``store`` imports only the bottom and itself (a declaration it takes is a type, not an import);
 * ``sources`` and the declaration (``spec``) import the store and the bottom; ``sinks`` (where
   committed output goes beyond the store) only the bottom;
 * ``core`` and ``coordinator`` import neither the Airflow layer (``airflow/``) nor the Spark layer
-  (``spark/``), which sit on top with the CLI and the pure-Python processor.
+  (``spark/``), which sit on top with the CLI and the pure-Python processor;
+* those on top reach the core through its one door (``coordinator``), the declarations and the
+  bottom -- never ``core`` or ``store`` -- but for the processes that open their own connection to
+  the store (:data:`OWN_CONNECTION`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,10 @@ PACKAGE = REPO / "provider" / "airflow_transactional"
 P = "airflow_transactional"
 # The Airflow layer, imported lazily where the CLI and the package's public surface reach it.
 LAZY_OK = {f"{P}.airflow.dag", f"{P}.airflow.hooks", f"{P}.airflow.assets", f"{P}.airflow.stalls"}
-BOTTOM = {f"{P}.{m}" for m in ("exceptions", "identifiers", "values", "limits", "files", "faults")}
+BOTTOM = {f"{P}.{m}" for m in ("exceptions", "identifiers", "values", "limits", "files", "faults", "model",
+                                "connections")}
+DECLARATIONS = {f"{P}.spec", f"{P}.sources", f"{P}.sinks"}
+TOP = {f"{P}.{m}" for m in ("airflow", "spark", "processing", "cli", "spark_job")}
 # What each layer may import at run time, besides itself (a prefix matches a module and its children).
 ALLOWED = {
     "bottom": BOTTOM,
@@ -36,6 +43,14 @@ ALLOWED = {
     f"{P}.sinks": BOTTOM,
     f"{P}.core": BOTTOM | {f"{P}.store", f"{P}.sources", f"{P}.sinks", f"{P}.spec"},
     f"{P}.coordinator": BOTTOM | {f"{P}.store", f"{P}.sources", f"{P}.sinks", f"{P}.spec", f"{P}.core"},
+    **{top: BOTTOM | DECLARATIONS | TOP | {f"{P}.coordinator"} for top in TOP},
+}
+#: What opens its own connection to the store, and the store modules it may use for it: the
+#: triggerer's LISTEN for a commit's notice, the executors' COPY of staged rows and their reads.
+OWN_CONNECTION = {
+    f"{P}.airflow.triggers": {f"{P}.store.connection", f"{P}.store.notices"},
+    f"{P}.spark.read": {f"{P}.store.connection"},
+    f"{P}.spark.stage": {f"{P}.store.connection"},
 }
 
 
@@ -115,17 +130,20 @@ def test_no_function_imports_its_own_tree_but_the_airflow_layer() -> None:
 
 
 def test_each_layer_imports_only_the_layers_below_it() -> None:
-    """store reaches nothing above it; core and the coordinator never reach Airflow or Spark."""
+    """store reaches nothing above it; core and the coordinator never reach Airflow or Spark; Airflow,
+    Spark, the processor and the CLI reach the core through the door."""
     broken = []
     for m, p in MODULES.items():
         layer = _layer(m)
         if layer is None:
             continue
         for target, at in _imports(m, p):
-            if at == "typing" or _layer(target) == layer:
+            if at == "typing" or _layer(target) == layer or target == P:  # P: the provider's info
                 continue
-            if not any(target == ok or target.startswith(ok + ".") for ok in ALLOWED[layer]):
+            allowed = ALLOWED[layer] | OWN_CONNECTION.get(m, set())
+            if not any(target == ok or target.startswith(ok + ".") for ok in allowed):
                 broken.append((m, target))
     assert sorted(broken) == []
     probe = {t for t, _ in _imports(f"{P}.core.commit", PACKAGE / "core" / "commit.py")}
     assert f"{P}.store.sql" in probe  # the rule sees the imports it judges
+    assert _layer(f"{P}.airflow.operators.commit") == f"{P}.airflow" and _layer(f"{P}.cli") == f"{P}.cli"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from airflow_transactional import get_provider_info, identifiers
+from airflow_transactional.connections import redact
 from airflow_transactional.core.redeclaration import incompatible_changes
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.sources import LandingDirectory, PostgresLogSource, source_from_config
 from airflow_transactional.spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
-from airflow_transactional.store.connection import redact
 
 pytestmark = pytest.mark.unit
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from airflow_transactional.core.model import InFlight, TopologyStatus
 from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.model import InFlight, TopologyStatus
 
 pytestmark = pytest.mark.unit
 

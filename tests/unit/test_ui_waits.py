@@ -103,7 +103,7 @@ def test_the_pools_use_is_told_to_whom_may_read_the_pool(monkeypatch: pytest.Mon
 
 def test_a_batchs_offsets_read_as_text_not_as_a_python_dict() -> None:
     """Regression: the plan task's log printed a batch's offsets as two Python dicts."""
-    from airflow_transactional.core.model import span_text
+    from airflow_transactional.model import span_text
 
     assert span_text({"0": 10, "1": 5, "10": 0}, {"0": 25, "1": 5, "10": 3}) == \
         "partition 0: 10 -> 25, partition 10: 0 -> 3"

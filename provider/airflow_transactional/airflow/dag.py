@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from airflow.sdk import DAG
 
-from ..core.liveness import STALL_AFTER
 from ..exceptions import ConfigError
+from ..model import STALL_AFTER
 from ..sources.base import Source
 from ..spark.auth import check_no_secret_on_argv
 from ..spark.submit import LOCAL_SPARK_CONF, check_kubernetes_secret

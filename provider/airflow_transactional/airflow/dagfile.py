@@ -8,10 +8,10 @@ import os
 import runpy
 from typing import Any, NoReturn
 
-from ..core.liveness import STALL_AFTER
+from ..connections import redact
 from ..exceptions import ConfigError, TransactionalError
+from ..model import STALL_AFTER
 from ..spec import TopologySpec
-from ..store.connection import redact
 
 
 def declared_topologies(dag_files: list[str]) -> list[TopologySpec]:

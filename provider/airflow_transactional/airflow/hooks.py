@@ -16,8 +16,8 @@ from psycopg2.extensions import make_dsn
 from .. import CONNECTION_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
 from ..coordinator import Coordinator
 from ..exceptions import ConfigError
+from ..model import DEFAULT_SCHEMA
 from ..sources import kafka
-from ..store.migrations import DEFAULT_SCHEMA
 
 # libpq keywords an Airflow connection's extras may set; everything else is ignored.
 ALLOWED_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout",

@@ -27,9 +27,9 @@ from typing import Any, NamedTuple
 
 from airflow.sdk import DAG, BaseOperator
 
-from ..core import lag
-from ..core.model import TopologyStatus
+from ..coordinator import PATIENT_LAG_WAIT
 from ..exceptions import ConfigError
+from ..model import TopologyStatus
 from . import metrics
 from .callbacks import imported
 from .hooks import TransactionalHook
@@ -143,7 +143,7 @@ class StallWatchOperator(BaseOperator):
             coordinator.ask_lags(watched)  # every Kafka cluster asked at once: the check waits for the slowest
             for t in watched:
                 try:
-                    statuses[t] = coordinator.status(t, lag_wait=lag.PATIENT)
+                    statuses[t] = coordinator.status(t, lag_wait=PATIENT_LAG_WAIT)
                 except Exception as exc:  # one unreadable topology does not blind the watch to the others
                     self.log.warning("topology %s: its status could not be read: %s", t, exc)
         finally:

@@ -25,9 +25,10 @@ from typing import Any
 import psycopg2.extensions
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from ..connections import CONNECTION_ERRORS, redact
 from ..coordinator import Coordinator
 from ..store import notices
-from ..store.connection import CONNECTION_ERRORS, connect, redact
+from ..store.connection import connect
 from .hooks import TransactionalHook
 from .watch import Watch, run_state
 

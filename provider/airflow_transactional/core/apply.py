@@ -14,12 +14,12 @@ from psycopg2 import sql
 
 from .. import limits
 from ..exceptions import ReplayBehindState
+from ..limits import QUARANTINE_RECORD_CHARS
 from ..spec import StateSpec
 from ..store import catalog, commits
 from ..store import sql as q
 from ..store.rows import scalar
 from .context import StateStore
-from .model import QUARANTINE_RECORD_CHARS
 
 log = logging.getLogger(__name__)
 

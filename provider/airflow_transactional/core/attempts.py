@@ -8,7 +8,7 @@ import io
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..exceptions import (
     BatchUnavailable,
@@ -16,7 +16,8 @@ from ..exceptions import (
     SourceChanged,
     StaleAttempt,
 )
-from ..limits import printable
+from ..limits import QUARANTINE_RECORD_CHARS, printable
+from ..model import Attempt, OutputStaging, StagedEvent, Transaction
 from ..sources.base import Record
 from ..store import attempts, commits, decisions, outputs, transactions
 from ..store import logs as event_logs
@@ -27,11 +28,6 @@ from ..store.copy import copy_line
 from ..store.rows import Cursor
 from . import planning
 from .context import StateStore
-from .model import (
-    QUARANTINE_RECORD_CHARS,
-    Attempt,
-    Transaction,
-)
 
 log = logging.getLogger(__name__)
 
@@ -171,16 +167,6 @@ def staging_copies(store: StateStore, topology_id: str) -> dict[str, str]:
                 for s in spec.states}
 
 
-class OutputStaging(NamedTuple):
-    """Where a processor stages output events and requests: the COPY (CSV) of event rows
-    (:data:`store.outputs.COLUMNS`), each output's partitions now, and the COPY (CSV) of each
-    decision's request rows (:func:`store.decisions.columns`)."""
-
-    copy: str
-    partitions: dict[str, int]
-    requests: dict[str, str]
-
-
 def output_staging(store: StateStore, topology_id: str) -> OutputStaging:
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
@@ -191,11 +177,6 @@ def output_staging(store: StateStore, topology_id: str) -> OutputStaging:
         logs = event_logs.partition_counts(cur, store.schema, [o.log_name for o in spec.outputs])
         return OutputStaging(q.copy_into(store.out_staging(num), list(outputs.COLUMNS), csv=True).as_string(cur),
                              {o.name: logs[o.log_name] for o in spec.outputs}, requests)
-
-
-#: An output event as a processor stages it: output, partition, seq, event id, payload, and the
-#: verdict it waits for -- (decision, request id, granted) -- or three Nones.
-StagedEvent = tuple[str, int, "int | None", str, str, "str | None", "str | None", "bool | None"]
 
 
 def stage_events(store: StateStore, attempt: Attempt, events: Iterable[StagedEvent]) -> dict[str, int]:
@@ -231,12 +212,6 @@ def stage_requests(store: StateStore, attempt: Attempt, decision: str,
         cur.copy_expert(q.copy_into(store.dec_staging(num, d), decisions.columns(spec.state(d.state))).as_string(cur),
                         buf)
     return n
-
-
-def read_digest(records: int, offset_crcs: int) -> str:
-    """Which records an attempt read: how many, and the sum of the CRC-32s of their offsets (the same
-    in the Spark helper and the pure-Python processor)."""
-    return f"{records}:{offset_crcs}"
 
 
 def finish_attempt(store: StateStore, attempt: Attempt, row_counts: Mapping[str, int], *,

@@ -33,17 +33,13 @@ from ..exceptions import (
     StaleAttempt,
     WaitingForPredecessor,
 )
+from ..model import CommitResult, Transaction, same_offsets
 from ..spec import TopologySpec
 from ..store import attempts, catalog, commits, decisions, outputs, topologies, transactions
 from ..store import sql as q
 from ..store.rows import scalar
 from . import apply, effects
 from .context import StateStore
-from .model import (
-    CommitResult,
-    Transaction,
-    same_offsets,
-)
 
 log = logging.getLogger(__name__)
 

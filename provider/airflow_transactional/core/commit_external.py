@@ -14,13 +14,13 @@ from psycopg2 import sql
 
 from .. import faults
 from ..exceptions import ReplayBehindState
+from ..model import CommitResult
 from ..store import sql as q
 from ..store import transactions
 from ..store.queries import query
 from ..store.rows import scalar
 from . import commit, registration
 from .context import StateStore
-from .model import CommitResult
 
 
 def commit_external(store: StateStore, topology_id: str, txid: int, attempt: int | None = None) -> CommitResult:

@@ -14,12 +14,11 @@ from psycopg2 import sql
 
 from .. import identifiers
 from ..exceptions import ConfigError, UnknownTopology, UnknownTransaction
-from ..sources.base import Offsets
+from ..model import Offsets, Transaction
 from ..spec import DecisionSpec, StateSpec, TopologySpec
 from ..store import decisions, outputs, topologies, transactions, turns
 from ..store import sql as q
 from ..store.connection import Database
-from .model import Transaction
 
 
 class Loaded(NamedTuple):

@@ -19,10 +19,10 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import NamedTuple
 
+from ..connections import redact
 from ..exceptions import TransactionalError
+from ..model import Offsets
 from ..sources.base import Source
-from ..store.connection import redact
-from ..store.rows import Offsets
 
 #: Seconds a status waits for a remote lag before it says "unknown" (the question goes on).
 WAIT = 3.0

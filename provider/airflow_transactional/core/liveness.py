@@ -6,10 +6,9 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from ..model import PlannedRun, TopologyStatus, duration, one_line
 from ..store import transactions
-from ..store.transactions import PlannedRun
 from .context import StateStore
-from .model import TopologyStatus
 
 log = logging.getLogger(__name__)
 
@@ -74,25 +73,6 @@ def last_error(store: StateStore, topology_id: str, txid: int) -> str | None:
     if found is not None:
         return f"attempt {found[0]} failed: {one_line(found[1])}"
     return None if tried is None else one_line(tried)
-
-
-def one_line(error: str, limit: int = 300) -> str:
-    """The first line of an error that says something (a traceback's header and Spark's empty
-    lines skipped), at most ``limit`` characters."""
-    lines = [line.strip() for line in error.splitlines() if line.strip()]
-    line = next((x for x in lines if not x.startswith(("Traceback", "File "))), lines[0] if lines else "")
-    return line if len(line) <= limit else f"{line[:limit - 3]}..."
-
-
-#: The declaration's key (``extra``) of how long a topology may go without committing while its
-#: source holds records before it counts as stalled (``transactional_dag(stall_after=...)``).
-STALL_AFTER = "stall_after_seconds"
-
-
-def duration(seconds: float) -> str:
-    """A wait in words: "40 s", "12 min", "3.5 h"."""
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 \
-        else f"{seconds / 3600:.1f} h"
 
 
 def stalled(status: TopologyStatus, stall_after: float | None, now: datetime) -> str | None:

@@ -11,13 +11,10 @@ from ..exceptions import (
     ConfigError,
     TooManyInFlight,
 )
+from ..model import Transaction, same_offsets
 from ..sources.base import BatchPlan
 from ..store import attempts, transactions
 from .context import StateStore
-from .model import (
-    Transaction,
-    same_offsets,
-)
 
 log = logging.getLogger(__name__)
 

@@ -14,20 +14,15 @@ import psycopg2.extensions
 from psycopg2 import sql
 
 from ..exceptions import SourceUnreachable
+from ..model import STALL_AFTER, InFlight, Offsets, RecoverResult, TopologyStatus
 from ..sources.base import Source
 from ..spec import StateSpec
 from ..store import attempts, catalog, decisions, topologies, transactions
 from ..store import commits as commit_log
 from ..store import sql as q
-from ..store.rows import Offsets
 from . import lag as lag_
 from . import liveness
 from .context import StateStore
-from .model import (
-    InFlight,
-    RecoverResult,
-    TopologyStatus,
-)
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +56,7 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
                         blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
                         lag_seconds, source_error, lag_unit=spec.source.lag_unit,
                         offsets_skipped=int(progress.offsets_skipped))
-    stall = None if blocked else liveness.stalled(st, spec.extra.get(liveness.STALL_AFTER), datetime.now(UTC))
+    stall = None if blocked else liveness.stalled(st, spec.extra.get(STALL_AFTER), datetime.now(UTC))
     return replace(st, blocked_by=stall, stalled=True) if stall else st  # nothing failed, and nothing moves
 
 

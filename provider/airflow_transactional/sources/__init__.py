@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..exceptions import ConfigError
-from .base import BatchPlan, Offsets, Record, Source
+from ..model import Offsets
+from .base import BatchPlan, Record, Source
 from .eventlog import EventLog
 from .kafka import KafkaSource
 from .landing import LandingDirectory

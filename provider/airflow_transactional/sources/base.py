@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import psycopg2.extensions
 
-from ..store.rows import Offsets  # the store keeps them; every source speaks them
+from ..model import Offsets
 
 __all__ = ["BatchPlan", "Offsets", "Record", "Source", "fair_shares"]
 

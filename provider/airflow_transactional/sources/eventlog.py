@@ -16,11 +16,13 @@ import psycopg2
 import psycopg2.extensions
 
 from .. import faults, identifiers, limits
+from ..connections import CONNECTION_ERRORS, redact
 from ..exceptions import ConfigError
 from ..limits import id_refusal
+from ..model import DEFAULT_SCHEMA
 from ..store import logs, publications, topologies
-from ..store.connection import CONNECTION_ERRORS, Database, lost_connection, redact
-from ..store.migrations import DEFAULT_SCHEMA, migrate
+from ..store.connection import Database, lost_connection
+from ..store.migrations import migrate
 
 log = logging.getLogger(__name__)
 

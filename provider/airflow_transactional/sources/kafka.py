@@ -31,8 +31,9 @@ from typing import Any, ClassVar, NamedTuple
 import psycopg2.extensions
 
 from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
+from ..model import Offsets
 from ..store import transactions
-from .base import BatchPlan, Offsets, Record, Source, fair_shares
+from .base import BatchPlan, Record, Source, fair_shares
 from .kafka_settings import checked_settings
 
 __all__ = ["KafkaSource", "client_config", "connections_for", "use_connections", "use_resolver"]

@@ -39,9 +39,10 @@ import psycopg2.extensions
 
 from .. import limits
 from ..exceptions import BatchUnavailable, ConfigError
+from ..model import Offsets
 from ..store import landing, transactions
 from . import landed
-from .base import BatchPlan, Offsets, Record, Source
+from .base import BatchPlan, Record, Source
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,9 @@ import psycopg2.extensions
 
 from .. import identifiers
 from ..exceptions import BatchUnavailable, ConfigError
+from ..model import Offsets
 from ..store import logs
-from .base import BatchPlan, Offsets, Record, Source, fair_shares
+from .base import BatchPlan, Record, Source, fair_shares
 from .eventlog import SOURCE_KIND, AppendResult, EventLog, partition_of
 
 # The producer side is re-exported where it was first published.

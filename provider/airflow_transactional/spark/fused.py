@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
+from ..limits import QUARANTINE_RECORD_CHARS
 from ..spec import StateSpec
 from . import admit
 from .admit import SetAside

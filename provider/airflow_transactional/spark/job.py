@@ -49,13 +49,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import faults
+from ..connections import redact
 from ..coordinator import Coordinator
-from ..core.attempts import OutputStaging, read_digest
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
+from ..model import DEFAULT_SCHEMA, OutputStaging, read_digest
 from ..sources.kafka import use_connections
 from ..spec import TopologySpec
-from ..store.connection import redact
-from ..store.migrations import DEFAULT_SCHEMA
 from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
 from .fused import FusedFolds, fuse

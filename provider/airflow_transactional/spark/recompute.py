@@ -10,10 +10,10 @@ import sys
 import tempfile
 from typing import Any
 
+from ..connections import redact
 from ..exceptions import TransactionalError
 from ..sources.kafka import KafkaSource, connections_for
 from ..spec import TopologySpec
-from ..store.connection import redact
 from . import cds
 from .jars import kafka_jars
 from .submit import deliver_dsn, provider_zip, spark_submit_argv, with_jit_for_batch, with_quiet_driver_logs

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import faults, limits
-from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
+from ..limits import QUARANTINE_RECORD_CHARS
 from ..spec import StateSpec
 from ..store.connection import connect
 from . import admit

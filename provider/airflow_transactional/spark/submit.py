@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import files
+from ..connections import DSN_ENV, DSN_FILE_ENV, read_dsn_file
 from ..exceptions import ConfigError, TransactionalError
-from ..store.connection import DSN_ENV, DSN_FILE_ENV, read_dsn_file
 from .auth import spark_defaults, with_authentication
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import limits
-from ..core.model import QUARANTINE_RECORD_CHARS
 from ..exceptions import ConfigError
+from ..limits import QUARANTINE_RECORD_CHARS
 from . import admit
 from .read import (
     COLUMNS,

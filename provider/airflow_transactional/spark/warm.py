@@ -23,9 +23,9 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ..connections import redact
 from ..exceptions import ConfigError, TransactionalError
 from ..spec import StateSpec
-from ..store.connection import redact
 from .fused import fuse, per_record
 from .read import EVENT_ID_COL, OFFSET_COL, TEXT, Records
 from .validate import prepare

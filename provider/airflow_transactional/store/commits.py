@@ -9,8 +9,9 @@ from typing import Any, NamedTuple
 
 from psycopg2.extras import Json
 
+from ..model import Offsets
 from .queries import query
-from .rows import Cursor, Offsets, column_list, every, one, only
+from .rows import Cursor, column_list, every, one, only
 
 #: The columns of a quarantined record, in the order ``insert_quarantined`` and the COPY take them.
 QUARANTINE_COLUMNS = ("topology_id", "txid", "attempt", "source_offset", "event_id", "reason", "record",

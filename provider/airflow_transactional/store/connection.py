@@ -1,34 +1,20 @@
-"""Connections to PostgreSQL, and keeping credentials out of every log line."""
+"""Connections to PostgreSQL whose errors never carry the DSN's secrets."""
 
 from __future__ import annotations
 
 import logging
-import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import psycopg2
 import psycopg2.extensions
 
+from ..connections import CONNECTION_ERRORS, redact, safe_error
 from ..exceptions import ConfigError
 
 log = logging.getLogger(__name__)
 
-#: Where the state store's DSN comes from when no one passes it: a file (mode 600) named by the
-#: first, else the second itself (what ``airflow-txn``, a driver run by hand and :func:`store_dsn` read).
-DSN_FILE_ENV = "AIRFLOW_TXN_DSN_FILE"
-DSN_ENV = "AIRFLOW_TXN_DSN"
-
-# The password of a URI runs to the last ``@`` of its authority: an unencoded ``@`` in it must not
-# leave its tail in sight.
-_URI_PASSWORD = re.compile(r"(://[^:/@\s]+:)([^/\s]*)(@[^@/\s]*)")
-_KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-
-# Errors after which a connection is unusable and must be replaced.
-CONNECTION_ERRORS = (psycopg2.OperationalError, psycopg2.InterfaceError)
 # SQLSTATEs of a server going away (admin_shutdown, crash_shutdown, cannot_connect_now); class 08
 # is a connection exception.
 _SERVER_LEAVING = frozenset({"57P01", "57P02", "57P03"})
@@ -46,44 +32,6 @@ def lost_connection(exc: BaseException) -> bool:
     return code is None or code.startswith("08") or code in _SERVER_LEAVING
 
 
-def redact(text: str) -> str:
-    """Replace any password in a connection URI or key=value DSN with ``***``."""
-    return _KV_PASSWORD.sub(r"\1***", _URI_PASSWORD.sub(r"\1***\3", text))
-
-
-_QUOTED = re.compile(r'"[^"]*"')
-
-
-def _secrets(dsn: str) -> list[str]:
-    """The password of ``dsn`` and the pieces libpq may show of it, longest first: in a URI whose
-    password holds an unencoded ``@``, libpq takes what follows the first ``@`` for the host
-    ("could not translate host name ...")."""
-    found: list[str] = []
-    match = _URI_PASSWORD.search(dsn)
-    if match:
-        password = match.group(2)
-        tails = [password.split("@", i)[-1] for i in range(1, password.count("@") + 1)]
-        found += [password, *tails]
-        # what libpq took for the host begins with the tail: mask it with its "@", however short
-        return sorted({f for f in found if len(f) >= 3} | {f"{t}@" for t in tails}, key=len, reverse=True)
-    else:
-        try:
-            found.append(psycopg2.extensions.parse_dsn(dsn).get("password") or "")
-        except psycopg2.Error:
-            found += [m.group(2).strip("'") for m in _KV_PASSWORD.finditer(dsn)]
-    return sorted({f for f in found if len(f) >= 3}, key=len, reverse=True)
-
-
-def _safe(message: str, dsn: str = "") -> str:
-    """A connection error without secrets: any piece of the DSN's password is masked, and a parse
-    error's quoted piece of the DSN is dropped."""
-    text = message
-    for secret in _secrets(dsn):
-        text = text.replace(secret, "***")
-    text = redact(text).strip()
-    return _QUOTED.sub('"***"', text) if text.startswith("invalid") else text
-
-
 def connect(dsn: str, **kwargs: Any) -> psycopg2.extensions.connection:
     """``psycopg2.connect`` whose errors never carry the DSN's secrets.
 
@@ -95,9 +43,9 @@ def connect(dsn: str, **kwargs: Any) -> psycopg2.extensions.connection:
     try:
         return psycopg2.connect(dsn, **kwargs)
     except psycopg2.OperationalError as exc:
-        raise psycopg2.OperationalError(_safe(str(exc), dsn)) from None
+        raise psycopg2.OperationalError(safe_error(str(exc), dsn)) from None
     except psycopg2.Error as exc:
-        why = _safe(str(exc), dsn)
+        why = safe_error(str(exc), dsn)
         raise ConfigError(f"the PostgreSQL DSN is malformed ({why}): give key=value pairs "
                           "(host=... dbname=... user=...) or a URI postgresql://user:password@host:port/db; "
                           "in a URI, percent-encode special characters of the password") from None
@@ -148,30 +96,3 @@ class Database:
             except Exception:  # already broken; nothing else to release
                 log.debug("closing a broken connection failed", exc_info=True)
             self._conn = None
-
-
-def read_dsn_file(path: str, *, owner_only: bool = True, unreadable_hint: str = "") -> str:
-    """The DSN kept in ``path``. ``owner_only``: refuse a file others may read (like ``~/.pgpass``)
-    -- not in a driver, where the cluster manager decides the mode of a shipped file."""
-    try:
-        mode = os.stat(path).st_mode
-        dsn = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the DSN file {path}: {exc.strerror}{unreadable_hint}") from None
-    if owner_only and mode & 0o077:
-        raise ConfigError(f"the DSN file {path} can be read by other users: chmod 600 {path}")
-    if not dsn:
-        raise ConfigError(f"the DSN file {path} is empty: write the state store's DSN or URI in it")
-    return dsn
-
-
-def store_dsn() -> str:
-    """The state store's DSN from the environment, as ``airflow-txn`` finds it: the file named by
-    ``$AIRFLOW_TXN_DSN_FILE`` (mode 600: what the demo's banner exports), else ``$AIRFLOW_TXN_DSN``.
-    For a producer's script: ``EventLog(store_dsn(), "clicks")`` -- no password on a command line."""
-    if os.environ.get(DSN_FILE_ENV):
-        return read_dsn_file(os.environ[DSN_FILE_ENV])
-    if os.environ.get(DSN_ENV):
-        return os.environ[DSN_ENV]
-    raise ConfigError(f"no state store in the environment: export {DSN_FILE_ENV}=FILE (a mode-600 file holding the "
-                      f"DSN, as the demo's banner does) or {DSN_ENV}=postgresql://user:password@host:5432/db")

@@ -16,14 +16,13 @@ from psycopg2 import sql
 
 from .. import identifiers
 from ..exceptions import ConfigError
+from ..model import DEFAULT_SCHEMA
 from . import catalog
 from .connection import Database
 from .queries import query
 from .rows import table
 
 log = logging.getLogger(__name__)
-
-DEFAULT_SCHEMA = "airflow_txn"
 
 #: Where the versions of the schema live: ``NNNN_what_it_does.sql``, applied in order.
 SCHEMA_DIR = "schema"

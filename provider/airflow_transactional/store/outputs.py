@@ -31,12 +31,6 @@ class Target(NamedTuple):
     log: str
 
 
-def event_id(topology_id: str, origin: str) -> str:
-    """The log's id of an event a topology emits: its topology, then its origin (deterministic,
-    so an event emitted again is known and never appended twice)."""
-    return f"{topology_id}:{origin}"
-
-
 def staging_table(schema: str, topology_num: int) -> sql.Composed:
     """Staged output events of every output of topology number ``topology_num``."""
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"out_{topology_num}"))

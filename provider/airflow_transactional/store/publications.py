@@ -6,8 +6,9 @@ from typing import NamedTuple
 
 from psycopg2.extras import Json
 
+from ..model import Offsets
 from .queries import query
-from .rows import Cursor, Offsets, one, scalar
+from .rows import Cursor, one, scalar
 
 
 class Published(NamedTuple):

@@ -11,10 +11,8 @@ from psycopg2.extensions import cursor as Cursor
 
 R = TypeVar("R")
 
-#: A position in a source: offset by partition (``{"0": 120, "1": 98}``), or a file sequence.
-Offsets = dict[str, int]
 
-__all__ = ["Cursor", "Offsets", "column_list", "every", "one", "only", "scalar", "table"]
+__all__ = ["Cursor", "column_list", "every", "one", "only", "scalar", "table"]
 
 
 def table(schema: str, name: str) -> sql.Composed:

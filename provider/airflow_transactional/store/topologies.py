@@ -10,9 +10,10 @@ from typing import Any, NamedTuple
 from psycopg2 import sql
 from psycopg2.extras import Json
 
+from ..model import Offsets
 from . import notices
 from .queries import query
-from .rows import Cursor, Offsets, one, only, scalar
+from .rows import Cursor, one, only, scalar
 
 FOR_UPDATE = {True: sql.SQL(" FOR UPDATE"), False: sql.SQL("")}
 

@@ -3,47 +3,17 @@ run, its batch as exact source offsets, the plan's version, and whether it faile
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from psycopg2.extras import Json
 
+from ..model import Offsets, PlannedRun, Transaction
 from . import notices
 from .queries import query
-from .rows import Cursor, Offsets, column_list, every, one, scalar
+from .rows import Cursor, column_list, every, one, scalar
 from .topologies import FOR_UPDATE
-
-
-@dataclass(frozen=True)
-class Transaction:
-    """One planned transaction (one DAG run): a row of the table."""
-
-    topology_id: str
-    txid: int
-    run_key: str
-    plan_version: int
-    start_offsets: Offsets
-    end_offsets: Offsets
-    batch: dict[str, Any]
-    planned_records: int
-    status: str
-    planned_at: datetime
-    committed_at: datetime | None
-    pinned_attempt: int | None
-
-    @property
-    def empty(self) -> bool:
-        return self.planned_records == 0
-
-    @property
-    def committed(self) -> bool:
-        return self.status == "committed"
-
-
-class PlannedRun(NamedTuple):
-    txid: int
-    run_key: str
 
 
 class LastPlan(NamedTuple):

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from ..model import Offsets
 from .queries import query
-from .rows import Cursor, Offsets, every
+from .rows import Cursor, every
 
 
 class TxnRow(NamedTuple):

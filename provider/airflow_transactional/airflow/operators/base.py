@@ -16,9 +16,9 @@ from typing import Any, ClassVar, NoReturn, TypeVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from ...coordinator import Coordinator, Transaction
-from ...core.liveness import one_line
+from ...coordinator import Coordinator
 from ...exceptions import ConfigError, NotYourTurn
+from ...model import Transaction, one_line
 from .. import lineage, metrics
 from ..hooks import TransactionalHook
 from ..triggers import TurnTrigger

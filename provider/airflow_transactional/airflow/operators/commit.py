@@ -7,7 +7,8 @@ import time
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from ...coordinator import CommitResult, Coordinator, Transaction
+from ...coordinator import Coordinator
+from ...model import CommitResult, Transaction
 from .. import assets, metrics
 from .base import WaitingTask
 

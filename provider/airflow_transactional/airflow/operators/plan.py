@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from ...coordinator import Coordinator, Transaction
-from ...core.model import span_text
+from ...coordinator import Coordinator
+from ...model import Transaction, span_text
 from ...spec import TopologySpec
 from ..watch import Watch
 from .base import WaitingTask

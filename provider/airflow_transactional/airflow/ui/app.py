@@ -23,9 +23,9 @@ from fastapi import APIRouter, Body, Depends, FastAPI, Form, HTTPException, Quer
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from ...connections import CONNECTION_ERRORS, redact
 from ...coordinator import Coordinator
 from ...exceptions import ActionRefused, UnknownTopology
-from ...store.connection import CONNECTION_ERRORS, redact
 from ..hooks import TransactionalHook
 from . import actions, pages, waits
 from .actions import AirflowApi

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ...core.model import offsets_moved
+from ...model import offsets_moved
 from .waits import TASK_ORDER
 
 #: How much of a quarantined record a page shows (the CSV download has all of it).

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ...core.liveness import duration
+from ...model import duration
 
 log = logging.getLogger(__name__)
 

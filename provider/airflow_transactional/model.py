@@ -1,22 +1,60 @@
-"""The data model of the transaction core: what a transaction, an attempt, a commit and a
-topology's status are. Plain frozen dataclasses, no I/O (a transaction is the row of its table,
-:class:`store.transactions.Transaction`)."""
+"""The shared vocabulary: the types and small helpers every layer speaks -- a source's position
+(:data:`Offsets`), a transaction (:class:`Transaction`), an attempt, a commit's result, a topology's
+status, the planned runs -- and how they read as text. Plain frozen dataclasses and pure functions,
+no I/O: the store maps its rows into these types, the core works on them, and the Airflow and Spark
+layers read them without reaching into either."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..sources.base import Offsets
-from ..store.transactions import Transaction
+__all__ = ["DEFAULT_SCHEMA", "STALL_AFTER", "Attempt", "CommitResult", "InFlight", "Offsets", "OutputStaging",
+           "PlannedRun", "RecoverResult", "StagedEvent", "TopologyStatus", "Transaction", "duration", "event_id",
+           "offsets_moved", "one_line", "read_digest", "same_offsets", "span_text"]
 
-__all__ = ["QUARANTINE_RECORD_CHARS", "Attempt", "CommitResult", "InFlight", "RecoverResult", "TopologyStatus",
-           "Transaction", "same_offsets"]
+#: The provider's schema in the state store when none is named.
+DEFAULT_SCHEMA = "airflow_txn"
 
-#: How much of a bad record's raw text the quarantine keeps (its full length is kept beside it).
-QUARANTINE_RECORD_CHARS = 4096
+#: A position in a source: offset by partition (``{"0": 120, "1": 98}``), or a file sequence.
+Offsets = dict[str, int]
+
+#: The declaration's key (``extra``) of how long a topology may go without committing while its
+#: source holds records before it counts as stalled (``transactional_dag(stall_after=...)``).
+STALL_AFTER = "stall_after_seconds"
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One planned transaction (one DAG run): a row of the ``transactions`` table."""
+
+    topology_id: str
+    txid: int
+    run_key: str
+    plan_version: int
+    start_offsets: Offsets
+    end_offsets: Offsets
+    batch: dict[str, Any]
+    planned_records: int
+    status: str
+    planned_at: datetime
+    committed_at: datetime | None
+    pinned_attempt: int | None
+
+    @property
+    def empty(self) -> bool:
+        return self.planned_records == 0
+
+    @property
+    def committed(self) -> bool:
+        return self.status == "committed"
+
+
+class PlannedRun(NamedTuple):
+    txid: int
+    run_key: str
 
 
 @dataclass(frozen=True)
@@ -116,3 +154,44 @@ def span_text(start: Mapping[str, Any], end: Mapping[str, Any]) -> str:
     """A batch's offsets as text: ``partition 0: 10 -> 25, partition 3: 4 -> 9`` (``seq: 3 -> 5``)."""
     return ", ".join(f"{'partition ' if str(k).isdigit() else ''}{k}: {a} -> {b}"
                      for k, a, b in offsets_moved(start, end)) or "nothing new"
+
+
+def one_line(error: str, limit: int = 300) -> str:
+    """The first line of an error that says something (a traceback's header and Spark's empty
+    lines skipped), at most ``limit`` characters."""
+    lines = [line.strip() for line in error.splitlines() if line.strip()]
+    line = next((x for x in lines if not x.startswith(("Traceback", "File "))), lines[0] if lines else "")
+    return line if len(line) <= limit else f"{line[:limit - 3]}..."
+
+
+def duration(seconds: float) -> str:
+    """A wait in words: "40 s", "12 min", "3.5 h"."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 \
+        else f"{seconds / 3600:.1f} h"
+
+
+#: An output event as a processor stages it: output, partition, seq, event id, payload, and the
+#: verdict it waits for -- (decision, request id, granted) -- or three Nones.
+StagedEvent = tuple[str, int, "int | None", str, str, "str | None", "str | None", "bool | None"]
+
+
+class OutputStaging(NamedTuple):
+    """Where a processor stages output events and requests: the COPY (CSV) of event rows
+    (:data:`airflow_transactional.store.outputs.COLUMNS`), each output's partitions now, and the
+    COPY (CSV) of each decision's request rows (:func:`airflow_transactional.store.decisions.columns`)."""
+
+    copy: str
+    partitions: dict[str, int]
+    requests: dict[str, str]
+
+
+def event_id(topology_id: str, origin: str) -> str:
+    """The log's id of an event a topology emits: its topology, then its origin (deterministic,
+    so an event emitted again is known and never appended twice)."""
+    return f"{topology_id}:{origin}"
+
+
+def read_digest(records: int, offset_crcs: int) -> str:
+    """Which records an attempt read: how many, and the sum of the CRC-32s of their offsets (the same
+    in the Spark helper and the pure-Python processor)."""
+    return f"{records}:{offset_crcs}"
