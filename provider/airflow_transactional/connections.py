@@ -1,19 +1,24 @@
 """Where the provider's connections come from, and keeping their secrets out of every log line:
 the state store's DSN (a mode-600 file or the environment), the redaction of a DSN's password,
-and the errors after which a connection must be replaced."""
+the errors after which a connection must be replaced, and where other connections' settings
+come from (:class:`Connections`: a Kafka connection's librdkafka settings)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 import psycopg2.extensions
 
 from .exceptions import ConfigError
 
-__all__ = ["CONNECTION_ERRORS", "DSN_ENV", "DSN_FILE_ENV", "read_dsn_file", "redact", "safe_error", "store_dsn"]
+__all__ = ["CONNECTION_ERRORS", "DSN_ENV", "DSN_FILE_ENV", "Connections", "from_environment", "read_dsn_file", "redact",
+           "safe_error", "store_dsn"]
 
 #: Where the state store's DSN comes from when no one passes it: a file (mode 600) named by the
 #: first, else the second itself (what ``airflow-txn``, a driver run by hand and :func:`store_dsn` read).
@@ -92,3 +97,47 @@ def store_dsn() -> str:
         return os.environ[DSN_ENV]
     raise ConfigError(f"no state store in the environment: export {DSN_FILE_ENV}=FILE (a mode-600 file holding the "
                       f"DSN, as the demo's banner does) or {DSN_ENV}=postgresql://user:password@host:5432/db")
+
+
+#: Resolves a connection id to its settings (a Kafka connection's ``extra``).
+Resolver = Callable[[str], dict[str, Any]]
+
+
+def from_environment(conn_id: str) -> dict[str, Any]:
+    """A connection as Airflow reads it from the environment: ``AIRFLOW_CONN_<ID>`` in JSON."""
+    name = f"AIRFLOW_CONN_{conn_id.upper()}"
+    raw = os.environ.get(name)
+    if not raw:
+        raise ConfigError(f"no Kafka connection {conn_id!r}: define it in Airflow (type kafka, the librdkafka "
+                          f"settings in its extra), or set {name}='{{\"conn_type\": \"kafka\", \"extra\": "
+                          "{\"bootstrap.servers\": \"host:9092\"}}'")
+    try:
+        conn = json.loads(raw)
+        extra = conn.get("extra") or {}
+        extra = json.loads(extra) if isinstance(extra, str) else extra
+    except (ValueError, AttributeError):
+        raise ConfigError(f"{name} is not a connection in JSON ({{\"conn_type\": \"kafka\", \"extra\": {{...}}}})") \
+            from None
+    if not isinstance(extra, dict):
+        raise ConfigError(f"the extra of Kafka connection {conn_id!r} must be an object of librdkafka settings")
+    return extra
+
+
+class Connections:
+    """Where connections' settings come from, handed to whoever resolves one -- never a process-wide
+    setting: ``resolve`` (conn id -> settings; default :func:`from_environment`, ``AIRFLOW_CONN_<ID>``
+    as Airflow spells it) after the ``known`` settings. In a task the hook hands one that reads
+    Airflow's connections and secrets backends to its coordinator; a Spark driver's holds the
+    settings shipped with its DSN, never read from the environment of a process ``ps`` shows."""
+
+    def __init__(self, resolve: Resolver | None = None, *,
+                 known: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self._resolve = resolve or from_environment
+        self._known = {str(k): dict(v) for k, v in (known or {}).items()}
+
+    def __repr__(self) -> str:  # names, never settings
+        return f"Connections(known={sorted(self._known)}, resolve={getattr(self._resolve, '__name__', '?')})"
+
+    def settings(self, conn_id: str) -> dict[str, Any]:
+        """The settings of connection ``conn_id`` (a copy: the caller may change it)."""
+        return dict(self._known[conn_id]) if conn_id in self._known else dict(self._resolve(conn_id))

@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+from .connections import Connections
 from .core import (
     attempts,
     commit,
@@ -67,9 +68,10 @@ class Coordinator:
     states kept elsewhere to their DSNs (never stored, never logged).
     """
 
-    def __init__(self, dsn: str, *, schema: str = DEFAULT_SCHEMA,
-                 external_dsns: Mapping[str, str] | None = None, worker: str | None = None) -> None:
-        self.store = StateStore(dsn, schema=schema, external_dsns=external_dsns, worker=worker)
+    def __init__(self, dsn: str, *, schema: str = DEFAULT_SCHEMA, external_dsns: Mapping[str, str] | None = None,
+                 worker: str | None = None, connections: Connections | None = None) -> None:
+        self.store = StateStore(dsn, schema=schema, external_dsns=external_dsns, worker=worker,
+                                connections=connections)
 
     @property
     def db(self) -> Database:

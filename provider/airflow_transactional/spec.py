@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import identifiers
+from .connections import Connections
 from .exceptions import ConfigError
 from .limits import value_range
 from .sources import KafkaSource, PostgresLogSource, Source, source_from_config
@@ -324,10 +325,11 @@ class TopologySpec:
         }
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> TopologySpec:
+    def from_config(cls, config: Mapping[str, Any], connections: Connections | None = None) -> TopologySpec:
+        """The declaration stored as ``config``; its source resolves connections with ``connections``."""
         return cls(
             topology_id=config["topology_id"],
-            source=source_from_config(config["source"]),
+            source=source_from_config(config["source"], connections),
             states=[StateSpec.from_config(s) for s in config["states"]],
             max_in_flight=config["max_in_flight"],
             max_batch_size=config["max_batch_size"],

@@ -14,10 +14,10 @@ from airflow.sdk import BaseHook
 from psycopg2.extensions import make_dsn
 
 from .. import CONNECTION_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
+from ..connections import Connections
 from ..coordinator import Coordinator
 from ..exceptions import ConfigError
 from ..model import DEFAULT_SCHEMA
-from ..sources import kafka
 
 # libpq keywords an Airflow connection's extras may set; everything else is ignored.
 ALLOWED_EXTRAS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout",
@@ -50,6 +50,10 @@ def kafka_settings(conn_id: str) -> dict[str, Any]:
     if not isinstance(extra, dict):
         raise ConfigError(f"the extra of Airflow connection {conn_id!r} must be an object of librdkafka settings")
     return dict(extra)
+
+
+#: Connections resolved from wherever Airflow keeps them (its database, a secrets backend).
+AIRFLOW_CONNECTIONS = Connections(kafka_settings)
 
 
 class TransactionalHook(BaseHook):
@@ -92,8 +96,8 @@ class TransactionalHook(BaseHook):
         return str(self._extras().get("state_schema") or DEFAULT_SCHEMA)
 
     def get_coordinator(self, **kwargs: Any) -> Coordinator:
-        kafka.use_resolver(kafka_settings)  # a Kafka source's connection, from Airflow's connections
-        return Coordinator(self.get_dsn(), schema=self.state_schema(), **kwargs)
+        """A coordinator of this store whose Kafka sources and outputs resolve Airflow's connections."""
+        return Coordinator(self.get_dsn(), schema=self.state_schema(), connections=AIRFLOW_CONNECTIONS, **kwargs)
 
     def test_connection(self) -> tuple[bool, str]:
         """Used by the "Test" button of the connection form."""

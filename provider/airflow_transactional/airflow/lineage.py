@@ -33,6 +33,7 @@ from psycopg2.extensions import parse_dsn
 from ..exceptions import TransactionalError
 from ..sources import kafka
 from ..spec import TopologySpec
+from .hooks import AIRFLOW_CONNECTIONS
 
 #: The run facet's key in an OpenLineage event.
 RUN_FACET = "transactional"
@@ -84,7 +85,7 @@ def dataset_names(spec: TopologySpec, store_schema: str, database: str) -> tuple
 def kafka_namespace(conn_id: str) -> str:
     """OpenLineage's namespace of a Kafka topic: ``kafka://<first bootstrap server>`` of the connection."""
     try:
-        servers = str(kafka.client_config(conn_id)["bootstrap.servers"])
+        servers = str(kafka.client_config(conn_id, AIRFLOW_CONNECTIONS)["bootstrap.servers"])
     except TransactionalError:
         return "kafka://unknown"
     return "kafka://" + servers.split(",")[0].strip().removeprefix("PLAINTEXT://").removeprefix("SSL://")

@@ -13,6 +13,7 @@ import psycopg2.extensions
 from psycopg2 import sql
 
 from .. import identifiers
+from ..connections import Connections
 from ..exceptions import ConfigError, UnknownTopology, UnknownTransaction
 from ..model import Offsets, Transaction
 from ..spec import DecisionSpec, StateSpec, TopologySpec
@@ -36,8 +37,9 @@ class StateStore:
     stored, never logged)."""
 
     def __init__(self, dsn: str, *, schema: str, external_dsns: Mapping[str, str] | None = None,
-                 worker: str | None = None) -> None:
+                 worker: str | None = None, connections: Connections | None = None) -> None:
         self.schema = identifiers.name("schema name", schema)
+        self.connections = connections or Connections()  # where a source's or an output's Kafka settings come from
         self.db = Database(dsn)
         self.external_dsns = dict(external_dsns or {})
         self.external: dict[str, Database] = {}
@@ -91,7 +93,7 @@ class StateStore:
             raise UnknownTopology(topology_id)
         cached = self.specs.get(topology_id)
         if cached is None or cached[1].to_config() != row.spec:
-            cached = (int(row.num), TopologySpec.from_config(row.spec))
+            cached = (int(row.num), TopologySpec.from_config(row.spec, self.connections))
             self.specs[topology_id] = cached
         return Loaded(cached[0], cached[1], int(row.committed_txid), dict(row.committed_offsets))
 

@@ -81,8 +81,8 @@ def _publish_output(store: StateStore, num: int, spec: TopologySpec, out: Output
             recorded = publications.get(cur, store.schema, spec.topology_id, out.name)
         if recorded.published_txid >= target:
             return Publication(out.name, topic, recorded.published_txid, [], 0)
-        publisher = KafkaPublisher(client_config(out.kafka_conn_id), topic=topic, topology_id=spec.topology_id,
-                                   output=out.name, transactional_id=f"airflow-txn.{key}",
+        publisher = KafkaPublisher(client_config(out.kafka_conn_id, store.connections), topic=topic,
+                                   topology_id=spec.topology_id, output=out.name, transactional_id=f"airflow-txn.{key}",
                                    registration=num)
         offsets = dict(recorded.topic_offsets)
         done, ignored = _found_in_topic(store, spec, out, publisher.scan(offsets), recorded.published_txid, target)

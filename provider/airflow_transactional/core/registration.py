@@ -238,7 +238,8 @@ def topologies(store: StateStore) -> list[TopologySpec]:
     provider's schema (a watch or a page that lists them works on a fresh store)."""
     try:
         with store.db.transaction() as cur:
-            return [TopologySpec.from_config(config) for config in topology_rows.specs(cur, store.schema)]
+            return [TopologySpec.from_config(config, store.connections)
+                    for config in topology_rows.specs(cur, store.schema)]
     except psycopg2.errors.UndefinedTable:
         return []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..connections import Connections
 from ..exceptions import ConfigError
 from ..model import Offsets
 from .base import BatchPlan, Record, Source
@@ -23,10 +24,12 @@ _KINDS: dict[str, type[Source]] = {
 }
 
 
-def source_from_config(config: Mapping[str, Any]) -> Source:
-    """Rebuild a source from the description stored with its topology."""
+def source_from_config(config: Mapping[str, Any], connections: Connections | None = None) -> Source:
+    """Rebuild a source from the description stored with its topology; ``connections``: where the
+    settings of its connections come from (default: the environment)."""
     cfg = dict(config)
     kind = cfg.pop("kind", None)
     if kind not in _KINDS:
         raise ConfigError(f"unknown source kind {kind!r}: use one of {', '.join(sorted(_KINDS))}")
-    return _KINDS[kind](**cfg)
+    source = _KINDS[kind](**cfg)
+    return source.with_connections(connections) if connections else source

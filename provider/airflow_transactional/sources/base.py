@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import psycopg2.extensions
 
+from ..connections import Connections
 from ..model import Offsets
 
 __all__ = ["BatchPlan", "Offsets", "Record", "Source", "fair_shares"]
@@ -57,6 +58,11 @@ class Source(ABC):
     @abstractmethod
     def to_config(self) -> dict[str, Any]:
         """JSON-able description, stored with the topology (never credentials)."""
+
+    def with_connections(self, connections: Connections) -> Source:
+        """This source resolving its connections' settings with ``connections`` (a source in
+        Postgres or on a disk has none: itself)."""
+        return self
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Source) and self.to_config() == other.to_config()

@@ -16,85 +16,47 @@ transactional topology, naming the partitions and the way out; an opaque one ski
 
 The broker's address and credentials come from a ``kafka`` connection (the Apache Kafka
 provider's: librdkafka settings in its ``extra``), resolved where the plan runs: in Airflow from
-its connections (:func:`use_resolver`), elsewhere from ``AIRFLOW_CONN_<ID>`` as Airflow spells it.
+its connections (the :class:`~airflow_transactional.connections.Connections` a coordinator is handed),
+elsewhere from ``AIRFLOW_CONN_<ID>`` as Airflow spells it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, NamedTuple
 
 import psycopg2.extensions
 
+from ..connections import Connections
 from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
 from ..model import Offsets
 from ..store import transactions
 from .base import BatchPlan, Record, Source, fair_shares
 from .kafka_settings import checked_settings
 
-__all__ = ["KafkaSource", "client_config", "connections_for", "use_connections", "use_resolver"]
+__all__ = ["KafkaSource", "client_config", "connections_for"]
 
 log = logging.getLogger(__name__)
 
 #: How long one request to the cluster may take before the plan fails (and is retried by Airflow).
 TIMEOUT = 30.0
 
-Resolver = Callable[[str], dict[str, Any]]
-
-
-def _from_environment(conn_id: str) -> dict[str, Any]:
-    """A connection as Airflow reads it from the environment: ``AIRFLOW_CONN_<ID>`` in JSON."""
-    name = f"AIRFLOW_CONN_{conn_id.upper()}"
-    raw = os.environ.get(name)
-    if not raw:
-        raise ConfigError(f"no Kafka connection {conn_id!r}: define it in Airflow (type kafka, the librdkafka "
-                          f"settings in its extra), or set {name}='{{\"conn_type\": \"kafka\", \"extra\": "
-                          "{\"bootstrap.servers\": \"host:9092\"}}'")
-    try:
-        conn = json.loads(raw)
-        extra = conn.get("extra") or {}
-        extra = json.loads(extra) if isinstance(extra, str) else extra
-    except (ValueError, AttributeError):
-        raise ConfigError(f"{name} is not a connection in JSON ({{\"conn_type\": \"kafka\", \"extra\": {{...}}}})") \
-            from None
-    if not isinstance(extra, dict):
-        raise ConfigError(f"the extra of Kafka connection {conn_id!r} must be an object of librdkafka settings")
-    return extra
-
-
-_resolver: Resolver = _from_environment
-
-
-def use_resolver(resolver: Resolver) -> None:
-    """Resolve Kafka connections with ``resolver`` (conn id -> librdkafka settings) from now on:
-    the Airflow layer installs one that reads Airflow's connections and secrets backends."""
-    global _resolver
-    _resolver = resolver
-
-
-def use_connections(settings: Mapping[str, Mapping[str, Any]]) -> None:
-    """Resolve the connections in ``settings`` (conn id -> extra) from it, the others as before: a
-    Spark driver gets its source's connection with the DSN, never from the environment of a
-    process ``ps`` shows."""
-    before = _resolver
-    known = {k: dict(v) for k, v in settings.items()}
-    use_resolver(lambda conn_id: dict(known[conn_id]) if conn_id in known else before(conn_id))
-
-
 def connections_for(source: Source) -> dict[str, dict[str, Any]]:
     """The settings of the connections ``source`` reads with (none for a source in Postgres), for a
     job that runs elsewhere."""
-    return {source.kafka_conn_id: _resolver(source.kafka_conn_id)} if isinstance(source, KafkaSource) else {}
+    if not isinstance(source, KafkaSource):
+        return {}
+    return {source.kafka_conn_id: source.connections.settings(source.kafka_conn_id)}
 
 
-def client_config(conn_id: str) -> dict[str, Any]:
-    """The librdkafka settings of connection ``conn_id``, checked: a broker to reach, no group, and
-    only settings on the allow-list (:mod:`.kafka_settings`)."""
-    extra = _resolver(conn_id)
+def client_config(conn_id: str, connections: Connections | None = None) -> dict[str, Any]:
+    """The librdkafka settings of connection ``conn_id`` as ``connections`` resolve it (default: the
+    environment), checked: a broker to reach, no group, and only settings on the allow-list
+    (:mod:`.kafka_settings`)."""
+    extra = (connections or Connections()).settings(conn_id)
     if not isinstance(extra.get("bootstrap.servers"), str) or not extra["bootstrap.servers"].strip():
         raise ConfigError(f"Kafka connection {conn_id!r} names no broker: set bootstrap.servers in its extra "
                           "(e.g. {\"bootstrap.servers\": \"broker1:9092,broker2:9092\"})")
@@ -133,12 +95,18 @@ class KafkaSource(Source):
 
     kind: ClassVar[str] = "kafka"
 
-    def __init__(self, topic: str, *, kafka_conn_id: str = "kafka_default") -> None:
+    def __init__(self, topic: str, *, kafka_conn_id: str = "kafka_default",
+                 connections: Connections | None = None) -> None:
         if not isinstance(topic, str) or not topic or len(topic) > 249 or \
                 not all(c.isascii() and (c.isalnum() or c in "._-") for c in topic):
             raise ConfigError(f"Kafka topic {topic!r}: a topic name is 1 to 249 ASCII letters, digits, '.', '_' or '-'")
         self.topic = topic
         self.kafka_conn_id = _conn_id(kafka_conn_id)
+        #: Where the connection's settings come from (not part of the declaration).
+        self.connections = connections or Connections()
+
+    def with_connections(self, connections: Connections) -> KafkaSource:
+        return KafkaSource(self.topic, kafka_conn_id=self.kafka_conn_id, connections=connections)
 
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "topic": self.topic, "kafka_conn_id": self.kafka_conn_id}
@@ -146,7 +114,7 @@ class KafkaSource(Source):
     # -- what the cluster says ------------------------------------------------------------------
 
     def config(self) -> dict[str, Any]:
-        return client_config(self.kafka_conn_id)
+        return client_config(self.kafka_conn_id, self.connections)
 
     def snapshot(self) -> Snapshot:
         """The cluster id, the topic id, and each partition's log start and last stable offsets."""

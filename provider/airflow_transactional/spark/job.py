@@ -49,11 +49,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import faults
-from ..connections import redact
+from ..connections import Connections, redact
 from ..coordinator import Coordinator
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
 from ..model import DEFAULT_SCHEMA, OutputStaging, read_digest
-from ..sources.kafka import use_connections
 from ..spec import TopologySpec
 from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
@@ -351,8 +350,7 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = parse_args(sys.argv[1:] if argv is None else argv)
     dsn, connections = driver_secrets(args.dsn_file)
-    use_connections(connections)
-    coordinator = Coordinator(dsn, schema=args.schema)
+    coordinator = Coordinator(dsn, schema=args.schema, connections=Connections(known=connections))
     mode = "audit" if args.audit else "rebuild" if args.rebuild else None
     spark = _session(f"txn:{args.topology}:{mode or args.txid}")
     phases.lap("session")

@@ -37,7 +37,7 @@ from ...spark.submit import (
     with_quiet_driver_logs,
 )
 from .. import lineage, spark_provider
-from ..hooks import TransactionalHook
+from ..hooks import AIRFLOW_CONNECTIONS, TransactionalHook
 from .base import TopologyTask
 from .masterwatch import TIMEOUT as MASTER_LOST_TIMEOUT
 from .masterwatch import MasterWatch
@@ -189,7 +189,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
     def source(self) -> Source | None:
         """The topology's source, as declared (None for a declaration without one: a test's)."""
         config = self.topology.get("source")
-        return source_from_config(config) if config else None
+        return source_from_config(config, AIRFLOW_CONNECTIONS) if config else None
 
     def startup_archive(self) -> Path | None:
         """The class-data-sharing archive for a driver that runs on this machine, if one was built."""
