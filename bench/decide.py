@@ -22,6 +22,7 @@ from typing import Any
 
 from airflow_transactional import DecisionSpec, EventLog, PostgresLogSource, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import attempts
 from bench.measure import Row
 
 
@@ -55,11 +56,11 @@ class _Trials:
         """Plan, stage and complete one decided txid of ``events``, the one at ``seq`` with request
         id ``rid(seq)``; (its txid, the seconds its completion took)."""
         txn = self.coord.plan("bench_decided", run_key)
-        attempt, txn = self.coord.begin_attempt("bench_decided", txn.txid)
+        attempt, txn = attempts.begin_attempt(self.coord.store, "bench_decided", txn.txid)
         staged = self.coord.stage_requests(attempt, "pay", (((acct,), seq, rid(seq), amount)
                                                             for seq, (acct, amount) in enumerate(events)))
         t0 = time.perf_counter()
-        self.coord.finish_attempt(attempt, {"pay": staged}, records_read=len(events))
+        attempts.finish_attempt(self.coord.store, attempt, {"pay": staged}, records_read=len(events))
         return txn.txid, time.perf_counter() - t0
 
     def decided(self, trial: int, events: Events) -> float:
@@ -74,9 +75,9 @@ class _Trials:
         for acct, amount in events:
             sums[acct] = sums.get(acct, 0) + amount
         txn = self.coord.plan("bench_plain", f"t{trial}")
-        attempt, txn = self.coord.begin_attempt("bench_plain", txn.txid)
+        attempt, txn = attempts.begin_attempt(self.coord.store, "bench_plain", txn.txid)
         staged = self.coord.stage(attempt, "balances", sums.items())
-        self.coord.finish_attempt(attempt, {"balances": staged}, records_read=len(events))
+        attempts.finish_attempt(self.coord.store, attempt, {"balances": staged}, records_read=len(events))
         t0 = time.perf_counter()
         self.coord.commit("bench_plain", txn.txid)
         return time.perf_counter() - t0

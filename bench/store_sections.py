@@ -15,6 +15,7 @@ import time
 import psycopg2
 
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import attempts
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spark import cds
 from airflow_transactional.spark.submit import LOCAL_SPARK_CONF, provider_zip, spark_submit_argv, with_quiet_driver_logs
@@ -40,9 +41,9 @@ def commit_trials(coord: Coordinator, dsn: str, topo: str, target: str, n_state:
 
     def ours_once(trial: int) -> float:
         txn = coord.plan(topo, f"trial-{trial}")
-        attempt, txn = coord.begin_attempt(topo, txn.txid)
+        attempt, txn = attempts.begin_attempt(coord.store, topo, txn.txid)
         n = coord.stage(attempt, "counts", commit_rows(n_state, f"o{trial}", sizes.commit_delta, rng))
-        coord.finish_attempt(attempt, {"counts": n}, records_read=1)
+        attempts.finish_attempt(coord.store, attempt, {"counts": n}, records_read=1)
         t0 = time.perf_counter()
         coord.commit(topo, txn.txid)
         took = time.perf_counter() - t0

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import registration
 from dev import faults
 from dev.embedded import EmbeddedPostgres
 from dev.kafka import KafkaBroker
@@ -45,7 +46,7 @@ def dsn(pg: EmbeddedPostgres) -> Iterator[str]:
 @pytest.fixture
 def coordinator(dsn: str) -> Iterator[Coordinator]:
     c = Coordinator(dsn)
-    c.migrate()
+    registration.migrate(c.store)
     yield c
     c.close()
 

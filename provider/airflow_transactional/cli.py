@@ -364,11 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "reset" and not args.yes:
             raise ConfigError(f"reset drops the state tables of {args.topology} and its progress: pause its DAG, "
                               f"then run 'airflow-txn reset {args.topology} --yes'")
-        coord = Coordinator(_dsn(args), schema=args.schema)
-        try:
+        with Coordinator(_dsn(args), schema=args.schema) as coord:
             return int(args.func(args, coord))
-        finally:
-            coord.close()
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, and keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -8,7 +8,7 @@
 
 A stored txid *later* than the batch's is an error: a replay behind the state must never be
 applied silently. The rules exist twice: here, in Python (used to aggregate partials and by the
-unit tests), and as SQL for the commit's set-based upsert (``store/sql.py``); the integration
+unit tests), and as SQL for the commit's set-based upsert (``store/state.py``); the integration
 tests check the two agree.
 """
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import attempts
 from airflow_transactional.exceptions import (
     ConfigError,
     NotProcessed,
@@ -236,11 +237,11 @@ def test_recover_discards_only_what_can_never_commit(coordinator: Coordinator, t
     t1 = coordinator.plan("clicks", "a")
     process_batch(coordinator, "clicks", t1.txid, click_fn)  # attempt 1: superseded below
     process_batch(coordinator, "clicks", t1.txid, click_fn)  # attempt 2: the one to keep
-    a3, _ = coordinator.begin_attempt("clicks", t1.txid)      # attempt 3: still running, keep
+    a3, _ = attempts.begin_attempt(coordinator.store, "clicks", t1.txid)      # attempt 3: still running, keep
     coordinator.stage(a3, "clicks_count", [("u0", 1)])
-    a4, _ = coordinator.begin_attempt("clicks", t1.txid)      # attempt 4: crashed -> failed
+    a4, _ = attempts.begin_attempt(coordinator.store, "clicks", t1.txid)      # attempt 4: crashed -> failed
     coordinator.stage(a4, "clicks_count", [("u0", 1)])
-    coordinator.fail_attempt(a4, "killed")
+    attempts.fail_attempt(coordinator.store, a4, "killed")
     query(dsn, "INSERT INTO airflow_txn.stg_1_clicks_count VALUES (99, 1, 'orphan', 1)")
     before = query(dsn, "SELECT attempt, count(*) FROM airflow_txn.stg_1_clicks_count GROUP BY 1 ORDER BY 1")
     res = coordinator.recover("clicks")
@@ -263,7 +264,7 @@ def test_status_reports_phases_lag_and_last_commit(coordinator: Coordinator, top
     t2 = coordinator.plan("clicks", "b")
     t3 = coordinator.plan("clicks", "c")
     process_batch(coordinator, "clicks", t2.txid, click_fn)
-    coordinator.begin_attempt("clicks", t3.txid)
+    attempts.begin_attempt(coordinator.store, "clicks", t3.txid)
     st = coordinator.status("clicks")
     assert st.committed_txid == 1 and st.last_commit_at is not None
     assert [(f.txid, f.phase) for f in st.in_flight] == [(2, "processed"), (3, "processing")]
@@ -286,7 +287,7 @@ def test_tries_whose_driver_died_before_registering_an_attempt_show_as_failed(  
     assert (shown["failed_tries"], shown["last_try_failure"]) == (2, killed)
     assert coordinator.last_error("clicks", t1.txid) == killed  # what a waiting commit reports as the blocker
     # The next try registers an attempt: it is what the status shows now, the count stays.
-    coordinator.begin_attempt("clicks", t1.txid)
+    attempts.begin_attempt(coordinator.store, "clicks", t1.txid)
     [f] = coordinator.status("clicks").in_flight
     assert (f.phase, f.attempts, f.failed_tries, f.error) == ("processing", 1, 2, None)
     # A task that fails after its attempt completed leaves the batch processed: the commit can use it.
@@ -336,7 +337,7 @@ def test_a_topology_that_does_not_commit_while_records_wait_is_stalled_and_says_
         "stalled: no commit for 1 s (stall_after 1 s) while the source holds 70 records; no run has planned txid 2: "
         "is the DAG paused, or are its runs queued behind max_active_runs?")
     t2 = coordinator.plan("clicks", "b")
-    coordinator.begin_attempt("clicks", t2.txid)
+    attempts.begin_attempt(coordinator.store, "clicks", t2.txid)
     assert "; txid 2 processing for" in str(coordinator.status("clicks").blocked_by)
     coordinator.mark_failed("clicks", t2.txid, "process: spark-submit exited with code 1")
     assert str(coordinator.status("clicks").blocked_by).startswith("blocked by failed txid 2")

@@ -16,6 +16,7 @@ import pytest
 from airflow_transactional import DecisionSpec, OutputEvent, OutputSpec, Request
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import attempts
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
@@ -320,13 +321,13 @@ def test_credits_and_debits_decided_per_key_as_one_executor_whichever_way_each_r
         credit = 45 if t % 4 == 3 else 15  # every fourth txid refills
         reqs = [(f"w{rng.randrange(6)}", rng.choice([-20, -10, -5, credit])) for _ in range(40)]
         txn = coord.plan("wallets", f"t{t}")
-        attempt, txn = coord.begin_attempt("wallets", txn.txid)
+        attempt, txn = attempts.begin_attempt(coord.store, "wallets", txn.txid)
         if t == 8:  # an attempt that staged and was lost: a later completion clears its requests
             coord.stage_requests(attempt, "spend", [(("w0",), 0, "lost", -1)])
-            attempt, txn = coord.begin_attempt("wallets", txn.txid)
+            attempt, txn = attempts.begin_attempt(coord.store, "wallets", txn.txid)
         staged = coord.stage_requests(attempt, "spend", (((w,), seq, f"q{t}-{seq}", a)
                                                          for seq, (w, a) in enumerate(reqs)))
-        coord.finish_attempt(attempt, {"spend": staged}, records_read=1)
+        attempts.finish_attempt(coord.store, attempt, {"spend": staged}, records_read=1)
         coord.commit("wallets", txn.txid)
         for seq, (w, a) in enumerate(reqs):
             granted = a >= 0 or balance[w] + a >= -30
@@ -337,7 +338,7 @@ def test_credits_and_debits_decided_per_key_as_one_executor_whichever_way_each_r
                                                     "FROM airflow_txn.verdicts")}
     assert got == expected
     assert {w: v for w, v in query(dsn, "SELECT w, value FROM funds") if v} == {w: b for w, b in balance.items() if b}
-    [(staging,)] = query(dsn, "SELECT tablename FROM pg_tables WHERE tablename LIKE 'dec_%%_spend'")
+    [(staging,)] = query(dsn, "SELECT tablename FROM pg_tables WHERE tablename LIKE 'requests_%%_spend'")
     assert query(dsn, f"SELECT count(*) FROM airflow_txn.{staging}") == [(0,)]
     assert query(dsn, "SELECT count(*) FILTER (WHERE requests IS NULL AND debits_declined IS NOT TRUE) > 0, "
                       "count(*) FILTER (WHERE debits_declined) > 0, count(*) FILTER (WHERE grants IS NOT NULL) > 0 "
@@ -359,10 +360,10 @@ def test_a_credit_that_would_carry_a_balance_past_its_type_is_declined_not_the_c
                [("a", 13), ("a", 12)]]
     for t, reqs in enumerate(batches):
         txn = coord.plan("wallets", f"t{t}")
-        attempt, txn = coord.begin_attempt("wallets", txn.txid)
+        attempt, txn = attempts.begin_attempt(coord.store, "wallets", txn.txid)
         staged = coord.stage_requests(attempt, "spend", (((w,), seq, f"q{t}-{seq}", a)
                                                          for seq, (w, a) in enumerate(reqs)))
-        coord.finish_attempt(attempt, {"spend": staged}, records_read=1)
+        attempts.finish_attempt(coord.store, attempt, {"spend": staged}, records_read=1)
         assert coord.commit("wallets", txn.txid).committed
     verdicts = {r: v["granted"] for r, v in coord.verdicts("wallets", "spend", [
         f"q{t}-{n}" for t, reqs in enumerate(batches) for n in range(len(reqs))]).items()}

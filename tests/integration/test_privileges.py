@@ -21,6 +21,7 @@ from psycopg2.extensions import make_dsn, parse_dsn
 
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import registration
 from airflow_transactional.exceptions import ConfigError, StagedOutputIncomplete
 from airflow_transactional.processing import OutputEvent, process_batch
 from airflow_transactional.sources import EventLog, LandingDirectory, PostgresLogSource
@@ -79,7 +80,7 @@ def roles(pg: EmbeddedPostgres, dsn: str, tmp_path: Path) -> Iterator[Roles]:
         r.admin(f"CREATE SCHEMA airflow_txn AUTHORIZATION {r.names['owner']}")
         r.admin(f"GRANT USAGE, CREATE ON SCHEMA public TO {r.names['owner']}")
         owner = Coordinator(r.dsn_of("owner"))
-        owner.migrate()  # owning the schema is enough
+        registration.migrate(owner.store)  # owning the schema is enough
         make_log(r.dsn_of("owner"), "clicks").close()
         make_log(r.dsn_of("owner"), "other").close()
         (tmp_path / "clicks_dag.py").write_text(DAG_FILE.format(job=REPO / "spark_jobs" / "words.py"))
@@ -333,7 +334,7 @@ def test_a_producer_can_neither_take_nor_stall_a_turn(roles: Roles, monkeypatch:
     turn = publish._take_turn(runtime, "airflow_txn.clicks.feed")  # not stalled
     owner = StateStore(roles.dsn_of("owner"), schema="airflow_txn")
     started = rebuild.begin(owner, "clicks")  # not "a rebuild running"
-    assert rebuild.abort(owner, "clicks", rebuild=started)
+    assert rebuild.abort(owner, "clicks", started=started)
     for statement in ("SELECT name FROM airflow_txn.turns FOR UPDATE", "INSERT INTO airflow_txn.turns VALUES ('x')",
                       "SELECT name FROM airflow_txn.turns FOR UPDATE SKIP LOCKED"):
         roles.refused("producer", statement)

@@ -12,7 +12,7 @@ import pytest
 from psycopg2 import sql
 
 from airflow_transactional.spark import stage
-from airflow_transactional.store import sql as q
+from airflow_transactional.store import state as q
 from tests.helpers import query
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import ReplayBehindState
 from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
-from airflow_transactional.store import sql as q
+from airflow_transactional.store import state as q
 from airflow_transactional.store.connection import Database
 from airflow_transactional.values import (
     Combiner,
@@ -99,7 +99,7 @@ def test_a_commit_that_applied_every_staged_key_does_not_look_for_keys_ahead(
     for keys ahead of it -- a third of the commit's time."""
     from airflow_transactional.coordinator import Coordinator
     from airflow_transactional.core import apply
-    from airflow_transactional.store import sql as q
+    from airflow_transactional.store import state as q
     from tests.helpers import click, make_log, run_one
 
     looked = []

@@ -12,6 +12,7 @@ import psycopg2.extras
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import attempts as core_attempts
 from airflow_transactional.model import DEFAULT_SCHEMA as S
 from airflow_transactional.processing import process_batch
 from airflow_transactional.store import attempts, catalog, commits, topologies, transactions
@@ -37,14 +38,14 @@ def two_txids(coordinator: Coordinator, dsn: str) -> Coordinator:
     coordinator.register(counting_topology())
     run_one(coordinator, "clicks", "r1")
     txid = coordinator.plan("clicks", "r2").txid
-    attempt, _ = coordinator.begin_attempt("clicks", txid)
-    coordinator.fail_attempt(attempt, "boom")
+    attempt, _ = core_attempts.begin_attempt(coordinator.store, "clicks", txid)
+    core_attempts.fail_attempt(coordinator.store, attempt, "boom")
     process_batch(coordinator, "clicks", txid, lambda r: [("clicks_count", (r["user"],), 1)])
     return coordinator
 
 
 def test_every_row_type_names_columns_of_its_table(two_txids: Coordinator) -> None:
-    with two_txids.db.transaction() as cur:
+    with two_txids.store.db.transaction() as cur:
         for names, table in [(topologies.TopologyRow._fields, "topologies"), (TXN_FIELDS, "transactions"),
                              (commits.CommitRecord._fields, "commits"), (attempts.Outcome._fields, "attempts"),
                              (attempts.Finished._fields, "attempts")]:
@@ -58,7 +59,7 @@ def test_rows_read_through_the_store_equal_the_columns_of_their_names(two_txids:
     [topology] = rows(dsn, f"SELECT * FROM {S}.topologies")
     by_txid = {r["txid"]: r for r in rows(dsn, f"SELECT * FROM {S}.transactions")}
     [logged] = rows(dsn, f"SELECT * FROM {S}.commits")
-    with two_txids.db.transaction() as cur:
+    with two_txids.store.db.transaction() as cur:
         got = topologies.get(cur, S, "clicks")
         assert got is not None and got._asdict() == {f: topology[f] for f in topologies.TopologyRow._fields}
         for txid in (1, 2):
@@ -83,7 +84,7 @@ def test_rows_read_through_the_store_equal_the_columns_of_their_names(two_txids:
 
 
 def test_a_failed_txid_is_found_and_lifted(two_txids: Coordinator) -> None:
-    with two_txids.db.transaction() as cur:
+    with two_txids.store.db.transaction() as cur:
         assert transactions.first_failed_before(cur, S, "clicks", 3) is None
         transactions.mark_failed(cur, S, "clicks", 2, "x" * 5000)
         failed = transactions.first_failed_before(cur, S, "clicks", 3)

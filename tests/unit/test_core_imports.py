@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 CORE = ["airflow_transactional", "airflow_transactional.coordinator", "airflow_transactional.spec",
-        "airflow_transactional.values", "airflow_transactional.sources", "airflow_transactional.store.sql",
+        "airflow_transactional.values", "airflow_transactional.sources", "airflow_transactional.store.state",
         "airflow_transactional.store.migrations", "airflow_transactional.store.privileges",
         "airflow_transactional.processing", "airflow_transactional.files",
         "airflow_transactional.spark.submit", "airflow_transactional.identifiers", "airflow_transactional.exceptions"]

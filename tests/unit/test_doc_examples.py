@@ -6,6 +6,7 @@ working fails the suite. A page's Python or YAML block that is not an include fa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -70,7 +71,7 @@ def test_the_stall_watch_sample_pages_through_its_callback(bag: Any, monkeypatch
                                   ask_lags=lambda ids: None,
                                   close=lambda: None)
     monkeypatch.setattr(stalls, "TransactionalHook", lambda conn_id: SimpleNamespace(
-        get_coordinator=lambda: coordinator))
+        coordinator=lambda: contextlib.nullcontext(coordinator)))
     monkeypatch.setattr(stalls, "datetime", SimpleNamespace(now=lambda tz: NOW,
                                                             fromisoformat=stalls.datetime.fromisoformat))
     monkeypatch.setattr(metrics, "_stats", lambda: SimpleNamespace(gauge=lambda *a, **k: None))

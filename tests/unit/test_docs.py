@@ -43,7 +43,7 @@ def test_the_docs_site_builds_with_every_link_and_anchor_checked(tmp_path: Path)
     sent = set(re.findall(r'name\(topology_id, "(\w+)"\)', Path(metrics.__file__).read_text()))
     table = (tmp_path / "site" / "reference" / "metrics.html").read_text()
     assert len(sent) >= 10 and all(f"<code>{m}</code>" in table for m in sent), sent
-    sql = (REPO / "provider" / "airflow_transactional" / "store" / "schema" / "0001_baseline.sql").read_text()
+    sql = (REPO / "provider" / "airflow_transactional" / "store" / "schema" / "0001_first_release.sql").read_text()
     tables = (tmp_path / "site" / "reference" / "state-store.html").read_text()
     created = re.findall(r"^CREATE TABLE \{s\}\.(\w+)", sql, re.M)
     assert len(created) >= 10 and all(f"<code>{t}</code>" in tables for t in created), created

@@ -39,7 +39,7 @@ def test_the_wheel_holds_the_provider_and_no_development_stack(tmp_path: Path) -
     names = zipfile.ZipFile(wheel).namelist()
     assert {"airflow_transactional/coordinator.py", "airflow_transactional/spark/submit.py",
             "airflow_transactional/airflow/operators/process.py", "airflow_transactional/store/transactions.py",
-            "airflow_transactional/core/commit.py", "airflow_transactional/store/schema/0001_baseline.sql",
+            "airflow_transactional/core/commit.py", "airflow_transactional/store/schema/0001_first_release.sql",
             "airflow_transactional/store/queries/decisions.sql"} <= set(names)
     assert not [n for n in names if n.startswith("airflow_transactional/") and n.count("/") == 1
                 and n.split("/")[1] in ("dag.py", "hooks.py", "submit.py", "triggers.py", "rebuild.py")]

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from airflow_transactional.store import queries
+from airflow_transactional.store import statements as queries
 
 PACKAGE = pathlib.Path(queries.__file__).parent.parent
 FILES = sorted((PACKAGE / "store" / "queries").glob("*.sql"))

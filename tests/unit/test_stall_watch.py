@@ -4,6 +4,7 @@ a real stack: tests/e2e/test_operations.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -58,7 +59,7 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
     coordinator = SimpleNamespace(topologies=lambda: specs, status=lambda t, **_: statuses[t],
                                   ask_lags=lambda ids: None, close=lambda: None)
     monkeypatch.setattr(stalls, "TransactionalHook", lambda conn_id: SimpleNamespace(
-        get_coordinator=lambda: coordinator))
+        coordinator=lambda: contextlib.nullcontext(coordinator)))
     monkeypatch.setattr(stalls, "datetime", SimpleNamespace(now=lambda tz: NOW, fromisoformat=datetime.fromisoformat))
     gauges: list[tuple[str, float]] = []
     monkeypatch.setattr(metrics, "_stats", lambda: SimpleNamespace(

@@ -38,11 +38,8 @@ def blocker(topology_id: str, conn_id: str) -> tuple[bool, str | None]:
     """(stalled, what blocks it) as the topology's status says; (False, None) when the store cannot
     be asked (a deadline's warning is sent all the same)."""
     try:
-        coordinator = TransactionalHook(conn_id).get_coordinator()
-        try:
+        with TransactionalHook(conn_id).coordinator() as coordinator:
             status = coordinator.status(topology_id)
-        finally:
-            coordinator.close()
     except Exception as exc:  # the store is out of reach, the connection missing: still warn
         log.warning("topology %s: its status could not be read for the deadline's warning (%s)", topology_id,
                     type(exc).__name__)

@@ -95,16 +95,14 @@ class TransactionalHook(BaseHook):
     def state_schema(self) -> str:
         return str(self._extras().get("state_schema") or DEFAULT_SCHEMA)
 
-    def get_coordinator(self, **kwargs: Any) -> Coordinator:
+    def coordinator(self, **kwargs: Any) -> Coordinator:
         """A coordinator of this store whose Kafka sources and outputs resolve Airflow's connections."""
         return Coordinator(self.get_dsn(), schema=self.state_schema(), connections=AIRFLOW_CONNECTIONS, **kwargs)
 
     def test_connection(self) -> tuple[bool, str]:
         """Used by the "Test" button of the connection form."""
-        coordinator = self.get_coordinator()
         try:
-            return True, f"connected: {coordinator.ping()}"
+            with self.coordinator() as coordinator:
+                return True, f"connected: {coordinator.ping()}"
         except Exception as exc:  # reported to the UI, not raised
             return False, str(exc)
-        finally:
-            coordinator.close()

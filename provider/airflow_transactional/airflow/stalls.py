@@ -130,8 +130,7 @@ class StallWatchOperator(BaseOperator):
         ti.xcom_push(key=XCOM_KEY, value={s.topology_id: s.since.isoformat() for s in stalls.values()})
 
     def check(self, now: datetime) -> tuple[dict[str, Stall], dict[str, TopologyStatus]]:
-        coordinator = TransactionalHook(self.transactional_conn_id).get_coordinator()
-        try:
+        with TransactionalHook(self.transactional_conn_id).coordinator() as coordinator:
             known = {spec.topology_id: spec for spec in coordinator.topologies()}
             if self.topologies is not None:
                 missing = sorted(set(self.topologies) - set(known))
@@ -146,8 +145,6 @@ class StallWatchOperator(BaseOperator):
                     statuses[t] = coordinator.status(t, lag_wait=PATIENT_LAG_WAIT)
                 except Exception as exc:  # one unreadable topology does not blind the watch to the others
                     self.log.warning("topology %s: its status could not be read: %s", t, exc)
-        finally:
-            coordinator.close()
         stalls = {t: s for t, s in ((t, stall_of(st, now)) for t, st in statuses.items()) if s is not None}
         return stalls, statuses
 

@@ -1,4 +1,4 @@
-"""Applying one state's staged delta in the commit, under the value rules (``store/sql.py``'s
+"""Applying one state's staged delta in the commit, under the value rules (``store/state.py``'s
 upsert): a replay behind the stored txid is refused, never applied; a key whose committed value
 plus the delta would leave the state's type is set aside in the quarantine, with the reason,
 instead of failing the commit on every try (:mod:`..limits`)."""
@@ -17,7 +17,7 @@ from ..exceptions import ReplayBehindState
 from ..limits import QUARANTINE_RECORD_CHARS
 from ..spec import StateSpec
 from ..store import catalog, commits
-from ..store import sql as q
+from ..store import state as q
 from ..store.rows import scalar
 from .context import StateStore
 

@@ -21,7 +21,7 @@ from ..model import Attempt, OutputStaging, StagedEvent, Transaction
 from ..sources.base import Record
 from ..store import attempts, commits, decisions, outputs, transactions
 from ..store import logs as event_logs
-from ..store import sql as q
+from ..store import state as q
 from ..store.attempts import Finished
 from ..store.connection import Database
 from ..store.copy import copy_line
@@ -168,9 +168,10 @@ def staging_copies(store: StateStore, topology_id: str) -> dict[str, str]:
 
 
 def output_staging(store: StateStore, topology_id: str) -> OutputStaging:
+    """The COPY statements (CSV) that stage output events and requests, and each output's partitions."""
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
-        requests = {d.name: q.copy_into(store.dec_staging(num, d), decisions.columns(spec.state(d.state)),
+        requests = {d.name: q.copy_into(store.decision_staging(num, d), decisions.columns(spec.state(d.state)),
                                         csv=True).as_string(cur) for d in spec.decisions}
         if not spec.outputs:
             return OutputStaging("", {}, requests)
@@ -209,8 +210,8 @@ def stage_requests(store: StateStore, attempt: Attempt, decision: str,
             buf.write(copy_line((attempt.txid, attempt.attempt, *key, seq, request, amount)))
             n += 1
         buf.seek(0)
-        cur.copy_expert(q.copy_into(store.dec_staging(num, d), decisions.columns(spec.state(d.state))).as_string(cur),
-                        buf)
+        staging = q.copy_into(store.decision_staging(num, d), decisions.columns(spec.state(d.state)))
+        cur.copy_expert(staging.as_string(cur), buf)
     return n
 
 
@@ -230,8 +231,8 @@ def finish_attempt(store: StateStore, attempt: Attempt, row_counts: Mapping[str,
             _same_records(store, cur, attempt, read_digest, opaque=spec.opaque)
         for d in spec.decisions:  # recorded now, in parallel with other txids, so the commit is per key
             decisions.prepare(cur, store.schema, attempt.topology_id, d, spec.state(d.state),
-                              store.dec_staging(num, d), store.dec_runs(num, d), attempt.txid, attempt.attempt,
-                              int(committed))
+                              store.decision_staging(num, d), store.decision_runs(num, d), attempt.txid,
+                              attempt.attempt, int(committed))
 
 
 def _same_records(store: StateStore, cur: Cursor, attempt: Attempt, digest: str, *, opaque: bool) -> None:
@@ -255,6 +256,7 @@ def _same_records(store: StateStore, cur: Cursor, attempt: Attempt, digest: str,
 
 
 def fail_attempt(store: StateStore, attempt: Attempt, error: str) -> None:
+    """Mark an attempt failed, with ``error`` (one line) as why."""
     with store.db.transaction() as cur:
         attempts.fail(cur, store.schema, attempt.topology_id, attempt.txid, attempt.attempt, error)
 

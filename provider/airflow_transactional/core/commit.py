@@ -36,7 +36,7 @@ from ..exceptions import (
 from ..model import CommitResult, Transaction, same_offsets
 from ..spec import TopologySpec
 from ..store import attempts, catalog, commits, decisions, outputs, topologies, transactions
-from ..store import sql as q
+from ..store import state as q
 from ..store.rows import scalar
 from . import apply, effects
 from .context import StateStore
@@ -165,7 +165,8 @@ def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, 
         cur.execute(q.count_staged(store.staging(num, state)), (txn.txid, attempt))
         found[state.name] = (f"state {state.name!r} has {{}} staged rows", int(scalar(cur)))
     for d in spec.decisions:
-        n = decisions.staged_count(cur, store.schema, txn.topology_id, d, store.dec_staging(num, d), txn.txid, attempt)
+        n = decisions.staged_count(cur, store.schema, txn.topology_id, d, store.decision_staging(num, d), txn.txid,
+                                   attempt)
         found[d.name] = (f"decision {d.name!r} has {{}} staged requests", n)
     if spec.outputs:
         events = outputs.staged_counts(cur, store.out_staging(num), txn.txid, attempt)

@@ -15,10 +15,10 @@ from psycopg2 import sql
 from .. import faults
 from ..exceptions import ReplayBehindState
 from ..model import CommitResult
-from ..store import sql as q
+from ..store import state as q
 from ..store import transactions
-from ..store.queries import query
 from ..store.rows import scalar
+from ..store.statements import query
 from . import commit, registration
 from .context import StateStore
 
@@ -55,7 +55,7 @@ def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int 
             copy = query("copy_out", select=q.staged_delta(store.staging(num, state), state))
             cur.copy_expert(cur.mogrify(copy, {"txid": txid, "attempt": chosen}).decode(), buf)
         buf.seek(0)
-        with store.ext_db(state.database).transaction() as ecur:
+        with store.external_db(state.database).transaction() as ecur:
             registration.ensure_state_table(store, ecur, topology_id, state)
             delta_table = sql.Identifier("txn_delta")
             ecur.execute(q.create_delta_table(delta_table, state))

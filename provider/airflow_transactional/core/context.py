@@ -18,7 +18,7 @@ from ..exceptions import ConfigError, UnknownTopology, UnknownTransaction
 from ..model import Offsets, Transaction
 from ..spec import DecisionSpec, StateSpec, TopologySpec
 from ..store import decisions, outputs, topologies, transactions, turns
-from ..store import sql as q
+from ..store import state as q
 from ..store.connection import Database
 
 
@@ -59,11 +59,11 @@ class StateStore:
         """The staging table of a state of topology number ``num``."""
         return q.staging_table(self.schema, num, state)
 
-    def dec_staging(self, num: int, decision: DecisionSpec) -> sql.Composed:
+    def decision_staging(self, num: int, decision: DecisionSpec) -> sql.Composed:
         """The staging table of the requests of a decision of topology number ``num``."""
         return decisions.staging_table(self.schema, num, decision)
 
-    def dec_runs(self, num: int, decision: DecisionSpec) -> sql.Composed:
+    def decision_runs(self, num: int, decision: DecisionSpec) -> sql.Composed:
         """The runs of requests per key of a decision's completed attempts (topology number ``num``)."""
         return decisions.runs_table(self.schema, num, decision)
 
@@ -71,7 +71,7 @@ class StateStore:
         """The staging table of the output events of topology number ``num``."""
         return outputs.staging_table(self.schema, num)
 
-    def ext_db(self, name: str) -> Database:
+    def external_db(self, name: str) -> Database:
         """The database of states declared with ``database=name``."""
         if name not in self.external:
             if name not in self.external_dsns:

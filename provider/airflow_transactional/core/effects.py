@@ -18,7 +18,7 @@ def decide(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: T
     if attempt is None:
         return {}
     return {d.name: decisions.decide(cur, store.schema, spec.topology_id, d, spec.state(d.state),
-                                     store.dec_staging(num, d), store.dec_runs(num, d), txid, attempt,
+                                     store.decision_staging(num, d), store.decision_runs(num, d), txid, attempt,
                                      declines=bool(spec.outputs))
             for d in spec.decisions}
 

@@ -13,7 +13,7 @@ from .context import StateStore
 log = logging.getLogger(__name__)
 
 
-def retrying(store: StateStore, topology_id: str, txid: int) -> None:
+def lift_failed(store: StateStore, topology_id: str, txid: int) -> None:
     """A task of ``txid``'s run runs again (a retry, a clear, a backfill): it no longer failed
     for good, so later commits wait for it again instead of failing fast."""
     with store.db.transaction() as cur:

@@ -53,11 +53,13 @@ def plan(store: StateStore, topology_id: str, run_key: str) -> Transaction:
 
 
 def transaction(store: StateStore, topology_id: str, txid: int) -> Transaction:
+    """The transaction ``txid`` of a topology."""
     with store.db.transaction() as cur:
         return store.txn(cur, topology_id, txid)
 
 
 def transaction_for_run(store: StateStore, topology_id: str, run_key: str) -> Transaction | None:
+    """The transaction a run planned (by its run key), or None."""
     with store.db.transaction() as cur:
         txid = transactions.txid_of_run(cur, store.schema, topology_id, run_key)
         return None if txid is None else store.txn(cur, topology_id, txid)

@@ -33,7 +33,7 @@ from psycopg2 import sql
 from ..exceptions import ConfigError, RebuildInProgress, TransactionalError
 from ..spec import StateSpec
 from ..store import attempts, catalog, commits, topologies, turns
-from ..store import sql as q
+from ..store import state as q
 from ..store.topologies import RebuildMark
 from . import status
 from .context import StateStore
@@ -137,21 +137,21 @@ def swap(store: StateStore, rebuild: Rebuild) -> dict[str, Any]:
     return result
 
 
-def abort(store: StateStore, topology_id: str, *, rebuild: Rebuild | None = None, force: bool = False) -> bool:
+def abort(store: StateStore, topology_id: str, *, started: Rebuild | None = None, force: bool = False) -> bool:
     """Forget a rebuild that did not finish; the journal is freed by ``recover``. False: none to abort.
 
-    Given ``rebuild`` (the rebuild's own clean-up), only that rebuild is forgotten. Otherwise (an
+    Given ``started`` (the rebuild's own clean-up), only that rebuild is forgotten. Otherwise (an
     operator) a rebuild whose process is still alive is refused unless ``force``: it would
     otherwise load on, and its swap would then fail.
     """
-    if rebuild is None and not force and not _hold(store, topology_id):
+    if started is None and not force and not _hold(store, topology_id):
         raise RebuildInProgress(f"the rebuild of {topology_id!r} is still running (its process holds the rebuild "
                                 "lock): let it finish, stop it, or pass --force to abort it anyway")
     try:
         with store.db.transaction() as cur:
             num, spec, _c, _o = store.load(cur, topology_id, lock=True)
             running = topologies.rebuild_mark(cur, store.schema, topology_id)
-            if running.rebuild_from_txid is None or (rebuild is not None and rebuild.rebuild_id != running.rebuild_id):
+            if running.rebuild_from_txid is None or (started is not None and started.rebuild_id != running.rebuild_id):
                 return False
             topologies.set_rebuild_mark(cur, store.schema, topology_id, NO_REBUILD)
             for state in spec.states:

@@ -20,7 +20,7 @@ from ..exceptions import (
 from ..spec import StateSpec, TopologySpec
 from ..store import catalog, commits, decisions, outputs, privileges
 from ..store import logs as event_logs
-from ..store import sql as q
+from ..store import state as q
 from ..store import topologies as topology_rows
 from ..store.migrations import migrate as migrate_schema
 from .context import StateStore
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 
 def migrate(store: StateStore) -> list[int]:
+    """Bring the provider's schema up to date; the versions applied now."""
     return migrate_schema(store.db, store.schema)
 
 
@@ -55,7 +56,7 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
     migrate(store)
     for state in spec.states:
         if state.database is not None:
-            with store.ext_db(state.database).transaction() as ecur:
+            with store.external_db(state.database).transaction() as ecur:
                 ensure_state_table(store, ecur, spec.topology_id, state)
     config = spec.to_config()
     with store.db.transaction() as cur:
@@ -89,9 +90,9 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
                 cur.execute(outputs.create_staging_table(store.out_staging(num)))
         for d in spec.decisions:
             decisions.check_headroom(cur, d, spec.state(d.state))
-            if not catalog.exists(cur, store.dec_staging(num, d)):
-                cur.execute(decisions.create_staging_table(store.dec_staging(num, d), spec.state(d.state)))
-            decisions.ensure_runs_table(cur, store.dec_runs(num, d), spec.state(d.state))
+            if not catalog.exists(cur, store.decision_staging(num, d)):
+                cur.execute(decisions.create_staging_table(store.decision_staging(num, d), spec.state(d.state)))
+            decisions.ensure_runs_table(cur, store.decision_runs(num, d), spec.state(d.state))
     store.specs[spec.topology_id] = (num, spec)
 
 
@@ -99,7 +100,7 @@ def _tables_exist(store: StateStore, cur: psycopg2.extensions.cursor, num: int, 
     """Whether every table of the registered ``spec`` (number ``num``) is there."""
     tables = [store.staging(num, s) for s in spec.states]
     tables += [q.state_table(s) for s in spec.states if s.database is None]
-    tables += [t for d in spec.decisions for t in (store.dec_staging(num, d), store.dec_runs(num, d))]
+    tables += [t for d in spec.decisions for t in (store.decision_staging(num, d), store.decision_runs(num, d))]
     tables += [store.out_staging(num)] if spec.outputs else []
     return all(catalog.exists(cur, t) for t in tables)
 
@@ -118,8 +119,8 @@ def reset(store: StateStore, topology_id: str) -> Reset:
     dropped, kept = [], []
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id, lock=True)
-        tables = [store.out_staging(num), *(store.dec_staging(num, d) for d in spec.decisions),
-                  *(store.dec_runs(num, d) for d in spec.decisions)]
+        tables = [store.out_staging(num), *(store.decision_staging(num, d) for d in spec.decisions),
+                  *(store.decision_runs(num, d) for d in spec.decisions)]
         for state in spec.states:
             tables += [store.staging(num, state), q.audit_table(store.schema, num, state, purpose="rebuild")]
         for state in spec.states:
@@ -245,5 +246,6 @@ def topologies(store: StateStore) -> list[TopologySpec]:
 
 
 def spec(store: StateStore, topology_id: str) -> TopologySpec:
+    """The declaration ``topology_id`` was registered with."""
     with store.db.transaction() as cur:
         return store.load(cur, topology_id)[1]

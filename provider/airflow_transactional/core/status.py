@@ -19,7 +19,7 @@ from ..sources.base import Source
 from ..spec import StateSpec
 from ..store import attempts, catalog, decisions, topologies, transactions
 from ..store import commits as commit_log
-from ..store import sql as q
+from ..store import state as q
 from . import lag as lag_
 from . import liveness
 from .context import StateStore
@@ -31,6 +31,9 @@ PHASES = {"running": "processing", "complete": "processed", "failed": "failed"}
 
 
 def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None) -> TopologyStatus:
+    """Where ``topology_id`` stands. A Kafka source's lag is waited for ``lag_wait`` seconds at
+    most (default: a view's few, :data:`.lag.WAIT`; a check that can afford it: :data:`.lag.PATIENT`),
+    else it is unknown, with why."""
     with store.db.transaction() as cur:
         _num, spec, committed, offsets = store.load(cur, topology_id)
         progress = topologies.progress(cur, store.schema, topology_id)
@@ -97,8 +100,8 @@ def recover(store: StateStore, topology_id: str) -> RecoverResult:
         num, spec, _committed, _o = store.load(cur, topology_id, lock=True)
         result.attempts_discarded = attempts.discard_superseded(cur, store.schema, topology_id)
         staged = [(s.name, store.staging(num, s)) for s in spec.states]
-        staged += [(f"requests of {d.name}", store.dec_staging(num, d)) for d in spec.decisions]
-        staged += [(f"request runs of {d.name}", store.dec_runs(num, d)) for d in spec.decisions]
+        staged += [(f"requests of {d.name}", store.decision_staging(num, d)) for d in spec.decisions]
+        staged += [(f"request runs of {d.name}", store.decision_runs(num, d)) for d in spec.decisions]
         if spec.outputs:
             staged.append(("output events", store.out_staging(num)))
         for name, staging in staged:
@@ -115,6 +118,7 @@ def recover(store: StateStore, topology_id: str) -> RecoverResult:
 
 def verdicts(store: StateStore, topology_id: str, decision: str,
              request_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The verdicts of ``decision`` on ``request_ids``, by request id (absent: not decided yet)."""
     with store.db.transaction() as cur:
         store.load(cur, topology_id)[1].decision(decision)  # names the decisions for a wrong name
         return decisions.verdicts(cur, store.schema, topology_id, decision, list(request_ids))

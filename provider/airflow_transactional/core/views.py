@@ -31,6 +31,7 @@ def phase(in_flight_phase: str, txid: int, committed_txid: int) -> str:
 
 
 def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) -> dict[str, Any]:
+    """Where a topology stands: txids in flight and their phase, lag, commit rate, blocker."""
     st = status_.status(store, topology_id)
     with store.db.transaction() as cur:
         rate = views.commit_rate(cur, store.schema, topology_id, RATE_MINUTES)
@@ -134,6 +135,7 @@ def run(store: StateStore, topology_id: str, run_key: str) -> dict[str, Any] | N
 
 def quarantined(store: StateStore, topology_id: str, txid: int, *, reason: str | None, limit: int,
                 offset: int) -> list[dict[str, Any]]:
+    """The bad records the attempts of ``txid`` found, optionally of one reason."""
     with store.db.transaction() as cur:
         rows = views.quarantined(cur, store.schema, topology_id, txid, reason=reason, limit=limit, offset=offset)
     return [r._asdict() for r in rows]

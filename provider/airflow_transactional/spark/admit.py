@@ -47,7 +47,7 @@ class SetAside:
     def next_slice(self) -> str:
         """The name of the attempt's next COPY into the quarantine: each of its rows is written with
         it and its Spark partition, so the commit can tell a slice a task copied twice (see
-        ``store/schema/0004_quarantine_writers.sql``)."""
+        the quarantine's ``slice`` column in ``store/schema/0001_first_release.sql``)."""
         self.copies += 1
         return str(self.copies)
 

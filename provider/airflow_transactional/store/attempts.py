@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 from psycopg2 import sql
 from psycopg2.extras import Json
 
-from .queries import query
 from .rows import Cursor, one, scalar
+from .statements import query
 
 
 class Outcome(NamedTuple):

@@ -8,8 +8,8 @@ from typing import NamedTuple
 
 from psycopg2 import sql
 
-from .queries import query
 from .rows import Cursor, one, scalar
+from .statements import query
 
 
 def exists(cur: Cursor, table: sql.Composed) -> bool:

@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 from psycopg2.extras import Json
 
 from ..model import Offsets
-from .queries import query
 from .rows import Cursor, column_list, every, one, only
+from .statements import query
 
 #: The columns of a quarantined record, in the order ``insert_quarantined`` and the COPY take them.
 QUARANTINE_COLUMNS = ("topology_id", "txid", "attempt", "source_offset", "event_id", "reason", "record",

@@ -32,9 +32,9 @@ from psycopg2 import sql
 from .. import limits
 from ..exceptions import ConfigError
 from . import catalog, turns
-from . import sql as q
-from .queries import query
+from . import state as q
 from .rows import Cursor
+from .statements import query
 
 if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
     from ..spec import DecisionSpec, StateSpec
@@ -43,12 +43,13 @@ if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
 
 def staging_table(schema: str, topology_num: int, decision: DecisionSpec) -> sql.Composed:
     """The requests staged for one decision of topology number ``topology_num``."""
-    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"dec_{topology_num}_{decision.name}"))
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"requests_{topology_num}_{decision.name}"))
 
 
 def runs_table(schema: str, topology_num: int, decision: DecisionSpec) -> sql.Composed:
     """Per completed attempt and key, its run of requests (see :func:`prepare`)."""
-    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"dek_{topology_num}_{decision.name}"))
+    name = f"request_runs_{topology_num}_{decision.name}"
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
 
 
 def columns(state: StateSpec) -> list[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .queries import query
 from .rows import Cursor, every, scalar
+from .statements import query
 
 
 class FileRow(NamedTuple):

@@ -15,8 +15,8 @@ from typing import IO, Any, NamedTuple
 
 from psycopg2 import sql
 
-from .queries import query
 from .rows import Cursor, every, one, scalar
+from .statements import query
 
 __all__ = ["Bounds", "Partition", "append", "bounds", "copy_csv", "count", "ensure", "oldest_after", "partition_counts",
            "partitions", "read", "truncate"]

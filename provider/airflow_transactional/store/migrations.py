@@ -19,8 +19,8 @@ from ..exceptions import ConfigError
 from ..model import DEFAULT_SCHEMA
 from . import catalog
 from .connection import Database
-from .queries import query
 from .rows import table
+from .statements import query
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 from psycopg2 import sql
 
-from .queries import query
 from .rows import Cursor
+from .statements import query
 
 #: The one channel of every state store on a server; a notice names its schema and topology.
 CHANNEL = "airflow_transactional"

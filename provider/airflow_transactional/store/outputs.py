@@ -16,8 +16,8 @@ from typing import NamedTuple
 from psycopg2 import sql
 
 from ..exceptions import IdCollision
-from .queries import query
 from .rows import Cursor, every
+from .statements import query
 
 #: Columns of a topology's output staging table, in COPY order. An event with a ``request`` is
 #: appended only if that request of ``decision`` got the verdict ``granted`` (true or false).

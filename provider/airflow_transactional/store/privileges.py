@@ -25,7 +25,7 @@ from psycopg2 import sql
 
 from .. import identifiers
 from . import decisions, outputs
-from . import sql as q
+from . import state as q
 
 if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
     from ..spec import TopologySpec

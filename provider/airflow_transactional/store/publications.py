@@ -7,8 +7,8 @@ from typing import NamedTuple
 from psycopg2.extras import Json
 
 from ..model import Offsets
-from .queries import query
 from .rows import Cursor, one, scalar
+from .statements import query
 
 
 class Published(NamedTuple):

@@ -12,8 +12,8 @@ from psycopg2.extras import Json
 
 from ..model import Offsets
 from . import notices
-from .queries import query
 from .rows import Cursor, one, only, scalar
+from .statements import query
 
 FOR_UPDATE = {True: sql.SQL(" FOR UPDATE"), False: sql.SQL("")}
 

@@ -11,8 +11,8 @@ from psycopg2.extras import Json
 
 from ..model import Offsets, PlannedRun, Transaction
 from . import notices
-from .queries import query
 from .rows import Cursor, column_list, every, one, scalar
+from .statements import query
 from .topologies import FOR_UPDATE
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import psycopg2.extensions
 
 from .connection import connect
-from .queries import query
 from .rows import Cursor
+from .statements import query
 
 
 def take(cur: Cursor, schema: str, name: str) -> None:

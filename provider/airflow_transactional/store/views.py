@@ -8,8 +8,8 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from ..model import Offsets
-from .queries import query
 from .rows import Cursor, every
+from .statements import query
 
 
 class TxnRow(NamedTuple):

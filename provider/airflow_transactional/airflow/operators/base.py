@@ -83,7 +83,7 @@ class TopologyTask(BaseOperator):
         return str(self.topology["topology_id"])
 
     def coordinator(self) -> Coordinator:
-        return TransactionalHook(self.transactional_conn_id).get_coordinator()
+        return TransactionalHook(self.transactional_conn_id).coordinator()
 
     def run_transaction(self, coordinator: Coordinator, context: Mapping[str, Any]) -> Transaction:
         txn = coordinator.transaction_for_run(self.topology_id, context["run_id"])
@@ -96,16 +96,13 @@ class TopologyTask(BaseOperator):
         """What OpenLineage hears when the task ends (:mod:`airflow_transactional.airflow.lineage`):
         the source it read, the outputs when it writes them, the run's transaction."""
         hook = TransactionalHook(self.transactional_conn_id)
-        coordinator = hook.get_coordinator()
-        try:
+        with hook.coordinator() as coordinator:
             txn = coordinator.transaction_for_run(self.topology_id, task_instance.run_id)
             commit = None
             if txn is not None and txn.committed:
                 commit = next(iter(coordinator.commits(self.topology_id, txn.txid)), None)
             return lineage.operator_lineage(self.topology, hook.get_dsn(), coordinator.schema, txn, commit,
                                             writes=self.writes_outputs)
-        finally:
-            coordinator.close()
 
     def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
         return self.get_openlineage_facets_on_complete(task_instance)

@@ -41,16 +41,13 @@ class CommitOperator(WaitingTask):
         super().fail_blocked(context, reason, coordinator)
 
     def take_turn(self, context: Any, *, deadline: float, fresh: bool, may_wait: bool = True) -> dict[str, Any]:
-        coordinator = self.coordinator()
-        try:
+        with self.coordinator() as coordinator:
             txn = self.run_transaction(coordinator, context)
             if fresh and not txn.committed:
-                coordinator.retrying(self.topology_id, txn.txid)  # a cleared commit: its txid is live again
+                coordinator.lift_failed(self.topology_id, txn.txid)  # a cleared commit: its txid is live again
             result, took = self.wait_turn(coordinator, context, lambda: self._commit(coordinator, context, txn),
                                           deadline=deadline, may_wait=may_wait)
             self._tell(coordinator, context, result, took)
-        finally:
-            coordinator.close()
         self.log.info("%s", result.message)
         return {"txid": result.txid, "committed": result.committed, "attempt": result.attempt,
                 "committed_at": result.committed_at.isoformat() if result.committed_at else None}

@@ -28,16 +28,13 @@ class PlanOperator(WaitingTask):
     default_poll_interval = 2.0
 
     def take_turn(self, context: Any, *, deadline: float, fresh: bool, may_wait: bool = True) -> dict[str, Any]:
-        coordinator = self.coordinator()
-        try:
+        with self.coordinator() as coordinator:
             if fresh:
                 coordinator.register(TopologySpec.from_config(self.topology))
             watch = self.watch(context)
             txn = self.wait_turn(coordinator, context, lambda: self.adopt_orphan(coordinator, context, watch)
                                  or coordinator.plan(self.topology_id, context["run_id"]),
                                  deadline=deadline, may_wait=may_wait)
-        finally:
-            coordinator.close()
         state = "committed" if txn.committed else "planned"
         self.log.info("run %s is txid %d of topology %s (%s, %d records; %s)", context["run_id"], txn.txid,
                       self.topology_id, state, txn.planned_records, span_text(txn.start_offsets, txn.end_offsets))

@@ -19,6 +19,8 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from ... import faults
+from ...coordinator import Coordinator
+from ...model import Transaction
 from ...sources import KafkaSource, Source, source_from_config
 from ...sources.kafka import connections_for
 from ...spark import cds
@@ -85,36 +87,40 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         hook = TransactionalHook(self.transactional_conn_id)
-        coordinator = hook.get_coordinator()
         delivery: DsnDelivery | None = None
-        try:
-            txn = self.run_transaction(coordinator, context)
-            faults.point("process.begin", scope=(self.topology_id, str(txn.txid)))
-            if txn.committed:
-                self.skip(f"txid {txn.txid} already committed at {txn.committed_at}; nothing to do")
-            coordinator.retrying(self.topology_id, txn.txid)
-            if txn.empty:
-                self.skip(f"txid {txn.txid} is an empty batch: no spark-submit")
-            done = coordinator.latest_complete_attempt(self.topology_id, txn.txid) if self.reuse_staged_output else None
-            if done is not None:
-                self.skip(f"txid {txn.txid}: attempt {done[0]} of its current plan completed at {done[1]}; reusing "
-                          "its staged output (no spark-submit). Set reuse_staged_output=False to recompute on every "
-                          "clear")
-            self.log.info("processing txid %d of topology %s (%d records)%s", txn.txid, self.topology_id,
-                          txn.planned_records, " on Spark Connect" if self.spark_connect_conn_id else "")
-            if self.spark_connect_conn_id:
-                self.application_args = self.job_args(txn.txid, coordinator.schema)
-                with self.failing_for_good(coordinator, context, "the Spark Connect job"):
-                    self.run_connect_client(self.spark_connect_conn_id, hook.get_dsn())
-                return
-            with self.failing_for_good(coordinator, context, "spark-submit"):
-                delivery = self.prepare_submit(txn.txid, coordinator.schema, hook.get_dsn(), batch=txn.batch,
-                                               planned_records=txn.planned_records)
-                super().execute(context)
-        finally:
-            if delivery is not None:
-                delivery.remove()
-            coordinator.close()
+        with hook.coordinator() as coordinator:
+            try:
+                txn = self.run_transaction(coordinator, context)
+                faults.point("process.begin", scope=(self.topology_id, str(txn.txid)))
+                self._skip_unless_work(coordinator, txn)
+                self.log.info("processing txid %d of topology %s (%d records)%s", txn.txid, self.topology_id,
+                              txn.planned_records, " on Spark Connect" if self.spark_connect_conn_id else "")
+                if self.spark_connect_conn_id:
+                    self.application_args = self.job_args(txn.txid, coordinator.schema)
+                    with self.failing_for_good(coordinator, context, "the Spark Connect job"):
+                        self.run_connect_client(self.spark_connect_conn_id, hook.get_dsn())
+                    return
+                with self.failing_for_good(coordinator, context, "spark-submit"):
+                    delivery = self.prepare_submit(txn.txid, coordinator.schema, hook.get_dsn(), batch=txn.batch,
+                                                   planned_records=txn.planned_records)
+                    super().execute(context)
+            finally:
+                if delivery is not None:
+                    delivery.remove()
+
+    def _skip_unless_work(self, coordinator: Coordinator, txn: Transaction) -> None:
+        """Skip the task when the txid needs no processing: committed, empty, or (reusing staged
+        output) an attempt of its current plan completed. A txid it processes is live again."""
+        if txn.committed:
+            self.skip(f"txid {txn.txid} already committed at {txn.committed_at}; nothing to do")
+        coordinator.lift_failed(self.topology_id, txn.txid)
+        if txn.empty:
+            self.skip(f"txid {txn.txid} is an empty batch: no spark-submit")
+        done = coordinator.latest_complete_attempt(self.topology_id, txn.txid) if self.reuse_staged_output else None
+        if done is not None:
+            self.skip(f"txid {txn.txid}: attempt {done[0]} of its current plan completed at {done[1]}; reusing "
+                      "its staged output (no spark-submit). Set reuse_staged_output=False to recompute on every "
+                      "clear")
 
     def _get_hook(self) -> SparkSubmitHook:
         """The Spark provider's hook, whose log of spark-submit's output leaves Spark's routine

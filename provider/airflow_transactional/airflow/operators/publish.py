@@ -15,12 +15,9 @@ class PublishOperator(TopologyTask):
     ui_color = "#e8f5e9"
 
     def execute(self, context: Any) -> dict[str, Any]:
-        coordinator = self.coordinator()
-        try:
+        with self.coordinator() as coordinator:
             txn = self.run_transaction(coordinator, context)
             done = coordinator.publish(self.topology_id, through_txid=txn.txid)
-        finally:
-            coordinator.close()
         for p in done:
             self.log.info("output %s: %s to Kafka topic %s (published through txid %d before this task)", p.output,
                           f"published txids {p.txids[0]}..{p.txids[-1]}" if p.txids else "nothing new to publish",

@@ -102,17 +102,16 @@ def store() -> Iterator[Coordinator]:
 
     conn_id = conf.get("transactional", "conn_id", fallback="transactional_default")
     try:
-        coordinator = TransactionalHook(conn_id).get_coordinator()
+        coordinator = TransactionalHook(conn_id).coordinator()
     except Exception as exc:  # the connection is not defined or cannot be read
         why = redact(str(exc))
         raise HTTPException(503, f"the state store's Airflow connection {conn_id!r} is not usable ({why}): add it "
                                  "under Admin > Connections, or name another one in [transactional] conn_id") from None
-    try:
-        yield coordinator
-    except CONNECTION_ERRORS as exc:
-        raise HTTPException(503, f"the state store cannot be reached: {redact(str(exc))}") from None
-    finally:
-        coordinator.close()
+    with coordinator:
+        try:
+            yield coordinator
+        except CONNECTION_ERRORS as exc:
+            raise HTTPException(503, f"the state store cannot be reached: {redact(str(exc))}") from None
 
 
 def readable(user: Any, dag_id: str) -> None:

@@ -27,7 +27,7 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 
 -- name: quarantine_copy
 -- How a Spark job streams its bad records in (CSV, from the executors), each row naming the COPY
--- slice and the Spark task that wrote it (schema/0004_quarantine_writers.sql).
+-- slice and the Spark task that wrote it (the table's slice and writer columns).
 COPY {s}.quarantine (topology_id, txid, attempt, slice, writer, source_offset, event_id, reason, record,
                      record_length)
 FROM STDIN WITH (FORMAT csv)

@@ -17,7 +17,11 @@ CREATE TABLE {s}.topologies (
     rebuild_from_txid bigint,
     rebuild_id        text,
     created_at        timestamptz NOT NULL DEFAULT now(),
-    updated_at        timestamptz NOT NULL DEFAULT now()
+    updated_at        timestamptz NOT NULL DEFAULT now(),
+    -- What a Kafka topology's committed batches skipped: offsets that held no committed record for a
+    -- read_committed reader (aborted transactions' records, transaction markers) -- the offsets a
+    -- batch's plan spans less the records its commit read.
+    offsets_skipped   bigint NOT NULL DEFAULT 0
 );
 
 -- One row per planned transaction (one DAG run): its batch as exact source offsets. A txid that
@@ -41,6 +45,14 @@ CREATE TABLE {s}.transactions (
     committed_at    timestamptz,
     failed_at       timestamptz,
     failure         text,
+    -- What the first complete attempt of the plan read (how many records, the sum of their
+    -- offsets' CRC-32s): a later attempt that read other records cannot complete (transactional).
+    read_digest     text,
+    -- How often its processing failed as Airflow saw it (a driver killed before it registered
+    -- an attempt leaves no attempt row), and the last reason, in one line.
+    failed_tries    integer NOT NULL DEFAULT 0,
+    last_try_failure text,
+    last_try_failed_at timestamptz,
     PRIMARY KEY (topology_id, txid),
     UNIQUE (topology_id, run_key)
 );
@@ -59,6 +71,8 @@ CREATE TABLE {s}.attempts (
     quarantined  bigint NOT NULL DEFAULT 0,
     worker       text,
     error        text,
+    -- What the attempt read: how many records, the sum of the CRC-32s of their offsets.
+    read_digest  text,
     PRIMARY KEY (topology_id, txid, attempt),
     FOREIGN KEY (topology_id, txid) REFERENCES {s}.transactions ON DELETE CASCADE
 );
@@ -94,7 +108,13 @@ CREATE TABLE {s}.quarantine (
     record        text,
     record_length bigint,
     committed     boolean NOT NULL DEFAULT false,
-    created_at    timestamptz NOT NULL DEFAULT clock_timestamp()
+    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- Which COPY wrote the row: the attempt's COPY and the Spark partition it streamed ('3:17'),
+    -- and the Spark task attempt that ran it (null: the driver, which runs each COPY once). A task
+    -- run again after its COPY committed copies its slice again; the commit keeps one writer's
+    -- rows per slice. (Two rows of one writer are two records, even with equal text.)
+    slice         text,
+    writer        bigint
 );
 CREATE INDEX ON {s}.quarantine (topology_id, txid, attempt);
 
@@ -138,16 +158,28 @@ CREATE TABLE {s}.log_writers (
 
 -- A partition's counters only ever move forward, whoever writes them: a rewound next_lsn would
 -- hand out LSNs a reader already passed, a rewound truncation point would resurrect nothing and
--- hide the loss, and truncating past the head would remove events not appended yet.
+-- hide the loss, and truncating past the head would remove events not appended yet. The owner's
+-- repair of a counter (airflow-txn repair-log): inside a transaction that set
+-- airflow_transactional.repair_log to 'on', the table's owner may move next_lsn back -- never to
+-- an LSN the partition holds (nor below what a reader planned: sources/eventlog.py checks).
 CREATE FUNCTION {s}.log_partition_guard() RETURNS trigger
 LANGUAGE plpgsql AS $body$
 BEGIN
+    IF NEW.next_lsn < OLD.next_lsn AND coalesce(current_setting('airflow_transactional.repair_log', true), '') = 'on'
+            AND pg_has_role(current_user, (SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = TG_RELID),
+                            'MEMBER')
+            AND NEW.truncated_through = OLD.truncated_through AND NEW.truncated_through < NEW.next_lsn
+            AND NOT EXISTS (SELECT 1 FROM {s}.log_events e WHERE e.log_name = NEW.log_name
+                            AND e.partition = NEW.partition AND e.lsn >= NEW.next_lsn) THEN
+        RETURN NEW;
+    END IF;
     IF NEW.next_lsn < OLD.next_lsn OR NEW.truncated_through < OLD.truncated_through
             OR NEW.truncated_through >= NEW.next_lsn THEN
         RAISE EXCEPTION 'log % partition %: next_lsn and truncated_through only move forward, and retention stops '
                         'at the head (next_lsn % -> %, truncated_through % -> %)', OLD.log_name, OLD.partition,
                         OLD.next_lsn, NEW.next_lsn, OLD.truncated_through, NEW.truncated_through
-            USING ERRCODE = 'check_violation';
+            USING ERRCODE = 'check_violation',
+                  HINT = 'a counter set too far by mistake is repaired by the schema''s owner: airflow-txn repair-log LOG';
     END IF;
     RETURN NEW;
 END
@@ -160,7 +192,8 @@ CREATE TRIGGER log_partition_guard BEFORE UPDATE ON {s}.log_partitions
 -- triples in the order given, under each partition's lock in partition order (so LSNs become
 -- visible in order, docs/design.md trap 6), drops ids the log holds or held (and repeats within
 -- the call), and refuses -- returning them -- ids longer than 512 bytes and ids in the id space
--- of a topology that appends to this log (its events are '<topology>:<origin>').
+-- of a topology that appends to this log (its events are '<topology>:<origin>'), and payloads
+-- over the record limit (limits.MAX_RECORD_BYTES).
 CREATE FUNCTION {s}.append_events(log text, partitions integer[], ids text[], payloads text[],
                                   OUT appended bigint, OUT duplicates bigint, OUT refused text[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $body$
@@ -195,7 +228,8 @@ BEGIN
     SELECT coalesce(array_agg(t.topology_id || ':'), '{{}}') INTO reserved FROM {s}.topologies t
     WHERE EXISTS (SELECT 1 FROM jsonb_array_elements(coalesce(t.spec->'outputs', '[]')) o
                   WHERE o->>'log' = append_events.log);
-    refused := ARRAY(SELECT r.id FROM unnest(ids) AS r(id) WHERE octet_length(r.id) > 512
+    refused := ARRAY(SELECT r.id FROM unnest(ids, payloads) AS r(id, payload)
+                     WHERE octet_length(r.id) > 512 OR octet_length(r.payload) > 1048576
                      OR EXISTS (SELECT 1 FROM unnest(reserved) p WHERE starts_with(r.id, p)));
     appended := 0;
     FOR part IN SELECT DISTINCT p FROM unnest(partitions) p ORDER BY p LOOP
@@ -226,6 +260,51 @@ END
 $body$;
 REVOKE ALL ON FUNCTION {s}.append_events(text, integer[], text[], text[]) FROM PUBLIC;
 
+-- The commit's door into a log (store/outputs.py): the run-time role appends a txid's output
+-- events through it and needs neither UPDATE on log_partitions nor INSERT on log_events -- with
+-- them it could set a partition's counter to the largest bigint (every later append failing,
+-- and the forward-only guard refusing any rewind) or write any event into any log. Under the
+-- partition's lock, it leaves out ids the log holds or held, numbers the rest from the next LSN
+-- in the order given, and advances the counter past them; an id held with another payload is
+-- reported (clash), not appended. first_lsn is null when the log has no such partition.
+CREATE FUNCTION {s}.append_outputs(log text, part integer, ids text[], payloads text[],
+                                   OUT first_lsn bigint, OUT handed_out bigint, OUT inserted bigint,
+                                   OUT clash text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $body$
+BEGIN
+    SELECT lp.next_lsn INTO first_lsn FROM {s}.log_partitions lp
+    WHERE lp.log_name = append_outputs.log AND lp.partition = part FOR UPDATE;
+    IF first_lsn IS NULL THEN
+        RETURN;
+    END IF;
+    IF cardinality(ids) IS DISTINCT FROM cardinality(payloads)
+            OR EXISTS (SELECT 1 FROM unnest(ids, payloads) AS r(id, payload) WHERE r.id IS NULL OR r.payload IS NULL) THEN
+        RAISE EXCEPTION 'append_outputs takes as many ids as payloads, none null' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- OFFSET 0 keeps each probe one index lookup per event (see append_events).
+    WITH given AS (
+        SELECT r.id, r.payload, r.ord,
+               (SELECT k.payload FROM {s}.log_events k WHERE k.log_name = append_outputs.log AND k.event_id = r.id
+                OFFSET 0) AS held,
+               EXISTS (SELECT 1 FROM {s}.log_retired_ids k WHERE k.log_name = append_outputs.log
+                       AND k.event_id = r.id OFFSET 0) AS retired
+        FROM unnest(ids, payloads) WITH ORDINALITY AS r(id, payload, ord)),
+    numbered AS (SELECT first_lsn + row_number() OVER (ORDER BY g.ord) - 1 AS lsn, g.id, g.payload
+                 FROM given g WHERE g.held IS NULL AND NOT g.retired),
+    ins AS (INSERT INTO {s}.log_events (log_name, partition, lsn, event_id, payload)
+            SELECT append_outputs.log, part, n.lsn, n.id, n.payload FROM numbered n
+            ON CONFLICT (log_name, event_id) DO NOTHING RETURNING 1)
+    SELECT (SELECT count(*) FROM numbered), (SELECT count(*) FROM ins),
+           (SELECT g.id FROM given g WHERE g.held <> g.payload ORDER BY g.id LIMIT 1)
+    INTO handed_out, inserted, clash;
+    IF clash IS NULL AND handed_out > 0 THEN
+        UPDATE {s}.log_partitions lp SET next_lsn = first_lsn + handed_out
+        WHERE lp.log_name = append_outputs.log AND lp.partition = part;
+    END IF;
+END
+$body$;
+REVOKE ALL ON FUNCTION {s}.append_outputs(text, integer, text[], text[]) FROM PUBLIC;
+
 -- Landing files (sources/landing.py), known by content: a file replaced under the same name is
 -- a new version (a new seq), and a planned file whose content changed is unavailable.
 CREATE TABLE {s}.landing_files (
@@ -238,6 +317,9 @@ CREATE TABLE {s}.landing_files (
     inode         bigint,
     sha256        text,
     registered_at timestamptz NOT NULL DEFAULT now(),
+    -- Whether every line is within the record limit and escapes no surrogate: Spark's JSON reader may
+    -- read the file as it is (null: not looked at, read as text and judged line by line).
+    plain         boolean,
     PRIMARY KEY (topology_id, seq)
 );
 CREATE INDEX ON {s}.landing_files (topology_id, path, seq);
@@ -339,3 +421,39 @@ BEGIN
     END LOOP;
 END
 $body$;
+
+-- Where each commit appended its output events: per (txid, output, partition) the range of LSNs,
+-- which only that commit wrote (it held the partition's lock), so a publisher reads exactly a
+-- txid's events.
+CREATE TABLE {s}.output_ranges (
+    topology_id text NOT NULL REFERENCES {s}.topologies ON DELETE CASCADE,
+    txid        bigint NOT NULL,
+    output      text NOT NULL,
+    log_name    text NOT NULL,
+    partition   integer NOT NULL,
+    first_lsn   bigint NOT NULL,
+    last_lsn    bigint NOT NULL,
+    PRIMARY KEY (topology_id, txid, output, partition)
+);
+
+-- How far each output published to Kafka is: the last txid published, and the topic's end offsets
+-- after it -- where a publisher that restarts looks for a later txid it published before it could
+-- record it here.
+CREATE TABLE {s}.publications (
+    topology_id    text NOT NULL REFERENCES {s}.topologies ON DELETE CASCADE,
+    output         text NOT NULL,
+    topic          text NOT NULL,
+    published_txid bigint NOT NULL DEFAULT 0,
+    topic_offsets  jsonb NOT NULL DEFAULT '{{}}',
+    published_at   timestamptz,
+    PRIMARY KEY (topology_id, output)
+);
+
+-- Turns: one row per thing whose runs take turns -- an output's publisher, a decision's
+-- completions, a rebuild's liveness. Holding the row's lock is holding the turn. An advisory lock
+-- served before; but any role may take any advisory lock, and their keys followed from public
+-- names: a producer held one and stalled a topology's decisions and publishing. Only the roles
+-- granted UPDATE here (the owner, the run-time role) can lock these rows.
+CREATE TABLE {s}.turns (
+    name text PRIMARY KEY
+);

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from psycopg2 import sql
 
 from ..values import Combiner, ValueKind
-from .queries import query
+from .statements import query
 
 if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
     from ..spec import StateSpec
