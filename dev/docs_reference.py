@@ -72,8 +72,38 @@ def python() -> str:
             parts.append(f"```python\n{name} = {obj!r}\n```\n")
         doc = inspect.getdoc(obj) if callable(obj) else None
         if doc:
-            parts.append(doc + "\n")
+            parts.append(param_table(doc) + "\n")
     return "\n".join(parts)
+
+
+PARAM = re.compile(r"^:param (\*{0,2}\w+): ?(.*)$")
+
+
+def param_table(doc: str) -> str:
+    """A docstring with its ``:param name: text`` lines (each text going on in the lines indented
+    under it) as one table of parameter and what it does, where the first of them was."""
+    lines: list[str] = []
+    rows: list[list[str]] = []
+    at: int | None = None
+    for line in doc.splitlines():
+        found = PARAM.match(line)
+        if found:
+            at = len(lines) if at is None else at
+            rows.append([found.group(1), found.group(2)])
+        elif rows and line.startswith("    ") and len(lines) == at:
+            rows[-1][1] += " " + line.strip()
+        else:
+            lines.append(line)
+    if not rows:
+        return doc
+    role = re.compile(r":\w+:`(~?)([^`]+)`")  # ~: the last part of the name only, as Sphinx shows it
+
+    def code(found: re.Match[str]) -> str:
+        return f"`{found.group(2).rsplit('.', 1)[-1] if found.group(1) else found.group(2)}`"
+
+    table = ["| parameter | what it does |", "| --- | --- |"]
+    table += [f"| `{name}` | {role.sub(code, text)} |" for name, text in rows]
+    return "\n".join([*lines[:at], *table, "", *lines[at:]]).strip()
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

@@ -396,3 +396,18 @@ def test_the_examples_runs_fall_on_whole_minutes_so_a_backfill_finds_them(monkey
             restriction=TimeRestriction(earliest=served.start_date, latest=None, catchup=False))
         assert info is not None and info.logical_date is not None, dag_id
         assert (info.logical_date.second, info.logical_date.microsecond) == (0, 0), (dag_id, info.logical_date)
+
+
+def test_every_parameter_of_transactional_dag_has_one_param_line_in_signature_order() -> None:
+    """The reference shows them as one table (dev/docs_reference.py): a parameter added without
+    its line, or documented twice, fails here."""
+    import inspect
+
+    from airflow_transactional.airflow.dag import transactional_dag
+    from dev.docs_reference import PARAM, param_table
+
+    doc = inspect.getdoc(transactional_dag) or ""
+    documented = [m.group(1) for m in map(PARAM.match, doc.splitlines()) if m]
+    assert documented == list(inspect.signature(transactional_dag).parameters)
+    table = param_table(doc)
+    assert ":param" not in table and table.count("\n| `") == len(documented)

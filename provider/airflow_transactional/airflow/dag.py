@@ -109,42 +109,72 @@ def transactional_dag(
     tags: Sequence[str] = (),
     **dag_kwargs: Any,
 ) -> DAG:
-    """Declare a transactional topology; returns the DAG (plan >> process >> commit).
+    """Declare a transactional topology; returns the DAG (plan >> process >> commit). Everything is
+    validated here, at parse time, without touching a database.
 
-    ``schedule`` is the batch-emit interval (a cron string, ``timedelta`` or timetable): it must
-    be periodic, since Airflow can only backfill scheduled DAGs. ``max_in_flight`` (Storm's
-    ``max.spout.pending``) becomes ``max_active_runs``: that many transactions process at once
-    while commits stay strictly ordered. ``spark_pool`` names an Airflow pool that caps how many
-    ``spark-submit`` jobs run at once across topologies (size it to the cluster).
-    ``reuse_staged_output``: a cleared or backfilled run whose batch was already processed
-    completely (and is unchanged) commits that output instead of running ``spark-submit`` again.
-    ``application`` is a PySpark job built on :func:`airflow_transactional.spark_job.run` (a path
-    relative to the DAG file, or absolute); ``py_files`` (comma-separated, as spark-submit takes
-    it; local paths likewise relative to the DAG file) are the modules it imports, shipped with it
-    to ``spark-submit``, to ``airflow-txn audit`` and ``rebuild``, and onto a Spark Connect
-    client's import path. ``spark_connect_conn_id`` names a ``spark_connect``
-    connection: batches then run on that long-lived Spark (Spark Connect) instead of one
-    ``spark-submit`` each -- no JVM start-up per batch (``spark_conf`` is then the server's business).
-    ``deferrable`` (default True): a commit waiting for txid-1 and a plan waiting for a slot, once
-    they have waited ``defer_after`` in their worker, wait in Airflow's triggerer, holding no
-    worker slot, and wake when the topology commits; False makes them poll in their worker to the
-    end (a deployment without a triggerer).
-    ``outputs``: event logs the commit appends the job's output events to (:class:`OutputSpec`),
-    each the source another topology may read. ``decisions``: rules the commit applies to the
-    job's requests one by one, per key in source order, on the committed state (:class:`DecisionSpec`).
-    ``emit_assets`` (default True): each commit updates one Airflow asset per state table
-    (:func:`airflow_transactional.state_asset`) and per output log
-    (:func:`airflow_transactional.output_asset`), with the txid as the event's partition key.
-    ``stall_after``: the stall rule -- a topology that has not committed for this long while its
-    source holds records is *stalled*: its status and Transactions page say so as its blocker, with
-    what the next txid waits for. ``"auto"`` (the default): ten times the schedule's usual interval, at
-    least 5 minutes (30 minutes for a schedule without an interval, such as assets); None: no rule.
-    ``commit_deadline``: an Airflow deadline alert on every run -- not committed within this long
-    of being queued, it calls ``on_late_commit`` in the triggerer (a coroutine or its dotted path;
-    default :func:`airflow_transactional.airflow.deadlines.late_commit`: a warning with the topology's
-    blocker, and the metrics ``late_commits`` and, when stalled, ``stalled``). Not on by default:
-    Airflow 3.3 fails to clear a run whose queued-at deadline has not passed yet (apache/airflow#70368).
-    Everything is validated here, at parse time, without touching a database.
+    :param topology_id: the topology's name in the state store (lower case, letters, digits, ``_``);
+        also the DAG id unless ``dag_id`` says otherwise.
+    :param source: where its batches come from: :class:`~airflow_transactional.EventLog`'s
+        :class:`~airflow_transactional.PostgresLogSource`, a :class:`~airflow_transactional.LandingDirectory`
+        or a :class:`~airflow_transactional.KafkaSource`.
+    :param states: the state tables each commit updates (:class:`~airflow_transactional.StateSpec`).
+    :param application: the PySpark job, built on :func:`airflow_transactional.spark_job.run` (a path
+        relative to the DAG file, or absolute).
+    :param outputs: event logs the commit appends the job's output events to
+        (:class:`~airflow_transactional.OutputSpec`), each the source another topology may read.
+    :param decisions: rules the commit applies to the job's requests one by one, per key in source
+        order, on the committed state (:class:`~airflow_transactional.DecisionSpec`).
+    :param schedule: the batch-emit interval (a cron string, ``timedelta`` or timetable); periodic,
+        since Airflow can only backfill scheduled DAGs.
+    :param max_in_flight: how many transactions process at once (Storm's ``max.spout.pending``; the
+        DAG's ``max_active_runs``) while commits stay strictly ordered.
+    :param max_batch_size: the most records (offsets for Kafka, files for a landing directory) one
+        transaction's batch takes.
+    :param opaque: an opaque topology re-plans a batch its source can no longer give and skips what
+        retention removed (counted, reported); a transactional one (the default) fails instead.
+    :param on_bad_record: ``"quarantine"`` (the default) sets a record the job cannot take aside with
+        its reason; ``"fail"`` fails the attempt instead.
+    :param transactional_conn_id: the Airflow connection of the state store (type ``transactional``).
+    :param spark_conn_id: the Airflow connection ``spark-submit`` runs with (type ``spark``).
+    :param spark_conf: Spark settings for ``spark-submit`` (a Spark Connect server keeps its own).
+    :param application_args: arguments passed on to the job after the provider's own.
+    :param py_files: the modules the job imports (comma-separated, as ``spark-submit`` takes it; local
+        paths relative to the DAG file), shipped with it to ``spark-submit``, to ``airflow-txn audit``
+        and ``rebuild``, and onto a Spark Connect client's import path.
+    :param spark_pool: an Airflow pool that caps how many ``spark-submit`` jobs run at once across
+        topologies (size it to the cluster).
+    :param spark_connect_conn_id: a ``spark_connect`` connection: batches then run on that long-lived
+        Spark instead of one ``spark-submit`` each -- no JVM start-up per batch.
+    :param kubernetes_dsn_secret: ``"name:key"`` of the Kubernetes secret a cluster-mode driver on
+        Kubernetes reads the state store's DSN from (the DSN never leaves the secret).
+    :param reuse_staged_output: a cleared or backfilled run whose batch was already processed
+        completely (and is unchanged) commits that output instead of running the job again.
+    :param retries: how often Airflow retries a failed task.
+    :param retry_delay: how long Airflow waits before a retry.
+    :param commit_timeout: how long a commit waits for its turn (txid - 1 committed) before it fails.
+    :param plan_timeout: how long a plan waits for a slot of ``max_in_flight`` before it fails.
+    :param deferrable: a commit waiting for txid - 1 and a plan waiting for a slot, once they have
+        waited ``defer_after`` in their worker, wait in Airflow's triggerer, holding no worker slot,
+        and wake when the topology commits; False makes them poll in their worker (a deployment
+        without a triggerer).
+    :param defer_after: how long a wait stays in its worker before it defers.
+    :param emit_assets: each commit updates one Airflow asset per state table
+        (:func:`airflow_transactional.state_asset`) and per output log
+        (:func:`airflow_transactional.output_asset`), with the txid as the event's partition key.
+    :param stall_after: the stall rule: a topology that has not committed for this long while its
+        source holds records is *stalled* (its status and Transactions page say so as its blocker,
+        with what the next txid waits for). ``"auto"``: ten times the schedule's usual interval, at
+        least 5 minutes (30 for a schedule without an interval, such as assets); None: no rule.
+    :param commit_deadline: an Airflow deadline alert on every run: not committed within this long of
+        being queued, it calls ``on_late_commit`` in the triggerer. Not on by default: Airflow 3.3
+        fails to clear a run whose queued-at deadline has not passed yet (apache/airflow#70368).
+    :param on_late_commit: a coroutine or its dotted path; default
+        :func:`airflow_transactional.airflow.deadlines.late_commit` (a warning with the topology's
+        blocker, and the metrics ``late_commits`` and, when stalled, ``stalled``).
+    :param start_date: the DAG's start date, with a time zone.
+    :param dag_id: the DAG's id (default: ``topology_id``); one DAG runs a topology.
+    :param tags: the DAG's tags, besides ``transactional``.
+    :param dag_kwargs: passed on to Airflow's ``DAG`` (``catchup`` is False unless given).
     """
     if schedule is None or schedule in ("@once", "@continuous"):
         raise ConfigError(

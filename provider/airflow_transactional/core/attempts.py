@@ -71,7 +71,7 @@ class AttemptRun:
         """End the attempt well: check its batch is still whole, quarantine ``bad`` records
         ``(offset, event_id, reason, raw)``, and mark it complete with what it staged.
         ``quarantined`` counts bad records set aside otherwise too (a Spark job streams them);
-        ``read_digest`` says which records it read (:func:`read_digest`)."""
+        ``read_digest`` says which records it read (:func:`..model.read_digest`)."""
         check_still_readable(self.store, self.attempt.topology_id, self.txn)
         n_bad = quarantine(self.store, self.attempt, bad)
         finish_attempt(self.store, self.attempt, row_counts, records_read=records_read,

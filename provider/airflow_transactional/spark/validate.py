@@ -55,7 +55,7 @@ class Prepared(NamedTuple):
 
     def offset_crcs(self) -> int:
         """The sum of the CRC-32s of the records' offsets, once a job has read the whole batch:
-        with the count, which records were read (:func:`..core.attempts.read_digest`)."""
+        with the count, which records were read (:func:`..model.read_digest`)."""
         metrics = self.counts.get
         return (int(metrics["crcs_high"] or 0) << 16) + int(metrics["crcs_low"] or 0)
 
