@@ -100,14 +100,14 @@ dag = transactional_dag(spec.topology_id, source=spec.source, states=list(spec.s
 
 
 def declared(directory: Path, spec: TopologySpec) -> tuple[TopologySpec, str]:
-    """``spec`` (with its Spark application in ``extra``) as a DAG file declares it, and that file:
+    """``spec`` (with its Spark application, ``spec.job``) as a DAG file declares it, and that file:
     what the owner's ``airflow-txn audit|rebuild --dag-file`` run the topology from."""
     from airflow_transactional.airflow.dagfile import declared_topologies
 
-    spark = dict(spec.extra.get("spark") or {})
+    assert spec.job is not None
     path = directory / f"{spec.topology_id}_dag.py"
-    path.write_text(DAG_FILE.format(config=spec.to_config(), application=spark["application"],
-                                    args=list(spark.get("application_args", []))))
+    path.write_text(DAG_FILE.format(config=spec.to_config(), application=spec.job.application,
+                                    args=list(spec.job.application_args)))
     [found] = declared_topologies([str(path)])
     return found, str(path)
 

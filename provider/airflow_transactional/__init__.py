@@ -8,12 +8,12 @@ from .connections import store_dsn
 from .processing import OutputEvent, Request
 from .sources import EventLog, KafkaSource, LandingDirectory, PostgresLogSource
 from .spark.submit import LOCAL_SPARK_CONF, spark_backend
-from .spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
+from .spec import DecisionSpec, OutputSpec, SparkJob, StateSpec, TopologySpec
 
 __version__ = "0.1.0"
 
 __all__ = ["LOCAL_SPARK_CONF", "DecisionSpec", "EventLog", "KafkaSource", "LandingDirectory", "OutputEvent",
-           "OutputSpec", "PostgresLogSource", "Request", "StateSpec", "TopologySpec", "get_provider_info",
+           "OutputSpec", "PostgresLogSource", "Request", "SparkJob", "StateSpec", "TopologySpec", "get_provider_info",
            "output_asset", "spark_backend", "stall_watch_dag", "state_asset", "store_dsn", "transactional_dag"]
 
 

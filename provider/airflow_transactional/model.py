@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-__all__ = ["DEFAULT_SCHEMA", "STALL_AFTER", "Attempt", "CommitResult", "InFlight", "Offsets", "OutputStaging",
+__all__ = ["DEFAULT_SCHEMA", "Attempt", "CommitResult", "InFlight", "Offsets", "OutputStaging",
            "PlannedRun", "RecoverResult", "StagedEvent", "TopologyStatus", "Transaction", "duration", "event_id",
            "offsets_moved", "one_line", "read_digest", "same_offsets", "span_text"]
 
@@ -20,11 +20,6 @@ DEFAULT_SCHEMA = "airflow_txn"
 
 #: A position in a source: offset by partition (``{"0": 120, "1": 98}``), or a file sequence.
 Offsets = dict[str, int]
-
-#: The declaration's key (``extra``) of how long a topology may go without committing while its
-#: source holds records before it counts as stalled (``transactional_dag(stall_after=...)``).
-STALL_AFTER = "stall_after_seconds"
-
 
 @dataclass(frozen=True)
 class Transaction:

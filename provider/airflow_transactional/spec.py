@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import identifiers
@@ -194,6 +194,31 @@ class DecisionSpec:
 
 
 @dataclass(frozen=True)
+class SparkJob:
+    """The Spark application that processes a topology's batches, and audits and rebuilds it:
+    ``application`` (a path), the ``application_args`` passed on to it, and the ``py_files`` it
+    imports (comma-separated, as ``spark-submit`` takes them)."""
+
+    application: str
+    application_args: Sequence[str] = ()
+    py_files: str | None = None
+
+    def __post_init__(self) -> None:
+        args = self.application_args
+        if isinstance(args, (str, bytes)) or not all(isinstance(a, str) for a in args):
+            raise ConfigError(f"application_args must be a list of strings, got {args!r}")
+        if not isinstance(self.application, str) or not self.application or \
+                not isinstance(self.py_files, (str, type(None))):
+            raise ConfigError(f"a Spark job is a path and comma-separated py_files, got {self.application!r}, "
+                              f"{self.py_files!r}")
+        object.__setattr__(self, "application_args", tuple(args))
+
+    def to_config(self) -> dict[str, Any]:
+        return {"application": self.application, "application_args": list(self.application_args),
+                **({"py_files": self.py_files} if self.py_files else {})}
+
+
+@dataclass(frozen=True)
 class TopologySpec:
     """A transactional topology: one source, one or more states, and its limits.
 
@@ -203,7 +228,9 @@ class TopologySpec:
     committed checkpoint (with every later uncommitted txid). ``on_bad_record`` is
     ``"quarantine"`` (default) or ``"fail"``. ``outputs`` are the event logs its commit appends
     to (:class:`OutputSpec`); ``decisions`` the rules its commit applies request by request
-    (:class:`DecisionSpec`).
+    (:class:`DecisionSpec`); ``job`` its Spark application (:class:`SparkJob`), ``dag_id`` the one
+    DAG that runs it (default: its id), ``stall_after_seconds`` how long it may go without a commit
+    while its source holds records before it counts as stalled (None: never).
     """
 
     topology_id: str
@@ -213,9 +240,16 @@ class TopologySpec:
     max_batch_size: int = 100_000
     opaque: bool = False
     on_bad_record: str = "quarantine"
-    extra: Mapping[str, Any] = field(default_factory=dict)
     outputs: Sequence[OutputSpec] = ()
     decisions: Sequence[DecisionSpec] = ()
+    job: SparkJob | None = None
+    dag_id: str | None = None
+    stall_after_seconds: int | None = None
+
+    @property
+    def dag(self) -> str:
+        """The DAG that runs the topology: ``dag_id``, else the one named after it."""
+        return self.dag_id or self.topology_id
 
     def __post_init__(self) -> None:
         identifiers.topology_id(self.topology_id)
@@ -236,8 +270,13 @@ class TopologySpec:
                                   f"got {val!r}")
         if not isinstance(self.opaque, bool):
             raise ConfigError(f"topology {self.topology_id!r}: opaque must be True or False, got {self.opaque!r}")
-        if not isinstance(self.extra, Mapping):
-            raise ConfigError(f"topology {self.topology_id!r}: extra must be a mapping, got {self.extra!r}")
+        stall = self.stall_after_seconds
+        for name, bad in (("job", not isinstance(self.job, (SparkJob, type(None)))),
+                          ("dag_id", self.dag_id is not None and (not isinstance(self.dag_id, str) or not self.dag_id)),
+                          ("stall_after_seconds", stall is not None and (type(stall) is not int or stall <= 0))):
+            if bad:
+                raise ConfigError(f"topology {self.topology_id!r}: {name} must be a SparkJob, a DAG id and a positive "
+                                  f"number of seconds, got {getattr(self, name)!r}")
         if self.on_bad_record not in ("quarantine", "fail"):
             raise ConfigError(
                 f"topology {self.topology_id!r}: on_bad_record must be 'quarantine' or 'fail', "
@@ -319,9 +358,11 @@ class TopologySpec:
             "max_batch_size": self.max_batch_size,
             "opaque": self.opaque,
             "on_bad_record": self.on_bad_record,
-            "extra": dict(self.extra),
             **({"outputs": [o.to_config() for o in self.outputs]} if self.outputs else {}),
             **({"decisions": [d.to_config() for d in self.decisions]} if self.decisions else {}),
+            **({"job": self.job.to_config()} if self.job else {}),
+            **({"dag_id": self.dag_id} if self.dag_id else {}),
+            **({"stall_after_seconds": self.stall_after_seconds} if self.stall_after_seconds else {}),
         }
 
     @classmethod
@@ -335,9 +376,11 @@ class TopologySpec:
             max_batch_size=config["max_batch_size"],
             opaque=config["opaque"],
             on_bad_record=config["on_bad_record"],
-            extra=config.get("extra", {}),
             outputs=[OutputSpec.from_config(o) for o in config.get("outputs", ())],
             decisions=[DecisionSpec.from_config(d) for d in config.get("decisions", ())],
+            job=SparkJob(**config["job"]) if config.get("job") else None,
+            dag_id=config.get("dag_id"),
+            stall_after_seconds=config.get("stall_after_seconds"),
         )
 
 
@@ -350,8 +393,8 @@ def _sequence(topology_id: str, what: str, given: Any, example: str) -> tuple[An
 
 def _named(topology_id: str, kind: str, declared: Sequence[Any], name: str) -> Any:
     """The one of ``declared`` (states, outputs or decisions) called ``name``, or a ConfigError naming them."""
-    for d in declared:
-        if d.name == name:
-            return d
+    found = next((d for d in declared if d.name == name), None)
+    if found is not None:
+        return found
     raise ConfigError(f"topology {topology_id!r} has no {kind} {name!r} "
                       f"({kind}s: {', '.join(d.name for d in declared) or 'none'})")

@@ -84,10 +84,8 @@ def test_cli_status_says_a_topology_is_stalled_and_how_long_its_next_txid_has_wa
     import dataclasses
     import time
 
-    from airflow_transactional.model import STALL_AFTER
-
     make_log(dsn).append([click(i) for i in range(30)])
-    coordinator.register(dataclasses.replace(counting_topology(), extra={STALL_AFTER: 1}))
+    coordinator.register(dataclasses.replace(counting_topology(), stall_after_seconds=1))
     coordinator.plan("clicks", "r1")
     time.sleep(1.2)
     assert cli(["--dsn", dsn, "status", "clicks"]) == 2  # blocked, as for a failed txid: a monitor's check fails

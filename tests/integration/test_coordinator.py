@@ -315,9 +315,7 @@ def test_a_topology_that_does_not_commit_while_records_wait_is_stalled_and_says_
     import dataclasses
     import time
 
-    from airflow_transactional.model import STALL_AFTER
-
-    coordinator.register(dataclasses.replace(counting_topology(), extra={STALL_AFTER: 1}))
+    coordinator.register(dataclasses.replace(counting_topology(), stall_after_seconds=1))
     topo.append([click(i) for i in range(120)])
     t1 = coordinator.plan("clicks", "a")
     assert not coordinator.status("clicks").stalled  # planned a moment ago

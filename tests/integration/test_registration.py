@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 def words(source: PostgresLogSource, *, keys: dict[str, str] | None = None, dag_id: str | None = None,
           batch: int = 50) -> TopologySpec:
     return TopologySpec("drift", source, [StateSpec("drift_count", keys or {"user_id": "text"}, combiner="count")],
-                        max_batch_size=batch, extra={"dag_id": dag_id} if dag_id else {})
+                        max_batch_size=batch, dag_id=dag_id)
 
 
 def count_fn(rec: dict[str, object]) -> list[tuple[str, tuple[object, ...], int]]:

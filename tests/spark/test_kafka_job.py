@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional import KafkaSource, StateSpec, TopologySpec
+from airflow_transactional import KafkaSource, SparkJob, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.model import read_digest
 from airflow_transactional.spark.jars import kafka_connector
@@ -35,7 +35,7 @@ def words(topic: str, max_batch_size: int = 400) -> TopologySpec:
     return TopologySpec("kwords", KafkaSource(topic), [
         StateSpec("url_counts", {"url": "text"}, combiner="count", table="kurl_counts"),
         StateSpec("domain_counts", {"domain": "text"}, combiner="count", kind="opaque", table="kdomain_counts"),
-    ], max_batch_size=max_batch_size, max_in_flight=5, extra={"spark": {"application": WORDS}})
+    ], max_batch_size=max_batch_size, max_in_flight=5, job=SparkJob(WORDS))
 
 
 def submit(dsn: str, txid: int) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
+from airflow_transactional import EventLog, PostgresLogSource, SparkJob, StateSpec, TopologySpec
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import NotProcessed
@@ -35,7 +35,7 @@ def _spec(max_batch_size: int = 700) -> TopologySpec:
         StateSpec("url_counts", {"url": "text"}, combiner="count"),
         StateSpec("domain_counts", {"domain": "text"}, combiner="count", kind="opaque"),
     ], max_batch_size=max_batch_size, max_in_flight=5,
-        extra={"spark": {"application": WORDS, "application_args": []}})
+        job=SparkJob(WORDS))
 
 
 def _submit(dsn: str, *args: str, env: dict[str, str] | None = None,

@@ -113,7 +113,7 @@ def test_generated_dag_plans_processes_and_commits_in_postgres_order() -> None:
     assert commit.trigger_rule == "none_failed"  # runs after an empty (skipped) batch
     assert process.application == WORDS_JOB
     assert process.pool == "spark"
-    assert plan.topology["extra"]["spark"]["application"] == WORDS_JOB
+    assert plan.topology["job"]["application"] == WORDS_JOB
     assert plan.topology["max_in_flight"] == 4
     # Waits: a few seconds in the worker, then in the triggerer (no worker slot held).
     assert plan.deferrable and commit.deferrable and commit.defer_after == timedelta(seconds=10)
@@ -169,19 +169,15 @@ def test_a_commit_deadline_is_an_airflow_deadline_alert_on_every_run() -> None:
     ("@hourly", timedelta(minutes=90), 5400),  # as declared
 ])
 def test_the_stall_rule_defaults_to_ten_runs_missed(schedule: object, stall_after: object, seconds: int) -> None:
-    from airflow_transactional.model import STALL_AFTER
-
     dag = _dag(schedule=schedule, stall_after=stall_after)
-    assert dag.get_task("plan").topology["extra"][STALL_AFTER] == seconds
+    assert dag.get_task("plan").topology["stall_after_seconds"] == seconds
 
 
 def test_an_asset_scheduled_stage_stalls_after_half_an_hour_and_none_turns_the_rule_off() -> None:
     from airflow.sdk import Asset
 
-    from airflow_transactional.model import STALL_AFTER
-
-    assert _dag(schedule=[Asset("x://y")]).get_task("plan").topology["extra"][STALL_AFTER] == 1800
-    assert STALL_AFTER not in _dag(stall_after=None).get_task("plan").topology["extra"]
+    assert _dag(schedule=[Asset("x://y")]).get_task("plan").topology["stall_after_seconds"] == 1800
+    assert "stall_after_seconds" not in _dag(stall_after=None).get_task("plan").topology
 
 
 def test_the_kubernetes_secret_readme_documents_reaches_the_process_task() -> None:
@@ -329,8 +325,8 @@ def test_py_files_resolve_against_the_dag_file_reach_audits_and_a_spark_connect_
     dag = _dag(py_files="../../spark_jobs/words.py, s3://bucket/lib.zip")
     process = dag.get_task("process")
     assert process.py_files == f"{WORDS_JOB},s3://bucket/lib.zip"
-    assert process.topology["extra"]["spark"]["py_files"] == process.py_files  # audit and rebuild: --py-files
-    assert "py_files" not in _dag().get_task("process").topology["extra"]["spark"]  # none: nothing recorded
+    assert process.topology["job"]["py_files"] == process.py_files  # audit and rebuild: --py-files
+    assert "py_files" not in _dag().get_task("process").topology["job"]  # none: nothing recorded
     assert client_path(process.py_files) == [str(REPO / "spark_jobs")]
     assert client_path("/lib/a.zip,/jobs/x.py,/jobs/y.py") == ["/lib/a.zip", "/jobs"]
     with pytest.raises(ConfigError, match="py_files must be comma-separated paths"):
@@ -396,18 +392,3 @@ def test_the_examples_runs_fall_on_whole_minutes_so_a_backfill_finds_them(monkey
             restriction=TimeRestriction(earliest=served.start_date, latest=None, catchup=False))
         assert info is not None and info.logical_date is not None, dag_id
         assert (info.logical_date.second, info.logical_date.microsecond) == (0, 0), (dag_id, info.logical_date)
-
-
-def test_every_parameter_of_transactional_dag_has_one_param_line_in_signature_order() -> None:
-    """The reference shows them as one table (dev/docs_reference.py): a parameter added without
-    its line, or documented twice, fails here."""
-    import inspect
-
-    from airflow_transactional.airflow.dag import transactional_dag
-    from dev.docs_reference import PARAM, param_table
-
-    doc = inspect.getdoc(transactional_dag) or ""
-    documented = [m.group(1) for m in map(PARAM.match, doc.splitlines()) if m]
-    assert documented == list(inspect.signature(transactional_dag).parameters)
-    table = param_table(doc)
-    assert ":param" not in table and table.count("\n| `") == len(documented)

@@ -42,9 +42,8 @@ def test_the_stored_declaration_may_differ_in_batch_tuning_only() -> None:
     [declared] = [s for s in declared_topologies([words]) if s.topology_id == "words"]
     config = declared.to_config()
     tuned = TopologySpec.from_config({**config, "max_batch_size": 400, "max_in_flight": 9,
-                                      "extra": {**config["extra"], "stall_after_seconds": 864000}})  # @daily's
+                                      "stall_after_seconds": 864000})  # @daily's
     assert declared_as_stored(tuned, words, "audit").to_config() == config
-    spark = {**config["extra"]["spark"], "application": "/tmp/another.py"}
-    moved = TopologySpec.from_config({**config, "extra": {**config["extra"], "spark": spark}})
-    with pytest.raises(ConfigError, match=r"differs from .*words.py's \(extra\)"):
+    moved = TopologySpec.from_config({**config, "job": {**config["job"], "application": "/tmp/another.py"}})
+    with pytest.raises(ConfigError, match=r"differs from .*words.py's \(job\)"):
         declared_as_stored(moved, words, "audit")

@@ -66,7 +66,7 @@ def test_the_stall_watch_sample_pages_through_its_callback(bag: Any, monkeypatch
 
     check = bag.dags["transactional_stall_watch"].get_task("check")
     assert check.on_stall == "my_alerts.page_on_call"
-    spec = SimpleNamespace(topology_id="words", extra={"dag_id": "words"})
+    spec = SimpleNamespace(topology_id="words", dag="words")
     coordinator = SimpleNamespace(topologies=lambda: [spec], status=lambda t, **_: status(t, stalled=True),
                                   ask_lags=lambda ids: None,
                                   close=lambda: None)

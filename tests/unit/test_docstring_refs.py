@@ -98,3 +98,18 @@ def test_a_stale_reference_is_caught() -> None:
     assert not resolves(admit, "..limits.MAX_RECORD_BYTE")
     assert not resolves(admit, "..deadlines")
     assert resolves(admit, "first_reason") and not resolves(admit, "first_reasons")
+
+
+def test_every_parameter_of_transactional_dag_has_one_param_line_in_signature_order() -> None:
+    """The reference shows them as one table (dev/docs_reference.py): a parameter added without
+    its line, or documented twice, fails here."""
+    import inspect
+
+    from airflow_transactional.airflow.dag import transactional_dag
+    from dev.docs_reference import PARAM, param_table
+
+    doc = inspect.getdoc(transactional_dag) or ""
+    documented = [m.group(1) for m in map(PARAM.match, doc.splitlines()) if m]
+    assert documented == list(inspect.signature(transactional_dag).parameters)
+    table = param_table(doc)
+    assert ":param" not in table and table.count("\n| `") == len(documented)

@@ -55,7 +55,7 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
     from airflow_transactional.airflow import metrics, stalls
 
     statuses = {"words": status("words", stalled=True), "orders": status("orders", stalled=False)}
-    specs = [SimpleNamespace(topology_id=t, extra={"dag_id": f"dag_{t}"}) for t in statuses]
+    specs = [SimpleNamespace(topology_id=t, dag=f"dag_{t}") for t in statuses]
     coordinator = SimpleNamespace(topologies=lambda: specs, status=lambda t, **_: statuses[t],
                                   ask_lags=lambda ids: None, close=lambda: None)
     monkeypatch.setattr(stalls, "TransactionalHook", lambda conn_id: SimpleNamespace(

@@ -25,11 +25,10 @@ from typing import Any, Literal
 from airflow.sdk import DAG
 
 from ..exceptions import ConfigError
-from ..model import STALL_AFTER
 from ..sources.base import Source
 from ..spark.auth import check_no_secret_on_argv
 from ..spark.submit import LOCAL_SPARK_CONF, check_kubernetes_secret
-from ..spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
+from ..spec import DecisionSpec, OutputSpec, SparkJob, StateSpec, TopologySpec
 from ..values import Combiner, ValueKind
 from .assets import topology_assets
 from .callbacks import imported
@@ -184,13 +183,10 @@ def transactional_dag(
     spec = TopologySpec(topology_id, source, states, max_in_flight=max_in_flight,
                         max_batch_size=max_batch_size, opaque=opaque, on_bad_record=on_bad_record, outputs=outputs,
                         decisions=decisions,
-                        extra={"spark": {"application": _resolve_application(application, _caller_dir()),
-                                         "application_args": list(application_args),
-                                         # what the job imports besides itself (audit and rebuild ship it too)
-                                         **({"py_files": py_files} if py_files else {})},
-                               # One DAG runs a topology: a second one would claim its runs' txids.
-                               "dag_id": dag_id or topology_id,
-                               **stall_rule(schedule, stall_after)})
+                        job=SparkJob(_resolve_application(application, _caller_dir()), application_args,
+                                     py_files),  # what the job imports besides itself: audit and rebuild ship it too
+                        # One DAG runs a topology: a second one would claim its runs' txids.
+                        dag_id=dag_id or topology_id, stall_after_seconds=stall_rule(schedule, stall_after))
     for name, value in (("stall_after", stall_after), ("commit_deadline", commit_deadline)):
         if value is not None and (value, name) != ("auto", "stall_after") and (
                 not isinstance(value, timedelta) or value <= timedelta(0)):
@@ -201,7 +197,7 @@ def transactional_dag(
                  start_date=start_date, commit_deadline=commit_deadline)
     _check_settings(retries=retries, defer_after=defer_after, retry_delay=retry_delay,
                     commit_timeout=commit_timeout, plan_timeout=plan_timeout, deferrable=deferrable,
-                    emit_assets=emit_assets, tags=tags, application_args=application_args,
+                    emit_assets=emit_assets, tags=tags,
                     spark_connect_conn_id=spark_connect_conn_id, spark_conf=spark_conf,
                     kubernetes_dsn_secret=kubernetes_dsn_secret)
     if commit_deadline is not None:
@@ -262,7 +258,7 @@ def _a_name(value: Any) -> bool:
 
 
 def _check_settings(*, retries: Any, defer_after: Any, retry_delay: Any, commit_timeout: Any, plan_timeout: Any,
-                    deferrable: Any, emit_assets: Any, tags: Any, application_args: Any, spark_connect_conn_id: Any,
+                    deferrable: Any, emit_assets: Any, tags: Any, spark_connect_conn_id: Any,
                     spark_conf: Mapping[str, Any] | None, kubernetes_dsn_secret: str | None) -> None:
     """Refuse a task setting of :func:`transactional_dag` that Airflow would take and fail on later."""
     if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 100:
@@ -279,8 +275,6 @@ def _check_settings(*, retries: Any, defer_after: Any, retry_delay: Any, commit_
             raise ConfigError(f"{flag} must be True or False, got {on!r}")
     if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
         raise ConfigError(f"tags must be a list of strings (e.g. tags=['billing']), got {tags!r}")
-    if isinstance(application_args, str) or not all(isinstance(a, str) for a in application_args):
-        raise ConfigError(f"application_args must be a list of strings, got {application_args!r}")
     _check_spark_connect(spark_connect_conn_id, spark_conf)
     check_no_secret_on_argv(spark_conf or {})
     if kubernetes_dsn_secret is not None:
@@ -300,7 +294,7 @@ def _add_tasks(dag: DAG, spec: TopologySpec, config: dict[str, Any], *, transact
     waits: dict[str, Any] = {"deferrable": deferrable, "defer_after": defer_after}
     plan = PlanOperator(task_id="plan", wait_timeout=plan_timeout, **waits, **common)
     process = TransactionalSparkSubmitOperator(
-        task_id="process", application=config["extra"]["spark"]["application"],
+        task_id="process", application=config["job"]["application"],
         application_args=list(application_args), conn_id=spark_conn_id, conf=dict(spark_conf or {}),
         py_files=py_files, name=f"txn-{topology_id}", reuse_staged_output=reuse_staged_output,
         spark_connect_conn_id=spark_connect_conn_id, kubernetes_dsn_secret=kubernetes_dsn_secret,
@@ -334,18 +328,17 @@ def _check_late_commit(callback: Callable[..., Any] | str) -> None:
                           f"got {callback!r}")
 
 
-def stall_rule(schedule: Any, stall_after: Any) -> dict[str, int]:
-    """The declaration's stall rule (see :func:`transactional_dag`): ``{STALL_AFTER: seconds}``, or
-    nothing for ``stall_after=None``."""
+def stall_rule(schedule: Any, stall_after: Any) -> int | None:
+    """The declaration's stall rule (see :func:`transactional_dag`) in seconds, or None for
+    ``stall_after=None``."""
     if stall_after is None or (isinstance(stall_after, timedelta) and stall_after <= timedelta(0)):
-        return {}
+        return None
     if isinstance(stall_after, timedelta):
-        return {STALL_AFTER: int(stall_after.total_seconds())}
+        return max(1, int(stall_after.total_seconds()))
     if stall_after != "auto":
-        return {}  # refused by the caller, with the fix
+        return None  # refused by the caller, with the fix
     interval = schedule_interval(schedule)
-    seconds = 1800 if interval is None else max(300, 10 * int(interval.total_seconds()))
-    return {STALL_AFTER: seconds}
+    return 1800 if interval is None else max(300, 10 * int(interval.total_seconds()))
 
 
 def schedule_interval(schedule: Any) -> timedelta | None:

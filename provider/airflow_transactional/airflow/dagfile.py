@@ -10,7 +10,6 @@ from typing import Any, NoReturn
 
 from ..connections import redact
 from ..exceptions import ConfigError, TransactionalError
-from ..model import STALL_AFTER
 from ..spec import TopologySpec
 
 
@@ -53,17 +52,13 @@ def declared_as_stored(stored: TopologySpec, dag_file: str | None, command: str)
 
 #: What a declaration may set from its environment without changing what an owner's command runs
 #: or touches: how many batches are in flight, and how large (an example DAG reads them from the
-#: environment, which the scheduler's and the owner's shell need not share).
-TUNING = ("max_in_flight", "max_batch_size")
-#: The same in the declaration's ``extra``: when it counts as stalled (derived from the schedule,
-#: which an example DAG reads from the environment too).
-EXTRA_TUNING = (STALL_AFTER,)
+#: environment, which the scheduler's and the owner's shell need not share), and when it counts as
+#: stalled (derived from the schedule, which an example DAG reads from the environment too).
+TUNING = ("max_in_flight", "max_batch_size", "stall_after_seconds")
 
 
 def _compared(spec: TopologySpec) -> dict[str, Any]:
-    config = {k: v for k, v in spec.to_config().items() if k not in TUNING}
-    config["extra"] = {k: v for k, v in (config.get("extra") or {}).items() if k not in EXTRA_TUNING}
-    return config
+    return {k: v for k, v in spec.to_config().items() if k not in TUNING}
 
 
 def _dags(names: dict[str, Any]) -> list[Any]:

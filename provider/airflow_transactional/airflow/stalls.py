@@ -137,7 +137,7 @@ class StallWatchOperator(BaseOperator):
                 if missing:
                     self.log.warning("topologies %s are not registered in the store (yet): not watched", missing)
             watched = [t for t in known if self.topologies is None or t in self.topologies]
-            self._dag_ids = {t: str(known[t].extra.get("dag_id") or t) for t in watched}
+            self._dag_ids = {t: known[t].dag for t in watched}
             statuses = {}
             coordinator.ask_lags(watched)  # every Kafka cluster asked at once: the check waits for the slowest
             for t in watched:

@@ -56,5 +56,5 @@ def other_owner(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> str |
     """The DAG that runs the stored topology when ``declared`` comes from another one (else None).
 
     Compared only when both declarations name their DAG (older ones do not)."""
-    old, new = (dict(c.get("extra") or {}).get("dag_id") for c in (stored, declared))
+    old, new = (c.get("dag_id") for c in (stored, declared))
     return str(old) if old and new and old != new else None

@@ -63,7 +63,7 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
         known = topology_rows.for_registration(cur, store.schema, spec.topology_id)
         owner = other_owner(known.spec, config) if known is not None else None
         if owner is not None:
-            raise TopologyOfAnotherDag(spec.topology_id, owner, str(config["extra"]["dag_id"]))
+            raise TopologyOfAnotherDag(spec.topology_id, owner, spec.dag)
         if known is not None and (known.committed_txid or known.planned):  # its offsets mean something
             changes = incompatible_changes(known.spec, config)
             if changes:

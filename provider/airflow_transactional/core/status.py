@@ -14,7 +14,7 @@ import psycopg2.extensions
 from psycopg2 import sql
 
 from ..exceptions import SourceUnreachable
-from ..model import STALL_AFTER, InFlight, Offsets, RecoverResult, TopologyStatus
+from ..model import InFlight, Offsets, RecoverResult, TopologyStatus
 from ..sources.base import Source
 from ..spec import StateSpec
 from ..store import attempts, catalog, decisions, topologies, transactions
@@ -59,7 +59,7 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
                         blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
                         lag_seconds, source_error, lag_unit=spec.source.lag_unit,
                         offsets_skipped=int(progress.offsets_skipped))
-    stall = None if blocked else liveness.stalled(st, spec.extra.get(STALL_AFTER), datetime.now(UTC))
+    stall = None if blocked else liveness.stalled(st, spec.stall_after_seconds, datetime.now(UTC))
     return replace(st, blocked_by=stall, stalled=True) if stall else st  # nothing failed, and nothing moves
 
 

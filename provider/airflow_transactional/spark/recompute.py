@@ -25,9 +25,8 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
     ``records`` (what the topology committed, if known) picks a local driver's JIT as the process
     task picks it for a batch of that size."""
     topology_id = spec.topology_id
-    spark = spec.extra.get("spark") or {}
-    application = spark.get("application")
-    if not application:
+    job = spec.job
+    if job is None:
         raise TransactionalError(f"topology {topology_id!r} has no Spark application recorded (it was not "
                                  "declared with transactional_dag): nothing to recompute it with")
     bad = [c for c in conf if "=" not in c]
@@ -45,8 +44,8 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
         argv = spark_submit_argv(master, settings)
         connector = kafka_jars(settings) if isinstance(spec.source, KafkaSource) else []
         argv += ["--jars", ",".join(connector)] if connector else []
-        py_files = ",".join(filter(None, [provider_zip(), spark.get("py_files")]))  # the job's own modules too
-        argv += ["--py-files", py_files, application, *spark.get("application_args", []),
+        py_files = ",".join(filter(None, [provider_zip(), job.py_files]))  # the job's own modules too
+        argv += ["--py-files", py_files, job.application, *job.application_args,
                  "--topology", topology_id, "--schema", schema, f"--{mode}", "--result-file", result_file,
                  *delivery.app_args]
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}

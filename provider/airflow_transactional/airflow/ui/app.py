@@ -127,7 +127,7 @@ def readable(user: Any, dag_id: str) -> None:
 
 def _topology_of(coordinator: Coordinator, dag_id: str) -> str | None:
     for spec in coordinator.topologies():
-        if str(spec.extra.get("dag_id") or spec.topology_id) == dag_id:
+        if spec.dag == dag_id:
             return spec.topology_id
     return None
 
@@ -135,7 +135,7 @@ def _topology_of(coordinator: Coordinator, dag_id: str) -> str | None:
 def overview(user: Any) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
     with store() as coordinator:
-        by_dag = {str(s.extra.get("dag_id") or s.topology_id): s.topology_id for s in coordinator.topologies()}
+        by_dag = {s.dag: s.topology_id for s in coordinator.topologies()}
         allowed = set(by_dag) & auth_manager().get_authorized_dag_ids(user=user, method="GET")
         coordinator.ask_lags([by_dag[d] for d in sorted(allowed)])  # at once: the page waits for the slowest
         return [with_waits(user, coordinator.summary(by_dag[d], dag_id=d, now=now), now) for d in sorted(allowed)]
