@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-__all__ = ["DEFAULT_SCHEMA", "Attempt", "CommitResult", "InFlight", "Offsets", "OutputStaging",
-           "PlannedRun", "RecoverResult", "StagedEvent", "TopologyStatus", "Transaction", "duration", "event_id",
+__all__ = ["DEFAULT_SCHEMA", "Attempt", "CommitResult", "InFlight", "Offsets", "OutputStaging", "PlannedRun",
+           "RecoverResult", "StagedEvent", "Staging", "TopologyStatus", "Transaction", "duration", "event_id",
            "offsets_moved", "one_line", "read_digest", "same_offsets", "span_text"]
 
 #: The provider's schema in the state store when none is named.
@@ -178,6 +178,16 @@ class OutputStaging(NamedTuple):
     copy: str
     partitions: dict[str, int]
     requests: dict[str, str]
+
+
+class Staging(NamedTuple):
+    """Where a processor's rows go: a ``COPY ... FROM STDIN WITH (FORMAT csv)`` into a staging
+    table (or the quarantine), with ``prefix`` as its leading constant columns (topology, txid,
+    attempt, ...). No DSN: it travels to the executors, which read theirs from a file. An empty
+    ``copy`` is nowhere (an audit counts what it would set aside)."""
+
+    copy: str
+    prefix: tuple[Any, ...] = ()
 
 
 def event_id(topology_id: str, origin: str) -> str:

@@ -96,7 +96,14 @@ def test_aborted_records_are_never_counted_and_an_open_transaction_stops_the_pla
     assert {p: hi - lo for p, lo, hi in txn.batch["ranges"]} == {1: 5}
     process_batch(coord, "spend", txn.txid, spend_fn())
     coord.commit("spend", txn.txid)
+    source = KafkaSource(topic)
+    held = source.snapshot().stable[0]  # the open transaction's first offset
     late.commit()
+    # The commit's markers reach the partition a moment after commit_transaction returns: the last
+    # stable offset moves past the late records only then (a plan before it finds nothing new).
+    deadline = time.monotonic() + 30
+    while source.snapshot().stable[0] <= held and time.monotonic() < deadline:
+        time.sleep(0.1)
     drain(coord, prefix="after")
     assert table(dsn, "spend_total") == totals(kept + payments(10, start=500) + payments(5, start=900))
     assert before == 0

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from psycopg2 import sql
 
+from airflow_transactional.model import Staging
 from airflow_transactional.spark import stage
 from airflow_transactional.store import state as q
 from tests.helpers import query
@@ -38,7 +39,7 @@ def _batch(keys: list[str | None]) -> pa.RecordBatch:
 
 def test_every_awkward_value_arrives_as_it_was(dsn: str) -> None:
     copy = _table(dsn)
-    assert stage.copy_batches(dsn, copy, (7, 2), [_batch(AWKWARD[:4]), _batch([]), _batch(AWKWARD[4:])]) == 9
+    assert stage.copy_batches(dsn, Staging(copy, (7, 2)), [_batch(AWKWARD[:4]), _batch([]), _batch(AWKWARD[4:])]) == 9
     rows = query(dsn, "SELECT txid, attempt, k, v, n FROM staged ORDER BY ctid")
     assert [r[2] for r in rows] == AWKWARD
     assert {(r[0], r[1]) for r in rows} == {(7, 2)}
@@ -56,7 +57,7 @@ def test_chunks_are_one_transaction(dsn: str, monkeypatch: pytest.MonkeyPatch) -
         raise RuntimeError("the executor died mid-partition")
 
     with pytest.raises(RuntimeError, match="mid-partition"):
-        stage.copy_batches(dsn, copy, (1, 1), batches())  # type: ignore[arg-type]
+        stage.copy_batches(dsn, Staging(copy, (1, 1)), batches())  # type: ignore[arg-type]
     assert query(dsn, "SELECT count(*) FROM staged") == [(0,)]  # the chunks sent were rolled back
-    assert stage.copy_batches(dsn, copy, (1, 1), [_batch([f"k{i}" for i in range(40)])] * 3) == 120
+    assert stage.copy_batches(dsn, Staging(copy, (1, 1)), [_batch([f"k{i}" for i in range(40)])] * 3) == 120
     assert query(dsn, "SELECT count(*), count(DISTINCT k) FROM staged") == [(120, 40)]

@@ -135,7 +135,7 @@ def test_a_lost_state_store_connection_is_waited_out_not_fatal(store: Coordinato
         task = asyncio.ensure_future(events.__anext__())
         await asyncio.sleep(1.0)
         # The trigger's sessions end (a restart, a failover); the test's own committer is spared.
-        mine = store.db.connection().get_backend_pid()
+        mine = store.store.db.connection().get_backend_pid()
         killed = await asyncio.to_thread(query, dsn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                                          "WHERE datname = current_database() AND pid NOT IN (pg_backend_pid(), %s)",
                                          (mine,))

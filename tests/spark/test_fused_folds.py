@@ -33,6 +33,7 @@ import json, sys
 from decimal import Decimal
 from pyspark.sql import SparkSession, functions as F
 from airflow_transactional.spark.fused import fuse, per_record
+from airflow_transactional.model import Staging
 from airflow_transactional.spark.stage import fold, stage_fold
 from airflow_transactional.spec import StateSpec
 
@@ -53,7 +54,7 @@ frames = {
 copies = {s.name: f"COPY {s.name} (way, {', '.join(s.key_columns)}, value) FROM STDIN WITH (FORMAT csv)"
           for s in states}
 for s in states:  # way 1: a job per state, as a transform of plain DataFrames gets
-    stage_fold(fold(s, frames[s.name]), dsn, copies[s.name], (1,))
+    stage_fold(fold(s, frames[s.name]), dsn, Staging(copies[s.name], (1,)))
 result = {}
 for way, driver_rows in ((2, 100_000), (3, 0)):  # from the driver, then from the executors
     folds = fuse(states, frames, records)

@@ -115,6 +115,7 @@ def test_json_lines_are_read_by_sparks_json_reader_and_every_bad_one_is_quaranti
 STAGE_BOTH_WAYS = """
 import sys
 from pyspark.sql import SparkSession
+from airflow_transactional.model import Staging
 from airflow_transactional.spark.stage import fold, stage_fold
 from airflow_transactional.spec import StateSpec
 
@@ -122,8 +123,8 @@ dsn, copy_sql = sys.argv[1], sys.argv[2]
 spark = SparkSession.builder.getOrCreate()
 rows = [(f"k{i % 50}", i) for i in range(1000)] + [(None, 7)]
 delta = fold(StateSpec("s", {"k": "text"}, combiner="sum"), spark.createDataFrame(rows, "k string, value long"))
-assert stage_fold(delta, dsn, copy_sql, (1,)) == 50  # from the driver
-assert stage_fold(delta, dsn, copy_sql, (2,), driver_rows=10) == 50  # too many for the driver: the executors
+assert stage_fold(delta, dsn, Staging(copy_sql, (1,))) == 50  # from the driver
+assert stage_fold(delta, dsn, Staging(copy_sql, (2,)), driver_rows=10) == 50  # too many for the driver: the executors
 spark.stop()
 """
 

@@ -26,12 +26,13 @@ pytestmark = pytest.mark.spark
 HOLDER = """
 import sys, time
 from pyspark.sql import SparkSession
+from airflow_transactional.model import Staging
 from airflow_transactional.spark.stage import copy_dataframe
 
 spark = SparkSession.builder.getOrCreate()
 dsn = open(sys.argv[1]).read()
 rows = spark.range(20).selectExpr("cast(id as string) AS word")
-print("COPIED", copy_dataframe(spark, rows, dsn, "COPY ports_probe (word) FROM STDIN WITH (FORMAT csv)", ()),
+print("COPIED", copy_dataframe(spark, rows, dsn, Staging("COPY ports_probe (word) FROM STDIN WITH (FORMAT csv)")),
       flush=True)
 time.sleep(float(sys.argv[2]))
 """

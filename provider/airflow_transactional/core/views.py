@@ -99,7 +99,7 @@ def _transaction(t: views.TxnRow, attempts: list[views.AttemptRow],
                 "row_counts": t.row_counts or {}, "quarantined": t.quarantined, **(committed or {})}}
 
 
-def timeline(store: StateStore, topology_id: str, limit: int) -> list[dict[str, Any]]:
+def timeline(store: StateStore, topology_id: str, limit: int = 30) -> list[dict[str, Any]]:
     """The ``limit`` latest txids, latest first, each with its attempts and commit."""
     with store.db.transaction() as cur:
         spec = store.load(cur, topology_id).spec  # an unknown topology says so
@@ -133,8 +133,8 @@ def run(store: StateStore, topology_id: str, run_key: str) -> dict[str, Any] | N
     return out
 
 
-def quarantined(store: StateStore, topology_id: str, txid: int, *, reason: str | None, limit: int,
-                offset: int) -> list[dict[str, Any]]:
+def quarantined(store: StateStore, topology_id: str, txid: int, *, reason: str | None = None, limit: int = 100,
+                offset: int = 0) -> list[dict[str, Any]]:
     """The bad records the attempts of ``txid`` found, optionally of one reason."""
     with store.db.transaction() as cur:
         rows = views.quarantined(cur, store.schema, topology_id, txid, reason=reason, limit=limit, offset=offset)

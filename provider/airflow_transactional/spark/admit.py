@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import limits
 from ..exceptions import ConfigError
+from ..model import Staging
 from ..spec import StateSpec
 from ..values import Combiner
 
@@ -35,12 +36,11 @@ def spark_type(sql_type: str) -> str:
 
 @dataclass
 class SetAside:
-    """Where the rows that cannot be staged go -- the attempt's quarantine, through ``copy`` (CSV,
-    with ``prefix``: topology, txid, attempt; empty: nowhere, only counted, as an audit does) -- and
-    how many went."""
+    """Where the rows that cannot be staged go -- the attempt's quarantine (``target``: its COPY with
+    topology, txid and attempt as the prefix; an empty COPY: nowhere, only counted, as an audit
+    does) -- and how many went."""
 
-    copy: str
-    prefix: Sequence[Any]
+    target: Staging
     rows: int = 0
     copies: int = 0
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigError
 from ..limits import QUARANTINE_RECORD_CHARS
+from ..model import Staging
 from ..spec import StateSpec
 from . import admit
 from .admit import SetAside
@@ -226,7 +227,8 @@ class FusedFolds:
 
     def stage(self, dsn: str, copies: Mapping[str, str], prefix: Sequence[Any],
               set_aside: SetAside | None = None) -> dict[str, int]:
-        """COPY each state's folded rows (keys, value) with ``copies[state name]``: from the driver
+        """COPY each state's folded rows (keys, value) with ``copies[state name]`` and ``prefix``
+        (:class:`~airflow_transactional.model.Staging`): from the driver
         what :meth:`run` brought there, else from the executors; the rows written per state. A row
         that cannot be staged goes to ``set_aside``."""
         from pyspark.sql import functions as F
@@ -234,19 +236,17 @@ class FusedFolds:
         written = {}
         for i, state in enumerate(self.states):
             names = [*state.key_columns, "value", admit.WHY, admit.RECORD]
-            label = f"fold:{state.name}"
+            label, target = f"fold:{state.name}", Staging(copies[state.name], tuple(prefix))
             if self._head is not None:
                 import pyarrow.compute as pc
 
                 mine = pc.and_(pc.equal(self._head[TAG], i), pc.greater(self._head[f"{_value(i)}_n"], 0))
                 rows = self._head.filter(mine).select(self._rows(i)).rename_columns(names)
-                written[state.name] = stage_arrow(rows, dsn, copies[state.name], prefix, set_aside=set_aside,
-                                                  label=label)
+                written[state.name] = stage_arrow(rows, dsn, target, set_aside=set_aside, label=label)
             else:
                 rows_df = self.folded.where((F.col(TAG) == i) & (F.col(f"{_value(i)}_n") > 0)).select(
                     *[F.col(c).alias(n) for c, n in zip(self._rows(i), names, strict=True)])
-                written[state.name] = stage_executors(rows_df, dsn, copies[state.name], prefix, set_aside=set_aside,
-                                                      label=label)
+                written[state.name] = stage_executors(rows_df, dsn, target, set_aside=set_aside, label=label)
         return written
 
 

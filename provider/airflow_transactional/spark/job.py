@@ -52,7 +52,7 @@ from .. import faults
 from ..connections import Connections, redact
 from ..coordinator import Coordinator
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
-from ..model import DEFAULT_SCHEMA, OutputStaging, read_digest
+from ..model import DEFAULT_SCHEMA, OutputStaging, Staging, read_digest
 from ..spec import TopologySpec
 from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
@@ -178,12 +178,12 @@ def _stage_states(spec: TopologySpec, read: _Read, dsn: str, copies: Mapping[str
                   prefix: Sequence[Any]) -> int:
     """COPY every state's fold of ``read`` (an audit's or a rebuild's) with ``copies``; the records
     and folded rows that could not be (what the commits set aside), counted."""
-    set_aside = SetAside("", ())
+    set_aside = SetAside(Staging(""))
     if read.folds is not None:
         read.folds.stage(dsn, copies, prefix, set_aside)
         return set_aside.rows + read.folds.rejected_count
     for name, df in _folded(spec, read.frames).items():
-        stage_fold(df, dsn, copies[name], prefix, set_aside=set_aside)
+        stage_fold(df, dsn, Staging(copies[name], tuple(prefix)), set_aside=set_aside)
     return set_aside.rows
 
 
@@ -217,7 +217,7 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
                     read.prepared.bad.select("offset", "reason").first() or ("?", "?"))
                 raise BadRecord(f"txid {txid}: {n_bad} bad records, first at offset {offset}: {why} "
                                 "(on_bad_record='fail'; use 'quarantine' to set them aside)")
-            set_aside = SetAside(coordinator.quarantine_copy(), (topology_id, txid, attempt.attempt))
+            set_aside = SetAside(Staging(coordinator.quarantine_copy(), (topology_id, txid, attempt.attempt)))
             counts = _stage(coordinator, spec, read, (txid, attempt.attempt), set_aside, phases)
             faults.point("spark.after_stage", scope=scope)
             n_bad += _quarantine(spark, dsn, spec, read, set_aside, txid, phases)
@@ -251,17 +251,18 @@ def _stage(coordinator: Coordinator, spec: TopologySpec, read: _Read, key: tuple
     else:
         for name, df in _folded(spec, read.frames).items():
             if name in copies:
-                counts[name] = stage_fold(df, dsn, copies[name], key, set_aside=set_aside, label=f"fold:{name}")
+                counts[name] = stage_fold(df, dsn, Staging(copies[name], key), set_aside=set_aside,
+                                          label=f"fold:{name}")
                 phases.lap(f"fold and stage {name}")
             elif name in out.requests:
                 requests = decision_requests(name, spec.state(spec.decision(name).state), df)
-                counts[name] = stage_fold(requests, dsn, out.requests[name], key,
+                counts[name] = stage_fold(requests, dsn, Staging(out.requests[name], key),
                                           set_aside=set_aside, label=f"request:{name}")
                 phases.lap(f"stage requests {name}")
             else:
                 events = output_events(topology_id, name, out.partitions[name], df,
                                        [d.name for d in spec.decisions])
-                counts[name] = stage_fold(events, dsn, out.copy, (*key, name),
+                counts[name] = stage_fold(events, dsn, Staging(out.copy, (*key, name)),
                                           set_aside=set_aside, label=f"output:{name}")
                 phases.lap(f"stage output {name}")
     return counts
@@ -273,14 +274,12 @@ def _quarantine(spark: SparkSession, dsn: str, spec: TopologySpec, read: _Read, 
     # Streamed from the executors, never collected: a batch of garbage fits no driver. (After a
     # fused fold the batch is read again for its bad records: only a batch that has some.)
     if read.bad_records:
-        copy_dataframe(spark, read.prepared.bad, dsn, set_aside.copy, set_aside.prefix,
-                       slice_of=set_aside.next_slice())
+        copy_dataframe(spark, read.prepared.bad, dsn, set_aside.target, slice_of=set_aside.next_slice())
         phases.lap("quarantine")
     rejected = read.folds.rejected_count if read.folds is not None else 0
     if rejected:
         assert read.folds is not None
-        copy_dataframe(spark, read.folds.rejected, dsn, set_aside.copy, set_aside.prefix,
-                       slice_of=set_aside.next_slice())
+        copy_dataframe(spark, read.folds.rejected, dsn, set_aside.target, slice_of=set_aside.next_slice())
         phases.lap("quarantine records no state could fold")
     if (rejected or set_aside.rows) and spec.on_bad_record == "fail":
         raise BadRecord(f"txid {txid}: {rejected + set_aside.rows} records or folded rows could not be staged "

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import faults, limits
 from ..exceptions import ConfigError
 from ..limits import QUARANTINE_RECORD_CHARS
+from ..model import Staging
 from ..spec import StateSpec
 from ..store.connection import connect
 from . import admit
@@ -150,12 +151,12 @@ def _judged(rows: DataFrame, why: Column) -> DataFrame:
 COPY_CHUNK_BYTES = 32 << 20
 
 
-def copy_batches(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any], *,
-                 slice_of: str | None = None) -> int:
-    """Executor side: COPY one partition's Arrow record batches, as CSV built by Arrow in bulk
-    (no Python per row), with ``prefix`` as leading constant columns, in one transaction; the count.
+def copy_batches(dsn: str, target: Staging, batches: Iterable[Any], *, slice_of: str | None = None) -> int:
+    """Executor side: COPY one partition's Arrow record batches into ``target``, as CSV built by
+    Arrow in bulk (no Python per row), its prefix as leading constant columns, in one transaction;
+    the count.
 
-    ``copy_sql`` is a ``COPY ... FROM STDIN WITH (FORMAT csv)``: Arrow writes a null as an empty
+    The target's COPY is a ``COPY ... FROM STDIN WITH (FORMAT csv)``: Arrow writes a null as an empty
     field and an empty string as ``""``, which is how CSV COPY tells them apart. With ``slice_of``
     (a quarantine COPY) two more constants follow the prefix: the slice (``slice_of`` and the Spark
     partition) and the writer (the Spark task attempt; null on the driver), see :func:`writer_of`.
@@ -163,8 +164,7 @@ def copy_batches(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterab
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    if slice_of is not None:
-        prefix = (*prefix, *writer_of(slice_of))
+    prefix = target.prefix if slice_of is None else (*target.prefix, *writer_of(slice_of))
     options = pacsv.WriteOptions(include_header=False)
     buf, n, conn = io.BytesIO(), 0, None
 
@@ -173,7 +173,7 @@ def copy_batches(dsn: str, copy_sql: str, prefix: Sequence[Any], batches: Iterab
         conn = conn or connect(dsn, application_name="airflow_transactional:spark_stage")
         buf.seek(0)
         with conn.cursor() as cur:
-            cur.copy_expert(copy_sql, buf)
+            cur.copy_expert(target.copy, buf)
 
     try:
         for batch in batches:
@@ -217,8 +217,8 @@ def writer_of(slice_of: str) -> tuple[str, int | None]:
 DRIVER_STAGE_ROWS = 250_000
 
 
-def stage_fold(df: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any],
-               driver_rows: int = DRIVER_STAGE_ROWS, *, set_aside: SetAside | None = None, label: str = "") -> int:
+def stage_fold(df: DataFrame, dsn: str, target: Staging, driver_rows: int = DRIVER_STAGE_ROWS, *,
+               set_aside: SetAside | None = None, label: str = "") -> int:
     """Stage a state's folded rows, a decision's requests or an output's events (see
     :data:`DRIVER_STAGE_ROWS`); the rows written. A judged frame's rows that cannot be staged
     (:data:`.admit.WHY`) go to ``set_aside`` instead, their offset ``label`` (dropped without one:
@@ -233,13 +233,13 @@ def stage_fold(df: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any],
     try:
         head = folded.limit(driver_rows + 1).toArrow()
         if head.num_rows <= driver_rows:
-            return stage_arrow(head, dsn, copy_sql, prefix, set_aside=set_aside, label=label)
-        return stage_executors(folded, dsn, copy_sql, prefix, set_aside=set_aside, label=label)
+            return stage_arrow(head, dsn, target, set_aside=set_aside, label=label)
+        return stage_executors(folded, dsn, target, set_aside=set_aside, label=label)
     finally:
         folded.unpersist()
 
 
-def stage_arrow(rows: Any, dsn: str, copy_sql: str, prefix: Sequence[Any], *, set_aside: SetAside | None = None,
+def stage_arrow(rows: Any, dsn: str, target: Staging, *, set_aside: SetAside | None = None,
                 label: str = "") -> int:
     """From the driver: COPY an Arrow table of rows to stage; its judged rows that cannot be go to
     ``set_aside``. The rows staged."""
@@ -247,7 +247,7 @@ def stage_arrow(rows: Any, dsn: str, copy_sql: str, prefix: Sequence[Any], *, se
     import pyarrow.compute as pc
 
     if admit.WHY not in rows.column_names:
-        return copy_batches(dsn, copy_sql, prefix, rows.to_batches())
+        return copy_batches(dsn, target, rows.to_batches())
     fine = pc.is_null(rows[admit.WHY])
     bad = rows.filter(pc.invert(fine))
     if bad.num_rows and set_aside is not None:
@@ -256,38 +256,36 @@ def stage_arrow(rows: Any, dsn: str, copy_sql: str, prefix: Sequence[Any], *, se
                           "reason": bad[admit.WHY],
                           "record": pc.utf8_slice_codeunits(record, 0, QUARANTINE_RECORD_CHARS),
                           "record_length": pc.utf8_length(record)})
-        set_aside.rows += (copy_batches(dsn, set_aside.copy, set_aside.prefix, table.to_batches(),
-                                        slice_of=set_aside.next_slice()) if set_aside.copy else table.num_rows)
-    return copy_batches(dsn, copy_sql, prefix, rows.filter(fine).drop_columns([admit.WHY, admit.RECORD]).to_batches())
+        set_aside.rows += (copy_batches(dsn, set_aside.target, table.to_batches(), slice_of=set_aside.next_slice())
+                           if set_aside.target.copy else table.num_rows)
+    return copy_batches(dsn, target, rows.filter(fine).drop_columns([admit.WHY, admit.RECORD]).to_batches())
 
 
-def stage_executors(rows: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any], *,
-                    set_aside: SetAside | None = None, label: str = "") -> int:
+def stage_executors(rows: DataFrame, dsn: str, target: Staging, *, set_aside: SetAside | None = None,
+                    label: str = "") -> int:
     """From the executors: as :func:`stage_arrow`, for a frame too big for the driver."""
     from pyspark.sql import functions as F
 
     if admit.WHY not in rows.columns:
-        return copy_dataframe(None, rows, dsn, copy_sql, prefix)
+        return copy_dataframe(None, rows, dsn, target)
     if set_aside is not None:
         record = F.col(admit.RECORD)
         bad = rows.where(F.col(admit.WHY).isNotNull()).select(
             F.lit(label).alias("offset"), F.lit(None).cast("string").alias("event_id"),
             F.col(admit.WHY).alias("reason"), F.substring(record, 1, QUARANTINE_RECORD_CHARS).alias("record"),
             F.length(record).alias("record_length"))
-        set_aside.rows += (copy_dataframe(None, bad, dsn, set_aside.copy, set_aside.prefix,
-                                          slice_of=set_aside.next_slice()) if set_aside.copy else bad.count())
-    return copy_dataframe(None, rows.where(F.col(admit.WHY).isNull()).drop(admit.WHY, admit.RECORD), dsn, copy_sql,
-                          prefix)
+        set_aside.rows += (copy_dataframe(None, bad, dsn, set_aside.target, slice_of=set_aside.next_slice())
+                           if set_aside.target.copy else bad.count())
+    return copy_dataframe(None, rows.where(F.col(admit.WHY).isNull()).drop(admit.WHY, admit.RECORD), dsn, target)
 
 
-def _copy_arrow(store: StoreFile, copy_sql: str, prefix: Sequence[Any], batches: Iterable[Any],
-                slice_of: str | None) -> Iterator[Any]:
+def _copy_arrow(store: StoreFile, target: Staging, batches: Iterable[Any], slice_of: str | None) -> Iterator[Any]:
     import pyarrow as pa
 
-    yield pa.RecordBatch.from_pydict({"n": [copy_batches(store.dsn(), copy_sql, prefix, batches, slice_of=slice_of)]})
+    yield pa.RecordBatch.from_pydict({"n": [copy_batches(store.dsn(), target, batches, slice_of=slice_of)]})
 
 
-def copy_dataframe(spark: SparkSession | None, df: DataFrame, dsn: str, copy_sql: str, prefix: Sequence[Any], *,
+def copy_dataframe(spark: SparkSession | None, df: DataFrame, dsn: str, target: Staging, *,
                    slice_of: str | None = None) -> int:
     """COPY a DataFrame from the executors, in parallel, in Arrow batches; return the rows written.
     The same for a classic session and a Spark Connect one (``spark`` is kept for callers).
@@ -299,5 +297,5 @@ def copy_dataframe(spark: SparkSession | None, df: DataFrame, dsn: str, copy_sql
     copy, failing the attempt; the quarantine keeps one, see :func:`writer_of`). The tasks carry no
     DSN: each executor reads it from the file Spark hands it (:mod:`.handoff`)."""
     store = store_file(df.sparkSession, dsn)
-    counts = df.mapInArrow(lambda batches: _copy_arrow(store, copy_sql, prefix, batches, slice_of), "n long")
+    counts = df.mapInArrow(lambda batches: _copy_arrow(store, target, batches, slice_of), "n long")
     return sum(int(row[0]) for row in counts.collect())
