@@ -24,7 +24,7 @@ the core with ``coordinator.store``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
@@ -83,7 +83,7 @@ class Coordinator:
     context manager: ``with TransactionalHook(conn_id).coordinator() as c: ...`` closes it.
     """
 
-    def __init__(self, dsn: str, *, schema: str = DEFAULT_SCHEMA, external_dsns: dict[str, str] | None = None,
+    def __init__(self, dsn: str, *, schema: str = DEFAULT_SCHEMA, external_dsns: Mapping[str, str] | None = None,
                  worker: str | None = None, connections: Connections | None = None) -> None:
         self.store = StateStore(dsn, schema=schema, external_dsns=external_dsns, worker=worker,
                                 connections=connections)
