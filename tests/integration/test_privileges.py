@@ -134,7 +134,7 @@ def test_the_runtime_role_cannot_change_a_declaration_or_a_logs_retention(roles:
     """Regression: with UPDATE on every table, the run-time role set a state's table to one of its
     choosing (the owner's reset dropped it) and the Spark application (the owner's audit ran it)."""
     for statement in (
-            "UPDATE airflow_txn.topologies SET spec = jsonb_set(spec, '{extra,spark,application}', '\"/tmp/evil.py\"')",
+            "UPDATE airflow_txn.topologies SET spec = jsonb_set(spec, '{job,application}', '\"/tmp/evil.py\"')",
             "UPDATE airflow_txn.topologies SET spec = jsonb_set(spec, '{states,0,table}', '\"secrets\"')",
             "INSERT INTO airflow_txn.topologies (topology_id, spec) VALUES ('evil', '{}')",
             "DELETE FROM airflow_txn.topologies",
@@ -285,12 +285,12 @@ def test_the_owners_commands_never_run_or_drop_what_another_role_wrote(roles: Ro
     # A declaration changed behind the owner's back (only a role with the owner's rights can now).
     query(owner_dsn, "CREATE TABLE secrets (user_id text PRIMARY KEY, value bigint, txid bigint NOT NULL)")
     query(owner_dsn, "INSERT INTO secrets VALUES ('root', 42, 1)")
-    query(owner_dsn, "UPDATE airflow_txn.topologies SET spec = jsonb_set(jsonb_set(spec, '{extra,spark,application}', "
+    query(owner_dsn, "UPDATE airflow_txn.topologies SET spec = jsonb_set(jsonb_set(spec, '{job,application}', "
                      "'\"/tmp/evil.py\"'), '{states,0,table}', '\"secrets\"')")
     for command in ("audit", "rebuild"):
         assert cli(["--dsn", owner_dsn, command, "clicks", "--dag-file", dag_file]) == 1
         err = capsys.readouterr().err
-        assert "differs from" in err and "extra, states" in err and f"register {dag_file}" in err, err
+        assert "differs from" in err and "job, states" in err and f"register {dag_file}" in err, err
     assert cli(["--dsn", owner_dsn, "reset", "clicks", "--yes"]) == 0
     out = capsys.readouterr().out
     assert 'kept "public"."secrets"' in out and '"public"."clicks_amount"' in out
