@@ -205,12 +205,13 @@ class SparkJob:
 
     def __post_init__(self) -> None:
         args = self.application_args
-        if isinstance(args, (str, bytes)) or not all(isinstance(a, str) for a in args):
-            raise ConfigError(f"application_args must be a list of strings, got {args!r}")
-        if not isinstance(self.application, str) or not self.application or \
-                not isinstance(self.py_files, (str, type(None))):
-            raise ConfigError(f"a Spark job is a path and comma-separated py_files, got {self.application!r}, "
-                              f"{self.py_files!r}")
+        for name, want, ok in (
+                ("application", "a path", isinstance(self.application, str) and self.application),
+                ("application_args", "a list of strings", not isinstance(args, (str, bytes)) and all(
+                    isinstance(a, str) for a in args)),
+                ("py_files", "comma-separated paths", isinstance(self.py_files, (str, type(None))))):
+            if not ok:
+                raise ConfigError(f"{name} must be {want}, got {getattr(self, name)!r}")
         object.__setattr__(self, "application_args", tuple(args))
 
     def to_config(self) -> dict[str, Any]:
@@ -223,14 +224,13 @@ class TopologySpec:
     """A transactional topology: one source, one or more states, and its limits.
 
     ``max_in_flight`` is Storm's ``topology.max.spout.pending``: how many planned, uncommitted
-    transactions may exist at once. ``max_batch_size`` caps one batch (events, or files for a
-    landing directory). ``opaque`` lets a batch that can no longer be read be re-planned from the
-    committed checkpoint (with every later uncommitted txid). ``on_bad_record`` is
-    ``"quarantine"`` (default) or ``"fail"``. ``outputs`` are the event logs its commit appends
-    to (:class:`OutputSpec`); ``decisions`` the rules its commit applies request by request
-    (:class:`DecisionSpec`); ``job`` its Spark application (:class:`SparkJob`), ``dag_id`` the one
-    DAG that runs it (default: its id), ``stall_after_seconds`` how long it may go without a commit
-    while its source holds records before it counts as stalled (None: never).
+    transactions may exist at once. ``max_batch_size`` caps one batch (events, or files for a landing
+    directory). ``opaque`` lets a batch that can no longer be read be re-planned from the committed
+    checkpoint (with every later uncommitted txid). ``on_bad_record``: ``"quarantine"`` or ``"fail"``.
+    ``outputs`` are the event logs its commit appends to (:class:`OutputSpec`), ``decisions`` the rules
+    it applies request by request (:class:`DecisionSpec`), ``job`` its Spark application
+    (:class:`SparkJob`), ``dag_id`` the one DAG that runs it (default: its id), ``stall_after_seconds``
+    how long it may go without a commit while its source holds records before it is stalled (None: never).
     """
 
     topology_id: str
@@ -270,13 +270,13 @@ class TopologySpec:
                                   f"got {val!r}")
         if not isinstance(self.opaque, bool):
             raise ConfigError(f"topology {self.topology_id!r}: opaque must be True or False, got {self.opaque!r}")
-        stall = self.stall_after_seconds
-        for name, bad in (("job", not isinstance(self.job, (SparkJob, type(None)))),
-                          ("dag_id", self.dag_id is not None and (not isinstance(self.dag_id, str) or not self.dag_id)),
-                          ("stall_after_seconds", stall is not None and (type(stall) is not int or stall <= 0))):
-            if bad:
-                raise ConfigError(f"topology {self.topology_id!r}: {name} must be a SparkJob, a DAG id and a positive "
-                                  f"number of seconds, got {getattr(self, name)!r}")
+        for name, want, ok in (
+                ("job", "a SparkJob", isinstance(self.job, (SparkJob, type(None)))),
+                ("dag_id", "a DAG id", self.dag_id is None or (isinstance(self.dag_id, str) and self.dag_id)),
+                ("stall_after_seconds", "a positive number of seconds", self.stall_after_seconds is None or (
+                    type(self.stall_after_seconds) is int and self.stall_after_seconds > 0))):
+            if not ok:
+                raise ConfigError(f"topology {self.topology_id!r}: {name} must be {want}, got {getattr(self, name)!r}")
         if self.on_bad_record not in ("quarantine", "fail"):
             raise ConfigError(
                 f"topology {self.topology_id!r}: on_bad_record must be 'quarantine' or 'fail', "

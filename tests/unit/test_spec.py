@@ -9,7 +9,7 @@ from airflow_transactional.connections import redact
 from airflow_transactional.core.redeclaration import incompatible_changes
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.sources import LandingDirectory, PostgresLogSource, source_from_config
-from airflow_transactional.spec import DecisionSpec, OutputSpec, StateSpec, TopologySpec
+from airflow_transactional.spec import DecisionSpec, OutputSpec, SparkJob, StateSpec, TopologySpec
 
 pytestmark = pytest.mark.unit
 
@@ -134,3 +134,26 @@ def test_provider_info_names_the_package() -> None:
     info = get_provider_info()
     assert info["package-name"] == "airflow-provider-transactional"
     assert info["versions"]
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({"job": {"application": "job.py"}}, r"job must be a SparkJob, got \{'application'"),
+    ({"dag_id": ""}, "dag_id must be a DAG id, got ''"),
+    ({"stall_after_seconds": 0}, "stall_after_seconds must be a positive number of seconds, got 0"),
+    ({"stall_after_seconds": True}, "stall_after_seconds must be a positive number of seconds, got True"),
+])
+def test_a_bad_job_dag_id_or_stall_rule_is_refused_naming_the_field(given: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _spec(**given)
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({"application": ""}, "application must be a path, got ''"),
+    ({"application": "job.py", "application_args": "--flag"}, "application_args must be a list of strings"),
+    ({"application": "job.py", "py_files": ["a.py"]}, r"py_files must be comma-separated paths, got \['a.py'\]"),
+])
+def test_a_bad_spark_job_is_refused_naming_the_field(given: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SparkJob(**given)
+    assert SparkJob("job.py", ["--x"], "a.py,b.py").to_config() == {
+        "application": "job.py", "application_args": ["--x"], "py_files": "a.py,b.py"}
