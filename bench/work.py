@@ -37,6 +37,7 @@ import psutil
 import psycopg2
 
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.model import PlannedBatch
 from airflow_transactional.sources import EventLog, LandingDirectory, PostgresLogSource
 from airflow_transactional.spark import cds
 from airflow_transactional.spark.job import REMOTE_ENV
@@ -165,7 +166,7 @@ class Work:
         if not landing_file.exists():  # a copy: the landing directory refuses hard-linked files
             shutil.copyfile(events_file, landing_file)
         self.txids: dict[str, int] = {}
-        self.batches: dict[str, tuple[dict[str, Any], int]] = {}
+        self.batches: dict[str, tuple[PlannedBatch, int]] = {}
 
     def ours(self, topology: str, job: Path = WORDS_JOB, jit_of: str | None = None,
              jars: Sequence[str] = ()) -> tuple[float, float, dict[str, Any]]:

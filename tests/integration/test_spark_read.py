@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from airflow_transactional.model import LogBatch, Range
 from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spark import read
 from airflow_transactional.spark.handoff import StoreFile
@@ -36,7 +37,7 @@ class _Given(StoreFile):
 def test_log_chunks_arrive_as_the_sources_own_records(dsn: str) -> None:
     make_log(dsn, "clicks", partitions=2).append([(f"e{i}", p) for i, p in enumerate(AWKWARD_PAYLOADS * 3)])
     source = PostgresLogSource("clicks")
-    batch = {"ranges": [[0, 0, 20], [1, 2, 20]]}
+    batch = LogBatch(log="clicks", ranges=(Range(0, 0, 20), Range(1, 2, 20)))
     chunks = read._log_chunks(batch, size=4)
     assert len(chunks) > 2  # several chunks per partition
     ranges = pa.RecordBatch.from_pydict({"p": [c[0] for c in chunks], "lo": [c[1] for c in chunks],

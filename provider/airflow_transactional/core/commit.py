@@ -81,7 +81,7 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         decided = effects.decide(store, cur, num, spec, txid, chosen)
         appended = effects.append_outputs(store, cur, num, spec, txid, chosen)
         faults.point("commit.after_append", cur, scope=scope)
-        lost = int((txn.batch.get("lost") or {}).get("records", 0))
+        lost = txn.batch.lost_records
         # A Kafka plan spans offsets, an upper bound of its records: what its commit read fewer
         # were offsets a read_committed reader skips (aborted records, transaction markers).
         skipped = max(0, txn.planned_records - records_read) if spec.source.lag_unit == "offsets" and chosen else 0

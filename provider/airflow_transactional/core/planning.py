@@ -5,13 +5,13 @@ txid to the next run."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from dataclasses import replace
 
 from ..exceptions import (
     ConfigError,
     TooManyInFlight,
 )
-from ..model import Transaction, same_offsets
+from ..model import PlannedBatch, Transaction, same_offsets
 from ..sources.base import BatchPlan
 from ..store import attempts, transactions
 from .context import StateStore
@@ -122,9 +122,8 @@ def adopt(store: StateStore, topology_id: str, txid: int, old_run_key: str, new_
         return store.txn(cur, topology_id, txid)
 
 
-def _stored_batch(bp: BatchPlan) -> dict[str, Any]:
+def _stored_batch(bp: BatchPlan) -> PlannedBatch:
     """The batch as stored in the plan, with what retention removed from it, if anything."""
-    batch = dict(bp.batch)
-    if bp.lost_records:
-        batch["lost"] = {"records": bp.lost_records, "detail": bp.lost_detail, "ranges": bp.lost_ranges}
-    return batch
+    if not bp.lost_records:
+        return bp.batch
+    return replace(bp.batch, lost={"records": bp.lost_records, "detail": bp.lost_detail, "ranges": bp.lost_ranges})

@@ -14,7 +14,7 @@ import psycopg2.extensions
 from psycopg2 import sql
 
 from ..exceptions import SourceUnreachable
-from ..model import InFlight, Offsets, RecoverResult, TopologyStatus
+from ..model import InFlight, Offsets, PlannedBatch, RecoverResult, TopologyStatus
 from ..sources.base import Source
 from ..spec import StateSpec
 from ..store import attempts, catalog, decisions, topologies, transactions
@@ -136,7 +136,7 @@ def topology_num(store: StateStore, cur: psycopg2.extensions.cursor, topology_id
 
 
 def committed_batch(store: StateStore, topology_id: str, through_txid: int | None = None
-                    ) -> tuple[dict[str, Any], str | None]:
+                    ) -> tuple[PlannedBatch, str | None]:
     """A batch covering everything committed (through ``through_txid``), or why it cannot be
     recomputed from the source."""
     with store.db.transaction() as cur:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from ..model import FileBatch, planned_batch
 from ..spec import TopologySpec
 from ..store import views
 from . import status as status_
@@ -86,11 +87,17 @@ class _Committed:
                             for d in decisions}}
 
 
+def _files(stored: Any) -> tuple[Any, ...]:
+    """The files a stored batch planned (a landing directory's; none for another source)."""
+    batch = planned_batch(stored if isinstance(stored, dict) else None)
+    return batch.files if isinstance(batch, FileBatch) else ()
+
+
 def _transaction(t: views.TxnRow, attempts: list[views.AttemptRow],
                  committed: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"txid": t.txid, "run_id": t.run_key, "status": t.status, "planned_at": _iso(t.planned_at),
             "planned_records": t.planned_records, "start_offsets": t.start_offsets, "end_offsets": t.end_offsets,
-            "files": [f.get("path") for f in (t.batch or {}).get("files", []) if isinstance(f, dict)],
+            "files": [f.get("path") for f in _files(t.batch)],
             "failure": t.failure, "failed_tries": t.failed_tries, "last_try_failure": t.last_try_failure,
             "attempts": [_attempt(a) for a in attempts if a.txid == t.txid],
             "commit": None if t.committed_at is None else {

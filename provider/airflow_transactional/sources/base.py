@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import psycopg2.extensions
 
 from ..connections import Connections
-from ..model import Offsets
+from ..model import Offsets, PlannedBatch
 
 __all__ = ["BatchPlan", "Offsets", "Record", "Source", "fair_shares"]
 
@@ -27,7 +27,7 @@ class BatchPlan:
 
     start: Offsets
     end: Offsets
-    batch: dict[str, Any]
+    batch: PlannedBatch
     planned_records: int
     lost_records: int = 0  # skipped because retention removed them (opaque re-plan only)
     lost_detail: list[str] = field(default_factory=list)
@@ -88,12 +88,12 @@ class Source(ABC):
 
     @abstractmethod
     def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
-                    batch: Mapping[str, Any]) -> str | None:
+                    batch: PlannedBatch) -> str | None:
         """Why the planned ``batch`` can no longer be read in full, or None when it can."""
 
     @abstractmethod
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
-             batch: Mapping[str, Any]) -> Iterator[Record]:
+             batch: PlannedBatch) -> Iterator[Record]:
         """Yield the batch's records in source order."""
 
     @abstractmethod
@@ -113,7 +113,7 @@ class Source(ABC):
 
     @abstractmethod
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
-                        committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
+                        committed: Offsets, lost: list[Any]) -> tuple[PlannedBatch, str | None]:
         """A batch of everything committed so far (for audits and rebuilds), or an empty batch and
         why it cannot be recomputed. ``lost`` are the ``lost_ranges`` of committed batches: records
         retention removed before they committed, which the state never counted."""

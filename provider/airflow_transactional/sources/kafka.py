@@ -32,7 +32,7 @@ import psycopg2.extensions
 
 from ..connections import Connections
 from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
-from ..model import Offsets
+from ..model import Offsets, PlannedBatch, Range, TopicBatch, planned_batch
 from ..store import transactions
 from .base import BatchPlan, Record, Source, fair_shares
 from .kafka_settings import checked_settings
@@ -182,46 +182,49 @@ class KafkaSource(Source):
         return BatchPlan(
             start=dict(start),  # the committed checkpoint it continues (a new partition is in the ranges)
             end={str(p): lo[p] + take[p] for p in lo},
-            batch={"topic": self.topic, "topic_id": now.topic_id, "cluster_id": now.cluster_id, "ranges": ranges},
+            batch=TopicBatch(topic=self.topic, topic_id=now.topic_id, cluster_id=now.cluster_id,
+                             ranges=tuple(Range(*r) for r in ranges)),
             planned_records=sum(take.values()),
             lost_records=lost, lost_detail=lost_detail, lost_ranges=lost_ranges)
 
-    def _same_topic(self, now: Snapshot, before: Mapping[str, Any] | None, topology_id: str) -> None:
+    def _same_topic(self, now: Snapshot, before: PlannedBatch | None, topology_id: str) -> None:
         """Refuse a topic that is not the one earlier plans read (another cluster, or the topic
         deleted and created again): its offsets mean other records now."""
-        if not before or "topic_id" not in before:
+        if not isinstance(before, TopicBatch) or before.topic_id is None:
             return
-        if before.get("cluster_id") != now.cluster_id:
+        if before.cluster_id != now.cluster_id:
             raise ConfigError(f"topology {topology_id!r} read topic {self.topic!r} of Kafka cluster "
-                              f"{before.get('cluster_id')}, and connection {self.kafka_conn_id!r} now reaches cluster "
+                              f"{before.cluster_id}, and connection {self.kafka_conn_id!r} now reaches cluster "
                               f"{now.cluster_id}: point the connection back, or reset the topology "
                               f"(airflow-txn reset {topology_id} --yes) to read the new cluster from its start")
-        if before["topic_id"] != now.topic_id:
+        if before.topic_id != now.topic_id:
             raise ConfigError(f"topic {self.topic!r} was deleted and created again since topology {topology_id!r} "
-                              f"planned its last batch (topic id {before['topic_id']} is now {now.topic_id}): its "
+                              f"planned its last batch (topic id {before.topic_id} is now {now.topic_id}): its "
                               f"offsets hold other records. Reset the topology (airflow-txn reset {topology_id} "
                               "--yes) to read the new topic from its start")
 
     def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                     batch: Mapping[str, Any]) -> str | None:
-        if not batch.get("ranges"):
+        batch = planned_batch(batch, self.kind)
+        if not isinstance(batch, TopicBatch) or not batch.ranges:
             return None
         now = self.snapshot()
-        if batch.get("topic_id") not in (None, now.topic_id):
-            return f"topic {self.topic!r} was deleted and created again (topic id {batch['topic_id']} is now " \
+        if batch.topic_id not in (None, now.topic_id):
+            return f"topic {self.topic!r} was deleted and created again (topic id {batch.topic_id} is now " \
                    f"{now.topic_id})"
         gone = [f"partition {p} offsets {lo}..{min(hi, now.earliest.get(p, 0)) - 1}"
-                for p, lo, hi in batch["ranges"] if now.earliest.get(p, 0) > lo]
+                for p, lo, hi in batch.ranges if now.earliest.get(p, 0) > lo]
         if gone:
             return f"topic {self.topic!r}: records removed by retention or deleteRecords: {', '.join(gone)}"
         return None
 
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
              batch: Mapping[str, Any]) -> Iterator[Record]:
+        batch = planned_batch(batch, self.kind)
         """The batch's committed records in partition order (for the pure-Python processor)."""
         from confluent_kafka import Consumer, TopicPartition
 
-        ranges = [(int(p), int(lo), int(hi)) for p, lo, hi in batch.get("ranges", [])]
+        ranges = batch.ranges if isinstance(batch, TopicBatch) else ()
         if not ranges:
             return
         consumer = Consumer({**self.config(), "group.id": "airflow-transactional-reader", "enable.auto.commit": False,
@@ -235,11 +238,11 @@ class KafkaSource(Source):
             consumer.close()
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
-                        committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
+                        committed: Offsets, lost: list[Any]) -> tuple[PlannedBatch, str | None]:
         now = self.snapshot()
         last = transactions.last_batch(cur, schema, topology_id)
-        if last and last.get("topic_id") not in (None, now.topic_id):
-            return {}, f"topic {self.topic!r} was deleted and created again: the committed records are gone"
+        if isinstance(last, TopicBatch) and last.topic_id not in (None, now.topic_id):
+            return PlannedBatch(), f"topic {self.topic!r} was deleted and created again: the committed records are gone"
         origin = transactions.range_origins(cur, schema, topology_id)  # where the topology began, per partition
         ranges, gone = [], []
         for p, end in sorted((int(p_text), int(end)) for p_text, end in committed.items()):
@@ -251,11 +254,12 @@ class KafkaSource(Source):
             if covered < min(removed, end):  # every partition named, not only the first
                 gone.append(f"partition {p} offsets {covered}..{min(removed, end) - 1}")
             elif end > max(removed, covered):
-                ranges.append([p, max(removed, covered), end])
+                ranges.append(Range(p, max(removed, covered), end))
         if gone:
-            return {}, (f"topic {self.topic!r}: retention removed committed records ({', '.join(gone)}); they can no "
-                        "longer be recomputed")
-        return {"topic": self.topic, "topic_id": now.topic_id, "cluster_id": now.cluster_id, "ranges": ranges}, None
+            return PlannedBatch(), (f"topic {self.topic!r}: retention removed committed records "
+                                    f"({', '.join(gone)}); they can no longer be recomputed")
+        return TopicBatch(topic=self.topic, topic_id=now.topic_id, cluster_id=now.cluster_id,
+                          ranges=tuple(ranges)), None
 
     remote = True
     lag_unit = "offsets"

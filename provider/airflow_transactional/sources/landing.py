@@ -39,7 +39,7 @@ import psycopg2.extensions
 
 from .. import limits
 from ..exceptions import BatchUnavailable, ConfigError
-from ..model import Offsets
+from ..model import FileBatch, Offsets, PlannedBatch, planned_batch
 from ..store import landing, transactions
 from . import landed
 from .base import BatchPlan, Record, Source
@@ -271,16 +271,18 @@ class LandingDirectory(Source):
             files.append(f.to_plan())
             end = f.seq
         return BatchPlan(start={"seq": begin}, end={"seq": end},
-                         batch={"directory": self.path, "format": self.format, "files": files},
+                         batch=FileBatch(directory=self.path, format=self.format, files=tuple(files)),
                          planned_records=len(files), lost_records=len(lost), lost_detail=lost,
                          lost_ranges=list(lost))
 
     def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                     batch: Mapping[str, Any]) -> str | None:
-        foreign = self._foreign([f["path"] for f in batch.get("files", [])])
+        batch = planned_batch(batch, self.kind)
+        files = batch.files if isinstance(batch, FileBatch) else ()
+        foreign = self._foreign([f["path"] for f in files])
         if foreign:
             return foreign
-        gone = [f["path"] for f in batch.get("files", []) if changed(LandedFile.from_plan(f), deep=True)]
+        gone = [f["path"] for f in files if changed(LandedFile.from_plan(f), deep=True)]
         return f"landing files gone or their content changed since planned: {', '.join(gone)}" if gone else None
 
     def _foreign(self, paths: Iterable[str]) -> str | None:
@@ -292,25 +294,28 @@ class LandingDirectory(Source):
 
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
              batch: Mapping[str, Any]) -> Iterator[Record]:
-        if batch.get("format", "json") != "json":
+        batch = planned_batch(batch, self.kind)
+        if not isinstance(batch, FileBatch):
+            return
+        if batch.format != "json":
             raise ConfigError("the pure-Python reader handles JSON-lines files; "
                               "Parquet and CSV batches are read by the Spark helper")
-        for f in batch.get("files", []):
+        for f in batch.files:
             yield from _planned_lines(f)
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
-                        committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
+                        committed: Offsets, lost: list[Any]) -> tuple[PlannedBatch, str | None]:
         skipped = set(lost)
         files = [f for f in map(LandedFile.from_row, landing.through(cur, schema, topology_id,
                                                                      int(committed.get("seq", 0))))
                  if f.path not in skipped]
         foreign = self._foreign(f.path for f in files)
         if foreign:
-            return {}, foreign
+            return PlannedBatch(), foreign
         gone = [f.path for f in files if changed(f, deep=True)]
         if gone:
-            return {}, f"landing files gone or changed since they committed: {', '.join(gone[:5])}"
-        return {"directory": self.path, "format": self.format, "files": [f.to_plan() for f in files]}, None
+            return PlannedBatch(), f"landing files gone or changed since they committed: {', '.join(gone[:5])}"
+        return FileBatch(directory=self.path, format=self.format, files=tuple(f.to_plan() for f in files)), None
 
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
         """Files in the directory whose current content no committed batch held."""

@@ -26,7 +26,7 @@ import psycopg2.extensions
 
 from .. import identifiers
 from ..exceptions import BatchUnavailable, ConfigError
-from ..model import Offsets
+from ..model import LogBatch, Offsets, PlannedBatch, Range, planned_batch
 from ..store import logs
 from .base import BatchPlan, Record, Source, fair_shares
 from .eventlog import SOURCE_KIND, AppendResult, EventLog, partition_of
@@ -87,11 +87,11 @@ class PostgresLogSource(Source):
             avail[p] = max(0, head - begin)
         take = fair_shares(avail, max_records)
         end = {str(p): lo[p] + take[p] for p in lo}
-        ranges = [[p, lo[p], lo[p] + take[p]] for p in sorted(lo) if take[p] > 0]
+        ranges = tuple(Range(p, lo[p], lo[p] + take[p]) for p in sorted(lo) if take[p] > 0)
         return BatchPlan(
             start={str(p): int(start.get(str(p), 0)) for p in lo},
             end=end,
-            batch={"log": self.log, "ranges": ranges},
+            batch=LogBatch(log=self.log, ranges=ranges),
             planned_records=sum(take.values()),
             lost_records=lost,
             lost_detail=lost_detail,
@@ -100,18 +100,20 @@ class PostgresLogSource(Source):
 
     def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                     batch: Mapping[str, Any]) -> str | None:
-        if not batch.get("ranges"):
+        batch = planned_batch(batch, self.kind)
+        if not isinstance(batch, LogBatch) or not batch.ranges:
             return None
         truncated = {p: t for p, _h, t in self._partitions(cur, schema)}
         gone = [f"partition {p} LSN {lo + 1}..{min(hi, truncated.get(p, 0))}"
-                for p, lo, hi in batch["ranges"] if truncated.get(p, 0) > lo]
+                for p, lo, hi in batch.ranges if truncated.get(p, 0) > lo]
         if gone:
             return f"log {self.log!r}: events removed by retention: {', '.join(gone)}"
         return None
 
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
              batch: Mapping[str, Any]) -> Iterator[Record]:
-        for p, lo, hi in batch.get("ranges", []):
+        batch = planned_batch(batch, self.kind)
+        for p, lo, hi in batch.ranges if isinstance(batch, LogBatch) else ():
             for lsn, event_id, payload in logs.read(cur, self.schema or schema, self.log, p, lo, hi):
                 yield Record(f"{p}:{lsn}", event_id, payload)
 
@@ -123,7 +125,7 @@ class PostgresLogSource(Source):
         logs.copy_csv(cur, self.schema or schema, self.log, partition, lo, hi, out)
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
-                        committed: Offsets, lost: list[Any]) -> tuple[dict[str, Any], str | None]:
+                        committed: Offsets, lost: list[Any]) -> tuple[PlannedBatch, str | None]:
         ranges, gone = [], []
         for p, _head, truncated in self._partitions(cur, schema):
             end = int(committed.get(str(p), 0))
@@ -135,11 +137,11 @@ class PostgresLogSource(Source):
             if covered < removed:  # every partition named, not only the first
                 gone.append(f"partition {p} LSN {covered + 1}..{removed}")
             elif end > removed:
-                ranges.append([p, removed, end])
+                ranges.append(Range(p, removed, end))
         if gone:
-            return {}, (f"log {self.log!r}: retention removed committed events ({', '.join(gone)}); they can no "
-                        "longer be recomputed")
-        return {"log": self.log, "ranges": ranges}, None
+            return PlannedBatch(), (f"log {self.log!r}: retention removed committed events ({', '.join(gone)}); "
+                                    "they can no longer be recomputed")
+        return LogBatch(log=self.log, ranges=tuple(ranges)), None
 
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
         return sum(max(0, head - max(int(committed.get(str(p), 0)), t))

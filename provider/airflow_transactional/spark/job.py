@@ -52,7 +52,7 @@ from .. import faults
 from ..connections import Connections, redact
 from ..coordinator import Coordinator
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
-from ..model import DEFAULT_SCHEMA, OutputStaging, Staging, read_digest
+from ..model import DEFAULT_SCHEMA, FileBatch, OutputStaging, Staging, read_digest
 from ..spec import TopologySpec
 from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
@@ -165,7 +165,7 @@ def _read(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, bat
         frames = {s.name: frames[s.name] for s in spec.recomputable_states}
     folds = fuse(spec.recomputable_states, frames, prepared.good)
     keep = folds.run() if folds is not None else cache(prepared).cached
-    if prepared.unsure() and any(f.get("plain") for f in batch.get("files", [])):
+    if prepared.unsure() and isinstance(batch, FileBatch) and any(f.get("plain") for f in batch.files):
         # A string field of a line Spark's JSON reader parsed may have held a number: read the
         # files as text, where that shows (once: a batch as text has no plain file).
         keep.unpersist()

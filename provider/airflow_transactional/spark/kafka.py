@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigError
+from ..model import TopicBatch, planned_batch
 from ..sources import KafkaSource, Source
 from .read import EVENT_ID_COL, INVALID_COL, OFFSET_COL, TEXT, Records, raw_schema, reader
 
@@ -29,10 +30,11 @@ def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **
 
     if not isinstance(source, KafkaSource):
         raise ConfigError(f"the Kafka reader got a {source.kind!r} source")
-    ranges = [(int(p), int(lo), int(hi)) for p, lo, hi in batch.get("ranges", []) if int(hi) > int(lo)]
-    if not ranges:
+    batch = planned_batch(batch, source.kind)
+    ranges = [r for r in batch.ranges if r.end > r.start] if isinstance(batch, TopicBatch) else []
+    if not ranges or not isinstance(batch, TopicBatch):
         return Records(spark.createDataFrame([], raw_schema()), TEXT)
-    topic = str(batch["topic"])
+    topic = batch.topic
     # Spark's redaction hides options by name: the JAAS line carries a password in its value.
     spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|secret|key\\.password")
     df = (batch_reader(spark, topic, ranges).options(**kafka_options(source.config()))

@@ -10,9 +10,11 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..exceptions import BatchUnavailable, ConfigError
+from ..model import FileBatch, LogBatch, PlannedBatch, planned_batch
 from ..sources import LandingDirectory, PostgresLogSource, Source, landed, source_from_config
 from ..store.connection import connect
 from .handoff import StoreFile, is_remote, store_file
@@ -64,10 +66,11 @@ def arrow_rows(batches: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
 
 
 def _log_chunks(batch: Mapping[str, Any], size: int = LOG_CHUNK) -> list[tuple[int, int, int]]:
+    batch = planned_batch(batch, PostgresLogSource.kind)
     chunks = []
-    for p, lo, hi in batch.get("ranges", []):
-        for start in range(int(lo), int(hi), size):
-            chunks.append((int(p), start, min(start + size, int(hi))))
+    for p, lo, hi in batch.ranges if isinstance(batch, LogBatch) else ():
+        for start in range(lo, hi, size):
+            chunks.append((p, start, min(start + size, hi)))
     return chunks
 
 
@@ -124,7 +127,7 @@ def raw_schema() -> Any:
 
 def raw_records(spark: SparkSession, source: Source, batch: Mapping[str, Any], *, dsn: str, schema: str,
                 topology_id: str, record_schema: str | None = None) -> Records:
-    """The batch as a DataFrame, and what it holds (see :class:`Records`).
+    """The batch (typed, or its stored JSON) as a DataFrame, and what it holds (see :class:`Records`).
 
     The event log gives ``(_offset, _event_id, payload)``; JSON files the fields of
     ``record_schema`` parsed by Spark's JSON reader; Parquet and CSV their own columns plus
@@ -134,7 +137,8 @@ def raw_records(spark: SparkSession, source: Source, batch: Mapping[str, Any], *
     if read is None:
         raise ConfigError(f"the Spark helper has no reader for sources of kind {source.kind!r}: register one "
                           "with airflow_transactional.spark.read.reader")
-    return read(spark, source, batch, dsn=dsn, schema=schema, topology_id=topology_id, record_schema=record_schema)
+    return read(spark, source, planned_batch(batch, source.kind), dsn=dsn, schema=schema, topology_id=topology_id,
+                record_schema=record_schema)
 
 
 @reader(PostgresLogSource.kind)
@@ -270,19 +274,20 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
-    kind = batch.get("format", "json")
-    if not batch.get("files"):
+    batch = planned_batch(batch, source.kind)
+    if not isinstance(batch, FileBatch) or not batch.files:
         return Records(spark.createDataFrame([], raw_schema()), TEXT)
+    kind = batch.format
     if kind == "json" and not record_schema:
         raise ConfigError(NEEDS_SCHEMA)
-    files, file_name = pinned_files(spark, batch["files"])
+    files, file_name = pinned_files(spark, batch.files)
     if kind == "parquet":
         return Records(spark.read.parquet(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if kind == "csv":
         return Records(spark.read.option("header", True).csv(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if not record_schema:
         raise ConfigError(NEEDS_SCHEMA)
-    if not all(f.get("plain") for f in batch["files"]):
+    if not all(f.get("plain") for f in batch.files):
         # A line past the record limit or escaping a surrogate, somewhere (or a file registered before
         # lines were looked at): lines as text, judged one by one before they are parsed, as the
         # pure-Python processor reads them (Spark's JSON reader would parse any line, and store a
@@ -348,9 +353,12 @@ def _unpin() -> None:
         os.close(_pinned.pop())
 
 
-def as_text(batch: Mapping[str, Any]) -> dict[str, Any]:
+def as_text(batch: Mapping[str, Any]) -> PlannedBatch:
     """A landing ``batch`` whose JSON files are read as text, line by line (:func:`read_landing`)."""
-    return {**batch, "files": [{**f, "plain": False} for f in batch.get("files", [])]}
+    typed = planned_batch(batch, LandingDirectory.kind)
+    if not isinstance(typed, FileBatch):
+        return typed
+    return replace(typed, files=tuple({**f, "plain": False} for f in typed.files))
 
 
 def spark_schema(ddl: str) -> Any:
@@ -363,21 +371,22 @@ def spark_schema(ddl: str) -> Any:
     return schema
 
 
-def readable_batch(batch: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def readable_batch(batch: Mapping[str, Any]) -> tuple[PlannedBatch, list[tuple[str, str]]]:
     """The batch without its Parquet files whose footer cannot be read, and (path, why) of those.
 
     A corrupt file would otherwise fail every attempt and stop the topology; it is quarantined
     by name instead (or fails the attempt naming it, with ``on_bad_record="fail"``).
     """
-    if batch.get("format") != "parquet":
-        return dict(batch), []
+    typed = planned_batch(batch)
+    if not isinstance(typed, FileBatch) or typed.format != "parquet":
+        return typed, []
     import pyarrow.parquet as pq
 
     unreadable = []
-    for f in batch.get("files", []):
+    for f in typed.files:
         try:
             pq.ParquetFile(f["path"]).metadata  # noqa: B018 -- reading the footer is the check
         except Exception as exc:
             unreadable.append((f["path"], f"unreadable Parquet file: {type(exc).__name__}: {exc}"[:1000]))
     gone = {p for p, _ in unreadable}
-    return {**batch, "files": [f for f in batch.get("files", []) if f["path"] not in gone]}, unreadable
+    return replace(typed, files=tuple(f for f in typed.files if f["path"] not in gone)), unreadable

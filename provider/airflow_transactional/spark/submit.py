@@ -57,6 +57,7 @@ from typing import Any
 from .. import files
 from ..connections import DSN_ENV, DSN_FILE_ENV, read_dsn_file
 from ..exceptions import ConfigError, TransactionalError
+from ..model import FileBatch, planned_batch
 from .auth import spark_defaults, with_authentication
 
 log = logging.getLogger(__name__)
@@ -311,11 +312,11 @@ def with_jit_for_batch(conf: Mapping[str, Any], batch: Mapping[str, Any], planne
     java_opts = str(out.get("spark.driver.extraJavaOptions") or "")
     if "TieredStopAtLevel" in java_opts or "TieredCompilation" in java_opts:
         return out
-    files_ = batch.get("files")
-    if files_ is not None:
-        if batch.get("format", "json") == "parquet":
+    typed = planned_batch(batch)
+    if isinstance(typed, FileBatch):
+        if typed.format == "parquet":
             return out
-        small = sum(int(f.get("size") or 0) for f in files_) <= SHORT_JIT_MAX_BYTES
+        small = sum(int(f.get("size") or 0) for f in typed.files) <= SHORT_JIT_MAX_BYTES
     else:
         small = planned_records <= SHORT_JIT_MAX_RECORDS
     if small:

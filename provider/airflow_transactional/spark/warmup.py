@@ -20,6 +20,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from airflow_transactional.model import FileBatch
 from airflow_transactional.sources import LandingDirectory
 from airflow_transactional.spark.fused import fuse, per_record
 from airflow_transactional.spark.read import EVENT_ID_COL, OFFSET_COL, TEXT, Records, read_landing
@@ -52,7 +53,7 @@ def main(work: str) -> None:
                       F.col("value").alias("payload"))
     from_text = validate(Records(raw, TEXT), SCHEMA, ["url"])  # as an event log's payloads are parsed
     landing = LandingDirectory(os.path.abspath(work))
-    events = {"files": [{"path": os.path.join(landing.path, "events.json")}]}
+    events = FileBatch(directory=landing.path, files=({"path": os.path.join(landing.path, "events.json")},))
     checked = validate(read_landing(spark, landing, events, record_schema=SCHEMA), SCHEMA, ["url"])
     assert (from_text.records, from_text.bad_records) == (checked.records, checked.bad_records)
     from_text.cached.unpersist()

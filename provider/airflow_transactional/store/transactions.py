@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from psycopg2.extras import Json
 
-from ..model import Offsets, PlannedRun, Transaction
+from ..model import Offsets, PlannedBatch, PlannedRun, Transaction, planned_batch
 from . import notices
 from .rows import Cursor, column_list, every, one, scalar
 from .statements import query
@@ -77,17 +77,17 @@ def last(cur: Cursor, schema: str, topology_id: str) -> LastPlan | None:
 
 
 def insert(cur: Cursor, schema: str, topology_id: str, txid: int, run_key: str, start: Offsets, end: Offsets,
-           batch: dict[str, Any], planned_records: int) -> None:
-    cur.execute(query("transaction_insert", schema), {"topology": topology_id, "txid": txid, "run_key": run_key,
-                                                      "start": Json(start), "end": Json(end), "batch": Json(batch),
-                                                      "planned_records": planned_records})
+           batch: PlannedBatch, planned_records: int) -> None:
+    cur.execute(query("transaction_insert", schema), {
+        "topology": topology_id, "txid": txid, "run_key": run_key, "start": Json(start), "end": Json(end),
+        "batch": Json(batch.to_json()), "planned_records": planned_records})
 
 
 def replace_plan(cur: Cursor, schema: str, topology_id: str, txid: int, start: Offsets, end: Offsets,
-                 batch: dict[str, Any], planned_records: int, reason: str) -> None:
+                 batch: PlannedBatch, planned_records: int, reason: str) -> None:
     """A new version of the txid's plan (its earlier attempts can no longer be committed)."""
     cur.execute(query("transaction_replace_plan", schema), {
-        "topology": topology_id, "txid": txid, "start": Json(start), "end": Json(end), "batch": Json(batch),
+        "topology": topology_id, "txid": txid, "start": Json(start), "end": Json(end), "batch": Json(batch.to_json()),
         "planned_records": planned_records, "reason": reason})
 
 
@@ -159,11 +159,11 @@ def planned_through(cur: Cursor, schema: str, topology_id: str) -> int:
     return int(scalar(cur))
 
 
-def last_batch(cur: Cursor, schema: str, topology_id: str) -> dict[str, Any] | None:
+def last_batch(cur: Cursor, schema: str, topology_id: str) -> PlannedBatch | None:
     """The batch of the latest plan (None: nothing planned yet)."""
     cur.execute(query("transaction_last_batch", schema), {"topology": topology_id})
     row = cur.fetchone()
-    return None if row is None else dict(row[0] or {})
+    return None if row is None else planned_batch(row[0])
 
 
 def range_origins(cur: Cursor, schema: str, topology_id: str) -> dict[str, int]:
