@@ -12,19 +12,20 @@ from pathlib import Path
 from typing import Any
 
 from airflow_transactional.coordinator import Coordinator
-from bench import waits
 from bench.measure import (
     BACKENDS,
     CLUSTER_DAG,
+    REPO,
     SCALE_NOOP,
     SCALE_TOPOLOGIES,
     MemorySampler,
     Report,
+    Row,
     Sizes,
     parse_ts,
     write_events_file,
 )
-from bench.work import REPO
+from bench.sections import waits
 from dev.localstack import LocalStack, RestClient
 
 log = logging.getLogger("bench.perf")
@@ -151,3 +152,11 @@ class Harness:
                 write_events_file(path, size, seed=size + i, distinct_urls=self.sizes.distinct_urls)
             files.append(path)
         return files
+
+    def memory_rows(self) -> None:
+        """The report's rows of the peak memory of each Spark process tree the run measured."""
+        for label, peak in sorted(self.memory.peaks.items()):
+            what = ("Structured Streaming peer (its driver + Python workers)" if label.startswith("peer-")
+                    else "Spark Connect server, all batches (JVM + Python workers)" if label.endswith("_sc")
+                    else "processing task (spark-submit driver + Python workers)")
+            self.report.add(Row("peak memory", f"{what}: {label}", f"{peak / 2**20:,.0f} MiB", "", None))

@@ -29,8 +29,8 @@ from typing import Any
 
 from airflow_transactional import KafkaSource, LandingDirectory
 from airflow_transactional.spark.jars import kafka_connector
-from bench.kafka_sections import CONN_ID, PARTITIONS, produce_file, use_broker
 from bench.measure import write_events_file
+from bench.sections.kafka import CONN_ID, PARTITIONS, produce_file, use_broker
 from dev.kafka import KafkaBroker
 
 TOPIC = "bench-read"

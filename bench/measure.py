@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,6 +30,10 @@ from airflow_transactional.spark.submit import LOCAL_SPARK_CONF, SPARK_CONNECT_S
 log = logging.getLogger("bench.perf")
 
 SCHEMA = DEFAULT_SCHEMA
+REPO = Path(__file__).resolve().parents[1]
+WORDS_JOB = REPO / "spark_jobs" / "words.py"
+WORDS_PLAIN_JOB = REPO / "bench" / "words_plain.py"  # the same states as plain DataFrames: a job per state
+PEER_JOB = REPO / "bench" / "sss_peer.py"
 DOMAINS = ("example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com")
 # How the provider runs its Spark jobs: one spark-submit per batch, or a long-lived Spark Connect
 # server (the DAG suffix of each).
@@ -266,3 +271,30 @@ def execute(dsn: str, *statements: str | tuple[str, Any], autocommit: bool = Fal
 
 def parse_ts(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def run_measured(argv: list[str], env: dict[str, str], what: str) -> tuple[float, float]:
+    """(CPU-seconds of the whole process tree, wall seconds) of one command, which must succeed."""
+    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=1800)
+    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode != 0:
+        raise RuntimeError(f"{what} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), wall
+
+
+def settle_log(dsn: str, schema: str, name: str) -> None:
+    """After events were put into log ``name`` directly: its counters past them, and the table
+    vacuumed and analyzed as autovacuum keeps a log in steady state -- so that no measurement
+    runs beside autovacuum's pass over millions of fresh rows, or reads them before it."""
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(f"UPDATE {schema}.log_partitions SET next_lsn = (SELECT coalesce(max(lsn), 0) + 1 "
+                        f"FROM {schema}.log_events e WHERE e.log_name = %s "
+                        "AND e.partition = log_partitions.partition) WHERE log_name = %s", (name, name))
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f"VACUUM (ANALYZE) {schema}.log_events")
+    finally:
+        conn.close()

@@ -4,33 +4,18 @@
 
 Everything runs on this machine in this one invocation -- one embedded Postgres, one Airflow
 (api-server, scheduler, dag-processor, triggerer; LocalExecutor), real ``spark-submit`` --
-and every result is a ratio against a baseline measured in the same run:
+and every result is a ratio against a baseline measured in the same run. A section a module
+(``bench/sections/<name>.py``, whose docstring says what it measures against what), in the order
+a run takes them:
 
-- ``commit``: committing D staged deltas vs a hand-written bulk ``INSERT ... ON CONFLICT`` of
-  rows of the same shape into the same table; and commit time on a large vs a small state.
-- ``decisions``: a commit that decides N requests per key in source order vs a plain commit of
-  their per-key deltas (``bench/decide.py``).
-- ``plan``: planning a batch on a large vs a small event log.
-- ``peer``: events/s of the provider (Airflow runs of a landing topology) vs Spark Structured
-  Streaming with an exactly-once ``foreachBatch`` sink (``bench/sss_peer.py``), the same files,
-  the same batch size, the same aggregates; both results are compared row by row.
-- ``work``: CPU-seconds of the processing job on one batch minus an empty batch, vs the peer
-  minus an empty directory; the event-log source vs the landing directory; the job's per-phase
-  profile (``bench/work.py``).
-- ``kafka``: on a real broker, one N-event batch read from a Kafka topic vs the same events in
-  the landing directory; vs Structured Streaming's ``foreachBatch`` recipe on the same topic;
-  publishing committed output to Kafka vs a plain transactional producer (``bench/kafka_sections.py``).
-- ``overhead``: an empty transaction (run start to committed) vs a no-op 3-task DAG run.
-- ``pipelining``: N transactions of ``words`` with ``max_in_flight=3`` vs a serial run.
-- ``waits``: commits waiting for txid-1 deferred to the triggerer vs sleeping in workers: worker
-  slots they hold, and commit latency after the predecessor commits (``bench/waits.py``).
-- ``scale``: transactions a minute one scheduler commits with empty batches, one topology vs the
-  same three tasks as a plain DAG, and several topologies at once vs one (``bench/scale.py``).
-- ``cluster``: the words topology on the cluster stack (CeleryExecutor, a Spark standalone
-  cluster) vs on LocalExecutor and ``local[2]``, the same events, final states compared.
-- ``latency``: the payments pipeline end to end -- a request's append to its outcome in stage
-  2's state, p50 / p99 at a steady rate, on an Airflow of its own (``bench/latency.py``).
-- peak memory (RSS of the spark-submit process tree) of processing tasks and of the peer.
+- on the state store and one ``spark-submit``, before Airflow starts: ``commit``, ``decisions``,
+  ``plan``, ``startup``, ``work``, ``kafka`` (on a broker of its own), and the peer's half of
+  ``peer`` (Structured Streaming alone on the machine);
+- on the benchmark's Airflow (:mod:`bench.harness`): ``overhead``, ``pipelining`` and our half of
+  ``peer`` (each backend), ``waits``, ``scale``, and the LocalExecutor half of ``cluster``;
+- on stacks of their own, after that Airflow stopped: the cluster stack's half of ``cluster``, and
+  ``latency`` (the payments example);
+- and the peak memory (RSS) of every Spark process tree the run measured.
 
 It prints the table and writes a PNG plot of the ratios against their targets.
 """
@@ -51,15 +36,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from airflow_transactional.sources import EventLog
-from bench import airflow_sections, scale, waits
-from bench.decide import bench_decisions
 from bench.harness import Harness
-from bench.kafka_sections import bench_kafka_read, bench_publish
-from bench.latency import bench_latency
 from bench.measure import BACKENDS, BIG_BATCH_CONF, CLUSTER_DAG, SCHEMA, Report, Sizes, git_commit, machine
-from bench.store_sections import bench_commit, bench_plan, bench_startup
-from bench.work import bench_work
-from dev.kafka import KafkaBroker
+from bench.sections import (
+    cluster,
+    commit,
+    decisions,
+    kafka,
+    latency,
+    overhead,
+    peer,
+    pipelining,
+    plan,
+    scale,
+    startup,
+    waits,
+    work,
+)
 
 log = logging.getLogger("bench.perf")
 
@@ -85,55 +78,42 @@ def run(h: Harness) -> Report:
         el.create(4)
         el.close()
     chosen, sizes, report = set(h.sections), h.sizes, h.report
-    local: scale.Words | None = None  # cluster: the words topology on this Airflow, the baseline
+    local: cluster.Words | None = None  # cluster: the words topology on this Airflow, the baseline
     try:
-        for section, measure in (("commit", bench_commit), ("decisions", bench_decisions), ("plan", bench_plan),
-                                 ("startup", bench_startup)):
-            if section in chosen:
-                measure(dsn, sizes, report)
+        for name, on_store in (("commit", commit), ("decisions", decisions), ("plan", plan), ("startup", startup)):
+            if name in chosen:
+                on_store.run(dsn, sizes, report)
         if "work" in chosen:
-            bench_work(dsn, SCHEMA, h.base / "work", h.batch_files(sizes.work_batch)[0], sizes, report,
-                       BIG_BATCH_CONF)
+            work.run(dsn, SCHEMA, h.base / "work", h.batch_files(sizes.work_batch)[0], sizes, report, BIG_BATCH_CONF)
         if "kafka" in chosen:
-            bench_kafka(dsn, h, sizes, report)
-        peer = airflow_sections.bench_peer_alone(h) if "peer" in chosen else {}
+            kafka.run(dsn, h, sizes, report)
+        peer_results = peer.alone(h) if "peer" in chosen else {}
         if ON_AIRFLOW & chosen:
             h.stack.start()
             h.settle(h.dag_ids())
             if "overhead" in chosen:
-                airflow_sections.bench_overhead(h)
+                overhead.run(h)
             for backend in BACKENDS:
                 if "pipelining" in chosen:
-                    airflow_sections.bench_pipelining(h, backend)
+                    pipelining.run(h, backend)
                 if "peer" in chosen and backend in sizes.peer_backends:
-                    airflow_sections.bench_peer_ours(h, peer, backend)
+                    peer.ours(h, peer_results, backend)
             if "waits" in chosen:
-                waits.bench_waits(h)
+                waits.run(h)
             if "scale" in chosen:
-                scale.bench_scale(h)
+                scale.run(h)
             if "cluster" in chosen:
-                local = scale.words_on(h)
-        airflow_sections.memory_rows(h)
+                local = cluster.words_on(h)
+        h.memory_rows()
     finally:
         h.memory.stopped.set()
         h.stack.stop()
     if local is not None:  # the cluster stack, after this Airflow's end
-        scale.bench_cluster(h, local)
+        cluster.run(h, local)
     if "latency" in chosen:  # a stack of its own (the payments example), after the other's end
-        bench_latency(h.base / "latency", sizes, report)
+        latency.run(h.base / "latency", sizes, report)
     report.wall_seconds = time.monotonic() - started
     return report
-
-
-def bench_kafka(dsn: str, h: Harness, sizes: Sizes, report: Report) -> None:
-    """The ``kafka`` section, on a broker of its own, removed afterwards."""
-    broker = KafkaBroker(h.base / "kafka").start()
-    try:
-        bench_kafka_read(dsn, SCHEMA, h.base / "kafka-work", h.batch_files(sizes.work_batch)[0], sizes, report,
-                         BIG_BATCH_CONF, broker)
-        bench_publish(dsn, sizes, report, broker)
-    finally:
-        broker.stop(remove=True)
 
 
 def plot(report: Report, path: Path) -> None:

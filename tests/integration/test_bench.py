@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.measure import Report, Sizes
-from bench.store_sections import bench_commit, bench_plan
+from bench.sections import commit, decisions, plan
 from tests.helpers import query
 
 pytestmark = pytest.mark.integration
@@ -17,8 +17,8 @@ def test_commit_and_plan_sections_measure_real_commits_and_plans(dsn: str) -> No
     sizes = Sizes(commit_delta=400, commit_small_state=300, commit_large_state=3000, commit_trials=2,
                   plan_small_log=40_000, plan_large_log=80_000, plan_trials=3)
     report = Report(started="2026-11-22T00:00:00+00:00", machine="test", quick=True)
-    bench_commit(dsn, sizes, report)
-    bench_plan(dsn, sizes, report)
+    commit.run(dsn, sizes, report)
+    plan.run(dsn, sizes, report)
 
     assert [r.section for r in report.rows] == ["commit", "commit", "commit", "plan"]
     assert all(r.ratio is not None and r.ratio > 0 for r in report.rows)
@@ -39,11 +39,9 @@ def test_commit_and_plan_sections_measure_real_commits_and_plans(dsn: str) -> No
 
 
 def test_the_decisions_section_decides_every_request_and_commits_the_same_events_plainly(dsn: str) -> None:
-    from bench.decide import bench_decisions
-
     sizes = Sizes(decision_requests=500, decision_accounts=20, decision_trials=2)
     report = Report(started="2026-11-22T00:00:00+00:00", machine="test", quick=True)
-    bench_decisions(dsn, sizes, report)
+    decisions.run(dsn, sizes, report)
 
     row, piped = report.rows
     for r in (row, piped):

@@ -1,14 +1,15 @@
-"""The sections of ``bench.perf`` that run the benchmark's DAGs on its Airflow (:mod:`bench.harness`):
-``pipelining`` (three in flight vs serial), ``overhead`` (an empty transaction vs a no-op DAG run),
-``peer`` (ours vs Spark Structured Streaming on the same files, results compared row by row), and
-the peak memory of the Spark process trees they ran."""
+"""The ``peer`` section of ``bench.perf``: events/s of ours (the benchmark's Airflow running a
+landing topology, one file per transaction, triggered over REST) vs Spark Structured Streaming with
+an exactly-once ``foreachBatch`` sink (:mod:`bench.sss_peer`) on the same files, the same batch
+size, the same aggregates; both final states are compared row by row. The peer runs first
+(:func:`alone`), before Airflow starts, with the machine to itself; ours after (:func:`ours`), once
+per backend."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -16,54 +17,16 @@ import time
 from typing import Any
 
 from airflow_transactional.identifiers import qualified_table
-from airflow_transactional.sources import EventLog
 from airflow_transactional.spark.submit import spark_submit_argv, with_quiet_driver_logs
 from airflow_transactional.spec import DEFAULT_STATE_SCHEMA
 from bench.harness import Harness
-from bench.measure import BACKENDS, BIG_BATCH_CONF, CpuMeter, Row, event_payload, execute, median, parse_ts
-from bench.work import PEER_JOB
+from bench.measure import BACKENDS, BIG_BATCH_CONF, PEER_JOB, CpuMeter, Row, execute
 
 log = logging.getLogger("bench.perf")
 
 #: The goals against Structured Streaming, by (backend, events a batch): events/s ours / the peer's.
 PEER_TARGETS = {("spark-submit", 1_000_000): 0.8, ("spark-submit", 5_000_000): 1.0, ("Spark Connect", 1_000_000): 1.2}
 
-
-def bench_pipelining(h: Harness, backend: str) -> None:
-    s, suffix = h.sizes, BACKENDS[backend]
-    n = s.pipeline_transactions * s.pipeline_batch
-    rng = random.Random(11)
-    events = [(f"p{i}", event_payload(rng, s.distinct_urls)) for i in range(n)]
-    results, cpu = {}, {}
-    serial_id, piped_id = f"bench_serial{suffix}", f"bench_pipelined{suffix}"
-    for dag_id in (serial_id, piped_id):
-        el = EventLog(h.stack.state_dsn, dag_id)
-        el.append(events)
-        el.close()
-        with h.memory.measuring(dag_id), CpuMeter() as cpu[dag_id]:
-            runs = [h.trigger(dag_id) for _ in range(s.pipeline_transactions)]
-            results[dag_id] = h.throughput(dag_id, runs, timeout=120 + 90 * s.pipeline_transactions)
-    (serial, _, t_serial), (piped, _, t_piped) = results[serial_id], results[piped_id]
-    h.report.add(Row("pipelining", f"{backend}: {s.pipeline_transactions} txns x {s.pipeline_batch:,} "
-                                      f"events of words, max_in_flight={s.max_in_flight} vs serial",
-                        f"{piped:,.0f} ev/s ({t_piped:.0f} s)", f"{serial:,.0f} ev/s ({t_serial:.0f} s)",
-                        piped / serial, ">= 1.8x", piped / serial >= 1.8,
-                        f"{backend}: cores busy {cpu[serial_id].busy:.0%} serial, "
-                        f"{cpu[piped_id].busy:.0%} pipelined"))
-
-def bench_overhead(h: Harness) -> None:
-    ours, noop = [], []
-    for _ in range(h.sizes.overhead_runs):
-        run = h.trigger("bench_empty")
-        r = h.wait_runs("bench_empty", [run], 300)[0]
-        c = h.commits("bench_empty", [run])[0]
-        ours.append((c["committed_at"] - parse_ts(r["start_date"])).total_seconds())
-        run = h.trigger("bench_noop")
-        r = h.wait_runs("bench_noop", [run], 300)[0]
-        noop.append((parse_ts(r["end_date"]) - parse_ts(r["start_date"])).total_seconds())
-    o, b = median(ours), median(noop)
-    h.report.add(Row("overhead", "empty transaction, run start -> committed, vs no-op 3-task DAG run",
-                        f"{o:.1f} s", f"{b:.1f} s", o / b, "<= 2x", o / b <= 2))
 
 def run_peer(h: Harness, size: int) -> dict[str, Any]:
     result_file = h.base / f"peer-{size}.json"
@@ -83,8 +46,9 @@ def run_peer(h: Harness, size: int) -> dict[str, Any]:
     result["cpu_busy"] = cpu.busy
     return result
 
-def bench_peer_alone(h: Harness) -> dict[int, dict[str, Any]]:
-    """The peer runs before Airflow starts: it has the machine to ith."""
+
+def alone(h: Harness) -> dict[int, dict[str, Any]]:
+    """The peer on each size's files, before Airflow starts: it has the machine to itself."""
     out = {}
     for size in h.sizes.peer_batches:
         h.batch_files(size)
@@ -92,7 +56,8 @@ def bench_peer_alone(h: Harness) -> dict[int, dict[str, Any]]:
         log.info("peer %d: %s", size, {k: v for k, v in out[size].items() if k != "batches"})
     return out
 
-def bench_peer_ours(h: Harness, peer: dict[int, dict[str, Any]], backend: str) -> None:
+
+def ours(h: Harness, peer: dict[int, dict[str, Any]], backend: str) -> None:
     for size in h.sizes.peer_batches:
         dag_id = f"bench_landing_{size}{BACKENDS[backend]}"
         landing = h.base / "landing" / dag_id
@@ -115,6 +80,7 @@ def bench_peer_ours(h: Harness, peer: dict[int, dict[str, Any]], backend: str) -
         if events != p["events"]:
             h.report.rows[-1].note += f" ours read {events} events, the peer {p['events']}"
 
+
 def same_results(h: Harness, ours_prefix: str, peer_prefix: str) -> bool:
     differ = 0
     for key in ("url", "domain"):
@@ -123,10 +89,3 @@ def same_results(h: Harness, ours_prefix: str, peer_prefix: str) -> bool:
         differ += execute(h.stack.state_dsn, f"SELECT count(*) FROM {ours_t} o FULL JOIN {peer_t} p "
                                                f"ON o.{key} = p.{key} WHERE o.value IS DISTINCT FROM p.value")[0][0]
     return differ == 0
-
-def memory_rows(h: Harness) -> None:
-    for label, peak in sorted(h.memory.peaks.items()):
-        what = ("Structured Streaming peer (its driver + Python workers)" if label.startswith("peer-")
-                else "Spark Connect server, all batches (JVM + Python workers)" if label.endswith("_sc")
-                else "processing task (spark-submit driver + Python workers)")
-        h.report.add(Row("peak memory", f"{what}: {label}", f"{peak / 2**20:,.0f} MiB", "", None))

@@ -120,7 +120,7 @@ def _one_mode(bench: Harness, mode: str, rng: random.Random) -> Waits:
     return Waits(held, deferred, most, latencies)
 
 
-def bench_waits(bench: Harness) -> None:
+def run(bench: Harness) -> None:
     rng = random.Random(5)
     deferred, sleeping = (_one_mode(bench, mode, rng) for mode in MODES)
     what = f"{TOPOLOGIES} topologies x 3 in flight, 2 commits each waiting for a {EVENTS:,}-event batch"

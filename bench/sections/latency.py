@@ -1,4 +1,4 @@
-"""End-to-end latency of the payments pipeline (``bench.perf``, section ``latency``): from a
+"""The ``latency`` section of ``bench.perf``: end-to-end latency of the payments pipeline, from a
 request's append to the moment stage 2 (``settlement``) has committed its outcome -- the row of
 the request in ``statements`` -- at a steady rate, on a real Airflow.
 
@@ -85,7 +85,7 @@ def measure(base: Path, transactions: int, producers: int = 2, rate: int = 6) ->
             "violations": report.violations, "table": report.table()}
 
 
-def bench_latency(base: Path, sizes: Any, report: Any) -> None:
+def run(base: Path, sizes: Any, report: Any) -> None:
     got = measure(base, sizes.latency_transactions)
     lat = got["latencies"]
     if not lat:

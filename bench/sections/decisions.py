@@ -1,6 +1,6 @@
-"""The cost of deciding in the commit: a commit whose batch of requests is decided per key in
-source order (``DecisionSpec``) vs a plain commit of the same events' deltas (``bench.perf``,
-section ``decisions``).
+"""The ``decisions`` section of ``bench.perf``: the cost of deciding in the commit -- a commit
+whose batch of requests is decided per key in source order (``DecisionSpec``) vs a plain commit of
+the same events' deltas.
 
 Both take the same events -- N payment requests over K accounts -- staged as a processing
 attempt would stage them: the requests as they are for the decision, the per-account sums for
@@ -94,7 +94,7 @@ class _Trials:
         return time.perf_counter() - t0
 
 
-def bench_decisions(dsn: str, sizes: Any, report: Any) -> None:
+def run(dsn: str, sizes: Any, report: Any) -> None:
     n, k = sizes.decision_requests, sizes.decision_accounts
     rng = random.Random(11)
     run = _Trials(dsn, sizes.decision_trials)

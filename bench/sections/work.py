@@ -23,11 +23,8 @@ import io
 import json
 import logging
 import os
-import resource
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,27 +46,23 @@ from airflow_transactional.spark.submit import (
     with_quiet_driver_logs,
 )
 from airflow_transactional.spec import StateSpec, TopologySpec
-from bench.measure import Report, Row, Sizes, median
+from bench.measure import (
+    PEER_JOB,
+    WORDS_JOB,
+    WORDS_PLAIN_JOB,
+    Report,
+    Row,
+    Sizes,
+    median,
+    run_measured,
+    settle_log,
+)
 from dev.embedded import free_port
 from dev.sparkconnect import ConnectServer
 
 log = logging.getLogger("bench.perf")
 
-REPO = Path(__file__).resolve().parents[1]
-WORDS_JOB = REPO / "spark_jobs" / "words.py"
-WORDS_PLAIN_JOB = REPO / "bench" / "words_plain.py"  # the same states as plain DataFrames: a job per state
-PEER_JOB = REPO / "bench" / "sss_peer.py"
 LOG_PARTITIONS = 4
-
-
-def run_measured(argv: list[str], env: dict[str, str], what: str) -> tuple[float, float]:
-    """(CPU-seconds of the whole process tree, wall seconds) of one command, which must succeed."""
-    before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=1800)
-    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
-    if res.returncode != 0:
-        raise RuntimeError(f"{what} failed ({res.returncode}):\n{res.stderr[-3000:]}")
-    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), wall
 
 
 @contextmanager
@@ -90,23 +83,6 @@ def words_topology(name: str, source: Any, batch: int) -> TopologySpec:
         StateSpec("url_counts", keys={"url": "text"}, combiner="count", table=f"{name}_url_counts"),
         StateSpec("domain_counts", keys={"domain": "text"}, combiner="count", table=f"{name}_domain_counts")],
         max_batch_size=batch)
-
-
-def settle_log(dsn: str, schema: str, name: str) -> None:
-    """After events were put into log ``name`` directly: its counters past them, and the table
-    vacuumed and analyzed as autovacuum keeps a log in steady state -- so that no measurement
-    runs beside autovacuum's pass over millions of fresh rows, or reads them before it."""
-    conn = psycopg2.connect(dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(f"UPDATE {schema}.log_partitions SET next_lsn = (SELECT coalesce(max(lsn), 0) + 1 "
-                        f"FROM {schema}.log_events e WHERE e.log_name = %s "
-                        "AND e.partition = log_partitions.partition) WHERE log_name = %s", (name, name))
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            cur.execute(f"VACUUM (ANALYZE) {schema}.log_events")
-    finally:
-        conn.close()
 
 
 def fill_log_from_file(dsn: str, schema: str, name: str, path: Path) -> int:
@@ -260,7 +236,7 @@ def _connect_trials(work: Work, base: Path, trials: int) -> tuple[float, float, 
     return median([c for c, _ in connect]), median([w for _, w in connect]), last
 
 
-def bench_work(dsn: str, schema: str, base: Path, events_file: Path, sizes: Sizes, report: Report,
+def run(dsn: str, schema: str, base: Path, events_file: Path, sizes: Sizes, report: Report,
                conf: dict[str, str]) -> None:
     size = sizes.work_batch
     work = Work(dsn, schema, base, events_file, size, conf)

@@ -37,8 +37,9 @@ from airflow_transactional.sources import EventLog, KafkaSource, LandingDirector
 from airflow_transactional.spark.jars import kafka_connector
 from airflow_transactional.spark.submit import spark_submit_argv, with_jit_for_batch
 from airflow_transactional.store import outputs
-from bench.measure import SCHEMA, Report, Row, Sizes, execute, median
-from bench.work import PEER_JOB, Work, connect_server, profile_note, run_measured, words_topology
+from bench.harness import Harness
+from bench.measure import BIG_BATCH_CONF, PEER_JOB, SCHEMA, Report, Row, Sizes, execute, median, run_measured
+from bench.sections.work import Work, connect_server, profile_note, words_topology
 from dev.kafka import KafkaBroker
 
 log = logging.getLogger("bench.perf")
@@ -127,7 +128,7 @@ def differences(dsn: str, ours: str, theirs: str) -> int:
     return n
 
 
-def bench_kafka_read(dsn: str, schema: str, base: Path, events_file: Path, sizes: Sizes, report: Report,
+def read(dsn: str, schema: str, base: Path, events_file: Path, sizes: Sizes, report: Report,
                      conf: dict[str, str], broker: KafkaBroker) -> None:
     size = sizes.work_batch
     work = KafkaWork(dsn, schema, base, events_file, size, conf, broker)
@@ -236,7 +237,7 @@ def _relay(rec: dict[str, Any]) -> list[Any]:
             OutputEvent("bench_publish", {"url": rec["url"], "user": rec["user"]}, key=rec["user"])]
 
 
-def bench_publish(dsn: str, sizes: Sizes, report: Report, broker: KafkaBroker) -> None:
+def publish(dsn: str, sizes: Sizes, report: Report, broker: KafkaBroker) -> None:
     n, batch = sizes.publish_events, sizes.publish_events // 5
     topic = "bench-published"
     use_broker(broker)
@@ -306,3 +307,14 @@ def plain_publish(broker: KafkaBroker, topic: str, rows: list[tuple[Any, ...]]) 
     took = time.perf_counter() - t0
     producer.flush(30)
     return took
+
+
+def run(dsn: str, h: Harness, sizes: Sizes, report: Report) -> None:
+    """The section, on a broker of its own, removed afterwards."""
+    broker = KafkaBroker(h.base / "kafka").start()
+    try:
+        read(dsn, SCHEMA, h.base / "kafka-work", h.batch_files(sizes.work_batch)[0], sizes, report, BIG_BATCH_CONF,
+             broker)
+        publish(dsn, sizes, report, broker)
+    finally:
+        broker.stop(remove=True)
