@@ -81,7 +81,7 @@ def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalSta
         assert set(wait_for_runs(stack, dag, runs[dag], timeout=60).values()) == {"success"}
 
     coord = Coordinator(stack.state_dsn)
-    waited = []
+    waited, by_trigger = [], []
     try:
         for dag in SLOTS:
             commits = coord.commits(dag)
@@ -93,6 +93,13 @@ def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalSta
             assert tis["process"]["try_number"] == 2, tis["process"]  # failed once, retried
             if "waiting for txid 2" in task_log(stack, dag, coord.transaction(dag, 3).run_key, "commit"):
                 waited.append(dag)
+            by_trigger += [(dag, txid) for txid in (3, 4) if "committed in the triggerer" in task_log(
+                stack, dag, coord.transaction(dag, txid).run_key, "commit")]
+            # Each commit's metrics went out once, whether its task or its trigger committed it.
+            deadline = time.monotonic() + 30
+            while len(statsd.values(dag, "committed_txid")) < 4 and time.monotonic() < deadline:
+                time.sleep(1)
+            assert sorted(v for v, _ in statsd.values(dag, "committed_txid")) == [1, 2, 3, 4], dag
     finally:
         coord.close()
     # The waits happened in the triggerer: commits were seen deferred, several at once, while
@@ -100,6 +107,8 @@ def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalSta
     assert most_deferred >= 4, (most_deferred, most_running)
     assert most_running <= 4
     assert waited, "no commit of txid 3 logged that it waited for txid 2"
+    # A deferred commit was committed by its trigger the moment its turn came, the task resuming after.
+    assert by_trigger, "no commit of txid 3 or 4 was committed in the triggerer"
     # slots_0's runs missed its 5 s commit deadline: Airflow ran the late-commit callback in the
     # triggerer, which counted them; the topologies without a deadline sent nothing of the kind.
     deadline = time.monotonic() + 60

@@ -16,6 +16,7 @@ from airflow_transactional.airflow.hooks import TransactionalHook
 from airflow_transactional.airflow.triggers import COMMIT, SLOT, TurnTrigger
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch
+from dev import faults
 from tests.helpers import click, click_fn, counting_topology, make_log, query
 
 pytestmark = pytest.mark.integration
@@ -66,6 +67,26 @@ def test_a_waiting_commit_wakes_on_its_predecessors_commit(store: Coordinator) -
     assert payload == {"status": "turn"}
     assert waited < 5.0  # the NOTIFY, not the 60 s poll
     assert triggers._LISTENERS == {}  # the listener went with its last trigger
+
+
+def test_a_commit_trigger_commits_its_txid_the_moment_its_turn_comes(store: Coordinator) -> None:
+    payload, waited = asyncio.run(first_event(trigger(commit=True), after=lambda: store.commit("clicks", 1)))
+    assert payload["status"] == "committed" and payload["txid"] == 2 and payload["committed"] is True
+    assert waited < 5.0 and payload["took"] < waited
+    assert store.status("clicks").committed_txid == 2
+    first, second = store.commits("clicks")
+    assert (second["commit_started_at"] - first["committed_at"]).total_seconds() < 5.0
+    # Once committed, a commit of it again (the resumed task's) changes nothing and says so.
+    again = store.commit("clicks", 2)
+    assert not again.committed and again.txid == 2
+
+
+def test_a_commit_the_trigger_cannot_make_is_left_to_the_task(store: Coordinator) -> None:
+    with faults.inject("commit.after_apply:clicks:2", "raise"):
+        payload, _ = asyncio.run(first_event(trigger(commit=True), after=lambda: store.commit("clicks", 1)))
+    assert payload == {"status": "turn"}  # the task resumes and commits, recording a failure as a task does
+    assert store.status("clicks").committed_txid == 1
+    assert store.commit("clicks", 2).committed
 
 
 def test_a_commit_of_another_topology_does_not_wake_it(store: Coordinator, dsn: str) -> None:

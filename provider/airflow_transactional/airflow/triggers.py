@@ -6,8 +6,12 @@ The trigger wakes at once when its topology commits a txid or records one as fai
 sends the notice), and looks again every ``check_interval`` seconds in any case, so a lost
 notice or listener costs latency, never correctness. It keeps every fail-fast rule of a task
 waiting in a worker (:class:`~airflow_transactional.airflow.watch.Watch`): blocked by a failed
-txid, a run killed on its last try, a deleted run. It only says when to look again; the task
-resumes in a worker and does the commit or the plan itself, with every check that implies.
+txid, a run killed on its last try, a deleted run. A plan's trigger only says when to look again:
+the task resumes in a worker and plans. A commit's trigger (``commit=True``) also commits the txid
+the moment its turn comes -- the commit is one PostgreSQL transaction that any process may run, at
+most once -- so its state is visible without waiting for Airflow to resume the task (a second or
+more); the task then resumes to find it committed and tells the platform (asset events, metrics).
+Any error of that commit leaves it to the task, which commits with every check a task makes.
 
 One ``LISTEN`` connection per triggerer process and state-store database serves every trigger
 there; each trigger holds one more connection for its own checks.
@@ -27,6 +31,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from ..connections import CONNECTION_ERRORS, redact
 from ..coordinator import Coordinator
+from ..model import one_line
 from ..store import notices
 from ..store.connection import connect
 from .hooks import TransactionalHook
@@ -41,8 +46,10 @@ SLOT = "slot"  # the set of uncommitted txids to change (a commit frees a max_in
 
 class TurnTrigger(BaseTrigger):
     """Fires once the waiting task should look again: ``{"status": "turn"}`` (its turn may have
-    come), ``{"status": "blocked", "reason": ...}`` (it never will: fail), or ``{"status":
-    "timeout"}`` (``deadline``, seconds since the epoch, passed).
+    come), ``{"status": "committed", ...}`` (``commit``: its turn came and the trigger committed
+    the txid: ``committed`` whether this commit did, ``took`` its seconds), ``{"status":
+    "blocked", "reason": ...}`` (it never will: fail), or ``{"status": "timeout"}`` (``deadline``,
+    seconds since the epoch, passed).
 
     ``waiting_for`` is :data:`COMMIT` (``txid`` waits for every lower txid to commit) or
     :data:`SLOT` (a plan saw the uncommitted txids ``in_flight`` and waits for that to change,
@@ -51,7 +58,7 @@ class TurnTrigger(BaseTrigger):
 
     def __init__(self, *, conn_id: str, topology_id: str, dag_id: str, waiting_for: str, deadline: float,
                  txid: int = 0, in_flight: list[int] | None = None, blocked_grace: float = 30.0,
-                 check_interval: float = 5.0) -> None:
+                 check_interval: float = 5.0, commit: bool = False) -> None:
         super().__init__()
         if waiting_for not in (COMMIT, SLOT):
             raise ValueError(f"waiting_for must be {COMMIT!r} or {SLOT!r}, got {waiting_for!r}")
@@ -64,18 +71,19 @@ class TurnTrigger(BaseTrigger):
         self.in_flight = list(in_flight or [])
         self.blocked_grace = blocked_grace
         self.check_interval = check_interval
+        self.commit = commit and waiting_for == COMMIT
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}", {
             "conn_id": self.conn_id, "topology_id": self.topology_id, "dag_id": self.dag_id,
             "waiting_for": self.waiting_for, "deadline": self.deadline, "txid": self.txid,
             "in_flight": self.in_flight, "blocked_grace": self.blocked_grace,
-            "check_interval": self.check_interval})
+            "check_interval": self.check_interval, "commit": self.commit})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = TransactionalHook(self.conn_id)
         dsn, schema = await asyncio.to_thread(lambda: (hook.get_dsn(), hook.state_schema()))
-        coordinator = Coordinator(dsn, schema=schema)
+        coordinator = await asyncio.to_thread(hook.coordinator)  # Airflow's connections: a commit's outputs
         watch = Watch(self.topology_id, self._run_state, blocked_grace=self.blocked_grace,
                       check_interval=self.check_interval, log=self.log)
         try:
@@ -105,7 +113,7 @@ class TurnTrigger(BaseTrigger):
         fire, or None to go on waiting. Blocking calls: run in a thread."""
         if self.waiting_for == COMMIT:
             if coordinator.first_pending(self.topology_id, self.txid) is None:
-                return {"status": "turn"}
+                return self.committed(coordinator) if self.commit else {"status": "turn"}
             blocked = watch.still_blocked(coordinator, self.txid)
         else:
             planned = coordinator.planned_runs(self.topology_id)
@@ -113,6 +121,21 @@ class TurnTrigger(BaseTrigger):
                 return {"status": "turn"}
             blocked = watch.still_blocked(coordinator, max(self.in_flight, default=0) + 1)
         return {"status": "blocked", "reason": blocked} if blocked else None
+
+    def committed(self, coordinator: Coordinator) -> dict[str, Any]:
+        """Commit the txid whose turn came (blocking: in a thread): the event that says so, or
+        ``turn`` when the commit failed -- the task then commits, and records a failure as a
+        task does."""
+        began = time.monotonic()
+        try:
+            result = coordinator.commit(self.topology_id, self.txid)
+        except Exception as exc:
+            self.log.warning("txid %d: committing in the triggerer failed (%s); the task commits when it resumes",
+                             self.txid, redact(one_line(str(exc)) or type(exc).__name__))
+            return {"status": "turn"}
+        self.log.info("%s", result.message)
+        return {"status": "committed", "txid": result.txid, "committed": result.committed,
+                "took": time.monotonic() - began}
 
     def _run_state(self, run_id: str) -> str | None:
         from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance

@@ -146,6 +146,8 @@ class WaitingTask(TopologyTask):
     #: How long a wait may last, and how often the worker looks, unless the DAG says otherwise.
     default_wait_timeout: ClassVar[timedelta]
     default_poll_interval: ClassVar[float]
+    #: Whether the trigger of a deferred wait does the work itself when the turn comes (a commit).
+    commits_in_triggerer: ClassVar[bool] = False
 
     def __init__(self, *, deferrable: bool = True, defer_after: timedelta = timedelta(seconds=10),
                  wait_timeout: timedelta | None = None, poll_interval: float | None = None, **kwargs: Any) -> None:
@@ -227,5 +229,5 @@ class WaitingTask(TopologyTask):
         trigger = TurnTrigger(conn_id=self.transactional_conn_id, topology_id=self.topology_id,
                               dag_id=context["ti"].dag_id, waiting_for=waiting_for, deadline=deadline, txid=txid,
                               in_flight=in_flight, blocked_grace=self.blocked_grace.total_seconds(),
-                              check_interval=self.airflow_check_interval)
+                              check_interval=self.airflow_check_interval, commit=self.commits_in_triggerer)
         self.defer(trigger=trigger, method_name="resume", kwargs={"deadline": deadline})

@@ -21,6 +21,8 @@ class CommitOperator(WaitingTask):
     ``deferrable=True`` (the default; it wakes when txid-1 commits). When an earlier txid failed for good (and stays so
     for ``blocked_grace``), fails with "blocked by failed txid N" so the run frees its
     ``max_active_runs`` slot, and marks its own txid failed so the cascade reaches later runs.
+    A deferred commit is committed by its trigger the moment txid-1 commits; the task resumes
+    to find it committed and sends its asset events and metrics.
     """
 
     ui_color = "#e0ecfd"
@@ -28,6 +30,7 @@ class CommitOperator(WaitingTask):
 
     default_wait_timeout = timedelta(hours=1)
     default_poll_interval = 1.0
+    commits_in_triggerer = True
 
     def fail_blocked(self, context: Any, reason: str, coordinator: Coordinator | None = None) -> NoReturn:
         """Mark this run's txid failed too, so the cascade reaches later runs, then fail."""
@@ -40,6 +43,11 @@ class CommitOperator(WaitingTask):
                 own.close()
         super().fail_blocked(context, reason, coordinator)
 
+    def resume(self, context: Any, event: dict[str, Any], deadline: float) -> dict[str, Any]:
+        if event.get("status") == "committed" and event.get("committed"):  # this try's trigger committed it
+            self._committed_took = float(event.get("took") or 0.0)
+        return super().resume(context, event, deadline)
+
     def take_turn(self, context: Any, *, deadline: float, fresh: bool, may_wait: bool = True) -> dict[str, Any]:
         with self.coordinator() as coordinator:
             txn = self.run_transaction(coordinator, context)
@@ -48,7 +56,8 @@ class CommitOperator(WaitingTask):
             result, took = self.wait_turn(coordinator, context, lambda: self._commit(coordinator, context, txn),
                                           deadline=deadline, may_wait=may_wait)
             self._tell(coordinator, context, result, took)
-        self.log.info("%s", result.message)
+        by_trigger = getattr(self, "_committed_took", None) is not None
+        self.log.info("%s%s", result.message, " (committed in the triggerer, as its turn came)" if by_trigger else "")
         return {"txid": result.txid, "committed": result.committed, "attempt": result.attempt,
                 "committed_at": result.committed_at.isoformat() if result.committed_at else None}
 
@@ -81,8 +90,9 @@ class CommitOperator(WaitingTask):
             event.extra = extra
             if assets.by_txid(outlet):
                 event.add_partitions(str(result.txid))
-        if result.committed:  # metrics: once, from the try that committed
-            self._report(coordinator, result, commit, took)
+        by_trigger = getattr(self, "_committed_took", None)  # this try's trigger committed the txid
+        if result.committed or by_trigger is not None:  # metrics: once, from the try that committed
+            self._report(coordinator, result, commit, took if by_trigger is None else by_trigger)
 
     def _report(self, coordinator: Coordinator, result: CommitResult, commit: dict[str, Any], took: float) -> None:
         try:
