@@ -82,12 +82,11 @@ class TurnTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = TransactionalHook(self.conn_id)
-        dsn, schema = await asyncio.to_thread(lambda: (hook.get_dsn(), hook.state_schema()))
         coordinator = await asyncio.to_thread(hook.coordinator)  # Airflow's connections: a commit's outputs
         watch = Watch(self.topology_id, self._run_state, blocked_grace=self.blocked_grace,
                       check_interval=self.check_interval, log=self.log)
         try:
-            async with notified(dsn, schema, self.topology_id) as woken:
+            async with notified(coordinator.dsn, coordinator.schema, self.topology_id) as woken:
                 while True:
                     await woken.listen()  # again, if the listener lost its connection
                     woken.clear()  # a notice from here on wakes the wait below

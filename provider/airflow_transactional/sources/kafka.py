@@ -220,10 +220,10 @@ class KafkaSource(Source):
 
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
              batch: Mapping[str, Any]) -> Iterator[Record]:
-        batch = planned_batch(batch, self.kind)
         """The batch's committed records in partition order (for the pure-Python processor)."""
         from confluent_kafka import Consumer, TopicPartition
 
+        batch = planned_batch(batch, self.kind)
         ranges = batch.ranges if isinstance(batch, TopicBatch) else ()
         if not ranges:
             return

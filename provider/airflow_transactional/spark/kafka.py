@@ -31,8 +31,7 @@ def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **
     if not isinstance(source, KafkaSource):
         raise ConfigError(f"the Kafka reader got a {source.kind!r} source")
     batch = planned_batch(batch, source.kind)
-    ranges = [r for r in batch.ranges if r.end > r.start] if isinstance(batch, TopicBatch) else []
-    if not ranges or not isinstance(batch, TopicBatch):
+    if not isinstance(batch, TopicBatch) or not (ranges := [r for r in batch.ranges if r.end > r.start]):
         return Records(spark.createDataFrame([], raw_schema()), TEXT)
     topic = batch.topic
     # Spark's redaction hides options by name: the JAAS line carries a password in its value.

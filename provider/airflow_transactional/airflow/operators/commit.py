@@ -31,6 +31,8 @@ class CommitOperator(WaitingTask):
     default_wait_timeout = timedelta(hours=1)
     default_poll_interval = 1.0
     commits_in_triggerer = True
+    #: Seconds this try's trigger took to commit the txid (None: the trigger did not commit it).
+    _committed_took: float | None = None
 
     def fail_blocked(self, context: Any, reason: str, coordinator: Coordinator | None = None) -> NoReturn:
         """Mark this run's txid failed too, so the cascade reaches later runs, then fail."""
@@ -56,8 +58,8 @@ class CommitOperator(WaitingTask):
             result, took = self.wait_turn(coordinator, context, lambda: self._commit(coordinator, context, txn),
                                           deadline=deadline, may_wait=may_wait)
             self._tell(coordinator, context, result, took)
-        by_trigger = getattr(self, "_committed_took", None) is not None
-        self.log.info("%s%s", result.message, " (committed in the triggerer, as its turn came)" if by_trigger else "")
+        by_trigger = " (committed in the triggerer, as its turn came)" if self._committed_took is not None else ""
+        self.log.info("%s%s", result.message, by_trigger)
         return {"txid": result.txid, "committed": result.committed, "attempt": result.attempt,
                 "committed_at": result.committed_at.isoformat() if result.committed_at else None}
 
@@ -90,9 +92,8 @@ class CommitOperator(WaitingTask):
             event.extra = extra
             if assets.by_txid(outlet):
                 event.add_partitions(str(result.txid))
-        by_trigger = getattr(self, "_committed_took", None)  # this try's trigger committed the txid
-        if result.committed or by_trigger is not None:  # metrics: once, from the try that committed
-            self._report(coordinator, result, commit, took if by_trigger is None else by_trigger)
+        if result.committed or self._committed_took is not None:  # metrics: once, from the try that committed
+            self._report(coordinator, result, commit, took if self._committed_took is None else self._committed_took)
 
     def _report(self, coordinator: Coordinator, result: CommitResult, commit: dict[str, Any], took: float) -> None:
         try:
