@@ -43,6 +43,18 @@ def _pump(name: str, stream: IO[str], log: IO[str], lock: threading.Lock) -> Non
                 sys.stdout.flush()
 
 
+def failure_summary(log: Path, most: int = 40) -> list[str]:
+    """The failed lane's pytest summary (its ``FAILED`` and ``ERROR`` lines), to repeat after both
+    lanes end: a lane that finished first would otherwise have its verdict far above the end of
+    the output, where a CI log's tail does not reach."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    found = [line for line in lines if line.startswith(("FAILED ", "ERROR "))]
+    return found[:most] + ([f"... and {len(found) - most} more"] if len(found) > most else [])
+
+
 def run(args: Sequence[str], base: Path = REPO / "var" / "lanes") -> int:
     base.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -78,6 +90,9 @@ def run(args: Sequence[str], base: Path = REPO / "var" / "lanes") -> int:
             signal.signal(s, handler)
     minutes = (time.monotonic() - started) / 60
     for name, code in codes.items():
+        if code != 0:
+            for line in failure_summary(base / f"{name}.log"):
+                print(f"[{name}] {line}")
         print(f"lane {name} ({LANES[name]}): pytest exit code {code}; its log: {base / f'{name}.log'}")
     print(f"both lanes took {minutes:.1f} min")
     return 0 if all(code == 0 for code in codes.values()) else 1

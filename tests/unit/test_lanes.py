@@ -39,3 +39,19 @@ def test_a_failing_lane_or_one_without_tests_fails_the_suite(monkeypatch: pytest
                                                              codes: dict[str, int]) -> None:
     stand_ins(monkeypatch, codes)
     assert lanes.run([], base=tmp_path) == 1
+
+
+def test_a_failed_lanes_verdict_is_repeated_after_both_lanes_end(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    def argv(marker: str, args: Sequence[str]) -> list[str]:
+        name = next(n for n, m in lanes.LANES.items() if m == marker)
+        if name == "e2e":  # fails at once, its verdict printed long before the other lane ends
+            return [sys.executable, "-c", "print('FAILED tests/e2e/test_x.py::test_y - assert 1 == 2'); "
+                                          "raise SystemExit(1)"]
+        return [sys.executable, "-c", "import time; time.sleep(1); print('614 passed')"]
+
+    monkeypatch.setattr(lanes, "lane_argv", argv)
+    assert lanes.run([], base=tmp_path) == 1
+    tail = capsys.readouterr().out.splitlines()[-4:]
+    assert tail[0] == "[e2e] FAILED tests/e2e/test_x.py::test_y - assert 1 == 2"
+    assert not any("others" in line and "FAILED" in line for line in tail)
