@@ -351,9 +351,9 @@ class ClusterStack(LocalStack):
                      if name in self.procs and pid in descendants(self.procs[name].pid)), None)
 
     def kill_worker(self, name: str) -> None:
-        """The Celery worker ``name``'s host lost: the worker, its pool, the tasks they run and the
-        Spark drivers those started, SIGKILLed at once. ``start_component(name)`` brings up a
-        replacement."""
+        """The host of the Celery worker (or other component) ``name`` lost: the worker, its pool,
+        the tasks they run and the Spark drivers those started -- or the triggerer and its trigger
+        runner -- SIGKILLed at once. ``start_component(name)`` brings up a replacement."""
         proc = self.procs.pop(name)
         kill_tree(proc.pid)
         proc.wait(10)
