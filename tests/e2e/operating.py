@@ -18,7 +18,7 @@ from typing import Any
 from airflow_transactional import EventLog
 from airflow_transactional.coordinator import Coordinator
 from dev.localstack import LocalStack, RestClient
-from tests.e2e.conftest import wait_for_runs
+from tests.e2e.conftest import task_log, wait_for_runs
 
 
 def set_faults(stack: LocalStack, *lines: str) -> None:
@@ -75,7 +75,7 @@ def cli_with_env(env: dict[str, str], argv: list[str]) -> int:
 def start_topology(stack: LocalStack, client: RestClient, dag: str, log_name: str,
            partitions: int) -> tuple[EventLog, Coordinator]:
     """Create the topology's (empty) log and unpause it. Airflow schedules one run at once on
-    unpausing; with an empty log that run is the empty txid 1."""
+    unpausing; with an empty log that run is the empty txid 1, committed by its plan task."""
     log = EventLog(stack.state_dsn, log_name)
     log.create(partitions)
     client.wait_for_dag(dag)
@@ -85,4 +85,8 @@ def start_topology(stack: LocalStack, client: RestClient, dag: str, log_name: st
         assert time.monotonic() < deadline, f"Airflow scheduled no run of {dag} after unpausing it"
         time.sleep(2)
     assert set(wait_for_runs(stack, dag, [str(r["dag_run_id"]) for r in scheduled]).values()) == {"success"}
+    # An empty batch with nothing before it: its plan task committed it, its commit task found it so.
+    first = str(scheduled[0]["dag_run_id"])
+    assert "committed txid 1 (empty batch)" in task_log(stack, dag, first, "plan")
+    assert "txid 1 already committed" in task_log(stack, dag, first, "commit")
     return log, Coordinator(stack.state_dsn)

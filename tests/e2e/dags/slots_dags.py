@@ -1,7 +1,8 @@
 """Six small topologies for the deferred-waits test (``test_deferred_waits.py``): each on its own
 (empty) log, three transactions in flight, one retry after a short delay. Their batches are empty,
-so no ``spark-submit`` runs: what is measured is where the plans and commits wait. Deployed into
-the test stack's DAGs folder as a symlink."""
+so no ``spark-submit`` runs: what is measured is where the plans and commits wait -- their plan tasks
+leave every empty batch to its commit task (``commit_empty``), which would otherwise commit it
+at once when its turn has come. Deployed into the test stack's DAGs folder as a symlink."""
 
 import os
 from datetime import timedelta
@@ -29,3 +30,4 @@ for name in SLOTS:
         # (15 s later) cannot keep: Airflow's deadline alert calls the late-commit callback.
         commit_deadline=timedelta(seconds=5) if name == "slots_0" else None,
     )
+    globals()[name].get_task("plan").commit_empty = False

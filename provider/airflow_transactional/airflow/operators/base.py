@@ -92,6 +92,21 @@ class TopologyTask(BaseOperator):
                                        f"{self.topology_id!r}: clear its plan task first")
         return txn
 
+    def report_commit(self, coordinator: Coordinator, txid: int, took: float,
+                      commit: Mapping[str, Any] | None = None) -> None:
+        """Send the metrics of a commit this try made (:func:`~airflow_transactional.airflow.metrics.committed`:
+        once per txid, from the try that committed it); ``took``: its Postgres transaction, seconds.
+        A metric that cannot be sent never fails the task."""
+        try:
+            if commit is None:
+                [commit] = coordinator.commits(self.topology_id, txid)
+            st = coordinator.status(self.topology_id)
+        except Exception:  # committed all the same
+            self.log.warning("txid %d committed; its metrics were not sent", txid, exc_info=True)
+            return
+        metrics.committed(self.topology_id, txid=txid, duration_ms=took * 1000, records=commit["records_read"],
+                          quarantined=commit["quarantined"], lag_records=st.lag, lag_seconds=st.lag_seconds)
+
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """What OpenLineage hears when the task ends (:mod:`airflow_transactional.airflow.lineage`):
         the source it read, the outputs when it writes them, the run's transaction."""

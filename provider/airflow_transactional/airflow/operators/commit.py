@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 
 from ...coordinator import Coordinator
 from ...model import CommitResult, Transaction
-from .. import assets, metrics
+from .. import assets
 from .base import WaitingTask
 
 
@@ -74,9 +74,10 @@ class CommitOperator(WaitingTask):
         """Tell the platform about a commit: the asset events of the state tables (partition key:
         the txid) and of the output logs, and the metrics.
 
-        Only the run that committed the txid tells: the try that committed, or a retry of it
-        when that try died before Airflow recorded its success (so its events were never sent) --
-        the txid committed after this run (re)started. A clear or backfill of a run committed
+        Only the run that committed the txid tells: the try that committed, its trigger, this
+        run's plan task (an empty batch), or a retry when a try died before Airflow recorded its
+        success (so its events were never sent) -- the txid committed after this run (re)started.
+        The metrics come from whichever committed it, once. A clear or backfill of a run committed
         before that sends no asset event: its outlets are dropped for this try.
         """
         started = getattr(context.get("dag_run"), "start_date", None)
@@ -93,14 +94,5 @@ class CommitOperator(WaitingTask):
             if assets.by_txid(outlet):
                 event.add_partitions(str(result.txid))
         if result.committed or self._committed_took is not None:  # metrics: once, from the try that committed
-            self._report(coordinator, result, commit, took if self._committed_took is None else self._committed_took)
-
-    def _report(self, coordinator: Coordinator, result: CommitResult, commit: dict[str, Any], took: float) -> None:
-        try:
-            st = coordinator.status(self.topology_id)
-        except Exception:  # committed all the same: a metric never fails the task
-            self.log.warning("txid %d committed; its metrics were not sent", result.txid, exc_info=True)
-            return
-        metrics.committed(self.topology_id, txid=result.txid, duration_ms=took * 1000,
-                          records=commit["records_read"], quarantined=commit["quarantined"],
-                          lag_records=st.lag, lag_seconds=st.lag_seconds)
+            self.report_commit(coordinator, result.txid, took if self._committed_took is None else self._committed_took,
+                               commit)

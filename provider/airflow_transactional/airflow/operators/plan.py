@@ -3,12 +3,14 @@ that was deleted)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 from ...coordinator import Coordinator
-from ...model import Transaction, span_text
+from ...exceptions import NotYourTurn
+from ...model import Transaction, one_line, span_text
 from ...spec import TopologySpec
 from ..watch import Watch
 from .base import WaitingTask
@@ -22,10 +24,17 @@ class PlanOperator(WaitingTask):
     ``defer_after``, in the triggerer with ``deferrable=True``, the default) -- unless an earlier
     txid failed for good, which no waiting can fix: then it fails (after ``blocked_grace``) and
     says which.
+
+    A batch with nothing in it whose predecessor has committed is committed here, at once
+    (``commit_empty``, the default): there is nothing to process, and its commit task then only
+    finds it committed and sends its asset events. Any other empty batch, or any error of that
+    commit, is left to the commit task.
     """
 
     default_wait_timeout = timedelta(minutes=30)
     default_poll_interval = 2.0
+    #: Whether an empty batch whose predecessor has committed is committed by this task.
+    commit_empty = True
 
     def take_turn(self, context: Any, *, deadline: float, fresh: bool, may_wait: bool = True) -> dict[str, Any]:
         with self.coordinator() as coordinator:
@@ -35,10 +44,28 @@ class PlanOperator(WaitingTask):
             txn = self.wait_turn(coordinator, context, lambda: self.adopt_orphan(coordinator, context, watch)
                                  or coordinator.plan(self.topology_id, context["run_id"]),
                                  deadline=deadline, may_wait=may_wait)
+            if txn.empty and not txn.committed and self.commit_empty:
+                txn = self._commit_empty(coordinator, txn)
         state = "committed" if txn.committed else "planned"
         self.log.info("run %s is txid %d of topology %s (%s, %d records; %s)", context["run_id"], txn.txid,
                       self.topology_id, state, txn.planned_records, span_text(txn.start_offsets, txn.end_offsets))
         return {"txid": txn.txid, "records": txn.planned_records, "status": txn.status}
+
+    def _commit_empty(self, coordinator: Coordinator, txn: Transaction) -> Transaction:
+        """The empty batch ``txn``, committed now if its turn has come (its metrics sent), else as it was."""
+        began = time.monotonic()
+        try:
+            result = coordinator.commit(self.topology_id, txn.txid)
+        except NotYourTurn:  # txid-1 is not committed yet: the commit task waits for it
+            return txn
+        except Exception as exc:  # the commit task commits it, or fails saying why
+            self.log.warning("txid %d is an empty batch; committing it here failed, its commit task will try: %s",
+                             txn.txid, one_line(str(exc)) or type(exc).__name__)
+            return txn
+        if result.committed:
+            self.report_commit(coordinator, txn.txid, time.monotonic() - began)
+        self.log.info("%s", result.message)
+        return coordinator.transaction(self.topology_id, txn.txid)
 
     def adopt_orphan(self, coordinator: Coordinator, context: Mapping[str, Any],
                      watch: Watch | None = None) -> Transaction | None:

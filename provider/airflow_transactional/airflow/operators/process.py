@@ -111,8 +111,9 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
     def _skip_unless_work(self, coordinator: Coordinator, txn: Transaction) -> None:
         """Skip the task when the txid needs no processing: committed, empty, or (reusing staged
         output) an attempt of its current plan completed. A txid it processes is live again."""
-        if txn.committed:
-            self.skip(f"txid {txn.txid} already committed at {txn.committed_at}; nothing to do")
+        if txn.committed:  # an empty batch: by its plan task, as a rule
+            empty = " (an empty batch: no spark-submit)" if txn.empty else ""
+            self.skip(f"txid {txn.txid}{empty} already committed at {txn.committed_at}; nothing to do")
         coordinator.lift_failed(self.topology_id, txn.txid)
         if txn.empty:
             self.skip(f"txid {txn.txid} is an empty batch: no spark-submit")
