@@ -119,7 +119,7 @@ def _the_overview_said_what_they_waited_for(overview: Overview, statsd: StatsdLi
         overview.blocked)
     assert "busy_after" not in overview.blocked, overview.blocked  # it took the next free slot
     deadline = time.monotonic() + 60
-    while not statsd.values("busy_after_fifo", "stalled") and time.monotonic() < deadline:
+    while (1.0, "g") not in statsd.values("busy_after_fifo", "stalled") and time.monotonic() < deadline:
         time.sleep(2)
     assert (1.0, "g") in statsd.values("busy_after_fifo", "stalled"), statsd.values("busy_after_fifo", "late_commits")
     assert statsd.values("busy_after_fifo", "late_commits") and not statsd.values("busy_after", "late_commits")
@@ -138,8 +138,8 @@ def test_an_asset_triggered_stage_is_not_starved_by_other_topologies_scheduled_r
         client.wait_for_dag(dag)
     # busy_0's one dated run is the oldest and goes first; by the time it commits (its batch holds
     # the slot 8 s more), busy_1's and busy_2's runs (three dated, one scheduled each, four in
-    # flight) have planned and wait for the pool. Their batches hold a slot 2 s more each.
-    set_faults(stack, *(f"process.begin:{dag}=pause:{8 if dag == 'busy_0' else 2}" for dag in FIRST))
+    # flight) have planned and wait for the pool. Their batches hold a slot 3 s more each.
+    set_faults(stack, *(f"process.begin:{dag}=pause:{8 if dag == 'busy_0' else 3}" for dag in FIRST))
     first = {dag: [client.trigger(dag, (DAY0 + timedelta(days=k)).isoformat())["dag_run_id"]
                    for k in range(1 if dag == "busy_0" else 3)] for dag in FIRST}
     overview = Overview(stack)

@@ -37,10 +37,10 @@ def _topology(name: str, schedule: object, in_flight: int = 4, **more: object) -
 for _name in FIRST:
     globals()[_name] = _topology(_name, os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or "@daily")
 # A run per busy_0 commit (its state asset's events carry the txid as partition key). The starved
-# one stalls (no commit for 8 s with records waiting) and misses its commit deadline (20 s after
+# one stalls (no commit for 8 s with records waiting) and misses its commit deadline (15 s after
 # its run was queued) while it waits for the pool.
 busy_after = _topology("busy_after", PartitionedAssetTimetable(assets=state_asset("busy_0", "busy_0")), 1)
 busy_after_fifo = _topology("busy_after_fifo", PartitionedAssetTimetable(assets=state_asset("busy_0", "busy_0")), 1,
-                            stall_after=timedelta(seconds=8), commit_deadline=timedelta(seconds=20))
+                            stall_after=timedelta(seconds=8), commit_deadline=timedelta(seconds=15))
 for _task in busy_after_fifo.tasks:  # type: ignore[attr-defined]
     _task.weight_rule = "upstream"  # Airflow's own rule: asset-triggered runs sort after every dated run
