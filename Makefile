@@ -24,13 +24,16 @@ startup-archive: $(STAMP)
 	$(BIN)/airflow-txn spark-cds || echo "(no class-data-sharing archive: Spark drivers start without one)"
 
 # Jars from Maven Central, fetched once per machine with Maven (installed here when missing, as
-# root): Spark's Kafka connector, and the Kafka broker the demo and the tests start.
+# root): Spark's Kafka connector and Hadoop's s3a, and the servers the demo and the tests start
+# (the Kafka broker, S3Proxy, an HDFS NameNode and DataNode).
 jars: $(STAMP)
 	@command -v mvn >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven; \
 	  else echo "fetching the Kafka jars needs Maven: sudo apt-get install maven"; exit 1; fi; }
 	$(BIN)/airflow-txn fetch-jars
 	$(BIN)/python -m dev.kafka fetch
+	$(BIN)/python -m dev.s3 fetch
+	$(BIN)/python -m dev.hdfs fetch
 
 demo: startup-archive jars $(if $(CLUSTER),redis)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dev.demo $(if $(CLUSTER),--cluster) $(if $(SPARK_CONNECT),--spark-connect)

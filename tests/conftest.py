@@ -1,5 +1,6 @@
 """Shared fixtures: one real embedded PostgreSQL server per test session, a fresh database per test,
-and a real Kafka broker for the tests that read or write Kafka."""
+and a real Kafka broker, S3 server (S3Proxy) and HDFS (a NameNode and a DataNode) for the tests that
+use them -- each started once per session by the first test that needs it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.core import registration
 from dev import faults
 from dev.embedded import EmbeddedPostgres
+from dev.hdfs import HdfsCluster
 from dev.kafka import KafkaBroker
+from dev.s3 import S3Server
 
 # Every process a test starts (Airflow's components, spark-submit's driver, a CLI) starts with the
 # fault engine installed, so a test can arm faults in it.
@@ -66,3 +69,33 @@ def kafka(kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> KafkaBr
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT",
                        json.dumps({"conn_type": "kafka", "extra": kafka_broker.client_config()}))
     return kafka_broker
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 server (S3Proxy, its jar from Maven Central)."""
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    yield server
+    server.stop(remove=True)
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """The S3 server, with ``aws_default`` (the Amazon provider's default connection) pointing at it."""
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", s3_server.airflow_connection())
+    return s3_server
+
+
+@pytest.fixture(scope="session")
+def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HdfsCluster]:
+    """A real HDFS: a NameNode and a DataNode in one JVM (hadoop-client-minicluster)."""
+    cluster = HdfsCluster(tmp_path_factory.mktemp("hdfs")).start()
+    yield cluster
+    cluster.stop(remove=True)
+
+
+@pytest.fixture
+def hdfs(hdfs_cluster: HdfsCluster, monkeypatch: pytest.MonkeyPatch) -> HdfsCluster:
+    """The HDFS cluster, with ``webhdfs_test`` (a ``webhdfs`` connection) pointing at its NameNode."""
+    monkeypatch.setenv("AIRFLOW_CONN_WEBHDFS_TEST", hdfs_cluster.airflow_connection())
+    return hdfs_cluster

@@ -210,12 +210,15 @@ def spark_cds(args: argparse.Namespace) -> int:
 
 
 def fetch_jars(args: argparse.Namespace) -> int:
-    """Fetch the jars a Spark job of a Kafka topology needs (Spark's Kafka connector), with Maven."""
-    connector = jars.kafka_connector()
-    found = connector.find()
-    fetched = found if found is not None else connector.fetch()
-    print(f"Spark's Kafka connector {'already fetched' if found is not None else 'fetched'}: "
-          f"{', '.join(p.name for p in fetched)} in {connector.directory}")
+    """Fetch the jars the Spark jobs of Kafka and S3 topologies need (Spark's Kafka connector,
+    Hadoop's s3a), with Maven."""
+    for what, connector in (("Spark's Kafka connector", jars.kafka_connector()),
+                            ("Hadoop's s3a file system", jars.s3a_connector())):
+        found = connector.find()
+        fetched = found if found is not None else connector.fetch()
+        size = sum(p.stat().st_size for p in fetched) / 2**20
+        print(f"{what} {'already fetched' if found is not None else 'fetched'}: {len(fetched)} jars, "
+              f"{size:.1f} MiB in {connector.directory}")
     return 0
 
 
@@ -347,8 +350,8 @@ def _spark_commands(sub: Any) -> None:
              "spark-submit about a fifth of its CPU and time (once per machine; needs no state store)",
              topology=False).add_argument("--force", action="store_true",
                                           help="build it again even if a verified one exists")
-    _command(sub, "fetch-jars", fetch_jars, "fetch Spark's Kafka connector for the installed Spark with Maven (once "
-             "per machine; needs no state store)", topology=False)
+    _command(sub, "fetch-jars", fetch_jars, "fetch Spark's Kafka connector and Hadoop's s3a for the installed Spark "
+             "with Maven (once per machine; needs no state store)", topology=False)
 
 
 #: Commands that need no state store.

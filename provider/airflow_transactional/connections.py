@@ -1,7 +1,7 @@
 """Where the provider's connections come from, and keeping their secrets out of every log line:
 the state store's DSN (a mode-600 file or the environment), the redaction of a DSN's password,
 the errors after which a connection must be replaced, and where other connections' settings
-come from (:class:`Connections`: a Kafka connection's librdkafka settings)."""
+come from (:class:`Connections`: a Kafka connection's librdkafka settings, an S3 or HDFS one's)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import psycopg2.extensions
 from .exceptions import ConfigError
 
 __all__ = ["CONNECTION_ERRORS", "DSN_ENV", "DSN_FILE_ENV", "Connections", "from_environment", "read_dsn_file", "redact",
-           "safe_error", "store_dsn"]
+           "safe_error", "settings_of", "store_dsn"]
 
 #: Where the state store's DSN comes from when no one passes it: a file (mode 600) named by the
 #: first, else the second itself (what ``airflow-txn``, a driver run by hand and :func:`store_dsn` read).
@@ -103,13 +103,28 @@ def store_dsn() -> str:
 Resolver = Callable[[str], dict[str, Any]]
 
 
+def settings_of(conn_type: str | None, *, host: str | None = None, port: int | None = None,
+                login: str | None = None, password: str | None = None,
+                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a source reads of an Airflow connection, by its type: a ``kafka`` connection's extra (the
+    librdkafka settings); an ``aws`` connection's extra with its login and password as the access key
+    and secret (the Amazon provider's fields); a ``webhdfs`` one's extra with its host, port and login."""
+    settings = dict(extra or {})
+    if conn_type == "aws" and login:
+        settings.update(aws_access_key_id=login, aws_secret_access_key=password or "")
+    elif conn_type in ("webhdfs", "hdfs"):
+        settings.update({k: v for k, v in (("host", host), ("port", port), ("login", login)) if v})
+    return settings
+
+
 def from_environment(conn_id: str) -> dict[str, Any]:
-    """A connection as Airflow reads it from the environment: ``AIRFLOW_CONN_<ID>`` in JSON."""
+    """A connection as Airflow reads it from the environment: ``AIRFLOW_CONN_<ID>`` in JSON
+    (:func:`settings_of`)."""
     name = f"AIRFLOW_CONN_{conn_id.upper()}"
     raw = os.environ.get(name)
     if not raw:
-        raise ConfigError(f"no Kafka connection {conn_id!r}: define it in Airflow (type kafka, the librdkafka "
-                          f"settings in its extra), or set {name}='{{\"conn_type\": \"kafka\", \"extra\": "
+        raise ConfigError(f"no connection {conn_id!r}: define it in Airflow (a Kafka connection: type kafka, the "
+                          f"librdkafka settings in its extra), or set {name}='{{\"conn_type\": \"kafka\", \"extra\": "
                           "{\"bootstrap.servers\": \"host:9092\"}}'")
     try:
         conn = json.loads(raw)
@@ -119,8 +134,10 @@ def from_environment(conn_id: str) -> dict[str, Any]:
         raise ConfigError(f"{name} is not a connection in JSON ({{\"conn_type\": \"kafka\", \"extra\": {{...}}}})") \
             from None
     if not isinstance(extra, dict):
-        raise ConfigError(f"the extra of Kafka connection {conn_id!r} must be an object of librdkafka settings")
-    return extra
+        raise ConfigError(f"the extra of connection {conn_id!r} must be an object")
+    port = conn.get("port")
+    return settings_of(conn.get("conn_type"), host=conn.get("host"), port=int(port) if port else None,
+                       login=conn.get("login"), password=conn.get("password"), extra=extra)
 
 
 class Connections:

@@ -243,7 +243,7 @@ def test_an_unreachable_broker_and_a_missing_topic_are_clear_errors(dsn: str, ka
     with pytest.raises(ConfigError, match=r"names no broker: set bootstrap\.servers"):
         coord.plan("elsewhere", "r0")
     monkeypatch.delenv("AIRFLOW_CONN_KAFKA_DEFAULT")
-    with pytest.raises(ConfigError, match="no Kafka connection 'kafka_default'"):
+    with pytest.raises(ConfigError, match="no connection 'kafka_default'"):
         coord.plan("elsewhere", "r0")
     assert query(dsn, "SELECT count(*) FROM airflow_txn.transactions") == [(0,)]
     coord.close()

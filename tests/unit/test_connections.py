@@ -11,7 +11,8 @@ import pytest
 from airflow_transactional.connections import Connections
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.sources import KafkaSource, source_from_config
-from airflow_transactional.sources.kafka import client_config, connections_for
+from airflow_transactional.sources.base import connections_for
+from airflow_transactional.sources.kafka import client_config
 from airflow_transactional.spec import StateSpec, TopologySpec
 
 pytestmark = pytest.mark.unit

@@ -14,7 +14,7 @@ from airflow.sdk import BaseHook
 from psycopg2.extensions import make_dsn
 
 from .. import CONNECTION_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
-from ..connections import Connections
+from ..connections import Connections, settings_of
 from ..coordinator import Coordinator
 from ..exceptions import ConfigError
 from ..model import DEFAULT_SCHEMA
@@ -37,23 +37,25 @@ def dsn_from_fields(*, host: str | None, port: int | None, login: str | None, pa
     return make_dsn(**params)
 
 
-def kafka_settings(conn_id: str) -> dict[str, Any]:
-    """The librdkafka settings of Airflow connection ``conn_id`` (a ``kafka`` connection of the Apache
-    Kafka provider keeps them in its extra), from wherever Airflow keeps connections."""
+def connection_settings(conn_id: str) -> dict[str, Any]:
+    """What a source reads of Airflow connection ``conn_id`` (:func:`...connections.settings_of`: a
+    ``kafka`` connection's librdkafka settings, an ``aws`` or ``webhdfs`` one's), from wherever
+    Airflow keeps connections."""
     try:
         conn = BaseHook.get_connection(conn_id)
     except Exception as exc:  # AirflowNotFoundException, a secrets backend's own errors
-        raise ConfigError(f"no Airflow connection {conn_id!r} for the Kafka source ({type(exc).__name__}): add one "
-                          "of type kafka whose extra holds the librdkafka settings, e.g. "
-                          '{"bootstrap.servers": "broker:9092"}') from None
+        raise ConfigError(f"no Airflow connection {conn_id!r} ({type(exc).__name__}): add it -- for a Kafka source "
+                          'one of type kafka whose extra holds the librdkafka settings, e.g. {"bootstrap.servers": '
+                          '"broker:9092"}; for S3 one of type aws; for HDFS one of type webhdfs') from None
     extra = conn.extra_dejson
     if not isinstance(extra, dict):
-        raise ConfigError(f"the extra of Airflow connection {conn_id!r} must be an object of librdkafka settings")
-    return dict(extra)
+        raise ConfigError(f"the extra of Airflow connection {conn_id!r} must be an object")
+    return settings_of(conn.conn_type, host=conn.host, port=conn.port, login=conn.login, password=conn.password,
+                       extra=extra)
 
 
 #: Connections resolved from wherever Airflow keeps them (its database, a secrets backend).
-AIRFLOW_CONNECTIONS = Connections(kafka_settings)
+AIRFLOW_CONNECTIONS = Connections(connection_settings)
 
 
 class TransactionalHook(BaseHook):

@@ -1,4 +1,4 @@
-"""Sources (spouts): the Postgres event log, the landing directory, and a Kafka topic."""
+"""Sources (spouts): the Postgres event log, the landing directory (on a disk, S3 or HDFS), and a Kafka topic."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from .base import BatchPlan, Record, Source
 from .eventlog import EventLog
 from .kafka import KafkaSource
 from .landing import LandingDirectory
+from .objectlanding import ObjectLanding
 from .pglog import PostgresLogSource
 
-__all__ = ["BatchPlan", "EventLog", "KafkaSource", "LandingDirectory", "Offsets", "PostgresLogSource", "Record",
-           "Source", "source_from_config"]
+__all__ = ["BatchPlan", "EventLog", "KafkaSource", "LandingDirectory", "ObjectLanding", "Offsets", "PostgresLogSource",
+           "Record", "Source", "source_from_config"]
 
 _KINDS: dict[str, type[Source]] = {
     PostgresLogSource.kind: PostgresLogSource,

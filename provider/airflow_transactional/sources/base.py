@@ -18,7 +18,7 @@ import psycopg2.extensions
 from ..connections import Connections
 from ..model import Offsets, PlannedBatch
 
-__all__ = ["BatchPlan", "Offsets", "Record", "Source", "fair_shares"]
+__all__ = ["BatchPlan", "Offsets", "Record", "Source", "connections_for", "fair_shares"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,11 @@ class Source(ABC):
         """This source resolving its connections' settings with ``connections`` (a source in
         Postgres or on a disk has none: itself)."""
         return self
+
+    def connection_settings(self) -> dict[str, dict[str, Any]]:
+        """The settings of the connections this source reads with, by connection id, for a job that
+        runs elsewhere (none for a source in Postgres or on a local disk)."""
+        return {}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Source) and self.to_config() == other.to_config()
@@ -117,6 +122,11 @@ class Source(ABC):
         """A batch of everything committed so far (for audits and rebuilds), or an empty batch and
         why it cannot be recomputed. ``lost`` are the ``lost_ranges`` of committed batches: records
         retention removed before they committed, which the state never counted."""
+
+
+def connections_for(source: Source) -> dict[str, dict[str, Any]]:
+    """The settings of the connections ``source`` reads with, for a job that runs elsewhere."""
+    return source.connection_settings()
 
 
 def fair_shares(avail: Mapping[int, int], cap: int) -> dict[int, int]:

@@ -37,20 +37,12 @@ from ..store import transactions
 from .base import BatchPlan, Record, Source, fair_shares
 from .kafka_settings import checked_settings
 
-__all__ = ["KafkaSource", "client_config", "connections_for"]
+__all__ = ["KafkaSource", "client_config"]
 
 log = logging.getLogger(__name__)
 
 #: How long one request to the cluster may take before the plan fails (and is retried by Airflow).
 TIMEOUT = 30.0
-
-def connections_for(source: Source) -> dict[str, dict[str, Any]]:
-    """The settings of the connections ``source`` reads with (none for a source in Postgres), for a
-    job that runs elsewhere."""
-    if not isinstance(source, KafkaSource):
-        return {}
-    return {source.kafka_conn_id: source.connections.settings(source.kafka_conn_id)}
-
 
 def client_config(conn_id: str, connections: Connections | None = None) -> dict[str, Any]:
     """The librdkafka settings of connection ``conn_id`` as ``connections`` resolve it (default: the
@@ -110,6 +102,9 @@ class KafkaSource(Source):
 
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "topic": self.topic, "kafka_conn_id": self.kafka_conn_id}
+
+    def connection_settings(self) -> dict[str, dict[str, Any]]:
+        return {self.kafka_conn_id: self.connections.settings(self.kafka_conn_id)}
 
     # -- what the cluster says ------------------------------------------------------------------
 

@@ -151,14 +151,19 @@ class _Digesting(io.RawIOBase):
 
 
 def lines(fd: int, sha: Any, longest: int) -> Iterator[str]:
-    """The text lines ``fd`` reads (UTF-8, a bad byte replaced; universal newlines, as text files
-    are read), every byte added to ``sha`` as it goes; the descriptor is closed after.
+    """The text lines ``fd`` reads (:func:`text_lines`), every byte added to ``sha`` as it goes;
+    the descriptor is closed after."""
+    return text_lines(_Digesting(os.fdopen(fd, "rb", buffering=0), sha), longest)
+
+
+def text_lines(raw: io.RawIOBase, longest: int) -> Iterator[str]:
+    """The text lines of a raw stream (UTF-8, a bad byte replaced; universal newlines, as text files
+    are read); the stream is closed after.
 
     A line of more than ``longest`` characters is its first ``longest + 1`` only (the rest is read
     and digested, never held): a record that long is refused whatever it holds, and one huge line
     must not take the worker's memory."""
-    with io.TextIOWrapper(io.BufferedReader(_Digesting(os.fdopen(fd, "rb", buffering=0), sha)),
-                          encoding="utf-8", errors="replace") as text:
+    with io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", errors="replace") as text:
         while line := text.readline(longest + 1):
             if len(line) > longest and not line.endswith("\n"):
                 while (rest := text.readline(1 << 20)) and not rest.endswith("\n"):

@@ -61,27 +61,31 @@ class LandedFile:
     sha256: str | None = None
     seq: int = 0
     plain: bool | None = None  # see landed.Scan (None: registered before it was looked at)
+    version: str | None = None  # the store's version of a file on S3 or HDFS (:mod:`.objects`)
 
     @classmethod
     def from_row(cls, row: Iterable[Any]) -> LandedFile:
-        seq, path, size, mtime_ns, inode, sha256, plain = row
-        return cls(path, int(size), mtime_ns, inode, sha256, int(seq), plain)
+        seq, path, size, mtime_ns, inode, sha256, plain, version = row
+        return cls(path, int(size), mtime_ns, inode, sha256, int(seq), plain, version)
 
     @classmethod
     def from_plan(cls, f: Mapping[str, Any]) -> LandedFile:
         return cls(f["path"], int(f["size"]), f.get("mtime_ns"), f.get("inode"), f.get("sha256"), int(f["seq"]),
-                   f.get("plain"))
+                   f.get("plain"), f.get("version"))
 
     def row(self, seq: int) -> landing.FileRow:
         """This version as the store keeps it, with sequence number ``seq``."""
-        return landing.FileRow(seq, self.path, self.size, self.mtime_ns, self.inode, self.sha256, self.plain)
+        return landing.FileRow(seq, self.path, self.size, self.mtime_ns, self.inode, self.sha256, self.plain,
+                               self.version)
 
     def to_plan(self) -> dict[str, Any]:
-        return {"seq": self.seq, "path": self.path, "size": self.size, "mtime_ns": self.mtime_ns,
+        plan = {"seq": self.seq, "path": self.path, "size": self.size, "mtime_ns": self.mtime_ns,
                 "inode": self.inode, "sha256": self.sha256, "plain": self.plain}
+        return plan if self.version is None else {**plan, "version": self.version}
 
     def same_stat(self, other: LandedFile) -> bool:
-        return (self.size, self.mtime_ns, self.inode) == (other.size, other.mtime_ns, other.inode)
+        return (self.size, self.mtime_ns, self.inode, self.version) == \
+            (other.size, other.mtime_ns, other.inode, other.version)
 
     def matches(self, now: LandedFile) -> bool:
         """Whether ``now`` (a fresh stat) shows this version unchanged, without reading it; a
@@ -144,15 +148,24 @@ def changed(f: LandedFile, *, deep: bool = False) -> bool:
 
 
 class LandingDirectory(Source):
-    """Batches of files from one directory, at most ``max_files`` files per batch."""
+    """Batches of files from one directory, at most ``max_files`` files per batch: a local
+    absolute path, or an ``s3a://`` or ``hdfs://`` URL (then an :class:`.objectlanding.ObjectLanding`,
+    whose ``conn_id`` names the connection to the store)."""
 
     kind: ClassVar[str] = "landing"
     lag_unit: ClassVar[str] = "files"
+    #: The class of a landing directory named by a URL (:class:`.objectlanding.ObjectLanding`,
+    #: which sets it: the package imports it with this module).
+    on_a_store: ClassVar[type[LandingDirectory] | None] = None
+
+    def __new__(cls, path: str = "", **_: Any) -> LandingDirectory:
+        if cls is LandingDirectory and isinstance(path, str) and "://" in path and cls.on_a_store is not None:
+            return super().__new__(cls.on_a_store)
+        return super().__new__(cls)
 
     def __init__(self, path: str, *, format: str = "json", pattern: str = "*",
                  max_files: int = 100, settle_seconds: float = 2.0) -> None:
-        if not isinstance(path, str) or not os.path.isabs(path) or "\x00" in path:
-            raise ConfigError(f"landing directory must be an absolute path (without NUL bytes), got {path!r}")
+        self._check_path(path)
         if format not in FORMATS:
             raise ConfigError(f"landing format {format!r} is not supported: use one of {', '.join(FORMATS)}")
         if not isinstance(pattern, str) or not pattern or "/" in pattern:
@@ -167,6 +180,11 @@ class LandingDirectory(Source):
         self.pattern = pattern
         self.max_files = max_files
         self.settle_seconds = settle_seconds
+
+    @staticmethod
+    def _check_path(path: str) -> None:
+        if not isinstance(path, str) or not os.path.isabs(path) or "\x00" in path:
+            raise ConfigError(f"landing directory must be an absolute path (without NUL bytes), got {path!r}")
 
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.path, "format": self.format,
@@ -209,13 +227,13 @@ class LandingDirectory(Source):
         digested: set[int] = set()
         for f in self._listing():
             old = latest.get(f.path)
-            if old is not None and old.matches(f):
+            if old is not None and self._matches(old, f):
                 continue
-            found = _identified(f.path)  # stat and digest from one descriptor: one file, whatever the name does
+            found = self._identify(f)
             if found is None:
                 continue
             f = found
-            if old is not None and (old.sha256 == f.sha256 or old.seq > planned_through):
+            if old is not None and (self._same_content(old, f) or old.seq > planned_through):
                 # Touched (same bytes), or rewritten before any plan took it: the entry follows it.
                 self._record(cur, s, topology_id, old.seq, f)
                 digested.add(old.seq)
@@ -224,6 +242,29 @@ class LandingDirectory(Source):
             self._insert(cur, s, topology_id, seq, f)
             digested.add(seq)
         return digested
+
+    def _identify(self, listed: LandedFile) -> LandedFile | None:
+        """A listed file with what identifies its content: its stat and digest from one descriptor
+        (one file, whatever the name does); None when it is gone."""
+        return _identified(listed.path)
+
+    def _same_content(self, old: LandedFile, new: LandedFile) -> bool:
+        return old.sha256 == new.sha256
+
+    def _matches(self, known: LandedFile, listed: LandedFile) -> bool:
+        """Whether a listed file is the version ``known`` without reading it (its stat)."""
+        return known.matches(listed)
+
+    def _now(self, path: str) -> LandedFile | None:
+        """What ``path`` holds now, identified (None: nothing)."""
+        return _identified(path)
+
+    def _changed(self, f: LandedFile, *, deep: bool = False) -> bool:
+        return changed(f, deep=deep)
+
+    def _lines(self, f: Mapping[str, Any]) -> Iterator[Record]:
+        """The records of the planned file ``f``, exactly its planned content."""
+        return _planned_lines(f)
 
     @staticmethod
     def _insert(cur: psycopg2.extensions.cursor, s: str, topology_id: str, seq: int, f: LandedFile) -> None:
@@ -234,10 +275,11 @@ class LandingDirectory(Source):
         """A planned file whose content changed in place (its stat kept): what it holds now is a new
         version, with the next sequence number (its stat alone would never tell the listing) --
         unless the listing registered that content already."""
-        now = _identified(gone.path)
+        now = self._now(gone.path)
         if now is None:
             return
-        if landing.latest_digest(cur, s, topology_id, gone.path) != now.sha256:
+        latest = landing.latest(cur, s, topology_id, gone.path)
+        if latest is None or not self._same_content(LandedFile.from_row(latest), now):
             self._insert(cur, s, topology_id, landing.last_seq(cur, s, topology_id) + 1, now)
 
     @staticmethod
@@ -258,7 +300,7 @@ class LandingDirectory(Source):
             if len(files) >= cap or (last is not None and f.seq > last):
                 break
             # What was not digested just now is digested again: a rewrite may have kept the stat.
-            if changed(f, deep=f.seq not in digested):
+            if self._changed(f, deep=f.seq not in digested):
                 if not skip_unavailable:
                     raise BatchUnavailable(
                         f"landing file {f.path} (seq {f.seq}) is gone or its content changed before topology "
@@ -282,7 +324,7 @@ class LandingDirectory(Source):
         foreign = self._foreign([f["path"] for f in files])
         if foreign:
             return foreign
-        gone = [f["path"] for f in files if changed(LandedFile.from_plan(f), deep=True)]
+        gone = [f["path"] for f in files if self._changed(LandedFile.from_plan(f), deep=True)]
         return f"landing files gone or their content changed since planned: {', '.join(gone)}" if gone else None
 
     def _foreign(self, paths: Iterable[str]) -> str | None:
@@ -301,7 +343,7 @@ class LandingDirectory(Source):
             raise ConfigError("the pure-Python reader handles JSON-lines files; "
                               "Parquet and CSV batches are read by the Spark helper")
         for f in batch.files:
-            yield from _planned_lines(f)
+            yield from self._lines(f)
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                         committed: Offsets, lost: list[Any]) -> tuple[PlannedBatch, str | None]:
@@ -312,7 +354,7 @@ class LandingDirectory(Source):
         foreign = self._foreign(f.path for f in files)
         if foreign:
             return PlannedBatch(), foreign
-        gone = [f.path for f in files if changed(f, deep=True)]
+        gone = [f.path for f in files if self._changed(f, deep=True)]
         if gone:
             return PlannedBatch(), f"landing files gone or changed since they committed: {', '.join(gone[:5])}"
         return FileBatch(directory=self.path, format=self.format, files=tuple(f.to_plan() for f in files)), None
@@ -323,7 +365,7 @@ class LandingDirectory(Source):
         for f in map(LandedFile.from_row, landing.through(cur, schema, topology_id, int(committed.get("seq", 0)))):
             done.setdefault(f.path, []).append(f)
         return sum(1 for f in self._listing(settled_only=False)
-                   if not any(d.matches(f) for d in done.get(f.path, [])))
+                   if not any(self._matches(d, f) for d in done.get(f.path, [])))
 
 
 def _planned_lines(f: Mapping[str, Any]) -> Iterator[Record]:

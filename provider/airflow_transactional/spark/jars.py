@@ -1,5 +1,5 @@
-"""Jars from Maven Central that the provider hands to a JVM: Spark's Kafka connector (and, for the
-development stack, the Kafka broker itself).
+"""Jars from Maven Central that the provider hands to a JVM: Spark's Kafka connector, Hadoop's s3a
+file system (and, for the development stack, the Kafka broker and the S3 and HDFS servers).
 
 A jar set is fetched once per machine by Maven (``mvn dependency:copy-dependencies`` with strict
 checksums, pinned versions) into the provider's private cache directory, and its manifest -- the
@@ -24,8 +24,9 @@ from typing import Any
 
 from .. import files
 from ..exceptions import ConfigError
+from ..sources import KafkaSource, LandingDirectory
 
-__all__ = ["JarSet", "kafka_connector", "kafka_jars"]
+__all__ = ["JarSet", "jars_for", "kafka_connector", "kafka_jars", "s3a_connector", "s3a_jars"]
 
 MANIFEST = "manifest.json"
 
@@ -33,6 +34,9 @@ POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>airflow-transactional</groupId><artifactId>{name}</artifactId><version>1</version>
   <packaging>pom</packaging>
+  <dependencyManagement><dependencies>
+{managed}
+  </dependencies></dependencyManagement>
   <dependencies>
 {dependencies}
   </dependencies>
@@ -43,15 +47,23 @@ POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 @dataclass(frozen=True)
 class JarSet:
     """Maven artifacts and what of their runtime closure a JVM needs (``keep``: artifact names
-    without version; empty: all of it)."""
+    without version; empty: all of it). An artifact is ``(group, artifact, version)``, or with a
+    fourth item, its classifier (a ``jar-with-dependencies`` is taken without its dependencies);
+    ``exclude`` names ``group:artifact`` pairs left out of every artifact's closure, and ``bom`` a
+    bill of materials that gives the versions of artifacts listed with version ``""``."""
 
     name: str
-    artifacts: tuple[tuple[str, str, str], ...]  # (group, artifact, version)
+    artifacts: tuple[tuple[str, ...], ...]  # (group, artifact, version[, classifier])
     keep: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    bom: tuple[str, str, str] | None = None
 
     @property
     def directory(self) -> Path:
-        tag = hashlib.sha256(json.dumps([self.artifacts, self.keep]).encode()).hexdigest()[:12]
+        identity: list[Any] = [self.artifacts, self.keep]
+        if self.exclude or self.bom:
+            identity += [self.exclude, self.bom]
+        tag = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:12]
         return files.cache_dir() / "jars" / f"{self.name}-{tag}"
 
     def find(self) -> list[Path] | None:
@@ -71,6 +83,27 @@ class JarSet:
             jars.append(path)
         return jars
 
+    def pom(self) -> str:
+        """The Maven project whose runtime dependencies are the set."""
+        managed = ""
+        if self.bom is not None:
+            g, a, v = self.bom
+            managed = (f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
+                       "<type>pom</type><scope>import</scope></dependency>")
+        dependencies = []
+        for g, a, v, *classifier in self.artifacts:
+            excluded = [e.split(":", 1) for e in self.exclude]
+            if classifier:  # a jar with its dependencies inside: none of them again
+                excluded = [["*", "*"]]
+            exclusions = "".join(f"<exclusion><groupId>{eg}</groupId><artifactId>{ea}</artifactId></exclusion>"
+                                 for eg, ea in excluded)
+            dependencies.append(
+                f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+                + (f"<version>{v}</version>" if v else "")
+                + (f"<classifier>{classifier[0]}</classifier>" if classifier else "")
+                + (f"<exclusions>{exclusions}</exclusions>" if exclusions else "") + "</dependency>")
+        return POM.format(name=self.name, managed=managed, dependencies="\n".join(dependencies))
+
     def fetch(self, *, mvn: str = "mvn") -> list[Path]:
         """The set's jars, fetched with Maven first when missing."""
         found = self.find()
@@ -81,9 +114,7 @@ class JarSet:
                               "maven), or give the cluster the jars its own way (spark.jars.packages)")
         home = files.private_dir(self.directory)
         with tempfile.TemporaryDirectory(prefix="fetch-", dir=home) as work:
-            dependencies = "\n".join(f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
-                                     f"<version>{v}</version></dependency>" for g, a, v in self.artifacts)
-            Path(work, "pom.xml").write_text(POM.format(name=self.name, dependencies=dependencies))
+            Path(work, "pom.xml").write_text(self.pom())
             out = Path(work, "jars")
             run = subprocess.run([mvn, "-q", "-B", "--strict-checksums", "dependency:copy-dependencies",
                                   f"-DoutputDirectory={out}", "-DincludeScope=runtime"], cwd=work,
@@ -129,3 +160,49 @@ def kafka_jars(conf: Mapping[str, Any]) -> list[str]:
                           "on this machine (it uses Maven), or set spark_conf={'spark.jars.packages': "
                           f"'org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version()}'}}")
     return [str(p) for p in found]
+
+
+#: The Hadoop of the installed PySpark's ``hadoop-client-api`` jar: hadoop-aws must match it.
+HADOOP_VERSION = "3.5.0"
+#: The AWS SDK v2 release whose modules s3a takes (its bill of materials pins each module).
+AWS_SDK_BOM = ("software.amazon.awssdk", "bom", "2.57.8")
+_SDK = "software.amazon.awssdk"
+
+
+def s3a_connector() -> JarSet:
+    """Hadoop's s3a file system with the few AWS SDK modules it uses (S3, STS, the HTTP clients, the
+    transfer manager), not the SDK's bundle of every service (hundreds of MB); without what Spark
+    ships already (netty, Apache HttpClient 4, commons-codec, SLF4J)."""
+    return JarSet("hadoop-aws", (("org.apache.hadoop", "hadoop-aws", HADOOP_VERSION), (_SDK, "s3", ""),
+                                 (_SDK, "sts", ""), (_SDK, "apache-client", ""), (_SDK, "s3-transfer-manager", "")),
+                  exclude=(f"{_SDK}:bundle",), bom=AWS_SDK_BOM,
+                  keep=("hadoop-aws", "analyticsaccelerator-s3", "annotations", "apache-client", "apache5-client",
+                        "arns", "auth", "aws-core", "aws-query-protocol", "aws-xml-protocol", "checksums",
+                        "crt-core", "endpoints-spi", "eventstream", "http-auth", "http-client-spi", "httpclient5",
+                        "httpcore5", "identity-spi", "json-utils", "metrics-spi", "netty-nio-client", "profiles",
+                        "protocol-core", "reactive-streams", "regions", "retries", "s3", "sdk-core", "sts",
+                        "third-party-jackson-core", "utils", "wildfly-openssl"))
+
+
+def s3a_jars(conf: Mapping[str, Any]) -> list[str]:
+    """The s3a jars for a job that reads ``s3a://`` (``--jars``): none when the Spark settings give
+    the cluster its own (``spark.jars.packages`` or ``spark.jars`` naming hadoop-aws)."""
+    given = " ".join(str(conf.get(key, "")) for key in ("spark.jars.packages", "spark.jars"))
+    if "hadoop-aws" in given:
+        return []
+    found = s3a_connector().find()
+    if found is None:
+        raise ConfigError("a topology landing on S3 needs Hadoop's s3a jars: run 'airflow-txn fetch-jars' on this "
+                          "machine (it uses Maven), or set spark_conf={'spark.jars.packages': "
+                          f"'org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}'}} (with the AWS SDK bundle)")
+    return [str(p) for p in found]
+
+
+def jars_for(source: Any, conf: Mapping[str, Any]) -> list[str]:
+    """The jars a job reading ``source`` needs beyond Spark's own: the Kafka connector for a topic,
+    s3a for a landing directory on S3, none else."""
+    if isinstance(source, KafkaSource):
+        return kafka_jars(conf)
+    if isinstance(source, LandingDirectory) and source.path.startswith("s3a://"):
+        return s3a_jars(conf)
+    return []

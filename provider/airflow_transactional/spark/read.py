@@ -9,6 +9,7 @@ import shutil
 import socket
 import tempfile
 import time
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..exceptions import BatchUnavailable, ConfigError
 from ..model import FileBatch, LogBatch, PlannedBatch, planned_batch
 from ..sources import LandingDirectory, PostgresLogSource, Source, landed, source_from_config
+from ..sources.objectlanding import ObjectLanding
 from ..store.connection import connect
 from .handoff import StoreFile, is_remote, store_file
 
@@ -281,10 +283,14 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
     if kind == "json" and not record_schema:
         raise ConfigError(NEEDS_SCHEMA)
     files, file_name = pinned_files(spark, batch.files)
+    # A store's settings (s3a's credentials among them) go to the reader as options: Spark hands them
+    # to the file system of this read alone, and redacts secrets wherever it shows a plan.
+    options = source.spark_options() if isinstance(source, ObjectLanding) else {}
     if kind == "parquet":
-        return Records(spark.read.parquet(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
+        return Records(spark.read.options(**options).parquet(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if kind == "csv":
-        return Records(spark.read.option("header", True).csv(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
+        return Records(spark.read.options(**options).option("header", True).csv(*files)
+                       .withColumn(OFFSET_COL, file_name), COLUMNS)
     if not record_schema:
         raise ConfigError(NEEDS_SCHEMA)
     if not all(f.get("plain") for f in batch.files):
@@ -292,11 +298,11 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
         # lines were looked at): lines as text, judged one by one before they are parsed, as the
         # pure-Python processor reads them (Spark's JSON reader would parse any line, and store a
         # lone surrogate as '?').
-        text = spark.read.text(files).where(F.col("value").rlike("\\S"))
+        text = spark.read.options(**options).text(files).where(F.col("value").rlike("\\S"))
         return Records(text.select(file_name.alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
                                    F.col("value").alias("payload")), TEXT)
     fields = spark_schema(record_schema).fields
-    parsed = (spark.read.schema(StructType([*fields, StructField(CORRUPT_COL, StringType())]))
+    parsed = (spark.read.options(**options).schema(StructType([*fields, StructField(CORRUPT_COL, StringType())]))
               .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT_COL).json(files))
     return Records(parsed.select(file_name.alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
                                  *[f.name for f in fields], CORRUPT_COL), PARSED)
@@ -322,6 +328,10 @@ def pinned_files(spark: SparkSession, planned: Sequence[Mapping[str, Any]]) -> t
     from pyspark.sql import functions as F
 
     paths = [str(f["path"]) for f in planned]
+    if any("://" in p for p in paths):  # a store's files: their versions are checked before and after
+        names = [F.lit(x) for p in paths for x in (uri_text(p), p)]
+        spelled = F.try_element_at(F.create_map(*names), F.input_file_name()) if names else F.lit(None)
+        return [glob_escaped(p) for p in paths], F.coalesce(spelled, F.input_file_name())
     if not executors_here(spark):
         return paths, F.input_file_name()
     jvm: Any = spark._jvm  # classic sessions only: py4j
@@ -345,6 +355,28 @@ def pinned_files(spark: SparkSession, planned: Sequence[Mapping[str, Any]]) -> t
         pinned.append(by_fd)
         names += [F.lit(uri(by_fd)), F.lit(uri(path))]
     return pinned, F.coalesce(F.try_element_at(F.create_map(*names), F.input_file_name()), F.input_file_name())
+
+
+def glob_escaped(path: str) -> str:
+    """``path`` as Spark's reader takes it literally: it expands a path holding ``{}[]*?`` as a glob."""
+    return "".join(f"\\{c}" if c in "{}[]*?\\" else c for c in path)
+
+
+_URI_KEPT = frozenset("_-!.~'()*,;:$&+=/@")
+
+
+def uri_text(path: str) -> str:
+    """How Hadoop spells a file URL as text (``Path.toUri().toString()``, what ``input_file_name()``
+    says): a character a URI may not hold -- a space, ``%``, ``[``, ``#`` ... -- as ``%XX`` of its
+    UTF-8 bytes; letters of other scripts as they are."""
+    scheme, sep, rest = path.partition("://")
+    authority, slash, tail = rest.partition("/")
+    out = []
+    for c in tail:
+        kept = (c.isascii() and (c.isalnum() or c in _URI_KEPT)) or \
+            (not c.isascii() and unicodedata.category(c) not in ("Zs", "Zl", "Zp", "Cc"))
+        out.append(c if kept else "".join(f"%{b:02X}" for b in c.encode()))
+    return f"{scheme}{sep}{authority}{slash}{''.join(out)}"
 
 
 @atexit.register
@@ -378,7 +410,7 @@ def readable_batch(batch: Mapping[str, Any]) -> tuple[PlannedBatch, list[tuple[s
     by name instead (or fails the attempt naming it, with ``on_bad_record="fail"``).
     """
     typed = planned_batch(batch)
-    if not isinstance(typed, FileBatch) or typed.format != "parquet":
+    if not isinstance(typed, FileBatch) or typed.format != "parquet" or "://" in str(typed.directory):
         return typed, []
     import pyarrow.parquet as pq
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from ..connections import redact
 from ..exceptions import TransactionalError
-from ..sources.kafka import KafkaSource, connections_for
+from ..sources.base import connections_for
 from ..spec import TopologySpec
 from . import cds
-from .jars import kafka_jars
+from .jars import jars_for
 from .submit import deliver_dsn, provider_zip, spark_submit_argv, with_jit_for_batch, with_quiet_driver_logs
 
 
@@ -42,7 +42,7 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
         # A driver here: the DSN (and the source's connection) in a private file, never argv.
         delivery = deliver_dsn(dsn, master, None, connections=connections_for(spec.source))
         argv = spark_submit_argv(master, settings)
-        connector = kafka_jars(settings) if isinstance(spec.source, KafkaSource) else []
+        connector = jars_for(spec.source, settings)
         argv += ["--jars", ",".join(connector)] if connector else []
         py_files = ",".join(filter(None, [provider_zip(), job.py_files]))  # the job's own modules too
         argv += ["--py-files", py_files, job.application, *job.application_args,

@@ -17,6 +17,7 @@ class FileRow(NamedTuple):
     inode: int | None
     sha256: str | None
     plain: bool | None = None  # every line within the record limit, no surrogate escaped (None: not known)
+    version: str | None = None  # an S3 object's ETag, an HDFS file's id (None: a local file)
 
 
 def latest_versions(cur: Cursor, schema: str, topology_id: str) -> list[FileRow]:
@@ -30,10 +31,11 @@ def last_seq(cur: Cursor, schema: str, topology_id: str) -> int:
     return int(scalar(cur))
 
 
-def latest_digest(cur: Cursor, schema: str, topology_id: str, path: str) -> str | None:
-    cur.execute(query("landing_latest_digest", schema), {"topology": topology_id, "path": path})
+def latest(cur: Cursor, schema: str, topology_id: str, path: str) -> FileRow | None:
+    """The latest version registered under ``path`` (None: none)."""
+    cur.execute(query("landing_latest", schema), {"topology": topology_id, "path": path})
     row = cur.fetchone()
-    return None if row is None else row[0]
+    return None if row is None else FileRow(*row)
 
 
 def _params(topology_id: str, f: FileRow) -> dict[str, object]:

@@ -38,7 +38,7 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("attempts", "INSERT, UPDATE"),
     ("commits", "INSERT"),
     ("quarantine", "INSERT, DELETE, UPDATE (committed)"),
-    ("landing_files", "INSERT, UPDATE (size, mtime, mtime_ns, inode, sha256, plain)"),
+    ("landing_files", "INSERT, UPDATE (size, mtime, mtime_ns, inode, sha256, plain, version)"),
     ("decision_requests", "INSERT, DELETE"),
     ("decision_checks", "INSERT, DELETE"),
     ("decision_conflicts", "INSERT, DELETE"),

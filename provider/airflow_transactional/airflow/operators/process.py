@@ -21,11 +21,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from ... import faults
 from ...coordinator import Coordinator
 from ...model import Transaction
-from ...sources import KafkaSource, Source, source_from_config
-from ...sources.kafka import connections_for
+from ...sources import Source, source_from_config
+from ...sources.base import connections_for
 from ...spark import cds
 from ...spark.auth import with_authentication
-from ...spark.jars import kafka_jars
+from ...spark.jars import jars_for
 from ...spark.job import REMOTE_ENV
 from ...spark.submit import (
     DSN_ENV,
@@ -170,8 +170,8 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         source = self.source()
         delivery = deliver_dsn(dsn, master, deploy_mode, kubernetes_dsn_secret=self.kubernetes_dsn_secret,
                                connections=connections_for(source) if source else None)
-        if isinstance(source, KafkaSource):  # Spark's Kafka connector, unless the settings bring the cluster's
-            self.jars = ",".join(filter(None, [self.jars, *kafka_jars(self.conf or {})])) or None
+        if source is not None:  # Spark's Kafka connector or s3a, unless the settings bring the cluster's
+            self.jars = ",".join(filter(None, [self.jars, *jars_for(source, self.conf or {})])) or None
         self.application_args = [*self.job_args(txid, schema), *delivery.app_args]
         if deploy_mode != "cluster":  # the driver runs here, under this machine's Python
             python = os.environ.get("PYSPARK_PYTHON", sys.executable)

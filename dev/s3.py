@@ -1,0 +1,171 @@
+"""A real S3 server started by the project itself, for the demo, the tests and the benchmarks:
+S3Proxy (Apache-2.0), the S3 REST API over a local directory, its one jar fetched from Maven
+Central once per machine, listening on a free loopback port with credentials of its own.
+
+S3Proxy speaks S3's REST API with AWS v2/v4 signatures; it keeps no object versions (an ETag,
+a size and a last-modified time identify what a key holds). Layout under ``base_dir``:
+``s3proxy.conf`` (mode 600: the credentials are in it, never on a command line), ``data/`` (a
+directory per bucket), ``server.log``, ``s3.json`` (port and credentials, mode 600, for a process
+that finds the server later). ``stop(remove=True)`` deletes it all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow_transactional import files
+from airflow_transactional.spark.jars import JarSet
+from dev.embedded import free_port
+
+S3PROXY_VERSION = "2.9.0"
+SERVER = JarSet("s3proxy", (("org.gaul", "s3proxy", S3PROXY_VERSION, "jar-with-dependencies"),))
+REGION = "us-east-1"
+
+CONFIG = """\
+s3proxy.endpoint=http://127.0.0.1:{port}
+s3proxy.authorization=aws-v2-or-v4
+s3proxy.identity={identity}
+s3proxy.credential={credential}
+s3proxy.ignore-unknown-headers=true
+jclouds.provider=filesystem-nio2
+jclouds.filesystem.basedir={data}
+"""
+
+
+class S3Server:
+    """One S3Proxy on 127.0.0.1: ``start()``, ``endpoint``, ``client()``, ``kill()``/``restart()``
+    for the fault tests, ``stop(remove=True)``."""
+
+    def __init__(self, base_dir: str | os.PathLike[str], *, heap: str = "256m") -> None:
+        self.base_dir = Path(base_dir)
+        self.heap = heap
+        self.port = 0
+        self.identity = ""
+        self.credential = ""
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def connection(self) -> dict[str, Any]:
+        """This server as an Airflow connection of the Amazon provider's ``aws`` type: the access key
+        and secret as login and password, the endpoint, region and path-style access in the extra."""
+        return {"conn_type": "aws", "login": self.identity, "password": self.credential,
+                "extra": {"endpoint_url": self.endpoint, "region_name": REGION,
+                          "config_kwargs": {"s3": {"addressing_style": "path"}}}}
+
+    def airflow_connection(self) -> str:
+        """The connection as ``AIRFLOW_CONN_<ID>`` takes it (JSON)."""
+        return json.dumps(self.connection())
+
+    def client(self) -> Any:
+        """A boto3 S3 client of this server, for producers and tests."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.identity,
+                            aws_secret_access_key=self.credential, region_name=REGION,
+                            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2},
+                                          request_checksum_calculation="when_required",
+                                          response_checksum_validation="when_required"))
+
+    def create_bucket(self, name: str) -> None:
+        """The bucket, if it is not there yet (a restarted demo keeps its server's data)."""
+        client = self.client()
+        try:
+            client.create_bucket(Bucket=name)
+        except (client.exceptions.BucketAlreadyOwnedByYou, client.exceptions.BucketAlreadyExists):
+            pass
+
+    def _kept(self) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads((self.base_dir / "s3.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def start(self, timeout: float = 90) -> S3Server:
+        (jar,) = SERVER.fetch()
+        files.private_dir(self.base_dir)
+        kept = self._kept() or {}
+        if not self.port:  # its last life's port and credentials: an exported connection stays good
+            self.port = int(kept.get("port") or 0) or free_port()
+            self.identity = str(kept.get("identity") or f"AKIA{secrets.token_hex(8).upper()}")
+            self.credential = str(kept.get("credential") or secrets.token_urlsafe(30))
+        data = files.private_dir(self.base_dir / "data")
+        files.write_private(self.base_dir / "s3proxy.conf", CONFIG.format(
+            port=self.port, identity=self.identity, credential=self.credential, data=data))
+        out = files.open_private_log(self.base_dir / "server.log")
+        try:
+            self.proc = subprocess.Popen(
+                ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-jar", str(jar),
+                 "--properties", str(self.base_dir / "s3proxy.conf")],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            os.close(out)
+        files.write_private(self.base_dir / "s3.json", json.dumps(
+            {"port": self.port, "identity": self.identity, "credential": self.credential, "pid": self.proc.pid}))
+        self._wait(timeout)
+        return self
+
+    def _wait(self, timeout: float) -> None:
+        """Until the server answers a signed request."""
+        deadline = time.monotonic() + timeout
+        client = self.client()
+        while True:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"S3Proxy exited ({self.proc.returncode}): "
+                                   f"{(self.base_dir / 'server.log').read_text(errors='replace')[-3000:]}")
+            try:
+                client.list_buckets()
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"S3Proxy did not serve within {timeout:.0f} s (see "
+                                       f"{self.base_dir / 'server.log'})") from None
+                time.sleep(0.3)
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: requests under way are cut)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+
+    def restart(self, *, kill: bool = False, timeout: float = 90) -> None:
+        """Stop (or kill) the server and start it again on the same port, with its data."""
+        if kill:
+            self.kill()
+        else:
+            self._terminate()
+        self.start(timeout)
+
+    def _terminate(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def stop(self, *, remove: bool = False) -> None:
+        self._terminate()
+        self.proc = None
+        if remove:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":  # python -m dev.s3 fetch: the server's jar, once per machine
+    import sys
+
+    if sys.argv[1:] != ["fetch"]:
+        raise SystemExit("usage: python -m dev.s3 fetch")
+    print(f"S3Proxy {S3PROXY_VERSION}: {', '.join(p.name for p in SERVER.fetch())} in {SERVER.directory}")

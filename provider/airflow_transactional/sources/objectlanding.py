@@ -1,0 +1,171 @@
+"""A landing directory on S3 (``s3a://bucket/prefix``) or HDFS (``hdfs://namenode:port/path``).
+
+It plans like a local landing directory (:mod:`.landing`): files are numbered in the order the
+planner first sees them, a batch is a range of those numbers, and a file replaced under its name
+after it was planned is a new version with a number of its own. What differs is how a file is
+known: by the version its store gives it (:mod:`.objects`: an S3 object's ETag, an HDFS file's id,
+length and modification time), listed and looked up through the store's API with the settings of
+the connection ``conn_id`` (an ``aws`` connection for S3, a ``webhdfs`` one for HDFS), and read --
+by the pure-Python processor here, by Spark's executors with s3a or HDFS's client -- as exactly the
+pinned version or not at all.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import psycopg2.extensions
+
+from .. import limits
+from ..connections import Connections
+from ..exceptions import ConfigError
+from ..model import Offsets
+from . import landed
+from .base import BatchPlan, Record
+from .landing import _IGNORED_SUFFIXES, LandedFile, LandingDirectory
+from .objects import ObjectStore, StoredFile, split_url
+from .s3 import S3Store
+from .webhdfs import WebHdfsStore
+
+__all__ = ["ObjectLanding", "object_store"]
+
+#: The connection a landing URL uses when the declaration names none (HDFS: none, simple
+#: authentication as the process's user, WebHDFS on the NameNode's host, port 9870).
+DEFAULT_CONN = {"s3a": "aws_default", "hdfs": None}
+
+
+def object_store(url: str, settings: Mapping[str, Any], conn_id: str | None = None) -> ObjectStore:
+    """The store of a landing URL, with the settings of its connection ``conn_id``."""
+    store = S3Store if split_url(url)[0] == "s3a" else WebHdfsStore
+    return store(url, settings, conn_id)
+
+
+class ObjectLanding(LandingDirectory):
+    """Batches of files from a prefix of an S3 bucket or an HDFS directory (its files, not its
+    sub-directories'), at most ``max_files`` a batch."""
+
+    def __init__(self, path: str, *, format: str = "json", pattern: str = "*", max_files: int = 100,
+                 settle_seconds: float = 2.0, conn_id: str | None = None,
+                 connections: Connections | None = None) -> None:
+        super().__init__(path, format=format, pattern=pattern, max_files=max_files, settle_seconds=settle_seconds)
+        scheme = split_url(path)[0]
+        self.path = path.rstrip("/")
+        conn_id = DEFAULT_CONN[scheme] if conn_id is None else conn_id
+        if conn_id is not None and (not isinstance(conn_id, str) or not conn_id.strip() or len(conn_id) > 250):
+            raise ConfigError(f"conn_id must name an Airflow connection, got {conn_id!r}")
+        self.conn_id = conn_id
+        #: Where the connection's settings come from (not part of the declaration).
+        self.connections = connections or Connections()
+        self._store: ObjectStore | None = None
+        self._fresh: dict[str, LandedFile] | None = None  # the listing of the plan under way
+
+    @staticmethod
+    def _check_path(path: str) -> None:
+        split_url(path)
+
+    def with_connections(self, connections: Connections) -> ObjectLanding:
+        cfg = self.to_config()
+        cfg.pop("kind")
+        return ObjectLanding(**cfg, connections=connections)
+
+    def to_config(self) -> dict[str, Any]:
+        return {**super().to_config(), "conn_id": self.conn_id}
+
+    @property
+    def store(self) -> ObjectStore:
+        if self._store is None:
+            settings = self.connections.settings(self.conn_id) if self.conn_id else {}
+            self._store = object_store(self.path, settings, self.conn_id)
+        return self._store
+
+    def connection_settings(self) -> dict[str, dict[str, Any]]:
+        return {self.conn_id: self.connections.settings(self.conn_id)} if self.conn_id else {}
+
+    def spark_options(self) -> dict[str, str]:
+        """Hadoop settings Spark's reader takes for this store (secrets among them)."""
+        return self.store.spark_options()
+
+    def _listing(self, *, settled_only: bool = True) -> list[LandedFile]:
+        newest = time.time_ns() - int(self.settle_seconds * 1e9)
+        out = []
+        for f in self.store.listing():
+            name = f.path.rsplit("/", 1)[1]
+            hidden = name.startswith((".", "_")) or name.endswith(_IGNORED_SUFFIXES)
+            if hidden or not fnmatch.fnmatch(name, self.pattern):
+                continue
+            if not settled_only or f.mtime_ns <= newest:
+                out.append(_landed(f))
+        if self._fresh is not None:
+            self._fresh.update((f.path, f) for f in out)
+        return sorted(out, key=lambda f: (f.mtime_ns or 0, f.path))
+
+    def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
+             max_records: int, *, skip_unavailable: bool, until: Offsets | None = None) -> BatchPlan:
+        self._fresh = {}  # one listing tells this plan what each name holds: no look-up per planned file
+        try:
+            return super().plan(cur, schema, topology_id, start, max_records, skip_unavailable=skip_unavailable,
+                                until=until)
+        finally:
+            self._fresh = None
+
+    def _identify(self, listed: LandedFile) -> LandedFile | None:
+        return listed  # the listing says the version
+
+    def _same_content(self, old: LandedFile, new: LandedFile) -> bool:
+        return old.version is not None and self.store.same_content(_stored(old), _stored(new))
+
+    def _matches(self, known: LandedFile, listed: LandedFile) -> bool:
+        return self._same_content(known, listed)
+
+    def _now(self, path: str) -> LandedFile | None:
+        if self._fresh is not None and path in self._fresh:
+            return self._fresh[path]
+        found = self.store.stat(path)
+        return None if found is None else _landed(found)
+
+    def _changed(self, f: LandedFile, *, deep: bool = False) -> bool:
+        now = self._now(f.path)
+        return now is None or not self._same_content(f, now)
+
+    def _lines(self, f: Mapping[str, Any]) -> Iterator[Record]:
+        planned = _stored(LandedFile.from_plan(f))
+        raw = _Blocks(self.store.blocks(planned))
+        for n, line in enumerate(landed.text_lines(raw, limits.MAX_RECORD_BYTES), start=1):
+            if line.strip():
+                yield Record(f"{f['seq']}:{n}", None, line.rstrip("\n"))
+
+
+def _landed(f: StoredFile) -> LandedFile:
+    return LandedFile(f.path, f.size, f.mtime_ns, None, version=f.version)
+
+
+def _stored(f: LandedFile) -> StoredFile:
+    return StoredFile(f.path, f.size, str(f.version), int(f.mtime_ns or 0))
+
+
+class _Blocks(io.RawIOBase):
+    """An iterator of byte blocks as a raw stream."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self.blocks, self.pending = blocks, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self.pending:
+            block = next(self.blocks, None)
+            if block is None:
+                return 0
+            self.pending = block
+        n = min(len(buffer), len(self.pending))
+        buffer[:n] = self.pending[:n]
+        self.pending = self.pending[n:]
+        return n
+
+
+LandingDirectory.on_a_store = ObjectLanding

@@ -1,0 +1,98 @@
+"""Where a landing directory's files live when they are not on a local disk: an S3 bucket
+(``s3a://bucket/prefix``, :mod:`.s3`) or an HDFS directory (``hdfs://namenode:port/path``,
+:mod:`.webhdfs`), behind one small interface the landing source plans and checks with.
+
+A file there is known by its version, never by its name alone: an S3 object by its ETag (the
+store gives a new one to each upload of other bytes), an HDFS file by its file id (a new one for
+each file created under a name), length and modification time (an append changes both). A plan
+pins each file's version; a check before and after every read compares what the name holds now
+with the pinned version, and a read itself is conditional on it where the store allows (S3's
+``If-Match``), so a file replaced under a plan is never read as if it were the planned one.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar, NamedTuple
+from urllib.parse import urlsplit
+
+from ..exceptions import ConfigError
+
+__all__ = ["SCHEMES", "ObjectStore", "StoredFile", "parent", "split_url"]
+
+#: The URL schemes of a landing directory not on a local disk, as Spark reads them.
+SCHEMES = ("s3a", "hdfs")
+
+
+class StoredFile(NamedTuple):
+    """One version of a file in a store: its URL, size, version identity and modification time."""
+
+    path: str
+    size: int
+    version: str
+    mtime_ns: int
+
+
+def split_url(url: str) -> tuple[str, str, str]:
+    """``(scheme, authority, path)`` of a landing URL, refused naming the fix when it is not one."""
+    if not isinstance(url, str) or "\x00" in url or any(c.isspace() for c in url):
+        raise ConfigError(f"landing directory {url!r}: a URL without spaces or NUL bytes, e.g. s3a://bucket/prefix")
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise ConfigError(f"landing directory {url!r}: use a local absolute path, s3a://bucket/prefix or "
+                          "hdfs://namenode:port/path")
+    if not parts.netloc or parts.query or parts.fragment or "@" in parts.netloc:
+        raise ConfigError(f"landing directory {url!r}: name the {'bucket' if parts.scheme == 's3a' else 'NameNode'} "
+                          "after the scheme, with no user, query or fragment (credentials come from the connection)")
+    path = parts.path.rstrip("/")
+    if "//" in path or "/./" in f"{path}/" or "/../" in f"{path}/":
+        raise ConfigError(f"landing directory {url!r}: a path without empty, '.' or '..' parts")
+    if parts.scheme == "hdfs" and not path:
+        raise ConfigError(f"landing directory {url!r}: name a directory of the file system (hdfs://host:port/path)")
+    return parts.scheme, parts.netloc, path
+
+
+def parent(path: str) -> str:
+    """The directory a file URL sits in (``s3a://b/in/f.json`` -> ``s3a://b/in``)."""
+    return path.rsplit("/", 1)[0]
+
+
+class ObjectStore(ABC):
+    """The files directly under one landing URL: list them, look one up, read one version."""
+
+    scheme: ClassVar[str]
+
+    def __init__(self, root: str, settings: Mapping[str, Any], conn_id: str | None = None) -> None:
+        self.root = root.rstrip("/")
+        self.settings = dict(settings)
+        self.conn_id = conn_id  # for messages: which connection to fix
+
+    def __repr__(self) -> str:  # never the settings: they hold secrets
+        return f"{type(self).__name__}({self.root!r})"
+
+    @abstractmethod
+    def listing(self) -> Iterator[StoredFile]:
+        """The files directly under the root (not in sub-directories), in no particular order."""
+
+    @abstractmethod
+    def stat(self, path: str) -> StoredFile | None:
+        """What ``path`` holds now (None: nothing)."""
+
+    @abstractmethod
+    def blocks(self, planned: StoredFile) -> Iterator[bytes]:
+        """The bytes of exactly the ``planned`` version, a block at a time; BatchUnavailable when
+        the name holds another version (or none) before or while it is read."""
+
+    def same_content(self, a: StoredFile, b: StoredFile) -> bool:
+        """Whether two versions hold the same bytes, as far as the store tells."""
+        return (a.version, a.size) == (b.version, b.size)
+
+    def spark_options(self) -> dict[str, str]:
+        """Hadoop settings a Spark reader of this store takes as options (some are secrets: never
+        logged, never on a command line)."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 -- most stores hold nothing
+        """Let go of connections."""
+

@@ -1,0 +1,187 @@
+"""An S3 bucket's prefix as a landing directory: listed and checked with boto3 by the planner
+and the Spark driver, read by Spark's executors with Hadoop's s3a.
+
+The connection is the Amazon provider's ``aws`` type: the access key and secret as its login and
+password (or none: the machine's own credentials -- an instance profile, a web identity, the
+environment), and in its extra ``endpoint_url``, ``region_name``, ``aws_session_token``,
+``config_kwargs: {"s3": {"addressing_style": "path"}}``, and ``s3a``: Hadoop settings for Spark's
+reader from :data:`S3A_ALLOWED` (server-side encryption, an assumed role, the credentials
+provider, timeouts). Nothing else reaches Spark: a connection's extra is not a way to set any
+Hadoop option.
+
+An object's version is its ETag: a new upload of other bytes has another. S3 shows an object in a
+listing only once its upload is complete (a multipart upload in progress is not listed), and a
+read is conditional on the planned ETag (``If-Match``): the bytes of the planned version or a
+clear failure. Spark's s3a reader checks the ETag of every request of a read against the first
+(``fs.s3a.change.detection.mode=server``), and the driver checks each planned object before and
+after the read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
+from .objects import ObjectStore, StoredFile, split_url
+
+__all__ = ["S3A_ALLOWED", "S3Store", "s3a_options"]
+
+#: Hadoop s3a settings a connection's extra may give Spark's reader (under ``"s3a"``).
+S3A_ALLOWED = frozenset({
+    "fs.s3a.aws.credentials.provider", "fs.s3a.assumed.role.arn", "fs.s3a.assumed.role.session.name",
+    "fs.s3a.assumed.role.credentials.provider", "fs.s3a.assumed.role.sts.endpoint",
+    "fs.s3a.assumed.role.sts.endpoint.region", "fs.s3a.encryption.algorithm", "fs.s3a.encryption.key",
+    "fs.s3a.requester.pays.enabled", "fs.s3a.endpoint.fips", "fs.s3a.cross.region.access.enabled",
+    "fs.s3a.connection.maximum", "fs.s3a.threads.max", "fs.s3a.attempts.maximum", "fs.s3a.retry.limit",
+    "fs.s3a.retry.interval", "fs.s3a.connection.timeout", "fs.s3a.connection.establish.timeout",
+    "fs.s3a.connection.request.timeout", "fs.s3a.readahead.range", "fs.s3a.input.fadvise",
+    "fs.s3a.change.detection.version.required",
+})
+_BLOCK = 1 << 20
+T = TypeVar("T")
+
+
+def s3a_options(settings: Mapping[str, Any], conn_id: str | None = None) -> dict[str, str]:
+    """The Hadoop settings of Spark's s3a reader for a connection's ``settings``: its credentials,
+    endpoint and addressing, change detection by ETag, and the allowed ``s3a`` extras."""
+    opts = {"fs.s3a.change.detection.mode": "server", "fs.s3a.change.detection.source": "etag"}
+    if settings.get("aws_access_key_id"):
+        opts["fs.s3a.access.key"] = str(settings["aws_access_key_id"])
+        opts["fs.s3a.secret.key"] = str(settings.get("aws_secret_access_key") or "")
+        if settings.get("aws_session_token"):
+            opts["fs.s3a.session.token"] = str(settings["aws_session_token"])
+            opts["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+    endpoint = settings.get("endpoint_url")
+    if endpoint:
+        opts["fs.s3a.endpoint"] = str(endpoint)
+        opts["fs.s3a.connection.ssl.enabled"] = "false" if str(endpoint).startswith("http://") else "true"
+    if settings.get("region_name"):
+        opts["fs.s3a.endpoint.region"] = str(settings["region_name"])
+    if _path_style(settings):
+        opts["fs.s3a.path.style.access"] = "true"
+    extra = settings.get("s3a") or {}
+    if not isinstance(extra, Mapping):
+        raise ConfigError(f"connection {conn_id!r}: its extra's s3a must be an object of Hadoop s3a settings")
+    refused = sorted(set(extra) - S3A_ALLOWED)
+    if refused:
+        raise ConfigError(f"connection {conn_id!r}: s3a settings {refused} are not among those the provider passes "
+                          f"to Spark; use {', '.join(sorted(S3A_ALLOWED))}")
+    opts.update({str(k): str(v) for k, v in extra.items()})
+    return opts
+
+
+def _path_style(settings: Mapping[str, Any]) -> bool:
+    config = settings.get("config_kwargs") or {}
+    s3 = config.get("s3") if isinstance(config, Mapping) else None
+    return isinstance(s3, Mapping) and s3.get("addressing_style") == "path"
+
+
+class S3Store(ObjectStore):
+    """The objects directly under ``s3a://bucket/prefix`` (the prefix a folder: ``prefix/name``)."""
+
+    scheme = "s3a"
+
+    def __init__(self, root: str, settings: Mapping[str, Any], conn_id: str | None = None) -> None:
+        super().__init__(root, settings, conn_id)
+        _scheme, self.bucket, path = split_url(root)
+        self.prefix = f"{path.strip('/')}/" if path.strip("/") else ""
+        self._client: Any = None
+        s3a_options(settings, conn_id)  # refuse a bad extra now, not in the driver
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                import boto3
+                from botocore.config import Config
+            except ImportError:
+                raise ConfigError("a landing directory on S3 needs boto3: pip install "
+                                  "'airflow-provider-transactional[s3]'") from None
+            s = self.settings
+            config = Config(s3={"addressing_style": "path" if _path_style(s) else "auto"},
+                            connect_timeout=10, read_timeout=60, retries={"max_attempts": 3, "mode": "standard"},
+                            request_checksum_calculation="when_required",
+                            response_checksum_validation="when_required")
+            self._client = boto3.session.Session().client(
+                "s3", endpoint_url=s.get("endpoint_url") or None, region_name=s.get("region_name") or None,
+                aws_access_key_id=s.get("aws_access_key_id") or None,
+                aws_secret_access_key=s.get("aws_secret_access_key") or None,
+                aws_session_token=s.get("aws_session_token") or None, config=config)
+        return self._client
+
+    def spark_options(self) -> dict[str, str]:
+        return s3a_options(self.settings, self.conn_id)
+
+    def _url(self, key: str) -> str:
+        return f"s3a://{self.bucket}/{key}"
+
+    def _key(self, path: str) -> str:
+        prefix = f"s3a://{self.bucket}/"
+        if not path.startswith(prefix):
+            raise ConfigError(f"{path} is not in bucket {self.bucket}")
+        return path[len(prefix):]
+
+    def listing(self) -> Iterator[StoredFile]:
+        pages = self._call(lambda: self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix, Delimiter="/", PaginationConfig={"PageSize": 1000}))
+        for page in self._call(lambda: list(pages)):
+            for o in page.get("Contents") or ():
+                if not o["Key"].endswith("/"):  # a "folder" marker is not a file
+                    yield StoredFile(self._url(o["Key"]), int(o["Size"]), str(o["ETag"]),
+                                     int(o["LastModified"].timestamp() * 1e9))
+
+    def stat(self, path: str) -> StoredFile | None:
+        head = self._call(lambda: self.client.head_object(Bucket=self.bucket, Key=self._key(path)), missing=None)
+        if head is None:
+            return None
+        return StoredFile(path, int(head["ContentLength"]), str(head["ETag"]),
+                          int(head["LastModified"].timestamp() * 1e9))
+
+    def blocks(self, planned: StoredFile) -> Iterator[bytes]:
+        body = self._call(lambda: self.client.get_object(Bucket=self.bucket, Key=self._key(planned.path),
+                                                          IfMatch=planned.version)["Body"], missing=None,
+                          changed=planned.path)
+        if body is None:
+            raise BatchUnavailable(f"landing object {planned.path} is gone (planned with ETag {planned.version}): "
+                                   "restore it, or declare the topology opaque=True")
+        try:
+            while block := self._call(lambda: body.read(_BLOCK)):
+                yield block
+        finally:
+            body.close()
+
+    def _call(self, fn: Callable[[], T], *, missing: Any = ..., changed: str | None = None) -> T:
+        """``fn()``, its failures said as the provider says them: a store out of reach, a refused
+        credential, a missing bucket -- each naming the fix; a missing key is ``missing`` if given."""
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        where = f"S3 bucket {self.bucket!r} ({self.settings.get('endpoint_url') or 'AWS'}, connection {self.conn_id!r})"
+        try:
+            return fn()
+        except NoCredentialsError:
+            raise ConfigError(f"{where}: no credentials -- set the connection's login and password (access key "
+                              "and secret), or give this machine a role") from None
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            if code in ("NoSuchKey", "404", "NotFound") and missing is not ...:
+                return missing
+            if code in ("PreconditionFailed", "412") and changed:
+                raise BatchUnavailable(f"landing object {changed} holds another version than the one planned (its "
+                                       "ETag changed): it is a new version, read by a later txid") from None
+            if code == "NoSuchBucket":
+                raise ConfigError(f"{where}: the bucket does not exist -- create it, or fix the landing URL") from None
+            if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403", "Forbidden") \
+                    or status == 403:
+                raise ConfigError(f"{where}: refused ({code}) -- check the connection's access key and secret, and "
+                                  "that they may list and read the bucket") from None
+            raise SourceUnreachable(f"{where}: {code or status}: {exc}") from None
+        except BotoCoreError as exc:
+            raise SourceUnreachable(f"{where} did not answer ({type(exc).__name__}): check the server is up and the "
+                                    "connection's endpoint_url") from None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -1,0 +1,136 @@
+"""An HDFS directory as a landing directory: listed and checked over WebHDFS (the NameNode's
+HTTP API) by the planner and the Spark driver, read by Spark's executors with the HDFS client
+Spark ships (``hdfs://``).
+
+The connection is Airflow's ``webhdfs`` type: the NameNode's HTTP host and port (default: the
+``hdfs://`` URL's host, port 9870) and the HDFS user as its login (simple authentication; a
+Kerberos-secured cluster is not supported by the planner yet). Its extra may say
+``{"use_ssl": true}`` for an HTTPS NameNode.
+
+A file's version is its file id (a new one for every file created under a name, whatever
+replaced it), its length and its modification time (an append changes both): a file appended
+to after it was planned is a new version, planned later; the planned one is gone.
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
+from .objects import ObjectStore, StoredFile, split_url
+
+__all__ = ["WebHdfsStore"]
+
+DEFAULT_HTTP_PORT = 9870
+_BLOCK = 1 << 20
+_TIMEOUT = (10, 60)
+
+
+class WebHdfsStore(ObjectStore):
+    """The files directly under ``hdfs://namenode:port/path``."""
+
+    scheme = "hdfs"
+
+    def __init__(self, root: str, settings: Mapping[str, Any], conn_id: str | None = None) -> None:
+        super().__init__(root, settings, conn_id)
+        _scheme, authority, self.directory = split_url(root)
+        host = str(settings.get("host") or authority.rsplit(":", 1)[0])
+        port = int(settings.get("port") or DEFAULT_HTTP_PORT)
+        scheme = "https" if str(settings.get("use_ssl", "")).lower() in ("true", "1") else "http"
+        self.base = f"{scheme}://{host}:{port}/webhdfs/v1"
+        self.user = str(settings.get("login") or getpass.getuser())
+        self.prefix = f"hdfs://{authority}"
+        self._session: Any = None
+
+    @property
+    def session(self) -> Any:
+        if self._session is None:
+            import requests
+
+            self._session = requests.Session()
+        return self._session
+
+    def _get(self, path: str, op: str, *, stream: bool = False, **params: Any) -> Any:
+        """A WebHDFS call on ``path`` (a path of the file system); None when it names nothing."""
+        import requests
+
+        where = f"HDFS at {self.base.rsplit('/webhdfs', 1)[0]} (connection {self.conn_id!r})"
+        try:
+            r = self.session.get(f"{self.base}{quote(path)}", params={"op": op, "user.name": self.user, **params},
+                                 timeout=_TIMEOUT, stream=stream)
+        except requests.RequestException as exc:
+            raise SourceUnreachable(f"{where} did not answer ({type(exc).__name__}): check the NameNode is up and the "
+                                    "connection's host and port (its HTTP address)") from None
+        if r.status_code == 404:
+            return None
+        if r.status_code in (401, 403):
+            raise ConfigError(f"{where}: user {self.user!r} may not {op} {path} -- give it read access, or set the "
+                              "connection's login to a user that has it")
+        if not r.ok:
+            raise SourceUnreachable(f"{where}: {op} {path} answered {r.status_code}: {r.text[:300]}")
+        return r
+
+    def _file(self, directory: str, status: Mapping[str, Any]) -> StoredFile:
+        name = f"{directory}/{status['pathSuffix']}" if status.get("pathSuffix") else directory
+        return StoredFile(f"{self.prefix}{name}", int(status["length"]), str(status["fileId"]),
+                          int(status["modificationTime"]) * 1_000_000)
+
+    def listing(self) -> Iterator[StoredFile]:
+        after = ""
+        while True:
+            params: dict[str, Any] = {"startAfter": after} if after else {}
+            r = self._get(self.directory, "LISTSTATUS_BATCH", **params)
+            if r is None:
+                raise ConfigError(f"landing directory {self.root} does not exist: create it or fix the path")
+            listing = r.json()["DirectoryListing"]
+            entries = listing["partialListing"]["FileStatuses"]["FileStatus"]
+            for status in entries:
+                if status.get("type") == "FILE":
+                    yield self._file(self.directory, status)
+            if not entries or not int(listing.get("remainingEntries") or 0):
+                return
+            after = entries[-1]["pathSuffix"]
+
+    def _path(self, url: str) -> str:
+        if not url.startswith(f"{self.prefix}/"):
+            raise ConfigError(f"{url} is not on {self.prefix}")
+        return url[len(self.prefix):]
+
+    def stat(self, path: str) -> StoredFile | None:
+        r = self._get(self._path(path), "GETFILESTATUS")
+        if r is None:
+            return None
+        status = r.json()["FileStatus"]
+        return self._file(self._path(path), status) if status.get("type") == "FILE" else None
+
+    def same_content(self, a: StoredFile, b: StoredFile) -> bool:
+        return a == b._replace(path=a.path)
+
+    def blocks(self, planned: StoredFile) -> Iterator[bytes]:
+        self._check(planned)
+        r = self._get(self._path(planned.path), "OPEN", stream=True, length=planned.size)
+        if r is None:
+            self._check(planned)
+        read = 0
+        try:
+            for block in r.iter_content(_BLOCK):
+                read += len(block)
+                yield block
+        finally:
+            r.close()
+        self._check(planned, read=read)
+
+    def _check(self, planned: StoredFile, *, read: int | None = None) -> None:
+        now = self.stat(planned.path)
+        if now is None or not self.same_content(planned, now) or (read is not None and read != planned.size):
+            raise BatchUnavailable(f"landing file {planned.path} is gone or changed since it was planned (file id "
+                                   f"{planned.version}, {planned.size} bytes): its content now is a new version, "
+                                   "read by a later txid")
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
