@@ -88,6 +88,10 @@ class Sizes:
     scale_topologies: tuple[int, ...] = (2, 4)
     cluster_transactions: int = 6
     cluster_batch: int = 100_000
+    objects_small: int = 1_000
+    objects_large: int = 100_000
+    objects_new: int = 10
+    objects_trials: int = 5
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -97,7 +101,7 @@ class Sizes:
                    overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2,
                    work_trials=2, decision_trials=2, latency_transactions=8, publish_events=50_000,
                    scale_runs=6, scale_topologies=(2,),
-                   cluster_transactions=3, cluster_batch=20_000)
+                   cluster_transactions=3, cluster_batch=20_000, objects_large=10_000, objects_trials=3)
 
     def batches_of(self, size: int) -> int:
         """How many batches of ``size`` events a vs-SSS row runs (on each side)."""

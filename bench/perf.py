@@ -9,7 +9,8 @@ and every result is a ratio against a baseline measured in the same run. A secti
 a run takes them:
 
 - on the state store and one ``spark-submit``, before Airflow starts: ``commit``, ``decisions``,
-  ``plan``, ``startup``, ``work``, ``kafka`` (on a broker of its own), and the peer's half of
+  ``plan``, ``startup``, ``work``, ``objects`` (on an S3 server and an HDFS of its own), ``kafka``
+  (on a broker of its own), and the peer's half of
   ``peer`` (Structured Streaming alone on the machine);
 - on the benchmark's Airflow (:mod:`bench.harness`): ``overhead``, ``pipelining`` and our half of
   ``peer`` (each backend), ``waits``, ``scale``, and the LocalExecutor half of ``cluster``;
@@ -44,6 +45,7 @@ from bench.sections import (
     decisions,
     kafka,
     latency,
+    objects,
     overhead,
     peer,
     pipelining,
@@ -56,8 +58,8 @@ from bench.sections import (
 
 log = logging.getLogger("bench.perf")
 
-SECTIONS = ("commit", "decisions", "plan", "startup", "work", "kafka", "peer", "overhead", "pipelining", "waits",
-            "scale", "cluster", "latency")
+SECTIONS = ("commit", "decisions", "plan", "startup", "work", "objects", "kafka", "peer", "overhead", "pipelining",
+            "waits", "scale", "cluster", "latency")
 #: The sections that need the benchmark's Airflow running.
 ON_AIRFLOW = {"peer", "overhead", "pipelining", "waits", "scale", "cluster"}
 
@@ -85,6 +87,9 @@ def run(h: Harness) -> Report:
                 on_store.run(dsn, sizes, report)
         if "work" in chosen:
             work.run(dsn, SCHEMA, h.base / "work", h.batch_files(sizes.work_batch)[0], sizes, report, BIG_BATCH_CONF)
+        if "objects" in chosen:
+            objects.run(dsn, SCHEMA, h.base / "objects", h.batch_files(sizes.work_batch)[0], sizes, report,
+                        BIG_BATCH_CONF)
         if "kafka" in chosen:
             kafka.run(dsn, h, sizes, report)
         peer_results = peer.alone(h) if "peer" in chosen else {}

@@ -24,6 +24,8 @@ import time
 import uuid
 from pathlib import Path
 
+import psycopg2
+
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import TransactionalError
 from airflow_transactional.model import TopologyStatus
@@ -37,7 +39,8 @@ from dev.localstack import LocalStack
 
 DAGS_DIR = Path(__file__).resolve().parents[1] / "dags"  # the repository's examples
 # settlement first: it keeps the credits table the payments decision reads (its headroom).
-DAGS = ("words", "kafka_words", "global_count", "landing_orders", "settlement", "payments")
+DAGS = ("words", "kafka_words", "global_count", "landing_orders", "s3_orders", "settlement", "payments")
+S3_BUCKET, S3_PREFIX = "demo-landing", "orders"  # dags/s3_orders.py reads s3a://demo-landing/orders
 STALL_WATCH = "transactional_stall_watch"  # dags/stall_watch.py: checks every topology's stall rule
 DOMAINS = ["example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com", "news.ycombinator.com"]
 
@@ -166,10 +169,51 @@ class PaymentRequests(threading.Thread):
                 logging.warning("payments: append failed: %s", exc)
 
 
+class S3Orders(threading.Thread):
+    """Uploads order files to the S3 server, and now and then uploads new content under the name of a
+    file a txid already committed: a new version, counted in a later txid. ``ledger``: every version
+    uploaded, (key, its orders' total)."""
+
+    def __init__(self, stack: LocalStack, interval: float = 16.0, seed: int | None = None) -> None:
+        super().__init__(name="s3-orders", daemon=True)
+        assert stack.s3 is not None
+        self.client, self.dsn, self.interval = stack.s3.client(), stack.state_dsn, interval
+        self.rng = random.Random(seed)
+        self.stop_event = threading.Event()
+        self.ledger: list[tuple[str, int]] = []
+
+    def committed_key(self) -> str | None:
+        """The key of a file a txid of s3_orders committed, at random (None: none yet)."""
+        with psycopg2.connect(self.dsn) as conn, conn.cursor() as cur:
+            cur.execute("SELECT f.path FROM airflow_txn.landing_files f JOIN airflow_txn.topologies t "
+                        "USING (topology_id) WHERE t.topology_id = 's3_orders' AND f.seq <= "
+                        "(t.committed_offsets->>'seq')::bigint ORDER BY random() LIMIT 1")
+            row = cur.fetchone()
+        conn.close()
+        return None if row is None else str(row[0]).split(f"/{S3_BUCKET}/", 1)[1]
+
+    def run(self) -> None:
+        n = 0
+        while not self.stop_event.wait(self.interval):
+            n += 1
+            orders = [(f"u{self.rng.randint(1, 50)}", self.rng.randint(1, 500))
+                      for _ in range(self.rng.randint(50, 200))]
+            try:
+                key = self.committed_key() if n % 5 == 0 else None  # a re-upload: a new version
+                key = key or f"{S3_PREFIX}/{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{n:05d}.json"
+                self.client.put_object(Bucket=S3_BUCKET, Key=key,
+                                       Body="".join(json.dumps({"user": u, "amount": a}) + "\n"
+                                                    for u, a in orders).encode())
+                self.ledger.append((key, sum(a for _u, a in orders)))
+            except Exception as exc:  # the demo goes on
+                logging.warning("s3 producer: %s", exc)
+
+
 def banner(stack: LocalStack, base: Path) -> str:
     """Where to look, and the commands to run -- none with a password in it: a command line shows in
     every local user's ``ps``. Clients read the state store's password from files of mode 600."""
     client = stack.pg.client_files(base)
+    s3_endpoint = stack.s3.endpoint if stack.s3 is not None else "-"
     env_line = "export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in {**client, **kafka_env(stack)}.items())
     return f"""
 Airflow UI   {stack.url}    (user admin; its password is in {base / 'passwords.json'}, mode 600)
@@ -186,6 +230,9 @@ State        {env_line}
              .venv/bin/airflow-txn status kafka_words  # the same topology fed by the Kafka topic tweets
              .venv/bin/airflow-txn audit words --dag-file dags/words.py   # recompute with Spark and diff
              psql service=airflow_txn -c 'SELECT * FROM domain_counts ORDER BY value DESC'
+S3           s3_orders reads s3a://{S3_BUCKET}/{S3_PREFIX} on the S3 server (S3Proxy) at {s3_endpoint},
+             Airflow's connection aws_default: an order file uploaded every 16 s, and now and then a
+             committed file uploaded again with other orders -- a new version, counted in a later txid.
 Payments     payments decides each request in its commit (and publishes them to the Kafka topic ledger);
              settlement credits the payees:
              psql service=airflow_txn -c 'SELECT granted, count(*) FROM airflow_txn.verdicts GROUP BY 1'
@@ -236,9 +283,10 @@ def status_line(dag_id: str, st: TopologyStatus) -> str:
     return said
 
 
-def start_producers(stack: LocalStack, landing: Path, rate: int) -> tuple[Producer, KafkaTweets, PaymentRequests]:
+def start_producers(stack: LocalStack, landing: Path,
+                    rate: int) -> tuple[Producer, KafkaTweets, PaymentRequests, S3Orders]:
     """The demo's producers, each on its thread: tweets to the event log and order files, tweets to
-    Kafka in transactions, payment requests."""
+    Kafka in transactions, payment requests, order files to the S3 server."""
     EventLog(stack.state_dsn, "tweets").create(4)
     producer = Producer(stack.state_dsn, landing, rate)
     producer.start()
@@ -249,7 +297,11 @@ def start_producers(stack: LocalStack, landing: Path, rate: int) -> tuple[Produc
     kafka_tweets.start()
     requests = PaymentRequests(stack.state_dsn, per_second=max(1.0, rate / 10))
     requests.start()
-    return producer, kafka_tweets, requests
+    assert stack.s3 is not None
+    stack.s3.create_bucket(S3_BUCKET)
+    s3_orders = S3Orders(stack)
+    s3_orders.start()
+    return producer, kafka_tweets, requests, s3_orders
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -269,8 +321,8 @@ def make_stack(args: argparse.Namespace, base: Path, landing: Path) -> LocalStac
     env = {"AIRFLOW_TXN_LANDING_DIR": str(landing), "AIRFLOW_TXN_PAYMENTS_KAFKA_TOPIC": "ledger",
            # The example DAGs declare their Spark with spark_backend(): this moves them onto the server.
            **({SPARK_CONNECT_CONN_ENV: "spark_connect_default"} if args.spark_connect else {})}
-    return (ClusterStack if args.cluster else LocalStack)(base, DAGS_DIR, port=_port(args.port), kafka=True, env=env,
-                                                          spark_connect=args.spark_connect)
+    return (ClusterStack if args.cluster else LocalStack)(base, DAGS_DIR, port=_port(args.port), kafka=True, s3=True,
+                                                          env=env, spark_connect=args.spark_connect)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,20 +342,23 @@ def main(argv: list[str] | None = None) -> int:
     producer: Producer | None = None
     requests: PaymentRequests | None = None
     kafka_tweets: KafkaTweets | None = None
+    s3_orders: S3Orders | None = None
     try:
-        print("starting PostgreSQL, Kafka and Airflow (api-server, scheduler, dag-processor, triggerer"
+        print("starting PostgreSQL, Kafka, an S3 server and Airflow (api-server, scheduler, dag-processor, triggerer"
               + (", two Celery workers; Redis; a Spark master and two workers" if args.cluster else "") + ")...",
               flush=True)
         stack.start()
         if isinstance(stack, ClusterStack) and args.spark_connect:  # a cluster's server starts on demand
             stack.start_spark_connect()
-        producer, kafka_tweets, requests = start_producers(stack, landing, args.rate)
+        producer, kafka_tweets, requests, s3_orders = start_producers(stack, landing, args.rate)
         client = stack.client()
         for dag_id in (*DAGS, STALL_WATCH):
             client.wait_for_dag(dag_id)
             client.unpause(dag_id)
         print(banner(stack, base), flush=True)
         os.environ.update(kafka_env(stack))  # the status lines below read kafka_words' lag from the broker
+        if stack.s3 is not None:  # ... and s3_orders' from the bucket (in this process only: it holds the secret)
+            os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = stack.s3.airflow_connection()
         coordinator = Coordinator(stack.state_dsn)
         deadline = time.monotonic() + args.duration if args.duration else None
         while not stopping.wait(15):
@@ -321,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         print("stopping...", flush=True)
-        for thread in (producer, requests, kafka_tweets):
+        for thread in (producer, requests, kafka_tweets, s3_orders):
             if thread is not None:
                 thread.stop_event.set()
         stack.stop()

@@ -15,17 +15,15 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import shutil
-import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from airflow_transactional import files
 from airflow_transactional.spark.jars import HADOOP_VERSION, JarSet
 from dev.embedded import free_port
+from dev.server import Server
 
 # The cluster manager is a test utility: it needs JUnit's API on its class path, not JUnit itself.
 CLUSTER = JarSet("hadoop-minicluster", (("org.apache.hadoop", "hadoop-client-minicluster", HADOOP_VERSION),
@@ -40,16 +38,16 @@ log4j.appender.file.layout.ConversionPattern=%d %p %c{{1}} - %m%n
 """
 
 
-class HdfsCluster:
+class HdfsCluster(Server):
     """One NameNode and one DataNode on 127.0.0.1: ``start()``, ``url``, ``webhdfs``,
     ``restart()`` for the fault tests, ``stop(remove=True)``."""
 
-    def __init__(self, base_dir: str | os.PathLike[str], *, heap: str = "512m") -> None:
-        self.base_dir = Path(base_dir)
+    def __init__(self, base_dir: str | os.PathLike[str], *, heap: str = "512m", listing_page: int = 1000) -> None:
+        super().__init__(base_dir)
         self.heap = heap
+        self.listing_page = listing_page  # entries per directory listing request (the tests page in threes)
         self.port = 0
         self.http_port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -93,6 +91,20 @@ class HdfsCluster:
     def mkdirs(self, path: str) -> None:
         self._call("PUT", path, "MKDIRS")
 
+    def shell(self, *args: str) -> None:
+        """Hadoop's own shell (``hadoop fs``) on this cluster, in one JVM: many files at once (the
+        benchmarks' setup)."""
+        conf = self.base_dir / "client-conf"  # the shell wants a core-site.xml on its class path
+        conf.mkdir(exist_ok=True)
+        (conf / "core-site.xml").write_text("<configuration><property><name>fs.defaultFS</name>"
+                                            f"<value>{self.url}</value></property></configuration>")
+        classpath = os.pathsep.join([str(conf), *(str(j) for j in CLUSTER.fetch())])
+        run = subprocess.run(["java", "-Xmx512m", "-cp", classpath, "org.apache.hadoop.fs.FsShell", *args],
+                             capture_output=True, text=True, timeout=3600,
+                             env={**os.environ, "HADOOP_USER_NAME": getpass.getuser()})
+        if run.returncode:
+            raise RuntimeError(f"hadoop fs {' '.join(args[:2])} ... failed: {run.stderr[-2000:]}")
+
     def start(self, timeout: float = 120) -> HdfsCluster:
         jars = CLUSTER.fetch()
         files.private_dir(self.base_dir)
@@ -112,7 +124,8 @@ class HdfsCluster:
                 "-cp", os.pathsep.join(str(j) for j in jars), "org.apache.hadoop.mapreduce.MiniHadoopClusterManager",
                 "-nomr", "-nnport", str(self.port), "-nnhttpport", str(self.http_port), "-writeDetails", str(details),
                 *(["-format"] if fresh else []), "-D", "dfs.permissions.enabled=true",
-                "-D", "dfs.namenode.safemode.extension=0", "-D", "dfs.datanode.address=127.0.0.1:0",
+                "-D", f"dfs.ls.limit={self.listing_page}", "-D", "dfs.namenode.safemode.extension=0",
+                "-D", "dfs.datanode.address=127.0.0.1:0",
                 "-D", "dfs.datanode.http.address=127.0.0.1:0", "-D", "dfs.datanode.ipc.address=127.0.0.1:0"]
         out = files.open_private_log(self.base_dir / "server.log")
         try:
@@ -146,33 +159,6 @@ class HdfsCluster:
                 raise RuntimeError(f"HDFS did not serve within {timeout:.0f} s (see {self.base_dir / 'server.log'})")
             time.sleep(0.5)
 
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def restart(self, *, kill: bool = False, timeout: float = 120) -> None:
-        """Stop (or kill) the NameNode and DataNode and start them again on the same ports, with their data."""
-        if kill:
-            self.kill()
-        else:
-            self._terminate()
-        self.start(timeout)
-
-    def _terminate(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def stop(self, *, remove: bool = False) -> None:
-        self._terminate()
-        self.proc = None
-        if remove:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":  # python -m dev.hdfs fetch: the cluster's jars, once per machine

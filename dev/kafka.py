@@ -13,18 +13,16 @@ import base64
 import json
 import logging
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 from airflow_transactional import files
 from airflow_transactional.spark.jars import JarSet
 from dev.embedded import free_port
+from dev.server import Server
 
 log = logging.getLogger(__name__)
 #: librdkafka's own log lines (a broker restarting is loud), for the clients below
@@ -84,16 +82,17 @@ def cluster_id() -> str:
             return text
 
 
-class KafkaBroker:
+class KafkaBroker(Server):
     """One KRaft node on 127.0.0.1: ``start()``, ``bootstrap``, ``kill()``/``restart()`` for the
     fault tests, ``stop(remove=True)``."""
 
+    stop_seconds = 60  # a broker flushes its logs before it exits
+
     def __init__(self, base_dir: str | os.PathLike[str], *, heap: str = "512m") -> None:
-        self.base_dir = Path(base_dir)
+        super().__init__(base_dir)
         self.heap = heap
         self.port = 0
         self.controller = 0
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -185,34 +184,6 @@ class KafkaBroker:
                                        f"{self.base_dir / 'broker.log'})") from None
                 time.sleep(0.5)
 
-    def kill(self) -> None:
-        """SIGKILL the broker (a crash: nothing flushed, nothing closed)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def restart(self, *, kill: bool = False, timeout: float = 120) -> None:
-        """Stop (or kill) the broker and start it again on the same ports, with its data."""
-        if kill:
-            self.kill()
-        else:
-            self._terminate()
-        self.start(timeout)
-
-    def _terminate(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def stop(self, *, remove: bool = False) -> None:
-        self._terminate()
-        self.proc = None
-        if remove:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
 
 
 def admin(broker: KafkaBroker) -> Any:

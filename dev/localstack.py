@@ -21,13 +21,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from airflow_transactional import files
-from airflow_transactional.spark.jars import kafka_connector
+from airflow_transactional.spark.jars import kafka_connector, s3a_connector
 from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env, spark_connect_url
 from airflow_transactional.spark.warm import warm_in_child
 from dev.embedded import EmbeddedPostgres, free_port, listening
 from dev.faults import KEEP as FAULT_ENV
 from dev.kafka import KafkaBroker
 from dev.restclient import AirflowStackError, RestClient
+from dev.s3 import S3Server
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class LocalStack:
                  env: dict[str, str] | None = None, spark_connect: bool = False,
                  teams: dict[str, str | os.PathLike[str]] | None = None,
                  users: dict[str, str] | None = None, kafka: KafkaBroker | bool = False,
-                 warm_connect: bool = True) -> None:
+                 s3: bool = False, warm_connect: bool = True) -> None:
         self.base_dir = Path(base_dir).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.home = self.base_dir / "airflow"
@@ -153,6 +154,8 @@ class LocalStack:
         # owner stops it), or True for one the stack starts and stops.
         self.kafka = KafkaBroker(self.base_dir / "kafka") if kafka is True else (kafka or None)
         self._own_kafka = kafka is True
+        # With s3, an S3 server (S3Proxy) is Airflow's connection ``aws_default``.
+        self.s3 = S3Server(self.base_dir / "s3") if s3 else None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -250,6 +253,8 @@ class LocalStack:
         }
         if self.kafka is not None:
             env["AIRFLOW_CONN_KAFKA_DEFAULT"] = self.kafka.airflow_connection()
+        if self.s3 is not None and self.s3.port:
+            env["AIRFLOW_CONN_AWS_DEFAULT"] = self.s3.airflow_connection()
         if self.spark_connect_port:
             # The server serves only a client with its token (localhost: PySpark sends a token over
             # plain loopback only to "localhost"; anywhere else it wants TLS).
@@ -275,6 +280,8 @@ class LocalStack:
         self.pg.start()
         if self._own_kafka and self.kafka is not None:
             self.kafka.start()
+        if self.s3 is not None:
+            self.s3.start()
         self.pg.create_database("airflow")
         self.pg.create_database("airflow_txn")
         files.write_private(self.base_dir / "passwords.json",
@@ -322,9 +329,10 @@ class LocalStack:
             raise AirflowStackError(f"unknown component {name!r}: one of {', '.join(self.components)}")
         env = self.env()
         if name == SPARK_CONNECT and self.spark_connect_port:
-            connector = kafka_connector().find() if self.kafka is not None else None
+            connector = [*((kafka_connector().find() or []) if self.kafka is not None else []),
+                         *((s3a_connector().find() or []) if self.s3 is not None else [])]
             argv = spark_connect_server_argv(self.spark_connect_port, self.spark_connect_master,
-                                             jars=[str(j) for j in connector or []], env=env)
+                                             jars=[str(j) for j in connector], env=env)
             env = spark_connect_server_env(self._secrets()["spark_connect"], env, keep=FAULT_ENV)  # none of our secrets
         else:
             argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
@@ -339,6 +347,8 @@ class LocalStack:
             self.stop_component(name)
         if self._own_kafka and self.kafka is not None:
             self.kafka.stop(remove=remove)
+        if self.s3 is not None:
+            self.s3.stop(remove=remove)
         if remove:
             self.pg.remove()
         else:

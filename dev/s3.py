@@ -14,16 +14,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
-import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 from airflow_transactional import files
 from airflow_transactional.spark.jars import JarSet
 from dev.embedded import free_port
+from dev.server import Server
 
 S3PROXY_VERSION = "2.9.0"
 SERVER = JarSet("s3proxy", (("org.gaul", "s3proxy", S3PROXY_VERSION, "jar-with-dependencies"),))
@@ -40,17 +38,16 @@ jclouds.filesystem.basedir={data}
 """
 
 
-class S3Server:
+class S3Server(Server):
     """One S3Proxy on 127.0.0.1: ``start()``, ``endpoint``, ``client()``, ``kill()``/``restart()``
     for the fault tests, ``stop(remove=True)``."""
 
     def __init__(self, base_dir: str | os.PathLike[str], *, heap: str = "256m") -> None:
-        self.base_dir = Path(base_dir)
+        super().__init__(base_dir)
         self.heap = heap
         self.port = 0
         self.identity = ""
         self.credential = ""
-        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -133,34 +130,6 @@ class S3Server:
                                        f"{self.base_dir / 'server.log'})") from None
                 time.sleep(0.3)
 
-    def kill(self) -> None:
-        """SIGKILL the server (a crash: requests under way are cut)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-
-    def restart(self, *, kill: bool = False, timeout: float = 90) -> None:
-        """Stop (or kill) the server and start it again on the same port, with its data."""
-        if kill:
-            self.kill()
-        else:
-            self._terminate()
-        self.start(timeout)
-
-    def _terminate(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def stop(self, *, remove: bool = False) -> None:
-        self._terminate()
-        self.proc = None
-        if remove:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":  # python -m dev.s3 fetch: the server's jar, once per machine

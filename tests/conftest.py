@@ -88,8 +88,9 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
 
 @pytest.fixture(scope="session")
 def hdfs_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HdfsCluster]:
-    """A real HDFS: a NameNode and a DataNode in one JVM (hadoop-client-minicluster)."""
-    cluster = HdfsCluster(tmp_path_factory.mktemp("hdfs")).start()
+    """A real HDFS: a NameNode and a DataNode in one JVM (hadoop-client-minicluster), listing a directory
+    three entries a request, so that every listing of a test pages."""
+    cluster = HdfsCluster(tmp_path_factory.mktemp("hdfs"), listing_page=3).start()
     yield cluster
     cluster.stop(remove=True)
 

@@ -226,7 +226,8 @@ def _print_status(st: TopologyStatus) -> None:
     print(f"topology        {st.topology_id}")
     print(f"committed txid  {st.committed_txid}  (last commit {st.last_commit_at or 'never'})")
     waited = f" (the oldest waiting {st.lag_seconds:.1f} s)" if st.lag and st.lag_seconds is not None else ""
-    print(f"lag             {st.lag} {st.lag_unit}{waited}" if st.source_error is None
+    size = f", {st.lag_bytes:,} bytes" if st.lag_bytes is not None else ""
+    print(f"lag             {st.lag} {st.lag_unit}{size}{waited}" if st.source_error is None
           else f"lag             unknown: {st.source_error}")
     print(f"quarantined     {st.quarantined} committed, {st.quarantined_pending} pending")
     if st.lost_records:

@@ -232,6 +232,7 @@ class TopologyStatus:
     stalled: bool = False  # no commit for the declared stall_after while the source holds records
     lag_unit: str = "records"  # what ``lag`` counts: records, files (a landing directory), offsets (Kafka)
     offsets_skipped: int = 0  # committed Kafka offsets that held no committed record (aborted, markers)
+    lag_bytes: int | None = None  # what the waiting files hold (a landing directory on S3 or HDFS)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -250,6 +251,7 @@ class TopologyStatus:
             "stalled": self.stalled,
             "lag_unit": self.lag_unit,
             "offsets_skipped": self.offsets_skipped,
+            "lag_bytes": self.lag_bytes,
         }
 
 

@@ -133,8 +133,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
     # Four worker slots: waiting plans and commits wait in the triggerer, holding none of them
     # (test_deferred_waits.py would starve if they slept in workers).
     # A Spark Connect server beside Airflow (spark_connect_default) for the tests' own topologies.
+    # An S3 server (S3Proxy) as aws_default, for the s3_orders example.
     st = LocalStack(base, dags, env=env, parallelism=4, kafka=kafka_broker,  # kafka_default: the session's broker
-                    spark_connect=True, warm_connect=False)
+                    spark_connect=True, warm_connect=False, s3=True)
     try:
         st.start()
         yield st

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,39 +21,17 @@ from airflow_transactional.sources.objectlanding import ObjectLanding
 from airflow_transactional.spec import StateSpec, TopologySpec
 from dev.hdfs import HdfsCluster
 from dev.s3 import S3Server
-from tests.helpers import table
+from tests import object_stores
+from tests.helpers import query, table
 
 pytestmark = pytest.mark.integration
 
 
-class Place:
-    """A landing directory on one of the stores, and what a producer does to its files."""
-
-    def __init__(self, kind: str, server: Any) -> None:
-        self.kind, self.server = kind, server
-        name = f"t{uuid.uuid4().hex[:10]}"
-        if kind == "s3":
-            server.create_bucket(name)
-            self.bucket, self.url, self.conn_id = name, f"s3a://{name}/in", None
-        else:
-            self.dir = f"/{name}/in"
-            server.mkdirs(self.dir)
-            self.url, self.conn_id = f"{server.url}{self.dir}", "webhdfs_test"
+class Place(object_stores.Place):
+    """A landing directory on one of the stores, its files of ``{"user": ...}`` records."""
 
     def put(self, name: str, users: list[str]) -> None:
-        self.put_bytes(name, "".join(json.dumps({"user": u}) + "\n" for u in users).encode())
-
-    def put_bytes(self, name: str, data: bytes) -> None:
-        if self.kind == "s3":
-            self.server.client().put_object(Bucket=self.bucket, Key=f"in/{name}", Body=data)
-        else:
-            self.server.put(f"{self.dir}/{name}", data)
-
-    def delete(self, name: str) -> None:
-        if self.kind == "s3":
-            self.server.client().delete_object(Bucket=self.bucket, Key=f"in/{name}")
-        else:
-            self.server.delete(f"{self.dir}/{name}")
+        self.put_lines(name, [json.dumps({"user": u}) for u in users])
 
     def source(self, **kwargs: Any) -> LandingDirectory:
         return LandingDirectory(self.url, settle_seconds=0, conn_id=self.conn_id, **kwargs)
@@ -99,6 +76,9 @@ def test_files_are_planned_in_arrival_order_with_their_versions_and_counted_once
         place.put(name, users)
         time.sleep(1.1)  # S3 says when an object was written to the second: let the order be plain
     place.put("_partial.json", ["ignored"])
+    waiting = coordinator.status("files")  # files and bytes waiting, as the store lists them
+    assert (waiting.lag, waiting.lag_bytes) == (3, sum(len(json.dumps({"user": u}).encode()) + 1
+                                                       for u in ["x", "x", "y", "y"]))
     t1 = coordinator.plan("files", "r1")
     assert _names(t1) == ["b.json", "a.json"]
     assert all(f["version"] and f["size"] > 0 for f in t1.batch["files"])
@@ -239,3 +219,24 @@ def test_wrong_credentials_and_a_missing_bucket_name_the_fix(coordinator: Coordi
             fresh.plan("files", "r1")
     finally:
         fresh.close()
+
+
+def test_an_incremental_listing_finds_new_names_after_the_last_and_the_rest_at_its_full_listing(
+        coordinator: Coordinator, place: Place, dsn: str) -> None:
+    coordinator.register(TopologySpec("files", place.source(max_files=10, listing="incremental",
+                                                            full_listing_seconds=3600),
+                                      [StateSpec("file_counts", {"user_id": "text"}, combiner="count")]))
+    place.put("2026-01-01.json", ["a"])
+    t1 = coordinator.plan("files", "r1")  # the first plan lists everything
+    _run(coordinator, t1.txid)
+    place.put("2026-01-02.json", ["b"])
+    place.put("2025-12-31.json", ["late"])  # sorts before the last name registered
+    t2 = coordinator.plan("files", "r2")
+    assert _names(t2) == ["2026-01-02.json"]
+    _run(coordinator, t2.txid)
+    assert coordinator.status("files").lag == 0  # the status lists as the plans do
+    query(dsn, "UPDATE airflow_txn.landing_listings SET full_at = now() - interval '2 hours'")
+    t3 = coordinator.plan("files", "r3")  # the full listing, due: the straggler is planned
+    assert _names(t3) == ["2025-12-31.json"]
+    _run(coordinator, t3.txid)
+    assert table(dsn, "file_counts") == {"a": 1, "b": 1, "late": 1}

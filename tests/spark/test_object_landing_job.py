@@ -7,7 +7,6 @@ it, and is counted later as the new version it is."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,8 @@ import pytest
 
 from airflow_transactional import LandingDirectory, SparkJob, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.spark.jars import s3a_connector
 from tests.helpers import query, spark_submit
+from tests.object_stores import Place
 
 pytestmark = pytest.mark.spark
 
@@ -31,45 +30,22 @@ def _lines(start: int, n: int) -> list[str]:
             for i in range(start, start + n)]
 
 
-class Store:
-    def __init__(self, kind: str, server: Any) -> None:
-        self.kind, self.server = kind, server
-        name = f"w{uuid.uuid4().hex[:10]}"
-        if kind == "s3":
-            server.create_bucket(name)
-            self.bucket, self.url, self.conn_id = name, f"s3a://{name}/in", None
-        else:
-            self.dir, self.conn_id = f"/{name}/in", "webhdfs_test"
-            server.mkdirs(self.dir)
-            self.url = f"{server.url}{self.dir}"
-
-    def put(self, name: str, lines: list[str]) -> None:
-        data = "".join(line + "\n" for line in lines).encode()
-        if self.kind == "s3":
-            self.server.client().put_object(Bucket=self.bucket, Key=f"in/{name}", Body=data)
-        else:
-            self.server.put(f"{self.dir}/{name}", data)
-
-    def jars(self) -> list[str]:
-        return [str(p) for p in s3a_connector().fetch()] if self.kind == "s3" else []
-
-
 @pytest.fixture(params=["s3", "hdfs"])
-def store(request: pytest.FixtureRequest) -> Store:
-    return Store(request.param, request.getfixturevalue(request.param))
+def store(request: pytest.FixtureRequest) -> Place:
+    return Place(request.param, request.getfixturevalue(request.param))
 
 
-def _submit(dsn: str, store: Store, txid: int) -> Any:
+def _submit(dsn: str, store: Place, txid: int) -> Any:
     return spark_submit(dsn, WORDS, "--topology", "owords", "--txid", str(txid), jars=store.jars())
 
 
-def test_the_words_job_reads_exactly_the_planned_versions_of_a_store(dsn: str, store: Store) -> None:
+def test_the_words_job_reads_exactly_the_planned_versions_of_a_store(dsn: str, store: Place) -> None:
     good: list[str] = []
     names = ["a.json", "b c.json", "d%e.json", "f[1].json"]  # a space, a percent sign, a glob's brackets
     for k, name in enumerate(names):
         lines = _lines(100 * k, 100)
         good += lines
-        store.put(name, [*lines[:50], "{not json", *lines[50:]] if k == 1 else lines)
+        store.put_lines(name, [*lines[:50], "{not json", *lines[50:]] if k == 1 else lines)
     coord = Coordinator(dsn)
     coord.register(TopologySpec("owords", LandingDirectory(store.url, settle_seconds=0, conn_id=store.conn_id,
                                                            max_files=2), [
@@ -88,10 +64,29 @@ def test_the_words_job_reads_exactly_the_planned_versions_of_a_store(dsn: str, s
         == [f"{store.url}/b c.json"]
 
     # A planned file replaced before its txid is processed: the attempt fails, naming it.
-    store.put("g.json", _lines(900, 10))
+    store.put_lines("g.json", _lines(900, 10))
     t3 = coord.plan("owords", "r3").txid
-    store.put("g.json", _lines(950, 20))
+    store.put_lines("g.json", _lines(950, 20))
     res = _submit(dsn, store, t3)
     said = res.stdout + res.stderr
     assert res.returncode != 0 and "g.json" in said and "opaque=True" in said, said[-3000:]
     coord.close()
+
+
+def test_a_planned_name_is_spelled_as_hadoop_spells_it() -> None:
+    """``uri_text`` is what maps ``input_file_name()`` back to the planned name: it must agree with
+    Hadoop's own ``Path.toUri().toString()`` for every kind of character a key may hold."""
+    from pyspark.sql import SparkSession
+
+    from airflow_transactional.spark.pinned import uri_text
+
+    names = ["a.json", "b c.json", "d%e.json", "f[1].json", "g+h.json", "é ü.json", "x#y?.json", "日本.json",
+             'q{r}`^|"<>.json', "semi;colon=,&$@!~'()*.json", "tab\tand\u00a0nbsp.json", "emoji-\U0001f600.json"]
+    spark = SparkSession.builder.master("local[1]").appName("uri-text").getOrCreate()
+    try:
+        path: Any = spark._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
+        for scheme in ("s3a://bucket/in/", "hdfs://127.0.0.1:8020/landing/"):
+            for name in names:
+                assert uri_text(scheme + name) == str(path(scheme + name).toUri().toString()), name
+    finally:
+        spark.stop()

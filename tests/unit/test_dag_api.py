@@ -59,8 +59,8 @@ def test_every_example_dag_loads_without_import_errors(tmp_path: Path, monkeypat
     monkeypatch.setenv("AIRFLOW_TXN_LANDING_DIR", str(tmp_path))
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {"words", "kafka_words", "global_count", "landing_orders", "payments", "settlement",
-                                "transactional_stall_watch"}
+    assert set(bag.dag_ids) == {"words", "kafka_words", "global_count", "landing_orders", "s3_orders", "payments",
+                                "settlement", "transactional_stall_watch"}
     for dag in bag.dags.values():
         assert [t.task_id for t in dag.tasks] == (["check"] if dag.dag_id == "transactional_stall_watch"
                                                   else ["plan", "process", "commit"])
@@ -84,7 +84,7 @@ def test_the_example_dags_move_onto_spark_connect_with_one_switch(tmp_path: Path
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
     processes = [d.get_task("process") for d in bag.dags.values() if d.dag_id != "transactional_stall_watch"]
-    assert len(processes) == 6
+    assert len(processes) == 7
     for task in processes:
         assert task.spark_connect_conn_id == connect, task.dag_id
         assert (task.conf or {}) == ({} if connect else LOCAL_SPARK_CONF), task.dag_id

@@ -35,6 +35,10 @@ def test_stage_one_output_log_and_stage_two_source_are_one_dataset() -> None:
 def test_a_landing_directory_is_its_path_and_a_log_in_its_own_schema_keeps_it(tmp_path: object) -> None:
     landing = TopologySpec("files", LandingDirectory("/data/in"), [StateSpec("n", {"k": "text"})])
     assert dataset_names(landing, "airflow_txn", "db")[0] == ("file", "/data/in")
+    on_s3 = TopologySpec("files", LandingDirectory("s3a://landing/in/clicks"), [StateSpec("n", {"k": "text"})])
+    assert dataset_names(on_s3, "airflow_txn", "db")[0] == ("s3://landing", "in/clicks")  # OpenLineage's naming
+    on_hdfs = TopologySpec("files", LandingDirectory("hdfs://nn:8020/landing/in"), [StateSpec("n", {"k": "text"})])
+    assert dataset_names(on_hdfs, "airflow_txn", "db")[0] == ("hdfs://nn:8020", "/landing/in")
     other = TopologySpec("x", PostgresLogSource("events", schema="ingest"), [StateSpec("n", {"k": "text"})])
     assert dataset_names(other, "airflow_txn", "db")[0] == ("postgres", "db.ingest.log.events")
 

@@ -38,7 +38,7 @@ def dsn_from_fields(*, host: str | None, port: int | None, login: str | None, pa
 
 
 def connection_settings(conn_id: str) -> dict[str, Any]:
-    """What a source reads of Airflow connection ``conn_id`` (:func:`...connections.settings_of`: a
+    """What a source reads of Airflow connection ``conn_id`` (:func:`..connections.settings_of`: a
     ``kafka`` connection's librdkafka settings, an ``aws`` or ``webhdfs`` one's), from wherever
     Airflow keeps connections."""
     try:

@@ -12,7 +12,8 @@ Names follow OpenLineage's naming: a Postgres table is ``<database>.<schema>.<ta
 namespace ``postgres://<host>:<port>``; an event log, which is rows of ``log_events`` of its
 schema, is ``<database>.<schema>.log.<log name>`` in the same namespace -- so stage 1's output
 log and stage 2's source are one dataset, and a lineage graph joins the stages. A landing
-directory is its path in namespace ``file``.
+directory is its path in namespace ``file``; one on S3 its prefix in ``s3://<bucket>``, one on HDFS
+its path in ``hdfs://<namenode>:<port>`` (OpenLineage's naming).
 
 The ``spark-submit`` of the process task gets the parent job's identity (the Apache Spark
 provider's ``openlineage_inject_parent_job_info``, on by default here when OpenLineage is
@@ -63,14 +64,20 @@ def store_namespace(dsn: str) -> tuple[str, str]:
 
 def dataset_names(spec: TopologySpec, store_schema: str, database: str) -> tuple[tuple[str, str] | None,
                                                                                list[tuple[str, str, str]]]:
-    """The source as (namespace kind, name) -- kind ``postgres``, ``file`` or a Kafka namespace -- and the outputs as
-    (kind ``state`` or ``log``, its name in the topology, dataset name)."""
+    """The source as (namespace kind, name) -- kind ``postgres``, ``file`` or a Kafka, S3 or HDFS namespace -- and the
+    outputs as (kind ``state`` or ``log``, its name in the topology, dataset name)."""
     config = spec.source.to_config()
     source: tuple[str, str] | None = None
     if config["kind"] == "postgres_log":
         source = ("postgres", f"{database}.{config.get('schema') or store_schema}.log.{config['log']}")
     elif config["kind"] == "kafka":
         source = (kafka_namespace(str(config["kafka_conn_id"])), str(config["topic"]))
+    elif str(config.get("path", "")).startswith("s3a://"):  # OpenLineage names an S3 object store s3://bucket
+        bucket, _, prefix = str(config["path"])[len("s3a://"):].partition("/")
+        source = (f"s3://{bucket}", prefix or "/")
+    elif str(config.get("path", "")).startswith("hdfs://"):  # ... and HDFS hdfs://namenode:port
+        authority, _, path = str(config["path"])[len("hdfs://"):].partition("/")
+        source = (f"hdfs://{authority}", f"/{path}")
     elif config.get("path"):
         source = ("file", str(config["path"]))
     outputs = []

@@ -40,6 +40,7 @@ class Lag(NamedTuple):
     records: int
     seconds: float | None
     unknown: str | None = None
+    bytes: int | None = None  # what the waiting records hold, where the source says (files on S3 or HDFS)
 
 
 _lock = threading.Lock()

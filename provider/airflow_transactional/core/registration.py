@@ -72,7 +72,7 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
             # Unchanged: nothing to write (a run-time role may not write declarations or tables).
             for d in spec.decisions:
                 decisions.check_headroom(cur, d, spec.state(d.state))
-            store.specs[spec.topology_id] = (known.num, spec)
+            store.specs[spec.topology_id] = (known.num, TopologySpec.from_config(config, store.connections))
             return
         num = topology_rows.upsert(cur, store.schema, spec.topology_id, config)
         spec.source.register(cur, store.schema, spec.topology_id)
@@ -93,7 +93,8 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
             if not catalog.exists(cur, store.decision_staging(num, d)):
                 cur.execute(decisions.create_staging_table(store.decision_staging(num, d), spec.state(d.state)))
             decisions.ensure_runs_table(cur, store.decision_runs(num, d), spec.state(d.state))
-    store.specs[spec.topology_id] = (num, spec)
+    # As a load finds it: its source resolves connections as this store's owner does, not the caller's way.
+    store.specs[spec.topology_id] = (num, TopologySpec.from_config(config, store.connections))
 
 
 def _tables_exist(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec) -> bool:

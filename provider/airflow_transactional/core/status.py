@@ -47,9 +47,10 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
                                       error, int(row.failed_tries), row.since))
         quarantined = commit_log.quarantine_counts(cur, store.schema, topology_id)
         if not spec.source.remote:
-            lag, lag_seconds, source_error = _local_lag(spec.source, cur, store.schema, topology_id, offsets)
+            lag, lag_seconds, source_error, lag_bytes = _local_lag(spec.source, cur, store.schema, topology_id,
+                                                                   offsets)
     if spec.source.remote:  # asked of another server: outside the transaction, briefly, kept a while
-        lag, lag_seconds, source_error = lag_.remote(spec.source, topology_id, offsets, wait=lag_wait)
+        lag, lag_seconds, source_error, lag_bytes = lag_.remote(spec.source, topology_id, offsets, wait=lag_wait)
     blocked = liveness.blocker(store, topology_id, committed + 2)
     nxt = next((f for f in in_flight if f.txid == committed + 1), None)
     if blocked is None and nxt is not None and nxt.phase == "failed":
@@ -58,7 +59,7 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
     st = TopologyStatus(topology_id, committed, offsets, progress.last_commit_at, in_flight, int(lag),
                         blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
                         lag_seconds, source_error, lag_unit=spec.source.lag_unit,
-                        offsets_skipped=int(progress.offsets_skipped))
+                        offsets_skipped=int(progress.offsets_skipped), lag_bytes=lag_bytes)
     stall = None if blocked else liveness.stalled(st, spec.stall_after_seconds, datetime.now(UTC))
     return replace(st, blocked_by=stall, stalled=True) if stall else st  # nothing failed, and nothing moves
 
@@ -82,8 +83,8 @@ def _local_lag(source: Source, cur: psycopg2.extensions.cursor, schema: str, top
                offsets: Offsets) -> lag_.Lag:
     """The lag of a source the state store holds (a log, a directory's files)."""
     try:
-        lag = source.lag(cur, schema, topology_id, offsets)
-        return lag_.Lag(lag, source.lag_seconds(cur, schema, topology_id, offsets) if lag else 0.0)
+        lag, size = source.waiting(cur, schema, topology_id, offsets)
+        return lag_.Lag(lag, source.lag_seconds(cur, schema, topology_id, offsets) if lag else 0.0, bytes=size)
     except SourceUnreachable as exc:  # the rest of the status still stands; the lag is unknown
         return lag_.Lag(0, None, str(exc))
 

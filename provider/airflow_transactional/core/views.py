@@ -46,6 +46,7 @@ def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) 
                        "phase": phase(f.phase, f.txid, st.committed_txid)} for f in st.in_flight],
         "lag_records": st.lag,
         "lag_unit": st.lag_unit,
+        "lag_bytes": st.lag_bytes,
         "lag_seconds": st.lag_seconds,
         "source_error": st.source_error,
         "last_commit_at": _iso(st.last_commit_at),

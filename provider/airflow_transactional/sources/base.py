@@ -106,6 +106,11 @@ class Source(ABC):
             committed: Offsets) -> int:
         """How many records (files for a directory) the source holds beyond ``committed``."""
 
+    def waiting(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+                committed: Offsets) -> tuple[int, int | None]:
+        """(:meth:`lag`, the bytes it holds, or None when the source does not say)."""
+        return self.lag(cur, schema, topology_id, committed), None
+
     def lag_seconds(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                     committed: Offsets) -> float | None:
         """How long the oldest record beyond ``committed`` has waited (0.0 when none waits), or

@@ -15,8 +15,11 @@ import io
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
+
+from ..exceptions import BatchUnavailable
+from .base import Record
 
 
 class NotLanded(OSError):
@@ -99,9 +102,14 @@ def digest(fd: int) -> str:
 def scan(fd: int, longest: int) -> Scan:
     """The digest of everything ``fd`` reads from its start, and whether every line is at most
     ``longest`` bytes and escapes no surrogate (``longest`` 0: not looked at)."""
-    sha, lines = hashlib.sha256(), _Lines(longest)
     os.lseek(fd, 0, os.SEEK_SET)
-    while block := os.read(fd, 1 << 20):
+    return scan_blocks(iter(lambda: os.read(fd, 1 << 20), b""), longest)
+
+
+def scan_blocks(blocks: Iterable[bytes], longest: int) -> Scan:
+    """:func:`scan` of the bytes ``blocks`` yield (a file read elsewhere: an object in a store)."""
+    sha, lines = hashlib.sha256(), _Lines(longest)
+    for block in blocks:
         sha.update(block)
         if longest:
             lines.update(block)
@@ -169,3 +177,24 @@ def text_lines(raw: io.RawIOBase, longest: int) -> Iterator[str]:
                 while (rest := text.readline(1 << 20)) and not rest.endswith("\n"):
                     pass
             yield line
+
+
+def planned_lines(f: Mapping[str, Any], longest: int) -> Iterator[Record]:
+    """The records of the planned file ``f``, read through one descriptor of the very file planned
+    (its inode) and checked, once read, against the planned digest: BatchUnavailable otherwise."""
+    path = str(f["path"])
+    try:
+        fd = open_landed(path)
+    except NotLanded as exc:
+        raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) planned, now: {exc}") from None
+    why = not_planned(fd, f)
+    if why is not None:
+        os.close(fd)
+        raise BatchUnavailable(why)
+    sha = hashlib.sha256()
+    for n, line in enumerate(lines(fd, sha, longest), start=1):
+        if line.strip():
+            yield Record(f"{f['seq']}:{n}", None, line.rstrip("\n"))
+    if f.get("sha256") and sha.hexdigest() != f["sha256"]:
+        raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) changed while it was read: this attempt is "
+                               "void, and its content now is a new version")

@@ -25,7 +25,6 @@ digest) -- a name swapped for another file under the plan fails the attempt inst
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import logging
 import os
@@ -163,8 +162,14 @@ class LandingDirectory(Source):
             return super().__new__(cls.on_a_store)
         return super().__new__(cls)
 
-    def __init__(self, path: str, *, format: str = "json", pattern: str = "*",
-                 max_files: int = 100, settle_seconds: float = 2.0) -> None:
+    def __init__(self, path: str, *, format: str = "json", pattern: str = "*", max_files: int = 100,
+                 settle_seconds: float = 2.0, conn_id: str | None = None, listing: str = "full",
+                 full_listing_seconds: float = 3600.0) -> None:
+        """``conn_id``, ``listing`` and ``full_listing_seconds`` are for a directory on S3 or HDFS
+        (:class:`.objectlanding.ObjectLanding`)."""
+        if type(self) is LandingDirectory and (conn_id is not None or listing != "full"):
+            raise ConfigError(f"conn_id and listing are for a landing directory on S3 or HDFS (an s3a:// or hdfs:// "
+                              f"URL); {path!r} is a local directory: leave them out")
         self._check_path(path)
         if format not in FORMATS:
             raise ConfigError(f"landing format {format!r} is not supported: use one of {', '.join(FORMATS)}")
@@ -221,15 +226,14 @@ class LandingDirectory(Source):
     def _register_new(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str) -> set[int]:
         """Give new files -- and new contents under known names -- the next sequence numbers; the
         sequence numbers whose content was read (digested) now."""
-        latest = {f.path: f for f in map(LandedFile.from_row, landing.latest_versions(cur, s, topology_id))}
+        listed = self._listing()
+        latest = {f.path: f for f in map(LandedFile.from_row, self._latest(cur, s, topology_id, listed))}
         planned_through = transactions.planned_through(cur, s, topology_id)
         seq = landing.last_seq(cur, s, topology_id)
         digested: set[int] = set()
-        for f in self._listing():
+        fresh = [f for f in listed if f.path not in latest or not self._matches(latest[f.path], f)]
+        for f, found in zip(fresh, self._identify_all(fresh), strict=True):
             old = latest.get(f.path)
-            if old is not None and self._matches(old, f):
-                continue
-            found = self._identify(f)
             if found is None:
                 continue
             f = found
@@ -242,6 +246,15 @@ class LandingDirectory(Source):
             self._insert(cur, s, topology_id, seq, f)
             digested.add(seq)
         return digested
+
+    def _latest(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str,
+                listed: list[LandedFile]) -> list[landing.FileRow]:
+        """The latest registered version of each path (at least of each ``listed`` one)."""
+        return landing.latest_versions(cur, s, topology_id)
+
+    def _identify_all(self, listed: list[LandedFile]) -> list[LandedFile | None]:
+        """:meth:`_identify` of each listed file, in order."""
+        return [self._identify(f) for f in listed]
 
     def _identify(self, listed: LandedFile) -> LandedFile | None:
         """A listed file with what identifies its content: its stat and digest from one descriptor
@@ -264,7 +277,7 @@ class LandingDirectory(Source):
 
     def _lines(self, f: Mapping[str, Any]) -> Iterator[Record]:
         """The records of the planned file ``f``, exactly its planned content."""
-        return _planned_lines(f)
+        return landed.planned_lines(f, limits.MAX_RECORD_BYTES)
 
     @staticmethod
     def _insert(cur: psycopg2.extensions.cursor, s: str, topology_id: str, seq: int, f: LandedFile) -> None:
@@ -366,27 +379,6 @@ class LandingDirectory(Source):
             done.setdefault(f.path, []).append(f)
         return sum(1 for f in self._listing(settled_only=False)
                    if not any(self._matches(d, f) for d in done.get(f.path, [])))
-
-
-def _planned_lines(f: Mapping[str, Any]) -> Iterator[Record]:
-    """The records of the planned file ``f``, read through one descriptor of the very file planned
-    (its inode) and checked, once read, against the planned digest: BatchUnavailable otherwise."""
-    path = str(f["path"])
-    try:
-        fd = landed.open_landed(path)
-    except landed.NotLanded as exc:
-        raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) planned, now: {exc}") from None
-    why = landed.not_planned(fd, f)
-    if why is not None:
-        os.close(fd)
-        raise BatchUnavailable(why)
-    sha = hashlib.sha256()
-    for n, line in enumerate(landed.lines(fd, sha, limits.MAX_RECORD_BYTES), start=1):
-        if line.strip():
-            yield Record(f"{f['seq']}:{n}", None, line.rstrip("\n"))
-    if f.get("sha256") and sha.hexdigest() != f["sha256"]:
-        raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) changed while it was read: this attempt is "
-                               "void, and its content now is a new version")
 
 
 def write_json_lines(directory: str, name: str, records: Iterable[Mapping[str, Any]]) -> str:

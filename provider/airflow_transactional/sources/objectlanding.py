@@ -16,14 +16,17 @@ import fnmatch
 import io
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import psycopg2.extensions
 
 from .. import limits
 from ..connections import Connections
-from ..exceptions import ConfigError
+from ..exceptions import BatchUnavailable, ConfigError
 from ..model import Offsets
+from ..store import landing
 from . import landed
 from .base import BatchPlan, Record
 from .landing import _IGNORED_SUFFIXES, LandedFile, LandingDirectory
@@ -36,6 +39,13 @@ __all__ = ["ObjectLanding", "object_store"]
 #: The connection a landing URL uses when the declaration names none (HDFS: none, simple
 #: authentication as the process's user, WebHDFS on the NameNode's host, port 9870).
 DEFAULT_CONN = {"s3a": "aws_default", "hdfs": None}
+#: How a plan finds new files: ``full`` lists the whole directory each time (a plan's cost grows
+#: with all its files); ``incremental`` only the names after the last one registered -- for names
+#: that arrive in byte order (timestamped ones) -- with a full listing every ``full_listing_seconds``
+#: for the stragglers and overwrites (a plan's cost grows with the new files).
+LISTINGS = ("full", "incremental")
+#: New files a plan reads at once (to know them: their digest, and whether Spark's JSON reader may read them).
+SCANS = 8
 
 
 def object_store(url: str, settings: Mapping[str, Any], conn_id: str | None = None) -> ObjectStore:
@@ -49,9 +59,16 @@ class ObjectLanding(LandingDirectory):
     sub-directories'), at most ``max_files`` a batch."""
 
     def __init__(self, path: str, *, format: str = "json", pattern: str = "*", max_files: int = 100,
-                 settle_seconds: float = 2.0, conn_id: str | None = None,
-                 connections: Connections | None = None) -> None:
+                 settle_seconds: float = 2.0, conn_id: str | None = None, listing: str = "full",
+                 full_listing_seconds: float = 3600.0, connections: Connections | None = None) -> None:
         super().__init__(path, format=format, pattern=pattern, max_files=max_files, settle_seconds=settle_seconds)
+        if listing not in LISTINGS:
+            raise ConfigError(f"listing must be one of {', '.join(LISTINGS)}, got {listing!r}")
+        if not isinstance(full_listing_seconds, (int, float)) or isinstance(full_listing_seconds, bool) \
+                or not 0 <= full_listing_seconds <= 7 * 86_400:
+            raise ConfigError(f"full_listing_seconds must be a number of seconds from 0 to 604800 (a week), got "
+                              f"{full_listing_seconds!r}")
+        self.listing, self.full_listing_seconds = listing, full_listing_seconds
         scheme = split_url(path)[0]
         self.path = path.rstrip("/")
         conn_id = DEFAULT_CONN[scheme] if conn_id is None else conn_id
@@ -62,6 +79,7 @@ class ObjectLanding(LandingDirectory):
         self.connections = connections or Connections()
         self._store: ObjectStore | None = None
         self._fresh: dict[str, LandedFile] | None = None  # the listing of the plan under way
+        self._after: str | None = None  # what that listing starts after (None: the whole directory)
 
     @staticmethod
     def _check_path(path: str) -> None:
@@ -73,7 +91,10 @@ class ObjectLanding(LandingDirectory):
         return ObjectLanding(**cfg, connections=connections)
 
     def to_config(self) -> dict[str, Any]:
-        return {**super().to_config(), "conn_id": self.conn_id}
+        config = {**super().to_config(), "conn_id": self.conn_id}
+        if self.listing != "full":  # a declaration that does not say it keeps its stored form
+            config.update(listing=self.listing, full_listing_seconds=self.full_listing_seconds)
+        return config
 
     @property
     def store(self) -> ObjectStore:
@@ -92,7 +113,7 @@ class ObjectLanding(LandingDirectory):
     def _listing(self, *, settled_only: bool = True) -> list[LandedFile]:
         newest = time.time_ns() - int(self.settle_seconds * 1e9)
         out = []
-        for f in self.store.listing():
+        for f in self.store.listing(self._after):
             name = f.path.rsplit("/", 1)[1]
             hidden = name.startswith((".", "_")) or name.endswith(_IGNORED_SUFFIXES)
             if hidden or not fnmatch.fnmatch(name, self.pattern):
@@ -106,14 +127,57 @@ class ObjectLanding(LandingDirectory):
     def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
              max_records: int, *, skip_unavailable: bool, until: Offsets | None = None) -> BatchPlan:
         self._fresh = {}  # one listing tells this plan what each name holds: no look-up per planned file
+        full = self.listing == "full" or landing.full_listing_due(cur, schema, topology_id, self.full_listing_seconds)
+        self._after = None if full else landing.last_path(cur, schema, topology_id)
         try:
-            return super().plan(cur, schema, topology_id, start, max_records, skip_unavailable=skip_unavailable,
+            plan = super().plan(cur, schema, topology_id, start, max_records, skip_unavailable=skip_unavailable,
                                 until=until)
         finally:
-            self._fresh = None
+            self._fresh, self._after = None, None
+        if full and self.listing != "full":
+            landing.listed_fully(cur, schema, topology_id)
+        return plan
+
+    def _latest(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str,
+                listed: list[LandedFile]) -> list[landing.FileRow]:
+        return landing.latest_of(cur, s, topology_id, [f.path for f in listed])
+
+    def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
+        """Files registered past the committed ones and still current, and files the store holds that
+        no plan registered yet (an incremental listing looks only after the last name registered)."""
+        return self.waiting(cur, schema, topology_id, committed)[0]
+
+    def waiting(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
+                committed: Offsets) -> tuple[int, int | None]:
+        """(files, bytes) waiting: see :meth:`lag`."""
+        files, size = landing.waiting(cur, schema, topology_id, int(committed.get("seq", 0)))
+        after = landing.last_path(cur, schema, topology_id) if self.listing == "incremental" else None
+        self._after = after
+        try:
+            listed = self._listing(settled_only=False)
+        finally:
+            self._after = None
+        known = {f.path: f for f in map(LandedFile.from_row, self._latest(cur, schema, topology_id, listed))}
+        new = [f for f in listed if f.path not in known or not self._matches(known[f.path], f)]
+        return files + len(new), size + sum(f.size for f in new)
+
+    def _identify_all(self, listed: list[LandedFile]) -> list[LandedFile | None]:
+        if len(listed) < 2:
+            return [self._identify(f) for f in listed]
+        with ThreadPoolExecutor(min(SCANS, len(listed))) as pool:  # reads of many small files overlap
+            return list(pool.map(self._identify, listed))
 
     def _identify(self, listed: LandedFile) -> LandedFile | None:
-        return listed  # the listing says the version
+        """The listed version, read once through (JSON files): its digest, and whether Spark's JSON
+        reader may read it as it is (:class:`.landed.Scan`, as for a local file) -- else it is read
+        as text and judged line by line. None when the name holds another version by now."""
+        if self.format != "json" or not listed.size:
+            return replace(listed, plain=self.format == "json")
+        try:
+            scan = landed.scan_blocks(self.store.blocks(_stored(listed)), limits.MAX_RECORD_BYTES)
+        except BatchUnavailable:
+            return None  # replaced or gone since the listing: the next plan sees what it holds
+        return replace(listed, sha256=scan.sha256, plain=scan.plain)
 
     def _same_content(self, old: LandedFile, new: LandedFile) -> bool:
         return old.version is not None and self.store.same_content(_stored(old), _stored(new))

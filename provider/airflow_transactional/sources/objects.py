@@ -72,8 +72,9 @@ class ObjectStore(ABC):
         return f"{type(self).__name__}({self.root!r})"
 
     @abstractmethod
-    def listing(self) -> Iterator[StoredFile]:
-        """The files directly under the root (not in sub-directories), in no particular order."""
+    def listing(self, after: str | None = None) -> Iterator[StoredFile]:
+        """The files directly under the root (not in sub-directories), in byte order of their
+        names; ``after``: only those whose URL sorts after it (the store skips the rest itself)."""
 
     @abstractmethod
     def stat(self, path: str) -> StoredFile | None:

@@ -122,9 +122,10 @@ class S3Store(ObjectStore):
             raise ConfigError(f"{path} is not in bucket {self.bucket}")
         return path[len(prefix):]
 
-    def listing(self) -> Iterator[StoredFile]:
+    def listing(self, after: str | None = None) -> Iterator[StoredFile]:
+        start = {"StartAfter": self._key(after)} if after else {}
         pages = self._call(lambda: self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=self.prefix, Delimiter="/", PaginationConfig={"PageSize": 1000}))
+            Bucket=self.bucket, Prefix=self.prefix, Delimiter="/", PaginationConfig={"PageSize": 1000}, **start))
         for page in self._call(lambda: list(pages)):
             for o in page.get("Contents") or ():
                 if not o["Key"].endswith("/"):  # a "folder" marker is not a file

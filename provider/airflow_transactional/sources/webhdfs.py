@@ -78,10 +78,10 @@ class WebHdfsStore(ObjectStore):
         return StoredFile(f"{self.prefix}{name}", int(status["length"]), str(status["fileId"]),
                           int(status["modificationTime"]) * 1_000_000)
 
-    def listing(self) -> Iterator[StoredFile]:
-        after = ""
+    def listing(self, after: str | None = None) -> Iterator[StoredFile]:
+        after = after.rsplit("/", 1)[1] if after else ""
         while True:
-            params: dict[str, Any] = {"startAfter": after} if after else {}
+            params: dict[str, Any] = {"startafter": after} if after else {}  # the NameNode reads it in lower case
             r = self._get(self.directory, "LISTSTATUS_BATCH", **params)
             if r is None:
                 raise ConfigError(f"landing directory {self.root} does not exist: create it or fix the path")

@@ -151,14 +151,21 @@ def kafka_connector() -> JarSet:
 def kafka_jars(conf: Mapping[str, Any]) -> list[str]:
     """The connector's jars for a Kafka topology's ``spark-submit`` (``--jars``): none when the
     Spark settings give the cluster its own (``spark.jars.packages`` or ``spark.jars`` naming it)."""
+    return _unless_given(conf, "spark-sql-kafka", kafka_connector(), (
+        "a Kafka topology's Spark job needs Spark's Kafka connector: run 'airflow-txn fetch-jars' on this machine "
+        "(it uses Maven), or set spark_conf={'spark.jars.packages': "
+        f"'org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version()}'}}"))
+
+
+def _unless_given(conf: Mapping[str, Any], artifact: str, jars: JarSet, missing: str) -> list[str]:
+    """The paths of ``jars``, or none when ``spark.jars.packages`` or ``spark.jars`` names ``artifact``
+    already; ``missing``: the error when they were never fetched."""
     given = " ".join(str(conf.get(key, "")) for key in ("spark.jars.packages", "spark.jars"))
-    if "spark-sql-kafka" in given:
+    if artifact in given:
         return []
-    found = kafka_connector().find()
+    found = jars.find()
     if found is None:
-        raise ConfigError("a Kafka topology's Spark job needs Spark's Kafka connector: run 'airflow-txn fetch-jars' "
-                          "on this machine (it uses Maven), or set spark_conf={'spark.jars.packages': "
-                          f"'org.apache.spark:spark-sql-kafka-0-10_2.13:{spark_version()}'}}")
+        raise ConfigError(missing)
     return [str(p) for p in found]
 
 
@@ -187,15 +194,10 @@ def s3a_connector() -> JarSet:
 def s3a_jars(conf: Mapping[str, Any]) -> list[str]:
     """The s3a jars for a job that reads ``s3a://`` (``--jars``): none when the Spark settings give
     the cluster its own (``spark.jars.packages`` or ``spark.jars`` naming hadoop-aws)."""
-    given = " ".join(str(conf.get(key, "")) for key in ("spark.jars.packages", "spark.jars"))
-    if "hadoop-aws" in given:
-        return []
-    found = s3a_connector().find()
-    if found is None:
-        raise ConfigError("a topology landing on S3 needs Hadoop's s3a jars: run 'airflow-txn fetch-jars' on this "
-                          "machine (it uses Maven), or set spark_conf={'spark.jars.packages': "
-                          f"'org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}'}} (with the AWS SDK bundle)")
-    return [str(p) for p in found]
+    return _unless_given(conf, "hadoop-aws", s3a_connector(), (
+        "a topology landing on S3 needs Hadoop's s3a jars: run 'airflow-txn fetch-jars' on this machine (it uses "
+        f"Maven), or set spark_conf={{'spark.jars.packages': 'org.apache.hadoop:hadoop-aws:{HADOOP_VERSION}'}} (with "
+        "the AWS SDK bundle)"))
 
 
 def jars_for(source: Any, conf: Mapping[str, Any]) -> list[str]:

@@ -9,20 +9,20 @@ import shutil
 import socket
 import tempfile
 import time
-import unicodedata
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..exceptions import BatchUnavailable, ConfigError
+from ..exceptions import ConfigError
 from ..model import FileBatch, LogBatch, PlannedBatch, planned_batch
-from ..sources import LandingDirectory, PostgresLogSource, Source, landed, source_from_config
+from ..sources import LandingDirectory, PostgresLogSource, Source, source_from_config
 from ..sources.objectlanding import ObjectLanding
 from ..store.connection import connect
 from .handoff import StoreFile, is_remote, store_file
+from .pinned import executors_here, pinned_files
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,6 @@ LOG_CHUNK = 50_000  # LSNs per Spark task when reading a Postgres log range
 #: unless it is set.
 SPOOL_CONF = "spark.airflow_transactional.logSpoolDir"
 SPOOL_PREFIX = "txn-log-"  # then host, driver pid, a random part
-
-
-def executors_here(spark: SparkSession) -> bool:
-    """Whether ``spark``'s executors run in this driver's process, on this host, as its user (a
-    classic session on a ``local`` master): then they can read what the driver can."""
-    return not is_remote(spark) and str(spark.sparkContext.master or "").startswith("local")
 
 
 def arrow_rows(batches: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
@@ -306,83 +300,6 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
               .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT_COL).json(files))
     return Records(parsed.select(file_name.alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
                                  *[f.name for f in fields], CORRUPT_COL), PARSED)
-
-
-#: Descriptors of the landed files a driver reads through ``/proc/self/fd`` (:func:`pinned_files`),
-#: open while it lives: Spark reads a file lazily, whenever an action first needs it.
-_pinned: list[int] = []
-
-
-def pinned_files(spark: SparkSession, planned: Sequence[Mapping[str, Any]]) -> tuple[list[str], Column]:
-    """The paths Spark reads a landing batch's files by, and the column naming each record's file
-    as Spark names the planned file (``input_file_name()``).
-
-    Opened by name, a file can be another file than the one planned: whoever may write into the
-    directory may swap the name for a link to a file they may not read while Spark reads. A
-    driver whose executors share its process (a classic session on ``local[N]``) opens each
-    planned file itself, once, never through a link (:mod:`..sources.landed`), checks it is the
-    planned inode, and hands Spark ``/proc/<pid>/fd/<n>``: that very file, whatever the name does
-    after. Executors elsewhere (a cluster, Spark Connect) open the names; keep who may write the
-    landing directory to writers you trust there (docs: Security).
-    """
-    from pyspark.sql import functions as F
-
-    paths = [str(f["path"]) for f in planned]
-    if any("://" in p for p in paths):  # a store's files: their versions are checked before and after
-        names = [F.lit(x) for p in paths for x in (uri_text(p), p)]
-        spelled = F.try_element_at(F.create_map(*names), F.input_file_name()) if names else F.lit(None)
-        return [glob_escaped(p) for p in paths], F.coalesce(spelled, F.input_file_name())
-    if not executors_here(spark):
-        return paths, F.input_file_name()
-    jvm: Any = spark._jvm  # classic sessions only: py4j
-    conf: Any = spark._jsc
-    fs = jvm.org.apache.hadoop.fs.Path("/").getFileSystem(conf.hadoopConfiguration())
-
-    def uri(path: str) -> str:  # as input_file_name() spells a local file
-        return str(fs.makeQualified(jvm.org.apache.hadoop.fs.Path(path)).toUri().toString())
-
-    pinned, names = [], []
-    for f, path in zip(planned, paths, strict=True):
-        try:
-            fd = landed.open_landed(path)
-        except landed.NotLanded as exc:
-            raise BatchUnavailable(f"landing file {path} (seq {f.get('seq')}) planned, now: {exc}") from None
-        _pinned.append(fd)
-        why = landed.not_planned(fd, f)
-        if why is not None:
-            raise BatchUnavailable(why)
-        by_fd = f"/proc/{os.getpid()}/fd/{fd}"
-        pinned.append(by_fd)
-        names += [F.lit(uri(by_fd)), F.lit(uri(path))]
-    return pinned, F.coalesce(F.try_element_at(F.create_map(*names), F.input_file_name()), F.input_file_name())
-
-
-def glob_escaped(path: str) -> str:
-    """``path`` as Spark's reader takes it literally: it expands a path holding ``{}[]*?`` as a glob."""
-    return "".join(f"\\{c}" if c in "{}[]*?\\" else c for c in path)
-
-
-_URI_KEPT = frozenset("_-!.~'()*,;:$&+=/@")
-
-
-def uri_text(path: str) -> str:
-    """How Hadoop spells a file URL as text (``Path.toUri().toString()``, what ``input_file_name()``
-    says): a character a URI may not hold -- a space, ``%``, ``[``, ``#`` ... -- as ``%XX`` of its
-    UTF-8 bytes; letters of other scripts as they are."""
-    scheme, sep, rest = path.partition("://")
-    authority, slash, tail = rest.partition("/")
-    out = []
-    for c in tail:
-        kept = (c.isascii() and (c.isalnum() or c in _URI_KEPT)) or \
-            (not c.isascii() and unicodedata.category(c) not in ("Zs", "Zl", "Zp", "Cc"))
-        out.append(c if kept else "".join(f"%{b:02X}" for b in c.encode()))
-    return f"{scheme}{sep}{authority}{slash}{''.join(out)}"
-
-
-@atexit.register
-def _unpin() -> None:
-    while _pinned:
-        os.close(_pinned.pop())
 
 
 def as_text(batch: Mapping[str, Any]) -> PlannedBatch:

@@ -61,3 +61,33 @@ def through(cur: Cursor, schema: str, topology_id: str, seq: int) -> list[FileRo
     """The versions up to ``seq``, in order."""
     cur.execute(query("landing_through", schema), {"topology": topology_id, "seq": seq})
     return every(cur, FileRow)
+
+
+def latest_of(cur: Cursor, schema: str, topology_id: str, paths: list[str]) -> list[FileRow]:
+    """The latest version of each of ``paths`` that has one."""
+    cur.execute(query("landing_latest_of", schema), {"topology": topology_id, "paths": paths})
+    return every(cur, FileRow)
+
+
+def last_path(cur: Cursor, schema: str, topology_id: str) -> str | None:
+    """The greatest path registered, in byte order (None: none)."""
+    cur.execute(query("landing_last_path", schema), {"topology": topology_id})
+    row = cur.fetchone()
+    return None if row is None else row[0]
+
+
+def waiting(cur: Cursor, schema: str, topology_id: str, seq: int) -> tuple[int, int]:
+    """(files, bytes) registered past ``seq`` that are still the latest version of their path."""
+    cur.execute(query("landing_waiting", schema), {"topology": topology_id, "seq": seq})
+    files, size = cur.fetchone() or (0, 0)
+    return int(files), int(size)
+
+
+def full_listing_due(cur: Cursor, schema: str, topology_id: str, seconds: float) -> bool:
+    """Whether the topology's last full listing is older than ``seconds`` (or there was none)."""
+    cur.execute(query("landing_full_listing_due", schema), {"topology": topology_id, "seconds": seconds})
+    return bool(scalar(cur))
+
+
+def listed_fully(cur: Cursor, schema: str, topology_id: str) -> None:
+    cur.execute(query("landing_listed_fully", schema), {"topology": topology_id})

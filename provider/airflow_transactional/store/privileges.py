@@ -39,6 +39,7 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("commits", "INSERT"),
     ("quarantine", "INSERT, DELETE, UPDATE (committed)"),
     ("landing_files", "INSERT, UPDATE (size, mtime, mtime_ns, inode, sha256, plain, version)"),
+    ("landing_listings", "INSERT, UPDATE (full_at)"),
     ("decision_requests", "INSERT, DELETE"),
     ("decision_checks", "INSERT, DELETE"),
     ("decision_conflicts", "INSERT, DELETE"),

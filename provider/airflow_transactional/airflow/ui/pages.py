@@ -216,7 +216,8 @@ def _blocked(base: str, summary: dict[str, Any]) -> str:
 def lag_text(summary: dict[str, Any]) -> str:
     """How far behind its source a topology is, in what the source counts (records, files, Kafka
     offsets), with how long the oldest has waited."""
-    return f"{summary['lag_records']:,} {e(summary.get('lag_unit') or 'records')}{_waited(summary)}"
+    size = f" ({summary['lag_bytes']:,} bytes)" if summary.get("lag_bytes") is not None else ""
+    return f"{summary['lag_records']:,} {e(summary.get('lag_unit') or 'records')}{size}{_waited(summary)}"
 
 
 def skipped_text(summary: dict[str, Any]) -> str:

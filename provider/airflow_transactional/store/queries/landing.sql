@@ -30,3 +30,26 @@ WHERE topology_id = %(topology)s AND seq > %(seq)s ORDER BY seq
 -- name: landing_through
 SELECT seq, path, size, mtime_ns, inode, sha256, plain, version FROM {s}.landing_files
 WHERE topology_id = %(topology)s AND seq <= %(seq)s ORDER BY seq
+
+-- name: landing_latest_of
+-- The latest version of each of the given paths (a plan that listed only some of the directory).
+SELECT DISTINCT ON (path) seq, path, size, mtime_ns, inode, sha256, plain, version FROM {s}.landing_files
+WHERE topology_id = %(topology)s AND path = ANY(%(paths)s) ORDER BY path, seq DESC
+
+-- name: landing_last_path
+-- The greatest name registered, in byte order (an S3 listing's and an HDFS directory's order).
+SELECT max(path COLLATE "C") FROM {s}.landing_files WHERE topology_id = %(topology)s
+
+-- name: landing_waiting
+-- The versions registered past the committed seq that are still their path's latest: files waiting.
+SELECT count(*), coalesce(sum(size), 0) FROM {s}.landing_files a
+WHERE a.topology_id = %(topology)s AND a.seq > %(seq)s AND NOT EXISTS (
+    SELECT 1 FROM {s}.landing_files b WHERE b.topology_id = a.topology_id AND b.path = a.path AND b.seq > a.seq)
+
+-- name: landing_full_listing_due
+SELECT coalesce(max(full_at) < now() - make_interval(secs => %(seconds)s), true) FROM {s}.landing_listings
+WHERE topology_id = %(topology)s
+
+-- name: landing_listed_fully
+INSERT INTO {s}.landing_listings (topology_id, full_at) VALUES (%(topology)s, now())
+ON CONFLICT (topology_id) DO UPDATE SET full_at = now()
