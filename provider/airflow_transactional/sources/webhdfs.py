@@ -112,8 +112,9 @@ class WebHdfsStore(ObjectStore):
     def blocks(self, planned: StoredFile) -> Iterator[bytes]:
         self._check(planned)
         r = self._get(self._path(planned.path), "OPEN", stream=True, length=planned.size)
-        if r is None:
-            self._check(planned)
+        if r is None:  # gone between the look and the open
+            raise BatchUnavailable(f"landing file {planned.path} is gone since it was planned (file id "
+                                   f"{planned.version}): restore it, or declare the topology opaque=True")
         read = 0
         try:
             for block in r.iter_content(_BLOCK):

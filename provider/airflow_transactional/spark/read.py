@@ -279,12 +279,11 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
     files, file_name = pinned_files(spark, batch.files)
     # A store's settings (s3a's credentials among them) go to the reader as options: Spark hands them
     # to the file system of this read alone, and redacts secrets wherever it shows a plan.
-    options = source.spark_options() if isinstance(source, ObjectLanding) else {}
+    read = spark.read.options(**(source.spark_options() if isinstance(source, ObjectLanding) else {}))
     if kind == "parquet":
-        return Records(spark.read.options(**options).parquet(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
+        return Records(read.parquet(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if kind == "csv":
-        return Records(spark.read.options(**options).option("header", True).csv(*files)
-                       .withColumn(OFFSET_COL, file_name), COLUMNS)
+        return Records(read.option("header", True).csv(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if not record_schema:
         raise ConfigError(NEEDS_SCHEMA)
     if not all(f.get("plain") for f in batch.files):
@@ -292,11 +291,11 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
         # lines were looked at): lines as text, judged one by one before they are parsed, as the
         # pure-Python processor reads them (Spark's JSON reader would parse any line, and store a
         # lone surrogate as '?').
-        text = spark.read.options(**options).text(files).where(F.col("value").rlike("\\S"))
+        text = read.text(files).where(F.col("value").rlike("\\S"))
         return Records(text.select(file_name.alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
                                    F.col("value").alias("payload")), TEXT)
     fields = spark_schema(record_schema).fields
-    parsed = (spark.read.options(**options).schema(StructType([*fields, StructField(CORRUPT_COL, StringType())]))
+    parsed = (read.schema(StructType([*fields, StructField(CORRUPT_COL, StringType())]))
               .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT_COL).json(files))
     return Records(parsed.select(file_name.alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
                                  *[f.name for f in fields], CORRUPT_COL), PARSED)
