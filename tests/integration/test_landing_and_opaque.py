@@ -86,6 +86,14 @@ def test_opaque_landing_source_replans_from_the_checkpoint(coordinator: Coordina
     run_one(coordinator, "files", "r3", _fn)
     assert table(dsn, "file_counts") == {"b": 1, "c": 1, "d": 1}  # each surviving file once
     assert coordinator.status("files").lost_records == 1
+    # The lost name landed again is a new file: counted, and what an audit or a rebuild recomputes
+    # from holds it (only the lost version is skipped, not its name).
+    _land(tmp_path, "f0.json", ["e"], time.time() - 50)
+    run_one(coordinator, "files", "r4", _fn)
+    assert table(dsn, "file_counts") == {"b": 1, "c": 1, "d": 1, "e": 1}
+    batch, why_not = coordinator.committed_batch("files")
+    assert why_not is None and sorted(os.path.basename(f["path"]) for f in batch.files) == [
+        "f0.json", "f1.json", "f2.json", "f3.json"]
 
 
 def _opaque_clicks(coordinator: Coordinator, dsn: str, n: int = 40):  # type: ignore[no-untyped-def]

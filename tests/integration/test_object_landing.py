@@ -114,6 +114,17 @@ def test_an_opaque_topology_replans_without_a_deleted_file_and_records_the_loss(
         _run(coordinator, t.txid)
     assert table(dsn, "file_counts") == {"b": 1}
     assert coordinator.status("files").lost_records == 1
+    # The name landed again: a new version, counted -- and what an audit or a rebuild recomputes
+    # skips only the version lost, not every version of its name.
+    place.put("a.json", ["c"])
+    time.sleep(1.1)
+    t3 = coordinator.plan("files", "r3")
+    assert _names(t3) == ["a.json"]
+    _run(coordinator, t3.txid)
+    assert table(dsn, "file_counts") == {"b": 1, "c": 1}
+    batch, why_not = coordinator.committed_batch("files")
+    assert why_not is None and sorted(f["path"].rsplit("/", 1)[1] for f in batch.files) == ["a.json", "b.json"]
+    assert [f["version"] for f in batch.files if f["path"].endswith("a.json")] == [t3.batch["files"][0]["version"]]
 
 
 def test_a_replaced_file_is_planned_again_later_as_a_new_version(

@@ -306,7 +306,7 @@ class LandingDirectory(Source):
         begin = int(start.get("seq", 0))
         cap = min(self.max_files, max_records)  # a batch is counted in files here
         files: list[dict[str, Any]] = []
-        lost: list[str] = []
+        lost: list[LandedFile] = []
         end = begin
         last = int(until["seq"]) if until is not None and "seq" in until else None
         for f in map(LandedFile.from_row, landing.after(cur, s, topology_id, begin)):
@@ -319,7 +319,7 @@ class LandingDirectory(Source):
                         f"landing file {f.path} (seq {f.seq}) is gone or its content changed before topology "
                         f"{topology_id!r} committed it; restore it, or declare the topology opaque=True to skip "
                         "what is gone (the loss is recorded; new content under that name is a new file)")
-                lost.append(f.path)
+                lost.append(f)
                 end = f.seq
                 self._register_rewritten(cur, s, topology_id, f)
                 continue
@@ -327,8 +327,8 @@ class LandingDirectory(Source):
             end = f.seq
         return BatchPlan(start={"seq": begin}, end={"seq": end},
                          batch=FileBatch(directory=self.path, format=self.format, files=tuple(files)),
-                         planned_records=len(files), lost_records=len(lost), lost_detail=lost,
-                         lost_ranges=list(lost))
+                         planned_records=len(files), lost_records=len(lost), lost_detail=[f.path for f in lost],
+                         lost_ranges=[f.seq for f in lost])  # a version: its name may hold a later one
 
     def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                     batch: Mapping[str, Any]) -> str | None:
@@ -360,10 +360,10 @@ class LandingDirectory(Source):
 
     def committed_batch(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                         committed: Offsets, lost: list[Any]) -> tuple[PlannedBatch, str | None]:
-        skipped = set(lost)
+        skipped = set(lost)  # the sequence numbers of the versions lost (a name: all of its, as once stored)
         files = [f for f in map(LandedFile.from_row, landing.through(cur, schema, topology_id,
                                                                      int(committed.get("seq", 0))))
-                 if f.path not in skipped]
+                 if f.seq not in skipped and f.path not in skipped]
         foreign = self._foreign(f.path for f in files)
         if foreign:
             return PlannedBatch(), foreign
