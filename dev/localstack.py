@@ -126,7 +126,7 @@ class LocalStack:
                  env: dict[str, str] | None = None, spark_connect: bool = False,
                  teams: dict[str, str | os.PathLike[str]] | None = None,
                  users: dict[str, str] | None = None, kafka: KafkaBroker | bool = False,
-                 s3: bool = False, warm_connect: bool = True) -> None:
+                 s3: bool | S3Server = False, warm_connect: bool = True) -> None:
         self.base_dir = Path(base_dir).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.home = self.base_dir / "airflow"
@@ -154,8 +154,9 @@ class LocalStack:
         # owner stops it), or True for one the stack starts and stops.
         self.kafka = KafkaBroker(self.base_dir / "kafka") if kafka is True else (kafka or None)
         self._own_kafka = kafka is True
-        # With s3, an S3 server (S3Proxy) is Airflow's connection ``aws_default``.
-        self.s3 = S3Server(self.base_dir / "s3") if s3 else None
+        # With s3, an S3 server (S3Proxy) is Airflow's connection ``aws_default``: True for one of
+        # its own, or one given (started and stopped by the stack too).
+        self.s3 = S3Server(self.base_dir / "s3") if s3 is True else (s3 or None)
 
     # -- configuration ---------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from airflow_transactional import files
 from airflow_transactional.spark.jars import JarSet
 from dev.embedded import free_port
 from dev.server import Server
+from dev.slowlink import SlowLink
 
 S3PROXY_VERSION = "2.9.0"
 SERVER = JarSet("s3proxy", (("org.gaul", "s3proxy", S3PROXY_VERSION, "jar-with-dependencies"),))
@@ -40,18 +41,21 @@ jclouds.filesystem.basedir={data}
 
 class S3Server(Server):
     """One S3Proxy on 127.0.0.1: ``start()``, ``endpoint``, ``client()``, ``kill()``/``restart()``
-    for the fault tests, ``stop(remove=True)``."""
+    for the fault tests, ``stop(remove=True)``. With ``link``, clients reach it through a
+    :class:`~dev.slowlink.SlowLink` (``self.link``), which the chaos harness slows down."""
 
-    def __init__(self, base_dir: str | os.PathLike[str], *, heap: str = "256m") -> None:
+    def __init__(self, base_dir: str | os.PathLike[str], *, heap: str = "256m", link: bool = False) -> None:
         super().__init__(base_dir)
         self.heap = heap
         self.port = 0
         self.identity = ""
         self.credential = ""
+        self.link: SlowLink | None = SlowLink(0) if link else None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """Where clients reach the server: its port, or its link's."""
+        return f"http://127.0.0.1:{self.link.port if self.link is not None else self.port}"
 
     def connection(self) -> dict[str, Any]:
         """This server as an Airflow connection of the Amazon provider's ``aws`` type: the access key
@@ -97,6 +101,9 @@ class S3Server(Server):
             self.port = int(kept.get("port") or 0) or free_port()
             self.identity = str(kept.get("identity") or f"AKIA{secrets.token_hex(8).upper()}")
             self.credential = str(kept.get("credential") or secrets.token_urlsafe(30))
+        if self.link is not None:  # up before the server, and through its restarts
+            self.link.target_port = self.port
+            self.link.start()
         data = files.private_dir(self.base_dir / "data")
         files.write_private(self.base_dir / "s3proxy.conf", CONFIG.format(
             port=self.port, identity=self.identity, credential=self.credential, data=data))
@@ -130,6 +137,10 @@ class S3Server(Server):
                                        f"{self.base_dir / 'server.log'})") from None
                 time.sleep(0.3)
 
+    def stop(self, *, remove: bool = False) -> None:
+        if self.link is not None:
+            self.link.stop()
+        super().stop(remove=remove)
 
 
 if __name__ == "__main__":  # python -m dev.s3 fetch: the server's jar, once per machine

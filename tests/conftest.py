@@ -73,8 +73,9 @@ def kafka(kafka_broker: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> KafkaBr
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """A real S3 server (S3Proxy, its jar from Maven Central)."""
-    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    """A real S3 server (S3Proxy, its jar from Maven Central), reached through a link that a test
+    can slow down (``server.link``)."""
+    server = S3Server(tmp_path_factory.mktemp("s3"), link=True).start()
     yield server
     server.stop(remove=True)
 

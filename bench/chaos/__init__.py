@@ -38,17 +38,40 @@ transactions and abort some, and the broker's own faults strike too --
 -- and the checks are the words checks on the records the producers committed, less those the
 (opaque) topology reported skipped, each skipped range lying below a deletion the harness made.
 
+``--mode s3`` reads ``words`` from files landed in an S3 bucket (``objects.py``): producers upload
+files (and now and then one again, byte for byte), and the store's own faults strike too --
+
+  s3_kill_processing      the S3 server SIGKILLed (and restarted) while a batch is processed
+  object_overwrite        a file of a planned, uncommitted txid uploaded again with other records
+  object_delete           ... deleted
+  slow_get                object reads held and trickled for a while
+
+-- and the checks are the words checks on every version uploaded, less those the (opaque) topology
+reported lost, each lost one a version the harness overwrote or deleted.
+
 ``python -m bench.chaos --quick`` is the size CI runs; ``python -m bench.chaos`` the soak.
 
 Its parts: ``config.py`` (what a run is asked, what it found), ``workload.py`` (the producers and
 the ledger, the oracle's input), ``faults.py`` (the fault lanes), ``supervisor.py`` (restarting
-what died), ``checker.py`` (the checks), ``payments.py`` and ``kafka.py`` (each mode's producers,
+what died), ``checker.py`` (the checks), ``payments.py``, ``kafka.py`` and ``objects.py`` (each mode's producers,
 set-up and checks), ``harness.py`` (one run), ``__main__.py`` (the command).
 """
 
-from .config import KAFKA_KINDS, KINDS, LEDGER, LOG, MODES, TOPOLOGY, ChaosConfig, ChaosReport, dag_env, write_dag
+from .config import (
+           KAFKA_KINDS,
+           KINDS,
+           LEDGER,
+           LOG,
+           MODES,
+           OBJECT_KINDS,
+           TOPOLOGY,
+           ChaosConfig,
+           ChaosReport,
+           dag_env,
+           write_dag,
+)
 from .harness import Chaos, chaos_stack, recheck
 from .workload import Ledger, Producer, domain_of
 
-__all__ = ["KAFKA_KINDS", "KINDS", "LEDGER", "LOG", "MODES", "TOPOLOGY", "Chaos", "ChaosConfig",
+__all__ = ["KAFKA_KINDS", "KINDS", "LEDGER", "LOG", "MODES", "OBJECT_KINDS", "TOPOLOGY", "Chaos", "ChaosConfig",
            "ChaosReport", "Ledger", "Producer", "chaos_stack", "dag_env", "domain_of", "recheck", "write_dag"]

@@ -24,6 +24,7 @@ from .config import (
     KINDS,
     LEDGER,
     MODES,
+    OBJECT_KINDS,
     STACKS,
     ChaosConfig,
     ChaosReport,
@@ -40,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="words: the words topology against an oracle of its events; payments: both "
                         "stages of the payments example against its invariants (dev/payments.py); kafka: words "
                         "read from a Kafka topic (opaque) against the records its producers committed, with "
-                        "the broker's own faults")
+                        "the broker's own faults; s3: words read from files landed in an S3 bucket (opaque) against "
+                        "every version uploaded, less those overwritten or deleted under a plan, with the store's "
+                        "own faults")
     parser.add_argument("--stack", choices=STACKS, default="local",
                         help="local: LocalExecutor and Spark local[N]; cluster: CeleryExecutor (Redis, two "
                         "workers) and a Spark standalone cluster (dev/cluster.py), with the cluster's own faults "
@@ -48,14 +51,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=BACKENDS, default="spark-submit",
                         help="spark-submit: a driver a batch; connect: batches run on a Spark Connect server (the "
                         "stack's; on a cluster an application of it), with its own fault "
-                        f"({', '.join(CONNECT_KINDS)}); the words and kafka modes")
+                        f"({', '.join(CONNECT_KINDS)}); the words, kafka and s3 modes")
     parser.add_argument("--quick", action="store_true",
-                        help="the size CI runs: 6 transactions, 5 faults (payments: 3 and 3; kafka: 6 and 6; on a "
-                        "cluster 8 and 6: each cluster kind once, and a clear)")
+                        help="the size CI runs: 6 transactions, 5 faults (payments: 3 and 3; kafka and s3: 6 "
+                        "and 6; on a cluster 8 and 6: each cluster kind once, and a clear)")
     parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200)")
     parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400)")
     parser.add_argument("--kinds", help=f"comma-separated fault kinds (default: all of {', '.join(KINDS)}, and "
-                        f"in kafka mode {', '.join(KAFKA_KINDS)}, on a cluster {', '.join(CLUSTER_KINDS)}; quick: "
+                        f"in kafka mode {', '.join(KAFKA_KINDS)}, in s3 mode {', '.join(OBJECT_KINDS)}, "
+                        f"on a cluster {', '.join(CLUSTER_KINDS)}; quick: "
                         "the ones that cost no restart)")
     parser.add_argument("--audit", action=argparse.BooleanOptionalAction, default=None,
                         help="run `airflow-txn audit` at the end (default: yes for the soak, no with --quick)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -19,7 +20,7 @@ from psycopg2 import sql
 
 from dev.kafka import KafkaBroker
 
-from . import kafka, payments
+from . import kafka, objects, payments
 from .config import LOG, TOPOLOGY, ChaosConfig, ChaosReport, dag_env, dag_file
 from .workload import Ledger
 
@@ -39,6 +40,8 @@ def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger, dags_
         report.order_violations += bool(order) and order[0] != 1
     if cfg.mode == "payments":
         payments.check(dsn, report, ledger)
+    elif cfg.mode == "s3":
+        compare_words(dsn, report, objects.expected(dsn, report, ledger), objects.TOPOLOGY, objects.TOKEN)
     elif cfg.mode == "kafka":
         expected = kafka.expected(dsn, report, ledger)
         compare_words(dsn, report, expected, kafka.TOPOLOGY)
@@ -53,8 +56,9 @@ def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger, dags_
             res = subprocess.run([str(Path(sys.executable).with_name("airflow-txn")), "audit", topology,
                                   "--dag-file", str(deployed)],
                                  env=env, capture_output=True, text=True, check=False, timeout=900)
-            refused = kafka.audit_refused(res.stdout + res.stderr, ledger) if res.returncode else ""
-            if refused:  # the harness's own delete_records took committed records: nothing to recompute
+            why = objects.audit_refused if cfg.mode == "s3" else kafka.audit_refused
+            refused = why(res.stdout + res.stderr, ledger) if res.returncode else ""
+            if refused:  # the harness's own delete_records (or overwrites) took committed records
                 report.audit_refused = refused
                 continue
             report.audit_clean = report.audit_clean is not False and res.returncode == 0
@@ -86,18 +90,21 @@ def check_words(dsn: str, report: ChaosReport, ledger: Ledger) -> None:
     compare_words(dsn, report, ledger, TOPOLOGY)
 
 
-def compare_words(dsn: str, report: ChaosReport, ledger: Ledger, topology: str) -> None:
+def compare_words(dsn: str, report: ChaosReport, ledger: Ledger, topology: str,
+                  token: re.Pattern[str] | None = None) -> None:
     """``topology``'s url and domain counts against the ledger's, and its quarantine against the
-    ledger's malformed records (each exactly once)."""
+    ledger's malformed records (each exactly once): by event id, or by the ``token`` each holds
+    (a landed file's lines have no ids)."""
     r = report
     with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
         cur.execute(sql.SQL("SELECT url, value FROM {}").format(sql.Identifier(f"{topology}_url_counts")))
         urls = {u: int(v) for u, v in cur.fetchall()}
         cur.execute(sql.SQL("SELECT domain, value FROM {}").format(sql.Identifier(f"{topology}_domain_counts")))
         domains = {d: int(v) for d, v in cur.fetchall()}
-        cur.execute("SELECT event_id FROM airflow_txn.quarantine WHERE topology_id = %s AND committed",
+        cur.execute("SELECT event_id, record FROM airflow_txn.quarantine WHERE topology_id = %s AND committed",
                     (topology,))
-        quarantined = Counter(e for (e,) in cur.fetchall())
+        quarantined = Counter(e if token is None else (m.group(0) if (m := token.search(rec or "")) else rec)
+                              for e, rec in cur.fetchall())
     conn.close()
     want = ledger.url_counts()
     for url in set(want) | set(urls):

@@ -1,7 +1,7 @@
 """What a chaos run is asked to do (:class:`ChaosConfig`), what it found (:class:`ChaosReport`),
 and how its topologies are deployed: ``bench/dags/chaos_words.py`` (mode ``words``),
-``bench/dags/chaos_kafka.py`` (mode ``kafka``), or the payments example itself, both stages
-(``dags/payments.py``, mode ``payments``)."""
+``bench/dags/chaos_kafka.py`` (mode ``kafka``), ``bench/dags/chaos_s3.py`` (mode ``s3``), or the
+payments example itself, both stages (``dags/payments.py``, mode ``payments``)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ LOG = "chaos_tweets"
 PAYMENTS_DAG_FILE = REPO / "dags" / "payments.py"
 KAFKA_DAG_FILE = REPO / "bench" / "dags" / "chaos_kafka.py"
 KAFKA_TOPIC = "chaos-tweets"
+S3_DAG_FILE = REPO / "bench" / "dags" / "chaos_s3.py"
 # The topologies of each mode; the harness triggers the first, the others follow its commits.
-MODES = {"words": (TOPOLOGY,), "payments": ("payments", "settlement"), "kafka": (KAFKA_DAG_FILE.stem,)}
+MODES = {"words": (TOPOLOGY,), "payments": ("payments", "settlement"), "kafka": (KAFKA_DAG_FILE.stem,),
+         "s3": (S3_DAG_FILE.stem,)}
 KINDS = ("spark_kill", "commit_kill_before", "commit_kill_after", "pg_restart_processing",
          "pg_restart_commit", "scheduler_restart", "api_restart", "clear")
 # What only a Kafka-fed topology meets: the broker SIGKILLed (and restarted) while a batch is processed
@@ -28,6 +30,10 @@ KAFKA_KINDS = ("kafka_kill_processing", "kafka_kill_commit", "delete_records", "
 # the Celery worker running a batch (its Spark driver with it) or a commit (inside its Postgres
 # transaction) lost with its host, a Spark worker running an executor lost, the Spark master
 # restarted under a batch (it recovers: its recovery directory), Redis restarted.
+# What only a topology landing on S3 meets (``objects.py``): the S3 server SIGKILLed (and restarted)
+# while a batch is processed, a planned file overwritten or deleted before its txid committed,
+# object reads slowed down for a while.
+OBJECT_KINDS = ("s3_kill_processing", "object_overwrite", "object_delete", "slow_get")
 CLUSTER_KINDS = ("celery_kill_processing", "celery_kill_commit", "spark_worker_kill", "spark_master_restart",
                  "redis_restart")
 STACKS = ("local", "cluster")
@@ -40,7 +46,7 @@ LANES = {"spark": ("spark_kill", "pg_restart_processing", "celery_kill_processin
                    "spark_connect_kill"),
          "commit": ("commit_kill_before", "commit_kill_after", "pg_restart_commit", "celery_kill_commit"),
          "control": ("scheduler_restart", "api_restart", "clear", "spark_master_restart", "redis_restart"),
-         "kafka": KAFKA_KINDS}
+         "kafka": KAFKA_KINDS, "store": OBJECT_KINDS}
 TASKS = ("plan", "process", "commit")
 LEDGER = "ledger.jsonl"  # under the run's directory: what the producers appended
 DEPOSITS = "deposits.json"  # payments: what the bank deposited before the requests
@@ -82,6 +88,7 @@ class ChaosConfig:
     def known_kinds(self) -> tuple[str, ...]:
         """Every fault kind this run can strike: its mode's, its stack's and its backend's."""
         return (KINDS + (KAFKA_KINDS if self.mode == "kafka" else ())
+                + (OBJECT_KINDS if self.mode == "s3" else ())
                 + (CLUSTER_KINDS if self.stack == "cluster" else ())
                 + (CONNECT_KINDS if self.backend == "connect" else ()))
 
@@ -101,7 +108,8 @@ class ChaosConfig:
         kind once); for ``payments`` 3 transactions of stage 1 (each followed by stage 2:
         twice the Spark work per transaction) and 3 faults (a Spark kill, a commit kill, a clear),
         striking either stage; for ``kafka``
-        6 transactions and 6 faults: the four Kafka kinds, a Spark kill and a clear; on a cluster
+        6 transactions and 6 faults: the four Kafka kinds, a Spark kill and a clear; for ``s3`` the
+        same with the store's four kinds; on a cluster
         8 transactions and 6 faults: each cluster kind once, and a clear.
 
         Without the final ``airflow-txn audit`` (a Spark pass over every event, a minute here):
@@ -116,6 +124,9 @@ class ChaosConfig:
         if mode == "kafka":
             return cls(seed=seed, mode=mode, transactions=6, faults=6, producers=2, rate=6, drain_timeout=420,
                        audit=False, kinds=("spark_kill", "clear", *KAFKA_KINDS))
+        if mode == "s3":
+            return cls(seed=seed, mode=mode, transactions=6, faults=6, producers=2, rate=6, drain_timeout=420,
+                       audit=False, kinds=("spark_kill", "clear", *OBJECT_KINDS))
         return cls(seed=seed, mode=mode, transactions=6, faults=5, producers=2, rate=6, drain_timeout=420,
                    audit=False, kinds=kinds)
 
@@ -143,8 +154,12 @@ class ChaosReport:
     events_appended: int = 0
     duplicate_deliveries: int = 0
     malformed_injected: int = 0
+    slow_gets: int = 0          # s3: object GETs the slow link held
     aborted_records: int = 0    # kafka: records of producer transactions that aborted (never to be counted)
-    skipped_records: int = 0    # kafka: committed records deleted before the topology read them (reported lost)
+    skipped_records: int = 0    # kafka: committed records deleted before the topology read them (reported lost);
+    #                             s3: the records of the versions it reported lost
+    versions_uploaded: int = 0  # s3: file versions the producers and the harness uploaded
+    versions_lost: int = 0      # s3: versions overwritten or deleted before they were read (reported lost)
     published_records: int = 0  # kafka: records a read_committed consumer reads of the published topic
     publish_lost: int = 0       # kafka: committed by the topology, never published
     publish_duplicated: int = 0  # kafka: published more than once, or never committed
@@ -201,10 +216,12 @@ class ChaosReport:
         rows += [(f"spark_kill of a {k}", v) for k, v in sorted(self.spark_kill_targets.items())]
         if self.mode == "kafka":
             rows += [("fault: records in aborted producer transactions", self.aborted_records)]
+        if self.mode == "s3":
+            rows += [("slow object GETs (held, their answers trickled)", self.slow_gets)]
         rows += [("fault: duplicate_delivery", self.duplicate_deliveries),
                  ("fault: malformed_record", self.malformed_injected),
                  ("faults total", sum(self.faults.values()) + self.duplicate_deliveries + self.malformed_injected
-                  + self.aborted_records),
+                  + self.aborted_records + self.slow_gets),
                  ("component restarts (supervisor)", self.component_restarts),
                  ("failed runs cleared (operator)", self.operator_clears),
                  *self._outcome(),
@@ -226,8 +243,11 @@ class ChaosReport:
         kafka = [("records deleted before they were read (skipped, reported lost)", self.skipped_records),
                  ("records published (read_committed) / not published / published twice or uncommitted",
                   f"{self.published_records} / {self.publish_lost} / {self.publish_duplicated}")]
+        s3 = [("file versions uploaded", self.versions_uploaded),
+              ("versions overwritten or deleted before they were read (reported lost) / their records",
+               f"{self.versions_lost} / {self.skipped_records}")]
         return [("events appended (unique)", self.events_appended),
-                *(kafka if self.mode == "kafka" else []),
+                *(kafka if self.mode == "kafka" else []), *(s3 if self.mode == "s3" else []),
                 ("events lost", self.events_lost),
                 ("events duplicated", self.events_duplicated),
                 ("domain counts wrong", self.domain_mismatches),
@@ -249,12 +269,13 @@ def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
     if not link.is_symlink():
         os.symlink(target, link)
     link.with_suffix(".json").write_text(json.dumps({"max_in_flight": cfg.max_in_flight, "batch": cfg.batch,
+                                                     "files": max(1, cfg.batch // max(1, cfg.rate)),
                                                      "connect": cfg.backend == "connect"}))
 
 
 def dag_file(cfg: ChaosConfig) -> Path:
     """The DAG file that declares the run's topologies (what ``airflow-txn audit`` runs them from)."""
-    return {"payments": PAYMENTS_DAG_FILE, "kafka": KAFKA_DAG_FILE}.get(cfg.mode, DAG_FILE)
+    return {"payments": PAYMENTS_DAG_FILE, "kafka": KAFKA_DAG_FILE, "s3": S3_DAG_FILE}.get(cfg.mode, DAG_FILE)
 
 
 def dag_env(cfg: ChaosConfig) -> dict[str, str]:

@@ -3,7 +3,8 @@ fault at a moment worth breaking (a Spark batch in the middle, a commit about to
 
 Commit faults are armed in the running tasks through the fault engine's file
 (``dev/faults.py``); the others are done from here: a SIGKILL, a Postgres restart, a component
-killed and restarted, a clear over REST -- and in kafka mode the broker's (``kafka.py``)."""
+killed and restarted, a clear over REST -- in kafka mode the broker's (``kafka.py``), in s3 mode the
+store's (``objects.py``)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,19 @@ from dev import faults as engine
 from dev.cluster import ClusterStack, kill_tree
 from dev.localstack import SPARK_CONNECT, AirflowStackError, LocalStack, RestClient, listening
 
-from .config import CLUSTER_KINDS, CONNECT_KINDS, KAFKA_KINDS, KINDS, LANES, TASKS, ChaosConfig, ChaosReport
+from .config import (
+    CLUSTER_KINDS,
+    CONNECT_KINDS,
+    KAFKA_KINDS,
+    KINDS,
+    LANES,
+    OBJECT_KINDS,
+    TASKS,
+    ChaosConfig,
+    ChaosReport,
+)
 from .kafka import BrokerFaults
+from .objects import StoreFaults
 from .supervisor import Supervisor, rest
 
 
@@ -35,9 +47,10 @@ class Faults:
 
     def __init__(self, stack: LocalStack, cfg: ChaosConfig, report: ChaosReport, supervisor: Supervisor,
                  runs: list[str], states: Callable[[], dict[tuple[str, str], str]],
-                 broker: BrokerFaults | None = None) -> None:
+                 broker: BrokerFaults | None = None, store: StoreFaults | None = None) -> None:
         self.stack, self.cfg, self.report, self.supervisor = stack, cfg, report, supervisor
         self.broker = broker  # kafka mode: the broker's faults
+        self.store = store    # s3 mode: the store's
         self.runs, self.states = runs, states
         self.rng = random.Random(cfg.seed)
         self.client: RestClient = stack.client()
@@ -100,6 +113,8 @@ class Faults:
             return self._commit(kind)
         if kind in KAFKA_KINDS:
             return self._kafka(kind)
+        if kind in OBJECT_KINDS:
+            return self._objects(kind)
         if kind in CLUSTER_KINDS:
             return self._cluster(kind)
         if kind == "spark_connect_kill":
@@ -113,7 +128,7 @@ class Faults:
             return True
         if kind == "clear":
             return self._clear()
-        every = KINDS + KAFKA_KINDS + CLUSTER_KINDS + CONNECT_KINDS
+        every = KINDS + KAFKA_KINDS + OBJECT_KINDS + CLUSTER_KINDS + CONNECT_KINDS
         raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(every)}")
 
     def batch(self) -> psutil.Process | None:
@@ -212,6 +227,22 @@ class Faults:
         if kind == "delete_records":
             return broker.delete_under_a_plan()
         return broker.add_partition()
+
+    def _objects(self, kind: str) -> bool:
+        """The S3 server killed while a batch is processed; a planned file overwritten or deleted;
+        object reads slowed down, from a moment a batch runs."""
+        if self.store is None:
+            raise ValueError("the store's fault kinds need --mode s3 (a topology that reads the S3 server)")
+        if kind in ("object_overwrite", "object_delete"):
+            return self.store.mutate(kind.removeprefix("object_"))
+        if wait_for(self.batch, 240) is None:
+            return False
+        if kind == "slow_get":
+            self.store.slow()
+            return True
+        time.sleep(self.rng.uniform(1, 4))  # the batch's reading under way
+        self.store.kill_and_restart()
+        return True
 
     def _cluster(self, kind: str) -> bool:
         """A cluster's own faults (``--stack cluster``): a Celery worker lost with the batch or the

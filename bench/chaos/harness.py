@@ -3,7 +3,8 @@
 supervisor restarts what died; then the log is drained and the checks run. In payments mode the
 driver triggers stage 1 (``payments``); stage 2 (``settlement``) follows its commits' asset
 events, and both are operated, struck and drained alike. In kafka mode the producers send to a
-Kafka topic in transactions, and the broker is struck too."""
+Kafka topic in transactions, and the broker is struck too; in s3 mode they upload files to an S3
+bucket, and the store is struck."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ from airflow_transactional.core.lag import PATIENT
 from dev import faults as engine
 from dev.cluster import ClusterStack
 from dev.localstack import AirflowStackError, LocalStack, RestClient
+from dev.s3 import S3Server
 
-from . import checker, kafka, payments
+from . import checker, kafka, objects, payments
 from .config import LEDGER, LOG, ChaosConfig, ChaosReport, dag_env, write_dag
 from .faults import Faults
 from .supervisor import Supervisor, rest, riding_out
@@ -44,11 +46,15 @@ class Chaos:
         self.extra_runs = 0        # runs of the others triggered while draining
         self.day0 = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
         self.supervisor = Supervisor(stack, self.report)
-        self.gate = threading.Lock()  # kafka: a producer transaction and a broker kill never overlap
+        # kafka: a producer transaction and a broker kill never overlap; s3: an upload and a server kill
+        self.gate = threading.Lock()
         broker = (kafka.BrokerFaults(kafka.broker_of(stack), stack.state_dsn, self.supervisor.components, self.ledger,
                                      self.gate, random.Random(cfg.seed + 1), kafka.partitions_cap(cfg))
                   if cfg.mode == "kafka" else None)
-        self.faults = Faults(stack, cfg, self.report, self.supervisor, self.runs, self.states, broker)
+        store = (objects.StoreFaults(objects.server_of(stack), stack.state_dsn, self.supervisor.components,
+                                     self.ledger, self.gate, random.Random(cfg.seed + 2))
+                 if cfg.mode == "s3" else None)
+        self.faults = Faults(stack, cfg, self.report, self.supervisor, self.runs, self.states, broker, store)
 
     # -- the operator --------------------------------------------------------------------------
 
@@ -143,9 +149,13 @@ class Chaos:
         self.report.wall_seconds = time.monotonic() - started
         return self.report
 
-    def set_up(self, stop: threading.Event) -> list[Producer] | list[kafka.TweetTransactions]:
+    def set_up(self, stop: threading.Event) -> list[Producer] | list[kafka.TweetTransactions] | list[objects.Uploads]:
         """The mode's source and first runs; its producers (not started), which stop at ``stop``."""
         cfg, dsn = self.cfg, self.stack.state_dsn
+        if cfg.mode == "s3":
+            objects.setup(self.stack, self.client)
+            s3 = objects.server_of(self.stack)
+            return [objects.Uploads(s3, i, cfg, self.ledger, stop, self.gate) for i in range(cfg.producers)]
         if cfg.mode == "kafka":
             kafka.setup(self.stack, self.client)
             broker = kafka.broker_of(self.stack)
@@ -220,6 +230,8 @@ class Chaos:
         self.report.transactions_triggered = sum(1 for t, _ in states if t == self.driven)
 
     def check(self) -> None:
+        if self.stack.s3 is not None and self.stack.s3.link is not None:
+            self.report.slow_gets = self.stack.s3.link.held
         checker.check(self.stack.state_dsn, self.cfg, self.report, self.ledger, self.stack.dags_folder,
                       self.stack.kafka)
 
@@ -232,7 +244,8 @@ def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
     env = engine.child_env(dag_env(cfg), faults_file=str(base / "faults.txt"))
     if cfg.stack == "cluster":  # two Celery workers of three slots, a master and two one-core Spark workers
         return ClusterStack(base, dags, env=env, kafka=cfg.mode == "kafka", spark_connect=cfg.backend == "connect")
-    return LocalStack(base, dags, env=env, kafka=cfg.mode == "kafka", spark_connect=cfg.backend == "connect")
+    s3 = S3Server(base / "s3", link=True) if cfg.mode == "s3" else False  # the store's faults need its link
+    return LocalStack(base, dags, env=env, kafka=cfg.mode == "kafka", spark_connect=cfg.backend == "connect", s3=s3)
 
 
 def recheck(base: Path, cfg: ChaosConfig) -> ChaosReport:

@@ -43,6 +43,8 @@ class Ledger:
         self.appended_at: dict[str, float] = {}  # event id -> when its append was acknowledged (epoch s)
         self.aborted = 0                     # kafka: records sent in producer transactions that aborted
         self.deleted: dict[int, int] = {}    # kafka: partition -> offset below which records were deleted
+        self.versions: dict[str, list[str]] = {}  # s3: a version (key@ETag) -> the ids of its records
+        self.mutated: dict[str, str] = {}    # s3: a version the harness overwrote or deleted -> how
         self._file = open(path, "a", encoding="utf-8") if path else None  # closed by close()
 
     def record(self, fresh: list[tuple[str, str, Any]], duplicates: int) -> None:
@@ -83,6 +85,22 @@ class Ledger:
         self.deleted[partition] = max(before, self.deleted.get(partition, 0))
         self._write({"deleted": [partition, before]})
 
+    def record_version(self, version: str, ids: list[str]) -> None:
+        """A version of a file was uploaded, holding the records ``ids`` (s3 mode; they are
+        recorded too). Call with ``lock`` held."""
+        self.versions[version] = ids
+        self._write({"version": version, "ids": ids})
+
+    def record_mutation(self, version: str, how: str) -> None:
+        """The harness overwrote or deleted a version (s3 mode). Call with ``lock`` held."""
+        self.mutated[version] = how
+        self._write({"mutated": version, "how": how})
+
+    @property
+    def mutated_keys(self) -> set[str]:
+        """The keys whose versions the harness overwrote or deleted."""
+        return {v.rsplit("@", 1)[0] for v in self.mutated}
+
     def _write(self, entry: dict[str, Any]) -> None:
         if self._file is not None:
             self._file.write(json.dumps(entry) + "\n")
@@ -101,6 +119,10 @@ class Ledger:
                 elif "deleted" in entry:
                     p, before = entry["deleted"]
                     ledger.deleted[p] = max(before, ledger.deleted.get(p, 0))
+                elif "version" in entry:
+                    ledger.versions[entry["version"]] = entry["ids"]
+                elif "mutated" in entry:
+                    ledger.mutated[entry["mutated"]] = entry["how"]
                 elif "deposits" in entry:
                     for account, amount in entry["deposits"].items():
                         ledger.deposits[account] = ledger.deposits.get(account, 0) + amount
@@ -127,6 +149,7 @@ class Ledger:
         part.malformed = self.malformed & ids
         part.duplicates, part.deposits = self.duplicates, self.deposits
         part.aborted, part.deleted = self.aborted, self.deleted
+        part.versions, part.mutated = self.versions, self.mutated
         return part
 
 

@@ -16,13 +16,15 @@ import pytest
 from bench.chaos import ChaosConfig, ChaosReport, write_dag
 from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack, RestClient, quiet_daily_schedule
+from dev.s3 import S3Server
 from tests.e2e.browsing import chromium
 
-# The chaos harness's CI sizes; the words and kafka topologies are deployed with the others
+# The chaos harness's CI sizes; the words, kafka and s3 topologies are deployed with the others
 # (payments is an example: deployed already).
 CHAOS_CI = ChaosConfig.quick(seed=7)
 CHAOS_PAYMENTS_CI = ChaosConfig.quick(seed=7, mode="payments")
 CHAOS_KAFKA_CI = ChaosConfig.quick(seed=7, mode="kafka")
+CHAOS_S3_CI = ChaosConfig.quick(seed=7, mode="s3")
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -111,6 +113,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
         (dags / own.name).symlink_to(own)
     write_dag(dags, CHAOS_CI)
     write_dag(dags, CHAOS_KAFKA_CI)
+    write_dag(dags, CHAOS_S3_CI)
     env = {
         # Runs are triggered over REST with explicit logical dates; the daily schedule only adds
         # the one scheduled run Airflow creates on unpause (the tests' own DAGs read it too).
@@ -133,9 +136,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
     # Four worker slots: waiting plans and commits wait in the triggerer, holding none of them
     # (test_deferred_waits.py would starve if they slept in workers).
     # A Spark Connect server beside Airflow (spark_connect_default) for the tests' own topologies.
-    # An S3 server (S3Proxy) as aws_default, for the s3_orders example.
+    # An S3 server (S3Proxy) as aws_default, for the s3_orders example and the chaos harness's s3
+    # mode (which slows its link down).
     st = LocalStack(base, dags, env=env, parallelism=4, kafka=kafka_broker,  # kafka_default: the session's broker
-                    spark_connect=True, warm_connect=False, s3=True)
+                    spark_connect=True, warm_connect=False, s3=S3Server(base / "s3", link=True))
     try:
         st.start()
         yield st

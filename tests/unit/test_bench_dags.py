@@ -43,3 +43,15 @@ def test_the_bench_and_chaos_dags_load_with_the_settings_of_their_run(tmp_path: 
     assert bag.dags["bench_waits_sleeping_0"].get_task("plan").deferrable is False
     chaos = bag.dags["chaos_words"].get_task("plan").topology
     assert (chaos["max_in_flight"], chaos["max_batch_size"]) == (2, 123)
+
+
+def test_the_chaos_s3_dag_loads_as_an_opaque_landing_on_the_bucket(tmp_path: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    write_dag(tmp_path, ChaosConfig(mode="s3", max_in_flight=2, batch=120, rate=6))
+    bag = DagBag(dag_folder=str(tmp_path))
+    assert bag.import_errors == {} and bag.dag_ids == ["chaos_s3"]
+    topology = bag.dags["chaos_s3"].get_task("plan").topology
+    assert topology["opaque"] is True and topology["max_in_flight"] == 2
+    source = topology["source"]
+    assert (source["kind"], source["path"], source["max_files"]) == ("landing", "s3a://chaos-landing/tweets", 20)

@@ -333,3 +333,61 @@ def test_a_drain_that_moves_but_never_ends_is_cut_off(tmp_path: Path, monkeypatc
     c, clock = draining(tmp_path, monkeypatch, state=lambda t: "running", lag=lambda t: 7 + int(t // 2) % 2)
     c.drain()
     assert DRAIN_CAP * 60 <= clock.now < DRAIN_CAP * 60 + 10 and c.report.stuck_runs == 1, clock.now
+
+
+def test_the_store_kinds_belong_to_the_s3_mode_in_one_lane_and_its_ci_size_strikes_each() -> None:
+    from bench.chaos import KINDS, OBJECT_KINDS
+    from bench.chaos.faults import Faults
+
+    assert ChaosConfig(mode="s3").kinds == KINDS + OBJECT_KINDS
+    quick = ChaosConfig.quick(mode="s3")
+    assert set(OBJECT_KINDS) <= set(quick.kinds) and quick.faults >= len(quick.kinds)
+    with pytest.raises(ValueError, match="need what this run lacks"):
+        ChaosConfig(kinds=("spark_kill", "object_overwrite"))
+    lanes = Faults.plan(SimpleNamespace(cfg=quick, rng=random.Random(1)))  # type: ignore[arg-type]
+    assert sorted(lanes["store"]) == sorted(OBJECT_KINDS)  # the store struck by one fault at a time
+
+
+def test_the_s3_ledger_on_disk_keeps_every_version_and_what_the_harness_did_to_it(tmp_path: Path) -> None:
+    from bench.chaos.objects import record_version, version_id
+
+    ledger = Ledger(tmp_path / LEDGER)
+    with ledger.lock:
+        record_version(ledger, "tweets/p0-1.json", '"e1"', [(0, "https://a.org/1"), (1, "m-0-1-1")])
+        record_version(ledger, "tweets/p0-1.json", '"e2"', [(0, "https://b.org/1")])
+        ledger.record([], 1)
+        ledger.record_mutation(version_id("tweets/p0-1.json", '"e1"'), "overwrite")
+    loaded = Ledger.load(tmp_path / LEDGER)
+    ledger.close()
+    assert loaded.versions == ledger.versions == {"tweets/p0-1.json@e1": ["tweets/p0-1.json@e1:0", "m-0-1-1"],
+                                                  "tweets/p0-1.json@e2": ["tweets/p0-1.json@e2:0"]}
+    assert loaded.mutated == {"tweets/p0-1.json@e1": "overwrite"} and loaded.mutated_keys == {"tweets/p0-1.json"}
+    assert loaded.malformed == {"m-0-1-1"} and loaded.duplicates == 1
+    assert loaded.url_counts() == {"https://a.org/1": 1, "https://b.org/1": 1}
+    only_new = loaded.restricted_to(set(loaded.versions["tweets/p0-1.json@e2"]))
+    assert only_new.url_counts() == {"https://b.org/1": 1} and not only_new.malformed
+
+
+def test_an_audit_refused_for_files_the_harness_overwrote_is_not_a_difference(tmp_path: Path) -> None:
+    from bench.chaos.objects import audit_refused
+
+    ledger = Ledger(tmp_path / LEDGER)
+    said = ("cannot audit chaos_s3: landing files gone or changed since they committed: "
+            "s3a://chaos-landing/tweets/p0-3.json, s3a://chaos-landing/tweets/p1-7.json")
+    ledger.record_mutation("tweets/p0-3.json@e1", "delete")
+    assert audit_refused(said, ledger) == ""  # p1-7 was changed by no one the harness knows
+    ledger.record_mutation("tweets/p1-7.json@e4", "overwrite")
+    assert "tweets/p0-3.json, tweets/p1-7.json" in audit_refused(said, ledger)
+    assert audit_refused("chaos_s3: 3 rows differ", ledger) == ""
+
+
+def test_a_slow_link_holds_object_gets_only() -> None:
+    from dev.slowlink import object_get
+
+    assert object_get(b"GET /chaos-landing/tweets/p0-1.json HTTP/1.1\r\nHost: x\r\n")
+    assert object_get(b"GET /bucket/a%20b?versionId=3 HTTP/1.1\r\n")
+    assert not object_get(b"GET /chaos-landing?list-type=2&prefix=tweets%2F HTTP/1.1\r\n")
+    assert not object_get(b"GET /chaos-landing/ HTTP/1.1\r\n")
+    assert not object_get(b"GET / HTTP/1.1\r\n")
+    assert not object_get(b"PUT /chaos-landing/tweets/p0-1.json HTTP/1.1\r\n")
+    assert not object_get(b"HEAD /chaos-landing/tweets/p0-1.json HTTP/1.1\r\n")
