@@ -30,7 +30,7 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import TransactionalError
 from airflow_transactional.model import TopologyStatus
 from airflow_transactional.sources import EventLog
-from airflow_transactional.sources.landing import write_json_lines
+from airflow_transactional.sources.landed import write_json_lines
 from airflow_transactional.spark.submit import SPARK_CONNECT_CONN_ENV
 from dev import payments
 from dev.cluster import ClusterStack

@@ -19,7 +19,7 @@ import pytest
 from airflow_transactional import EventLog
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.sources.landing import write_json_lines
+from airflow_transactional.sources.landed import write_json_lines
 from airflow_transactional.spark import cds as spark_cds
 from dev.localstack import LocalStack, RestClient
 from tests.e2e.conftest import REPO, StatsdListener, lineage_events, task_log, wait_for_runs

@@ -16,7 +16,7 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import BatchUnavailable, NotProcessed
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import LandingDirectory
-from airflow_transactional.sources.landing import write_json_lines
+from airflow_transactional.sources.landed import write_json_lines
 from airflow_transactional.spec import StateSpec, TopologySpec
 from tests.helpers import click, click_fn, counting_topology, make_log, query, run_one, table
 

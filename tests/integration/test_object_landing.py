@@ -141,6 +141,23 @@ def test_a_replaced_file_is_planned_again_later_as_a_new_version(
     assert table(dsn, "file_counts") == {"x": 1, "y": 1, "z": 1}
 
 
+def test_max_batch_bytes_caps_a_batch_and_a_larger_file_is_a_batch_of_its_own(
+        coordinator: Coordinator, place: Place, dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    coordinator.register(TopologySpec("files", place.source(max_files=10, max_batch_bytes=2000),
+                                      [StateSpec("file_counts", {"user_id": "text"}, combiner="count")]))
+    for name, n in (("a.json", 40), ("b.json", 40), ("c.json", 200), ("d.json", 40)):  # 14 bytes a line
+        place.put(name, [name[0]] * n)
+        time.sleep(1.1)  # S3 keeps a second of the upload's time: arrival order by name
+    with caplog.at_level("WARNING", logger="airflow_transactional.sources.landing"):
+        t1, t2, t3 = (coordinator.plan("files", f"r{k}") for k in range(3))
+    assert [_names(t) for t in (t1, t2, t3)] == [["a.json", "b.json"], ["c.json"], ["d.json"]]
+    assert "c.json is 2,800 bytes, more than max_batch_bytes (2,000): it is planned in a batch of its own" \
+        in caplog.text
+    for t in (t1, t2, t3):
+        _run(coordinator, t.txid)
+    assert table(dsn, "file_counts") == {"a": 40, "b": 40, "c": 200, "d": 40}
+
+
 def test_the_same_bytes_uploaded_again_are_the_same_file(coordinator: Coordinator, s3: S3Server) -> None:
     place = Place("s3", s3)
     coordinator.register(_topology(place))
@@ -230,6 +247,34 @@ def test_wrong_credentials_and_a_missing_bucket_name_the_fix(coordinator: Coordi
             fresh.plan("files", "r1")
     finally:
         fresh.close()
+
+
+def test_the_expected_bucket_owner_is_said_on_every_request_and_named_in_a_refusal(
+        coordinator: Coordinator, s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    # S3 refuses (403) a request whose x-amz-expected-bucket-owner is not the bucket's account.
+    # S3Proxy does not check it: shown here is that every request the planner and the reader make
+    # says it, and that a refusal names it as a cause and the fix.
+    place = Place("s3", s3)
+    place.put("a.json", ["a"])
+    owned = {**s3.connection(), "extra": {**s3.connection()["extra"], "expected_bucket_owner": "111122223333"}}
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(owned))
+    source = ObjectLanding(place.url, conn_id="aws_default", settle_seconds=0)
+    sent: list[tuple[str, str | None]] = []
+    source.store.client.meta.events.register(  # type: ignore[attr-defined]
+        "before-send.s3", lambda request, **_: sent.append((request.method, request.headers.get(
+            "x-amz-expected-bucket-owner"))))
+    (f,) = list(source.store.listing())
+    assert source.store.stat(f.path) == f and b"".join(source.store.blocks(f)) == b'{"user": "a"}\n'
+    assert [m for m, _ in sent] == ["GET", "HEAD", "GET"] and {o for _, o in sent} == {b"111122223333"}
+    for bad in ("1111-2222-3333", 111122223333, "arn:aws:iam::111122223333:root"):
+        monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
+            {**owned, "extra": {**owned["extra"], "expected_bucket_owner": bad}}))
+        with pytest.raises(ConfigError, match="expected_bucket_owner must be the 12-digit AWS account id"):
+            _ = ObjectLanding(place.url, conn_id="aws_default").store
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({**owned, "password": "not-the-secret"}))
+    with pytest.raises(ConfigError, match=r"refused .* and that account 111122223333 owns the bucket \(the "
+                                          r"connection's expected_bucket_owner"):
+        list(ObjectLanding(place.url, conn_id="aws_default").store.listing())
 
 
 def test_an_incremental_listing_finds_new_names_after_the_last_and_the_rest_at_its_full_listing(

@@ -15,7 +15,7 @@ import pytest
 from airflow_transactional import LandingDirectory, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.limits import QUARANTINE_RECORD_CHARS
-from airflow_transactional.sources.landing import write_json_lines
+from airflow_transactional.sources.landed import write_json_lines
 from airflow_transactional.spark.submit import provider_zip
 from tests.helpers import local_conf, query
 

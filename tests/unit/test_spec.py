@@ -69,6 +69,15 @@ def test_spec_round_trips_through_its_stored_config() -> None:
     assert TopologySpec.from_config(spec.to_config()) == spec
     landing = LandingDirectory("/data/in", format="parquet", max_files=3)
     assert source_from_config(landing.to_config()).to_config() == landing.to_config()
+    capped = LandingDirectory("s3a://bucket/in", max_batch_bytes=5 << 30)
+    assert source_from_config(capped.to_config()).to_config() == capped.to_config()
+    assert capped.to_config()["max_batch_bytes"] == 5 << 30 and "max_batch_bytes" not in landing.to_config()
+    # The caps and the way a plan lists shape future batches only: a topology may change them.
+    tuned = _spec(source=LandingDirectory("s3a://bucket/in", max_batch_bytes=1 << 30, max_files=7,
+                                          listing="incremental", full_listing_seconds=60))
+    assert incompatible_changes(_spec(source=capped).to_config(), tuned.to_config()) == []
+    assert incompatible_changes(_spec(source=capped).to_config(),
+                                _spec(source=LandingDirectory("s3a://bucket/other")).to_config())
 
 
 def test_outputs_are_checked_and_round_trip() -> None:

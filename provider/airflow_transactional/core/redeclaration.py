@@ -11,7 +11,8 @@ from typing import Any
 # else -- where the source is, the states' keys, types, rules and tables -- decides what the
 # committed offsets and state values *mean*, and may not change under them. (The DAG that runs a
 # topology may never change: see other_owner.)
-MUTABLE_SOURCE_SETTINGS = frozenset({"max_files", "settle_seconds"})
+MUTABLE_SOURCE_SETTINGS = frozenset({"max_files", "settle_seconds", "max_batch_bytes", "listing",
+                                     "full_listing_seconds"})
 _STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database", "schema")
 
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ..exceptions import BatchUnavailable
+from ..store import landing
 from .base import Record
 
 
@@ -198,3 +201,57 @@ def planned_lines(f: Mapping[str, Any], longest: int) -> Iterator[Record]:
     if f.get("sha256") and sha.hexdigest() != f["sha256"]:
         raise BatchUnavailable(f"landing file {path} (seq {f['seq']}) changed while it was read: this attempt is "
                                "void, and its content now is a new version")
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    """One version of a file: where it is and what identifies its content."""
+
+    path: str
+    size: int
+    mtime_ns: int | None
+    inode: int | None
+    sha256: str | None = None
+    seq: int = 0
+    plain: bool | None = None  # see landed.Scan (None: registered before it was looked at)
+    version: str | None = None  # the store's version of a file on S3 or HDFS (:mod:`.objects`)
+
+    @classmethod
+    def from_row(cls, row: Iterable[Any]) -> LandedFile:
+        seq, path, size, mtime_ns, inode, sha256, plain, version = row
+        return cls(path, int(size), mtime_ns, inode, sha256, int(seq), plain, version)
+
+    @classmethod
+    def from_plan(cls, f: Mapping[str, Any]) -> LandedFile:
+        return cls(f["path"], int(f["size"]), f.get("mtime_ns"), f.get("inode"), f.get("sha256"), int(f["seq"]),
+                   f.get("plain"), f.get("version"))
+
+    def row(self, seq: int) -> landing.FileRow:
+        """This version as the store keeps it, with sequence number ``seq``."""
+        return landing.FileRow(seq, self.path, self.size, self.mtime_ns, self.inode, self.sha256, self.plain,
+                               self.version)
+
+    def to_plan(self) -> dict[str, Any]:
+        plan = {"seq": self.seq, "path": self.path, "size": self.size, "mtime_ns": self.mtime_ns,
+                "inode": self.inode, "sha256": self.sha256, "plain": self.plain}
+        return plan if self.version is None else {**plan, "version": self.version}
+
+    def same_stat(self, other: LandedFile) -> bool:
+        return (self.size, self.mtime_ns, self.inode, self.version) == \
+            (other.size, other.mtime_ns, other.inode, other.version)
+
+    def matches(self, now: LandedFile) -> bool:
+        """Whether ``now`` (a fresh stat) shows this version unchanged, without reading it; a
+        version registered before contents were recorded has only its size to go by."""
+        return self.same_stat(now) or (self.mtime_ns is None and self.size == now.size)
+
+
+def write_json_lines(directory: str, name: str, records: Iterable[Mapping[str, Any]]) -> str:
+    """Land a file atomically (write a hidden temporary file, then rename): a helper for producers."""
+    tmp = os.path.join(directory, f".{name}.tmp")
+    final = os.path.join(directory, name)
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r) + "\n")
+    os.replace(tmp, final)
+    return final

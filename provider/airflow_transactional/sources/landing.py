@@ -25,13 +25,11 @@ digest) -- a name swapped for another file under the plan fails the attempt inst
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import os
 import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import psycopg2.extensions
@@ -42,54 +40,12 @@ from ..model import FileBatch, Offsets, PlannedBatch, planned_batch
 from ..store import landing, transactions
 from . import landed
 from .base import BatchPlan, Record, Source
+from .landed import LandedFile
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("json", "parquet", "csv")
 _IGNORED_SUFFIXES = (".tmp", ".inprogress", ".crc", ".partial")
-
-
-@dataclass(frozen=True)
-class LandedFile:
-    """One version of a file: where it is and what identifies its content."""
-
-    path: str
-    size: int
-    mtime_ns: int | None
-    inode: int | None
-    sha256: str | None = None
-    seq: int = 0
-    plain: bool | None = None  # see landed.Scan (None: registered before it was looked at)
-    version: str | None = None  # the store's version of a file on S3 or HDFS (:mod:`.objects`)
-
-    @classmethod
-    def from_row(cls, row: Iterable[Any]) -> LandedFile:
-        seq, path, size, mtime_ns, inode, sha256, plain, version = row
-        return cls(path, int(size), mtime_ns, inode, sha256, int(seq), plain, version)
-
-    @classmethod
-    def from_plan(cls, f: Mapping[str, Any]) -> LandedFile:
-        return cls(f["path"], int(f["size"]), f.get("mtime_ns"), f.get("inode"), f.get("sha256"), int(f["seq"]),
-                   f.get("plain"), f.get("version"))
-
-    def row(self, seq: int) -> landing.FileRow:
-        """This version as the store keeps it, with sequence number ``seq``."""
-        return landing.FileRow(seq, self.path, self.size, self.mtime_ns, self.inode, self.sha256, self.plain,
-                               self.version)
-
-    def to_plan(self) -> dict[str, Any]:
-        plan = {"seq": self.seq, "path": self.path, "size": self.size, "mtime_ns": self.mtime_ns,
-                "inode": self.inode, "sha256": self.sha256, "plain": self.plain}
-        return plan if self.version is None else {**plan, "version": self.version}
-
-    def same_stat(self, other: LandedFile) -> bool:
-        return (self.size, self.mtime_ns, self.inode, self.version) == \
-            (other.size, other.mtime_ns, other.inode, other.version)
-
-    def matches(self, now: LandedFile) -> bool:
-        """Whether ``now`` (a fresh stat) shows this version unchanged, without reading it; a
-        version registered before contents were recorded has only its size to go by."""
-        return self.same_stat(now) or (self.mtime_ns is None and self.size == now.size)
 
 
 def _stat(path: str) -> LandedFile | None:
@@ -146,10 +102,15 @@ def changed(f: LandedFile, *, deep: bool = False) -> bool:
     return again is None or again.size != f.size or f.sha256 is None or again.sha256 != f.sha256
 
 
+#: The largest ``max_batch_bytes`` a landing directory takes (1 PiB).
+MAX_BATCH_BYTES = 1 << 50
+
+
 class LandingDirectory(Source):
-    """Batches of files from one directory, at most ``max_files`` files per batch: a local
-    absolute path, or an ``s3a://`` or ``hdfs://`` URL (then an :class:`.objectlanding.ObjectLanding`,
-    whose ``conn_id`` names the connection to the store)."""
+    """Batches of files from one directory, at most ``max_files`` files per batch (and, with
+    ``max_batch_bytes``, at most that many bytes -- a file is never split: one larger than that is
+    a batch of its own): a local absolute path, or an ``s3a://`` or ``hdfs://`` URL (then an
+    :class:`.objectlanding.ObjectLanding`, whose ``conn_id`` names the connection to the store)."""
 
     kind: ClassVar[str] = "landing"
     lag_unit: ClassVar[str] = "files"
@@ -164,7 +125,7 @@ class LandingDirectory(Source):
 
     def __init__(self, path: str, *, format: str = "json", pattern: str = "*", max_files: int = 100,
                  settle_seconds: float = 2.0, conn_id: str | None = None, listing: str = "full",
-                 full_listing_seconds: float = 3600.0) -> None:
+                 full_listing_seconds: float = 3600.0, max_batch_bytes: int | None = None) -> None:
         """``conn_id``, ``listing`` and ``full_listing_seconds`` are for a directory on S3 or HDFS
         (:class:`.objectlanding.ObjectLanding`)."""
         if type(self) is LandingDirectory and (conn_id is not None or listing != "full"):
@@ -180,11 +141,16 @@ class LandingDirectory(Source):
         if not isinstance(settle_seconds, (int, float)) or isinstance(settle_seconds, bool) \
                 or not 0 <= settle_seconds <= 86_400:
             raise ConfigError(f"settle_seconds must be a number of seconds from 0 to 86400, got {settle_seconds!r}")
+        if max_batch_bytes is not None and (not isinstance(max_batch_bytes, int) or isinstance(max_batch_bytes, bool)
+                                            or not 1 <= max_batch_bytes <= MAX_BATCH_BYTES):
+            raise ConfigError(f"max_batch_bytes must be a number of bytes from 1 to {MAX_BATCH_BYTES:,} (1 PiB), or "
+                              f"None for no cap, got {max_batch_bytes!r}")
         self.path = path
         self.format = format
         self.pattern = pattern
         self.max_files = max_files
         self.settle_seconds = settle_seconds
+        self.max_batch_bytes = max_batch_bytes
 
     @staticmethod
     def _check_path(path: str) -> None:
@@ -192,8 +158,11 @@ class LandingDirectory(Source):
             raise ConfigError(f"landing directory must be an absolute path (without NUL bytes), got {path!r}")
 
     def to_config(self) -> dict[str, Any]:
-        return {"kind": self.kind, "path": self.path, "format": self.format,
-                "pattern": self.pattern, "max_files": self.max_files, "settle_seconds": self.settle_seconds}
+        config = {"kind": self.kind, "path": self.path, "format": self.format,
+                  "pattern": self.pattern, "max_files": self.max_files, "settle_seconds": self.settle_seconds}
+        if self.max_batch_bytes is not None:  # a declaration that does not say it keeps its stored form
+            config["max_batch_bytes"] = self.max_batch_bytes
+        return config
 
     def _listing(self, *, settled_only: bool = True) -> list[LandedFile]:
         """The files of the directory that are candidates, oldest first (by mtime, then name)."""
@@ -307,10 +276,11 @@ class LandingDirectory(Source):
         cap = min(self.max_files, max_records)  # a batch is counted in files here
         files: list[dict[str, Any]] = []
         lost: list[LandedFile] = []
+        size = 0  # the bytes of ``files``
         end = begin
         last = int(until["seq"]) if until is not None and "seq" in until else None
         for f in map(LandedFile.from_row, landing.after(cur, s, topology_id, begin)):
-            if len(files) >= cap or (last is not None and f.seq > last):
+            if len(files) >= cap or (last is not None and f.seq > last) or self._over_bytes(files, size, f):
                 break
             # What was not digested just now is digested again: a rewrite may have kept the stat.
             if self._changed(f, deep=f.seq not in digested):
@@ -324,11 +294,25 @@ class LandingDirectory(Source):
                 self._register_rewritten(cur, s, topology_id, f)
                 continue
             files.append(f.to_plan())
+            size += f.size
             end = f.seq
         return BatchPlan(start={"seq": begin}, end={"seq": end},
                          batch=FileBatch(directory=self.path, format=self.format, files=tuple(files)),
                          planned_records=len(files), lost_records=len(lost), lost_detail=[f.path for f in lost],
                          lost_ranges=[f.seq for f in lost])  # a version: its name may hold a later one
+
+    def _over_bytes(self, files: list[dict[str, Any]], size: int, f: LandedFile) -> bool:
+        """Whether ``f`` would take a batch of ``files`` (``size`` bytes) past ``max_batch_bytes``; a
+        file larger than that on its own is planned alone, and said."""
+        if self.max_batch_bytes is None or size + f.size <= self.max_batch_bytes:
+            return False
+        if not files:
+            log.warning("landing directory %s: %s is %s bytes, more than max_batch_bytes (%s): it is planned in a "
+                        "batch of its own (a file is never split); raise max_batch_bytes if its batch's processing "
+                        "needs more room, or land smaller files", self.path, f.path, f"{f.size:,}",
+                        f"{self.max_batch_bytes:,}")
+            return False
+        return True
 
     def unavailable(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                     batch: Mapping[str, Any]) -> str | None:
@@ -379,14 +363,3 @@ class LandingDirectory(Source):
             done.setdefault(f.path, []).append(f)
         return sum(1 for f in self._listing(settled_only=False)
                    if not any(self._matches(d, f) for d in done.get(f.path, [])))
-
-
-def write_json_lines(directory: str, name: str, records: Iterable[Mapping[str, Any]]) -> str:
-    """Land a file atomically (write a hidden temporary file, then rename): a helper for producers."""
-    tmp = os.path.join(directory, f".{name}.tmp")
-    final = os.path.join(directory, name)
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r) + "\n")
-    os.replace(tmp, final)
-    return final

@@ -29,7 +29,8 @@ from ..model import Offsets
 from ..store import landing
 from . import landed
 from .base import BatchPlan, Record
-from .landing import _IGNORED_SUFFIXES, LandedFile, LandingDirectory
+from .landed import LandedFile
+from .landing import _IGNORED_SUFFIXES, LandingDirectory
 from .objects import ObjectStore, StoredFile, split_url
 from .s3 import S3Store
 from .webhdfs import WebHdfsStore
@@ -60,8 +61,10 @@ class ObjectLanding(LandingDirectory):
 
     def __init__(self, path: str, *, format: str = "json", pattern: str = "*", max_files: int = 100,
                  settle_seconds: float = 2.0, conn_id: str | None = None, listing: str = "full",
-                 full_listing_seconds: float = 3600.0, connections: Connections | None = None) -> None:
-        super().__init__(path, format=format, pattern=pattern, max_files=max_files, settle_seconds=settle_seconds)
+                 full_listing_seconds: float = 3600.0, max_batch_bytes: int | None = None,
+                 connections: Connections | None = None) -> None:
+        super().__init__(path, format=format, pattern=pattern, max_files=max_files, settle_seconds=settle_seconds,
+                         max_batch_bytes=max_batch_bytes)
         if listing not in LISTINGS:
             raise ConfigError(f"listing must be one of {', '.join(LISTINGS)}, got {listing!r}")
         if not isinstance(full_listing_seconds, (int, float)) or isinstance(full_listing_seconds, bool) \

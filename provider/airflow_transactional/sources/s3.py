@@ -4,7 +4,10 @@ and the Spark driver, read by Spark's executors with Hadoop's s3a.
 The connection is the Amazon provider's ``aws`` type: the access key and secret as its login and
 password (or none: the machine's own credentials -- an instance profile, a web identity, the
 environment), and in its extra ``endpoint_url``, ``region_name``, ``aws_session_token``,
-``config_kwargs: {"s3": {"addressing_style": "path"}}``, and ``s3a``: Hadoop settings for Spark's
+``config_kwargs: {"s3": {"addressing_style": "path"}}``, ``expected_bucket_owner`` (the AWS account
+that must own the bucket: every request says so, and S3 refuses one to a bucket of another account
+-- a landing URL with a mistyped bucket name never reads a stranger's objects), and ``s3a``: Hadoop
+settings for Spark's
 reader from :data:`S3A_ALLOWED` (server-side encryption, an assumed role, the credentials
 provider, timeouts). Nothing else reaches Spark: a connection's extra is not a way to set any
 Hadoop option.
@@ -88,6 +91,12 @@ class S3Store(ObjectStore):
         self.prefix = f"{path.strip('/')}/" if path.strip("/") else ""
         self._client: Any = None
         s3a_options(settings, conn_id)  # refuse a bad extra now, not in the driver
+        owner = settings.get("expected_bucket_owner")
+        if owner is not None and not (isinstance(owner, str) and owner.isdigit() and len(owner) == 12):
+            raise ConfigError(f"connection {conn_id!r}: expected_bucket_owner must be the 12-digit AWS account id "
+                              f"that owns the bucket, got {owner!r}")
+        #: Said on every request (S3's ``x-amz-expected-bucket-owner``).
+        self.owner = {"ExpectedBucketOwner": owner} if owner else {}
 
     @property
     def client(self) -> Any:
@@ -125,7 +134,8 @@ class S3Store(ObjectStore):
     def listing(self, after: str | None = None) -> Iterator[StoredFile]:
         start = {"StartAfter": self._key(after)} if after else {}
         pages = self._call(lambda: self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=self.prefix, Delimiter="/", PaginationConfig={"PageSize": 1000}, **start))
+            Bucket=self.bucket, Prefix=self.prefix, Delimiter="/", PaginationConfig={"PageSize": 1000}, **start,
+            **self.owner))
         for page in self._call(lambda: list(pages)):
             for o in page.get("Contents") or ():
                 if not o["Key"].endswith("/"):  # a "folder" marker is not a file
@@ -133,7 +143,8 @@ class S3Store(ObjectStore):
                                      int(o["LastModified"].timestamp() * 1e9))
 
     def stat(self, path: str) -> StoredFile | None:
-        head = self._call(lambda: self.client.head_object(Bucket=self.bucket, Key=self._key(path)), missing=None)
+        head = self._call(lambda: self.client.head_object(Bucket=self.bucket, Key=self._key(path), **self.owner),
+                          missing=None)
         if head is None:
             return None
         return StoredFile(path, int(head["ContentLength"]), str(head["ETag"]),
@@ -141,7 +152,8 @@ class S3Store(ObjectStore):
 
     def blocks(self, planned: StoredFile) -> Iterator[bytes]:
         body = self._call(lambda: self.client.get_object(Bucket=self.bucket, Key=self._key(planned.path),
-                                                          IfMatch=planned.version)["Body"], missing=None,
+                                                          IfMatch=planned.version, **self.owner)["Body"],
+                          missing=None,
                           changed=planned.path)
         if body is None:
             raise BatchUnavailable(f"landing object {planned.path} is gone (planned with ETag {planned.version}): "
@@ -175,8 +187,11 @@ class S3Store(ObjectStore):
                 raise ConfigError(f"{where}: the bucket does not exist -- create it, or fix the landing URL") from None
             if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403", "Forbidden") \
                     or status == 403:
+                owned = (f", and that account {self.owner['ExpectedBucketOwner']} owns the bucket (the connection's "
+                         "expected_bucket_owner: S3 refuses a request to another account's bucket)"
+                         if self.owner else "")
                 raise ConfigError(f"{where}: refused ({code}) -- check the connection's access key and secret, and "
-                                  "that they may list and read the bucket") from None
+                                  f"that they may list and read the bucket{owned}") from None
             raise SourceUnreachable(f"{where}: {code or status}: {exc}") from None
         except BotoCoreError as exc:
             raise SourceUnreachable(f"{where} did not answer ({type(exc).__name__}): check the server is up and the "
