@@ -292,6 +292,26 @@ def one_line(error: str, limit: int = 300) -> str:
     return line if len(line) <= limit else f"{line[:limit - 3]}..."
 
 
+def failure_text(exc: BaseException) -> str:
+    """What a failed attempt records of its exception: its type and text -- and for an error of
+    Spark's JVM (a Py4J error, whose text is the top of a Java stack), the root of its chain of
+    causes first (``java.net.ConnectException: Connection refused``), which says what failed."""
+    text = f"{type(exc).__name__}: {exc}"
+    cause = getattr(exc, "java_exception", None)
+    if cause is None:
+        return text
+    try:
+        for _ in range(32):  # a chain of causes, not a cycle
+            deeper = cause.getCause()
+            if deeper is None:
+                break
+            cause = deeper
+        root = str(cause.toString())
+    except Exception:  # the JVM is gone: what the exception says is all there is
+        return text
+    return f"{type(exc).__name__}, caused by {one_line(root, 500)}\n{text}"
+
+
 def duration(seconds: float) -> str:
     """A wait in words: "40 s", "12 min", "3.5 h"."""
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 \

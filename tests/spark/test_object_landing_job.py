@@ -2,11 +2,17 @@
 fetched) and on a real HDFS (Spark's own HDFS client), under spark-submit: exactly the planned
 versions, replayed and out of order, committed in order -- the numbers those of the files the
 producer uploaded, bad lines quarantined; a file replaced under its plan fails the attempt naming
-it, and is counted later as the new version it is."""
+it, and is counted later as the new version it is; the store lost under a read and back costs an
+attempt at most."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,7 +21,8 @@ import pytest
 
 from airflow_transactional import LandingDirectory, SparkJob, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
-from tests.helpers import query, spark_submit
+from airflow_transactional.spark.submit import provider_zip
+from tests.helpers import local_conf, query, spark_submit
 from tests.object_stores import Place
 
 pytestmark = pytest.mark.spark
@@ -36,7 +43,7 @@ def store(request: pytest.FixtureRequest) -> Place:
 
 
 def _submit(dsn: str, store: Place, txid: int) -> Any:
-    return spark_submit(dsn, WORDS, "--topology", "owords", "--txid", str(txid), jars=store.jars())
+    return _submit_as(dsn, store, txid, "owords")
 
 
 def test_the_words_job_reads_exactly_the_planned_versions_of_a_store(dsn: str, store: Place) -> None:
@@ -90,3 +97,71 @@ def test_a_planned_name_is_spelled_as_hadoop_spells_it() -> None:
                 assert uri_text(scheme + name) == str(path(scheme + name).toUri().toString()), name
     finally:
         spark.stop()
+
+
+def test_the_store_lost_under_a_read_and_back_costs_an_attempt_at_most(dsn: str, store: Place,
+                                                                        tmp_path: Path) -> None:
+    # The S3 server (SIGKILL) or the HDFS cluster -- its NameNode and DataNode, one JVM -- lost while
+    # the driver reads the batch, and started again on its ports and data two seconds later. The
+    # attempt either rides it out (s3a and the HDFS client retry) or fails; a retry then counts
+    # exactly the planned versions, once.
+    from dev import faults
+
+    oracle: Counter[str] = Counter()
+    for k in range(4):
+        lines = _lines(10_000 * k, 20_000)
+        store.put_lines(f"big{k}.json", lines)
+        oracle.update(json.loads(x)["url"] for x in lines)
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("lwords", LandingDirectory(store.url, settle_seconds=0, conn_id=store.conn_id), [
+        StateSpec("url_counts", {"url": "text"}, combiner="count", table="lurl_counts"),
+        StateSpec("domain_counts", {"domain": "text"}, combiner="count", kind="opaque", table="ldomain_counts"),
+    ], job=SparkJob(WORDS)))
+    t = coord.plan("lwords", "r1").txid
+    begun = tmp_path / "begun"
+    jars = store.jars()
+    argv = ["spark-submit", "--master", "local[2]", *local_conf(), *(["--jars", ",".join(jars)] if jars else []),
+            "--py-files", provider_zip(), WORDS, "--topology", "lwords", "--txid", str(t)]
+    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
+                           faults=f"spark.begin=waitfor:{begun}")
+    link = store.server.link if store.kind == "s3" else None
+    job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not Path(f"{begun}.waiting").exists():
+            assert job.poll() is None and time.monotonic() < deadline, "the driver never began its attempt"
+            time.sleep(0.2)
+        held = link.held if link is not None else 0
+        if link is not None:
+            link.slow(120, (2.0, 2.0))  # every object read held two seconds: the kill lands inside one
+        begun.touch()
+        while link is not None and link.held == held:
+            assert job.poll() is None and time.monotonic() < deadline, "the driver never read an object"
+            time.sleep(0.1)
+        time.sleep(1.0 if link is not None else 4.0)  # HDFS: the reading under way
+        store.server.kill()
+        time.sleep(2)
+        store.server.start()
+        if link is not None:
+            link.slow(0)
+        out, _ = job.communicate(timeout=300)
+    finally:
+        job.kill()
+    tries = 1
+    if job.returncode != 0:  # the attempt failed; Airflow's retry is a new attempt of the same txid
+        res = _submit_as(dsn, store, t, "lwords")
+        assert res.returncode == 0, (out[-2000:], res.stdout[-3000:])
+        tries = 2
+        # What the failed attempt recorded says what failed, not the top of a Java stack.
+        ((error,),) = query(dsn, "SELECT error FROM airflow_txn.attempts WHERE topology_id = 'lwords' AND attempt = 1")
+        first = error.splitlines()[0]  # the store's: no HTTP response (S3), end of stream (HDFS), ...
+        assert re.match(r"Py4JJavaError, caused by [\w.$]+(Exception|Error)\b", first) and re.search(
+            r"(?i)http|eof|connect|refused|reset|closed|respond|timed out", first), error[:600]
+    print(f"{store.kind}: the batch committed after {tries} attempt(s)")
+    assert coord.commit("lwords", t).committed
+    assert dict(query(dsn, "SELECT url, value FROM lurl_counts")) == oracle
+    coord.close()
+
+
+def _submit_as(dsn: str, store: Place, txid: int, topology: str) -> Any:
+    return spark_submit(dsn, WORDS, "--topology", topology, "--txid", str(txid), jars=store.jars())

@@ -55,3 +55,36 @@ def test_scalar_wants_exactly_one_value() -> None:
         scalar(FakeCursor(["a", "b"], [(1, 2)]))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="expected one value"):
         scalar(FakeCursor(["n"], []))  # type: ignore[arg-type]
+
+
+def test_a_failed_attempt_records_the_root_cause_of_a_jvm_error_first() -> None:
+    from airflow_transactional.model import failure_text
+
+    class Throwable:
+        def __init__(self, text: str, cause: Throwable | None = None) -> None:
+            self.text, self.cause = text, cause
+
+        def getCause(self) -> Throwable | None:  # py4j spells Throwable.getCause so
+            return self.cause
+
+        def toString(self) -> str:
+            return self.text
+
+    class Py4JJavaError(Exception):  # what pyspark raises for an error of the JVM
+        def __init__(self, java: Throwable) -> None:
+            super().__init__("An error occurred while calling o869.getResult.\n: org.apache.spark.SparkException")
+            self.java_exception = java
+
+    chain = Throwable("org.apache.spark.SparkException: Exception thrown in awaitResult",
+                      Throwable("org.apache.spark.SparkException: Job aborted",
+                                Throwable("java.net.ConnectException: Connection refused")))
+    text = failure_text(Py4JJavaError(chain))
+    assert text.splitlines()[0] == "Py4JJavaError, caused by java.net.ConnectException: Connection refused"
+    assert "o869.getResult" in text  # the whole error follows
+    assert failure_text(ValueError("bad")) == "ValueError: bad"
+
+    class Gone(Throwable):
+        def getCause(self) -> Throwable | None:
+            raise ConnectionError("the JVM is gone")
+
+    assert failure_text(Py4JJavaError(Gone("x"))).startswith("Py4JJavaError: An error occurred")

@@ -17,7 +17,7 @@ from ..exceptions import (
     StaleAttempt,
 )
 from ..limits import QUARANTINE_RECORD_CHARS, printable
-from ..model import Attempt, OutputStaging, StagedEvent, Transaction
+from ..model import Attempt, OutputStaging, StagedEvent, Transaction, failure_text
 from ..sources.base import Record
 from ..store import attempts, commits, decisions, outputs, transactions
 from ..store import logs as event_logs
@@ -87,7 +87,7 @@ def processing(store: StateStore, topology_id: str, txid: int) -> Iterator[Attem
     try:
         yield AttemptRun(store, attempt, txn)
     except BaseException as exc:
-        fail_attempt(store, attempt, f"{type(exc).__name__}: {exc}")
+        fail_attempt(store, attempt, failure_text(exc))
         raise
 
 
