@@ -18,7 +18,7 @@ BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.
 def test_a_child_that_ended_counts_once_for_the_process_that_reaped_it() -> None:
     with RoleCpu() as cpu:
         subprocess.run([sys.executable, "-c", BURN], check=True)
-    assert 0.6 <= cpu.by_role["benchmark"] < 1.6, cpu.by_role  # the child's burn (+ its start-up), once
+    assert 0.58 <= cpu.by_role["benchmark"] < 1.6, cpu.by_role  # the burn (+ start-up), once, to a clock tick
 
 
 def test_a_process_alive_at_both_snapshots_counts_its_difference() -> None:

@@ -90,3 +90,40 @@ def test_a_landing_directory_on_a_store_says_no_secret_in_its_declaration() -> N
     ("b\\s.json", "b\\\\s.json")])
 def test_a_name_is_escaped_for_spark_s_reader_to_take_it_literally(name: str, escaped: str) -> None:
     assert glob_escaped(name) == escaped
+
+
+class BytesStore:
+    """A store of one file held in memory: what parquet_problem reads of it, and how much."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.read = data, 0
+
+    def piece(self, planned: object, offset: int, length: int) -> bytes:
+        self.read += length
+        return self.data[offset:offset + length]
+
+
+def test_a_parquet_footer_is_checked_from_three_ranged_reads() -> None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_transactional.sources.objects import StoredFile, parquet_problem
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"url": [f"https://a.org/{i}" for i in range(20_000)], "user": ["u"] * 20_000}), buf)
+    good = buf.getvalue()
+
+    def problem(data: bytes) -> str | None:
+        store = BytesStore(data)
+        why = parquet_problem(store, StoredFile("s3a://b/in/f.parquet", len(data), "e", 0))  # type: ignore[arg-type]
+        assert store.read < 4096 + 16, store.read  # the footer, never the whole file
+        return why
+
+    assert problem(good) is None and len(good) > 50_000
+    assert "no footer at its end" in (problem(good[:-100]) or "")  # cut short: a partial upload
+    assert "does not begin with PAR1" in (problem(b"x" + good[1:]) or "")
+    assert "too short" in (problem(b"PAR1") or "")
+    mangled = good[:-300] + b"\xff" * 100 + good[-200:]  # the footer's bytes overwritten: it does not parse
+    assert (problem(mangled) or "").startswith("unreadable Parquet file: ")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 import io
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -31,7 +31,7 @@ from . import landed
 from .base import BatchPlan, Record
 from .landed import LandedFile
 from .landing import _IGNORED_SUFFIXES, LandingDirectory
-from .objects import ObjectStore, StoredFile, split_url
+from .objects import ObjectStore, StoredFile, parquet_problem, split_url
 from .s3 import S3Store
 from .webhdfs import WebHdfsStore
 
@@ -204,6 +204,14 @@ class ObjectLanding(LandingDirectory):
         for n, line in enumerate(landed.text_lines(raw, limits.MAX_RECORD_BYTES), start=1):
             if line.strip():
                 yield Record(f"{f['seq']}:{n}", None, line.rstrip("\n"))
+
+    def unreadable_files(self, files: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+        """(path, why) of the planned Parquet files whose footer does not read (each from three
+        ranged reads of its planned version): quarantined by name, as a local one is."""
+        if self.format != "parquet":
+            return []
+        found = ((f["path"], parquet_problem(self.store, _stored(LandedFile.from_plan(f)))) for f in files)
+        return [(path, why) for path, why in found if why is not None]
 
 
 def _landed(f: StoredFile) -> LandedFile:

@@ -12,6 +12,7 @@ with the pinned version, and a read itself is conditional on it where the store 
 
 from __future__ import annotations
 
+import io
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, NamedTuple
@@ -19,7 +20,7 @@ from urllib.parse import urlsplit
 
 from ..exceptions import ConfigError
 
-__all__ = ["SCHEMES", "ObjectStore", "StoredFile", "parent", "split_url"]
+__all__ = ["SCHEMES", "ObjectStore", "StoredFile", "parent", "parquet_problem", "split_url"]
 
 #: The URL schemes of a landing directory not on a local disk, as Spark reads them.
 SCHEMES = ("s3a", "hdfs")
@@ -85,6 +86,11 @@ class ObjectStore(ABC):
         """The bytes of exactly the ``planned`` version, a block at a time; BatchUnavailable when
         the name holds another version (or none) before or while it is read."""
 
+    @abstractmethod
+    def piece(self, planned: StoredFile, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` of exactly the ``planned`` version (BatchUnavailable
+        as for :meth:`blocks`)."""
+
     def same_content(self, a: StoredFile, b: StoredFile) -> bool:
         """Whether two versions hold the same bytes, as far as the store tells."""
         return (a.version, a.size) == (b.version, b.size)
@@ -96,4 +102,58 @@ class ObjectStore(ABC):
 
     def close(self) -> None:  # noqa: B027 -- most stores hold nothing
         """Let go of connections."""
+
+
+_MAGIC = b"PAR1"
+
+
+def parquet_problem(store: ObjectStore, planned: StoredFile) -> str | None:
+    """Why the ``planned`` version is not a readable Parquet file (None: its footer reads), from
+    three ranged reads -- its first four bytes, its last eight, its footer -- never the whole file.
+    A corrupt file is quarantined by name instead of failing every attempt of its txid."""
+    import pyarrow.parquet as pq
+
+    if planned.size < 12:
+        return f"unreadable Parquet file: {planned.size} bytes, too short for one"
+    if store.piece(planned, 0, 4) != _MAGIC:
+        return "unreadable Parquet file: it does not begin with PAR1 (not a Parquet file)"
+    tail = store.piece(planned, planned.size - 8, 8)
+    footer_len = int.from_bytes(tail[:4], "little")
+    if tail[4:] != _MAGIC or not 0 < footer_len <= planned.size - 12:
+        return "unreadable Parquet file: no footer at its end (a partial upload, or not a Parquet file)"
+    footer = store.piece(planned, planned.size - 8 - footer_len, footer_len + 8)
+    try:
+        pq.read_metadata(_Tail(planned.size, footer))
+    except Exception as exc:
+        return f"unreadable Parquet file: {type(exc).__name__}: {exc}"[:1000]
+    return None
+
+
+class _Tail(io.RawIOBase):
+    """A file of ``size`` bytes of which only the last ``len(tail)`` are known (the rest read as
+    zeros): what a Parquet reader needs to read a footer."""
+
+    def __init__(self, size: int, tail: bytes) -> None:
+        self.size, self.tail, self.at = size, tail, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self.at = {io.SEEK_SET: 0, io.SEEK_CUR: self.at, io.SEEK_END: self.size}[whence] + offset
+        return self.at
+
+    def tell(self) -> int:
+        return self.at
+
+    def readinto(self, buffer: Any) -> int:
+        n = max(0, min(len(buffer), self.size - self.at))
+        start = self.size - len(self.tail)
+        data = bytes(max(0, min(n, start - self.at))) + self.tail[max(0, self.at - start):][:n]
+        buffer[:len(data)] = data
+        self.at += len(data)
+        return len(data)
 

@@ -164,6 +164,19 @@ class S3Store(ObjectStore):
         finally:
             body.close()
 
+    def piece(self, planned: StoredFile, offset: int, length: int) -> bytes:
+        body = self._call(lambda: self.client.get_object(Bucket=self.bucket, Key=self._key(planned.path),
+                                                          Range=f"bytes={offset}-{offset + length - 1}",
+                                                          IfMatch=planned.version, **self.owner)["Body"],
+                          missing=None, changed=planned.path)
+        if body is None:
+            raise BatchUnavailable(f"landing object {planned.path} is gone (planned with ETag {planned.version}): "
+                                   "restore it, or declare the topology opaque=True")
+        try:
+            return bytes(self._call(body.read))
+        finally:
+            body.close()
+
     def _call(self, fn: Callable[[], T], *, missing: Any = ..., changed: str | None = None) -> T:
         """``fn()``, its failures said as the provider says them: a store out of reach, a refused
         credential, a missing bucket -- each naming the fix; a missing key is ``missing`` if given."""

@@ -124,6 +124,16 @@ class WebHdfsStore(ObjectStore):
             r.close()
         self._check(planned, read=read)
 
+    def piece(self, planned: StoredFile, offset: int, length: int) -> bytes:
+        self._check(planned)
+        r = self._get(self._path(planned.path), "OPEN", offset=offset, length=length)
+        if r is None:
+            raise BatchUnavailable(f"landing file {planned.path} is gone since it was planned (file id "
+                                   f"{planned.version}): restore it, or declare the topology opaque=True")
+        data = bytes(r.content)
+        self._check(planned, read=planned.size if len(data) == length else -1)
+        return data
+
     def _check(self, planned: StoredFile, *, read: int | None = None) -> None:
         now = self.stat(planned.path)
         if now is None or not self.same_content(planned, now) or (read is not None and read != planned.size):

@@ -206,7 +206,7 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
         with coordinator.processing(topology_id, txid) as work:
             attempt = work.attempt
             faults.point("spark.begin", scope=scope)
-            batch, unreadable = readable_batch(work.txn.batch)
+            batch, unreadable = readable_batch(work.txn.batch, spec.source)
             read = _read(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks)
             cached = read.keep
             phases.lap("read, parse, validate, fold" if read.folds else "read, parse, validate, cache")
@@ -298,7 +298,7 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
         batch, why_not = coordinator.committed_batch(topology_id)
         if why_not:
             return {"topology": topology_id, "auditable": False, "reason": why_not, "differences": None}
-        batch, unreadable = readable_batch(batch)
+        batch, unreadable = readable_batch(batch, spec.source)
         read = _read(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks,
                      states_only=True)
         num, copies = coordinator.audit_tables(topology_id)
@@ -326,7 +326,7 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
         batch, why_not = coordinator.committed_batch(topology_id, through_txid=started.through_txid)
         if why_not:
             raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
-        read = _read(spark, coordinator, spec, readable_batch(batch)[0], transform, schema=schema,
+        read = _read(spark, coordinator, spec, readable_batch(batch, spec.source)[0], transform, schema=schema,
                      required=required, checks=checks, states_only=True)
         _stage_states(spec, read, coordinator.dsn, coordinator.rebuild_copies(topology_id), ())
         read.keep.unpersist()

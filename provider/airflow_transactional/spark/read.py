@@ -319,22 +319,30 @@ def spark_schema(ddl: str) -> Any:
     return schema
 
 
-def readable_batch(batch: Mapping[str, Any]) -> tuple[PlannedBatch, list[tuple[str, str]]]:
-    """The batch without its Parquet files whose footer cannot be read, and (path, why) of those.
+def readable_batch(batch: Mapping[str, Any], source: Any = None) -> tuple[PlannedBatch, list[tuple[str, str]]]:
+    """The batch without its Parquet files whose footer cannot be read, and (path, why) of those
+    (on S3 or HDFS as its ``source`` reads them: ``unreadable_files``).
 
     A corrupt file would otherwise fail every attempt and stop the topology; it is quarantined
     by name instead (or fails the attempt naming it, with ``on_bad_record="fail"``).
     """
     typed = planned_batch(batch)
-    if not isinstance(typed, FileBatch) or typed.format != "parquet" or "://" in str(typed.directory):
+    if not isinstance(typed, FileBatch) or typed.format != "parquet":
         return typed, []
-    import pyarrow.parquet as pq
-
-    unreadable = []
-    for f in typed.files:
-        try:
-            pq.ParquetFile(f["path"]).metadata  # noqa: B018 -- reading the footer is the check
-        except Exception as exc:
-            unreadable.append((f["path"], f"unreadable Parquet file: {type(exc).__name__}: {exc}"[:1000]))
+    if "://" in str(typed.directory):
+        on_a_store = getattr(source, "unreadable_files", None)
+        unreadable = on_a_store(typed.files) if on_a_store is not None else []
+    else:
+        unreadable = [(f["path"], why) for f in typed.files if (why := _local_parquet_problem(f["path"]))]
     gone = {p for p, _ in unreadable}
     return replace(typed, files=tuple(f for f in typed.files if f["path"] not in gone)), unreadable
+
+
+def _local_parquet_problem(path: str) -> str | None:
+    import pyarrow.parquet as pq
+
+    try:
+        pq.ParquetFile(path).metadata  # noqa: B018 -- reading the footer is the check
+    except Exception as exc:
+        return f"unreadable Parquet file: {type(exc).__name__}: {exc}"[:1000]
+    return None
