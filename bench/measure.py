@@ -283,7 +283,7 @@ def run_measured(argv: list[str], env: dict[str, str], what: str) -> tuple[float
     res = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, timeout=1800)
     wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     if res.returncode != 0:
-        raise RuntimeError(f"{what} failed ({res.returncode}):\n{res.stderr[-3000:]}")
+        raise RuntimeError(f"{what} failed ({res.returncode}):\n{res.stderr[-3000:]}\n{res.stdout[-3000:]}")
     return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), wall
 
 
