@@ -152,6 +152,8 @@ class Chaos:
     def set_up(self, stop: threading.Event) -> list[Producer] | list[kafka.TweetTransactions] | list[objects.Uploads]:
         """The mode's source and first runs; its producers (not started), which stop at ``stop``."""
         cfg, dsn = self.cfg, self.stack.state_dsn
+        if isinstance(self.stack, ClusterStack) and cfg.backend == "connect":
+            self.stack.start_spark_connect()  # on the cluster, an application of it, started on demand
         if cfg.mode == "s3":
             objects.setup(self.stack, self.client)
             s3 = objects.server_of(self.stack)
@@ -165,8 +167,6 @@ class Chaos:
             kind: type[Producer] = payments.PaymentsProducer
         else:
             EventLog(dsn, LOG).create(4)
-            if isinstance(self.stack, ClusterStack) and cfg.backend == "connect":
-                self.stack.start_spark_connect()  # on the cluster, an application of it, started on demand
             rest(self.client.wait_for_dag, self.driven)
             rest(self.client.unpause, self.driven)
             kind = Producer
@@ -242,9 +242,10 @@ def chaos_stack(base: Path, cfg: ChaosConfig) -> LocalStack:
     dags.mkdir(parents=True, exist_ok=True)
     write_dag(dags, cfg)
     env = engine.child_env(dag_env(cfg), faults_file=str(base / "faults.txt"))
-    if cfg.stack == "cluster":  # two Celery workers of three slots, a master and two one-core Spark workers
-        return ClusterStack(base, dags, env=env, kafka=cfg.mode == "kafka", spark_connect=cfg.backend == "connect")
     s3 = S3Server(base / "s3", link=True) if cfg.mode == "s3" else False  # the store's faults need its link
+    if cfg.stack == "cluster":  # two Celery workers of three slots, a master and two one-core Spark workers
+        return ClusterStack(base, dags, env=env, kafka=cfg.mode == "kafka", spark_connect=cfg.backend == "connect",
+                            s3=s3)
     return LocalStack(base, dags, env=env, kafka=cfg.mode == "kafka", spark_connect=cfg.backend == "connect", s3=s3)
 
 
