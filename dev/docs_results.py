@@ -60,7 +60,21 @@ def chaos(r: dict[str, Any]) -> str:
     return "\n".join(rows + (["", *found] if found else [])) + f"\n\n`{r['command']}`{note}"
 
 
-RENDERERS: dict[str, Callable[..., str]] = {"demo-soak": demo_soak}
+def big_object(r: dict[str, Any]) -> str:
+    """``python -m bench.big_object --json docs/results/big-object.json``."""
+    batches = " / ".join(", ".join(f"`{name}`" for name in b) for b in r["batches"])
+    rows = ["| what | result |", "| --- | --- |",
+            f"| the big object | {r['object_bytes']:,} bytes (ETag `{r['object_etag']}`) |",
+            f"| batches (max_batch_bytes 1 GiB) | {batches} |",
+            f"| what the plan said | {'; '.join(r['plan_said']) or 'nothing'} |",
+            f"| lines written / counted | {r['lines_written']:,} / {r['lines_counted']:,} |",
+            f"| sums per user equal to those written | {'yes' if r['sums_equal'] else '**no**'} |",
+            *(f"| {step} | {secs:g} s |" for step, secs in r["seconds"].items()),
+            f"| Spark CPU (every spark-submit's process tree) | {r['spark_cpu_seconds']:g} CPU-s |"]
+    return "\n".join(rows) + f"\n\n`{r['command']}`"
+
+
+RENDERERS: dict[str, Callable[..., str]] = {"demo-soak": demo_soak, "big-object": big_object}
 
 
 def renderer(name: str) -> Callable[..., str]:

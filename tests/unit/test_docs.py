@@ -93,7 +93,7 @@ def test_a_results_marker_becomes_the_table_its_run_wrote() -> None:
     assert "<!-- results:" not in page and f"commit `{written['commit']}`" in page
     for name, t in written["topologies"].items():
         assert f"| `{name}` | {t['commits']} | {t['drivers_killed']} |" in page
-    with pytest.raises(ValueError, match="no table for results:nothing: one of demo-soak, bench"):
+    with pytest.raises(ValueError, match="no table for results:nothing: one of big-object, demo-soak, bench"):
         docs_results.on_page_markdown("<!-- results:nothing -->")
     with pytest.raises(ValueError, match=r"bench-nothing\.json: run `python -m bench\.perf"):
         docs_results.on_page_markdown("<!-- results:bench-nothing -->")
