@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nchaos --check {base}: the state and the audit log against the ledger "
               "(faults and stuck runs are not known after the fact)\n")
         print(report.table())
+        if args.json:
+            write_json(Path(args.json), started, report)
         return 1 if report.violations else 0
     base = Path(args.dir or tempfile.mkdtemp(prefix="chaos-")).resolve()
     if base.exists() and any(base.iterdir()):
