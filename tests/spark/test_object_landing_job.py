@@ -106,7 +106,6 @@ def test_the_store_lost_under_a_read_and_back_costs_an_attempt_at_most(
     # attempt either rides it out (s3a and the HDFS client retry) or fails; a retry then counts
     # exactly the planned versions, once.
     from airflow_transactional.sources import objectlanding
-    from dev import faults
 
     # Files past the plan's read-through cap (here 500 kB, for files of 1 MB): registered by their
     # version alone, read as text by Spark, each line judged.
@@ -125,13 +124,8 @@ def test_the_store_lost_under_a_read_and_back_costs_an_attempt_at_most(
     assert [(f["plain"], f["sha256"]) for f in txn.batch["files"]] == [(None, None)] * 4, txn.batch
     t = txn.txid
     begun = tmp_path / "begun"
-    jars = store.jars()
-    argv = ["spark-submit", "--master", "local[2]", *local_conf(), *(["--jars", ",".join(jars)] if jars else []),
-            "--py-files", provider_zip(), WORDS, "--topology", "lwords", "--txid", str(t)]
-    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
-                           faults=f"spark.begin=waitfor:{begun}")
     link = store.server.link if store.kind == "s3" else None
-    job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    job = _held_driver(dsn, store, t, begun)
     try:
         deadline = time.monotonic() + 180
         while not Path(f"{begun}.waiting").exists():
@@ -167,6 +161,19 @@ def test_the_store_lost_under_a_read_and_back_costs_an_attempt_at_most(
     assert coord.commit("lwords", t).committed
     assert dict(query(dsn, "SELECT url, value FROM lurl_counts")) == oracle
     coord.close()
+
+
+def _held_driver(dsn: str, store: Place, txid: int, begun: Path) -> subprocess.Popen[str]:
+    """The words job of ``lwords`` under spark-submit, its driver held at the start of its attempt
+    until ``begun`` exists (it writes ``begun.waiting`` once it waits)."""
+    from dev import faults
+
+    jars = store.jars()
+    argv = ["spark-submit", "--master", "local[2]", *local_conf(), *(["--jars", ",".join(jars)] if jars else []),
+            "--py-files", provider_zip(), WORDS, "--topology", "lwords", "--txid", str(txid)]
+    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
+                           faults=f"spark.begin=waitfor:{begun}")
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _submit_as(dsn: str, store: Place, txid: int, topology: str) -> Any:
