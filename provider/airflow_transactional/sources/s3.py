@@ -151,13 +151,7 @@ class S3Store(ObjectStore):
                           int(head["LastModified"].timestamp() * 1e9))
 
     def blocks(self, planned: StoredFile) -> Iterator[bytes]:
-        body = self._call(lambda: self.client.get_object(Bucket=self.bucket, Key=self._key(planned.path),
-                                                          IfMatch=planned.version, **self.owner)["Body"],
-                          missing=None,
-                          changed=planned.path)
-        if body is None:
-            raise BatchUnavailable(f"landing object {planned.path} is gone (planned with ETag {planned.version}): "
-                                   "restore it, or declare the topology opaque=True")
+        body = self._open(planned)
         try:
             while block := self._call(lambda: body.read(_BLOCK)):
                 yield block
@@ -165,17 +159,21 @@ class S3Store(ObjectStore):
             body.close()
 
     def piece(self, planned: StoredFile, offset: int, length: int) -> bytes:
-        body = self._call(lambda: self.client.get_object(Bucket=self.bucket, Key=self._key(planned.path),
-                                                          Range=f"bytes={offset}-{offset + length - 1}",
-                                                          IfMatch=planned.version, **self.owner)["Body"],
-                          missing=None, changed=planned.path)
-        if body is None:
-            raise BatchUnavailable(f"landing object {planned.path} is gone (planned with ETag {planned.version}): "
-                                   "restore it, or declare the topology opaque=True")
+        body = self._open(planned, Range=f"bytes={offset}-{offset + length - 1}")
         try:
             return bytes(self._call(body.read))
         finally:
             body.close()
+
+    def _open(self, planned: StoredFile, **ranged: str) -> Any:
+        """The body of exactly the ``planned`` version (``If-Match`` its ETag), or of a range of it."""
+        body = self._call(lambda: self.client.get_object(Bucket=self.bucket, Key=self._key(planned.path),
+                                                          IfMatch=planned.version, **ranged, **self.owner)["Body"],
+                          missing=None, changed=planned.path)
+        if body is None:
+            raise BatchUnavailable(f"landing object {planned.path} is gone (planned with ETag {planned.version}): "
+                                   "restore it, or declare the topology opaque=True")
+        return body
 
     def _call(self, fn: Callable[[], T], *, missing: Any = ..., changed: str | None = None) -> T:
         """``fn()``, its failures said as the provider says them: a store out of reach, a refused

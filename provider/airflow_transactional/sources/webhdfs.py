@@ -110,11 +110,7 @@ class WebHdfsStore(ObjectStore):
         return a == b._replace(path=a.path)
 
     def blocks(self, planned: StoredFile) -> Iterator[bytes]:
-        self._check(planned)
-        r = self._get(self._path(planned.path), "OPEN", stream=True, length=planned.size)
-        if r is None:  # gone between the look and the open
-            raise BatchUnavailable(f"landing file {planned.path} is gone since it was planned (file id "
-                                   f"{planned.version}): restore it, or declare the topology opaque=True")
+        r = self._open(planned, stream=True, length=planned.size)
         read = 0
         try:
             for block in r.iter_content(_BLOCK):
@@ -122,21 +118,26 @@ class WebHdfsStore(ObjectStore):
                 yield block
         finally:
             r.close()
-        self._check(planned, read=read)
+        self._check(planned, short=read != planned.size)
 
     def piece(self, planned: StoredFile, offset: int, length: int) -> bytes:
-        self._check(planned)
-        r = self._get(self._path(planned.path), "OPEN", offset=offset, length=length)
-        if r is None:
-            raise BatchUnavailable(f"landing file {planned.path} is gone since it was planned (file id "
-                                   f"{planned.version}): restore it, or declare the topology opaque=True")
-        data = bytes(r.content)
-        self._check(planned, read=planned.size if len(data) == length else -1)
+        data = bytes(self._open(planned, offset=offset, length=length).content)
+        self._check(planned, short=len(data) != length)
         return data
 
-    def _check(self, planned: StoredFile, *, read: int | None = None) -> None:
+    def _open(self, planned: StoredFile, *, stream: bool = False, **params: Any) -> Any:
+        """An OPEN of the ``planned`` version (looked up first: WebHDFS cannot make a read conditional)."""
+        self._check(planned)
+        r = self._get(self._path(planned.path), "OPEN", stream=stream, **params)
+        if r is None:  # gone between the look and the open
+            raise BatchUnavailable(f"landing file {planned.path} is gone since it was planned (file id "
+                                   f"{planned.version}): restore it, or declare the topology opaque=True")
+        return r
+
+    def _check(self, planned: StoredFile, *, short: bool = False) -> None:
+        """The name still holds the ``planned`` version (and a read of it was not ``short``)."""
         now = self.stat(planned.path)
-        if now is None or not self.same_content(planned, now) or (read is not None and read != planned.size):
+        if now is None or not self.same_content(planned, now) or short:
             raise BatchUnavailable(f"landing file {planned.path} is gone or changed since it was planned (file id "
                                    f"{planned.version}, {planned.size} bytes): its content now is a new version, "
                                    "read by a later txid")
