@@ -58,10 +58,13 @@ class RestClient:
     def unpause(self, dag_id: str) -> None:
         self.patch(f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
-    def trigger(self, dag_id: str, logical_date: str | None, run_id: str | None = None) -> dict[str, Any]:
+    def trigger(self, dag_id: str, logical_date: str | None, run_id: str | None = None,
+                conf: dict[str, Any] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"logical_date": logical_date}
         if run_id:
             body["dag_run_id"] = run_id
+        if conf is not None:
+            body["conf"] = conf
         return dict(self.post(f"/api/v2/dags/{dag_id}/dagRuns", body))
 
     def run(self, dag_id: str, run_id: str) -> dict[str, Any]:

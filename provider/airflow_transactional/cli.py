@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg2
 
+from . import cli_history, provenance
 from .airflow.dagfile import declared_as_stored, declared_topologies
 from .connections import DSN_FILE_ENV, read_dsn_file, redact
 from .coordinator import Coordinator
@@ -248,12 +249,12 @@ def _print_status(st: TopologyStatus) -> None:
 
 
 def _print_commits(rows: list[dict[str, Any]]) -> None:
-    print(f"{'txid':>6}  {'attempt':>7}  {'records':>9}  {'quarantined':>11}  {'committed at':<32}  "
-          "rows staged per state")
+    print(f"{'txid':>6}  {'attempt':>7}  {'records':>9}  {'quarantined':>11}  {'committed at':<26}  "
+          "deltas per state (rows:hash); code")
     for r in rows:
-        staged = ", ".join(f"{k} {v}" for k, v in sorted((r.get("row_counts") or {}).items())) or "-"
+        digests = ", ".join(f"{k} {v}" for k, v in sorted((r.get("digests") or {}).items())) or "-"
         print(f"{r['txid']:>6}  {r['attempt'] or '-':>7}  {r['records_read']:>9}  {r['quarantined']:>11}  "
-              f"{r['committed_at'].isoformat(timespec='seconds'):<32}  {staged}")
+              f"{r['committed_at'].isoformat(timespec='seconds'):<26}  {digests}; {provenance.short(r.get('code'))}")
 
 
 # -- the parser ------------------------------------------------------------------------------
@@ -305,6 +306,7 @@ def _operating_commands(sub: Any) -> None:
              "over from the beginning of its source (after a changed declaration)").add_argument(
         "--yes", action="store_true", help="really do it (pause the DAG first)")
     _command(sub, "recover", recover, "discard staged output that can never commit")
+    cli_history.add_commands(lambda name, func, text: _command(sub, name, func, text))
     one = _command(sub, "publish", publish, "publish the committed txids not yet published of the outputs declared "
                    "with a Kafka topic (what the DAG's publish task does), or --mark-published")
     one.add_argument("--through", type=_txid, help="publish no further than this txid")

@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from .connections import Connections
-from .core import attempts, commit_external, liveness, planning, rebuild, registration, views
+from .core import attempts, commit_external, corrections, history, liveness, planning, rebuild, registration, views
 from .core import commit as commit_
 from .core import publish as publish_
 from .core import status as status_
@@ -135,6 +135,7 @@ class Coordinator:
     transaction = Operation(planning.transaction)
     transaction_for_run = Operation(planning.transaction_for_run)
     replan = Operation(planning.replan)
+    plan_correction = Operation(corrections.plan_correction)
     adopt = Operation(planning.adopt)
 
     # -- processing attempts (core/attempts.py) ------------------------------------------------
@@ -170,6 +171,13 @@ class Coordinator:
     audit_tables = Operation(status_.audit_tables)
     diff_audit = Operation(status_.diff_audit)
     commits = Operation(status_.commits)
+
+    # -- what each commit changed (core/history.py) ---------------------------------------------
+    changes = Operation(history.changes)
+    state_as_of = Operation(history.as_of)
+    history_snapshot = Operation(history.snapshot)
+    compact_history = Operation(history.compact)
+    history_sizes = Operation(history.sizes)
 
     # -- rebuilding the states from the source while the topology commits (core/rebuild.py) ----
     begin_rebuild = Operation(rebuild.begin)

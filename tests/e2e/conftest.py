@@ -46,6 +46,23 @@ SLOTS_DAGS = OPS_DAGS.with_name("slots_dags.py")
 KAFKA_DAGS = OPS_DAGS.with_name("kafka_dags.py")
 BUSY_DAGS = OPS_DAGS.with_name("busy_dags.py")
 STALL_ALERTS = OPS_DAGS.with_name("stall_alerts.py")  # the stall watch's on_stall (test_stall_watch.py)
+#: ops_fix's job (tests/e2e/dags/ops_dags.py, test_corrections.py): the stack writes it with the bug.
+FIX_JOB = '''"""ops_fix's job: per-user sums of amounts ({version})."""
+from pyspark.sql import functions as F
+
+from airflow_transactional.spark_job import run
+
+
+def transform(events):
+    amount = F.col("amount").cast("long"){bug}
+    return {{"amounts": events.groupBy(F.col("user").alias("name")).agg(F.sum(amount).alias("value"))}}
+
+
+if __name__ == "__main__":
+    raise SystemExit(run(transform, schema="user string, amount string", required=["user", "amount"]))
+'''
+FIX_BUG = ' * F.when(F.col("user") == "u3", 2).otherwise(1)'
+
 # Where the stack's OpenLineage file transport writes, in its base directory.
 LINEAGE_FILE = "openlineage.jsonl"
 
@@ -114,6 +131,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
     write_dag(dags, CHAOS_CI)
     write_dag(dags, CHAOS_KAFKA_CI)
     write_dag(dags, CHAOS_S3_CI)
+    (dags / "fix_job.py").write_text(FIX_JOB.format(version="with the bug", bug=FIX_BUG))  # test_corrections.py
     env = {
         # Runs are triggered over REST with explicit logical dates; the daily schedule only adds
         # the one scheduled run Airflow creates on unpause (the tests' own DAGs read it too).

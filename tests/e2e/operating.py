@@ -90,3 +90,15 @@ def start_topology(stack: LocalStack, client: RestClient, dag: str, log_name: st
     assert "committed txid 1 (empty batch)" in task_log(stack, dag, first, "plan")
     assert "txid 1 already committed" in task_log(stack, dag, first, "commit")
     return log, Coordinator(stack.state_dsn)
+
+
+def http_get(stack: LocalStack, path: str, token: str | None) -> tuple[int, str]:
+    """(status, body) of a GET as a browser or script would send it."""
+    req = urllib.request.Request(stack.url + path)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")

@@ -23,6 +23,7 @@ from airflow_transactional.sources.landed import write_json_lines
 from airflow_transactional.spark import cds as spark_cds
 from dev.localstack import LocalStack, RestClient
 from tests.e2e.conftest import REPO, StatsdListener, lineage_events, task_log, wait_for_runs
+from tests.e2e.operating import http_get as _http
 from tests.helpers import query
 
 pytestmark = pytest.mark.e2e
@@ -91,21 +92,6 @@ def test_words_commits_in_txid_order_exactly_once_and_pipelines(stack: LocalStac
     assert task_log(stack, "words", processed["run_key"], "commit").count(f"committed txid {processed['txid']} ") == 1
     coord.close()
     log.close()
-
-
-def _http(stack: LocalStack, path: str, token: str | None) -> tuple[int, str]:
-    """(status, body) of a GET as a browser or script would send it."""
-    import urllib.error
-    import urllib.request
-
-    req = urllib.request.Request(stack.url + path)
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
 
 
 def test_the_transactions_views_show_what_postgres_holds(stack: LocalStack, client: RestClient) -> None:

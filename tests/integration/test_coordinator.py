@@ -103,7 +103,7 @@ def test_a_deleted_runs_txid_is_handed_over_whole_and_only_once(coordinator: Coo
     assert table(dsn, "clicks_count") == {"u": 100}
 
 
-def test_only_the_latest_complete_attempt_commits_and_its_staging_is_removed(
+def test_only_the_latest_complete_attempt_commits_and_only_its_staging_is_kept(
         coordinator: Coordinator, topo, dsn: str) -> None:  # type: ignore[no-untyped-def]
     topo.append([click(i, user="u", amount=1) for i in range(10)])
     txn = coordinator.plan("clicks", "r")
@@ -116,7 +116,8 @@ def test_only_the_latest_complete_attempt_commits_and_its_staging_is_removed(
     res = coordinator.commit("clicks", txn.txid)
     assert res.attempt == r2.attempt == 2
     assert table(dsn, "clicks_count") == {"u": 10}
-    assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_clicks_count") == [(0,)]
+    # The committed attempt's rows stay, as the txid's deltas (the delta history); the other's go.
+    assert query(dsn, "SELECT attempt, user_id, value FROM airflow_txn.stg_1_clicks_count") == [(2, "u", 10)]
     statuses = query(dsn, "SELECT attempt, status FROM airflow_txn.attempts ORDER BY attempt")
     assert statuses == [(1, "discarded"), (2, "committed")]
 

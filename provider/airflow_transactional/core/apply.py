@@ -16,7 +16,7 @@ from .. import limits
 from ..exceptions import ReplayBehindState
 from ..limits import QUARANTINE_RECORD_CHARS
 from ..spec import StateSpec
-from ..store import catalog, commits
+from ..store import catalog, commits, history
 from ..store import state as q
 from ..store.rows import scalar
 from .context import StateStore
@@ -43,6 +43,7 @@ def state_delta(store: StateStore, cur: psycopg2.extensions.cursor, topology_id:
             except psycopg2.errors.NumericValueOutOfRange:
                 attempt_whole.rollback()
                 set_aside = set_aside_overflows(store, cur, topology_id, state, delta, txid, attempt)
+                history.drop_set_aside(cur, state, staging, txid, attempt)  # not applied: not its history
                 delta = q.without_overflows(state, delta)
                 cur.execute(q.upsert(state, q.state_table(state), delta), params)
             applied = cur.rowcount  # before the savepoint's RELEASE, which sets the cursor's rowcount

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .. import provenance
 from ..exceptions import (
     BatchUnavailable,
     ConfigError,
@@ -32,10 +33,12 @@ from .context import StateStore
 log = logging.getLogger(__name__)
 
 
-def begin_attempt(store: StateStore, topology_id: str, txid: int) -> tuple[Attempt, Transaction]:
+def begin_attempt(store: StateStore, topology_id: str, txid: int, *, application: str | None = None,
+                  dag_version: str | None = None) -> tuple[Attempt, Transaction]:
     """Start a processing attempt of ``txid``; re-plans first if its batch became unreadable
     and the topology is opaque. Raises UnknownTransaction, BatchUnavailable, and
-    StaleAttempt when the txid is already committed (nothing to process)."""
+    StaleAttempt when the txid is already committed (nothing to process). ``application`` (its
+    file's digest) and ``dag_version`` go into the attempt's code record (:mod:`..provenance`)."""
     with store.db.transaction() as cur:
         _num, spec, _c, _o = store.load(cur, topology_id)
         txn = store.txn(cur, topology_id, txid)
@@ -45,6 +48,10 @@ def begin_attempt(store: StateStore, topology_id: str, txid: int) -> tuple[Attem
         reason = None if txn.pinned_attempt else spec.source.unavailable(
             cur, store.schema, topology_id, txn.batch)
     if reason:
+        if txn.corrects:
+            raise BatchUnavailable(f"topology {topology_id!r} txid {txid} corrects txids {txn.corrects['txids']}, "
+                                   f"whose records can no longer be read ({reason}): restore them, or withdraw the "
+                                   f"correction ('airflow-txn correct {topology_id} --withdraw {txid}')")
         if not spec.opaque:
             raise BatchUnavailable(
                 f"topology {topology_id!r} txid {txid}: the planned batch can no longer be read "
@@ -55,7 +62,8 @@ def begin_attempt(store: StateStore, topology_id: str, txid: int) -> tuple[Attem
         txn = store.txn(cur, topology_id, txid, lock=True)
         number = attempts.next_number(cur, store.schema, topology_id, txid)
         transactions.lift_failed(cur, store.schema, topology_id, txid)
-        attempts.insert(cur, store.schema, topology_id, txid, number, txn.plan_version, store.worker)
+        code = provenance.code(spec.to_config(), application=application, dag_version=dag_version)
+        attempts.insert(cur, store.schema, topology_id, txid, number, txn.plan_version, store.worker, code)
     return Attempt(topology_id, txid, number, txn.plan_version), txn
 
 
@@ -79,11 +87,12 @@ class AttemptRun:
 
 
 @contextmanager
-def processing(store: StateStore, topology_id: str, txid: int) -> Iterator[AttemptRun]:
+def processing(store: StateStore, topology_id: str, txid: int, *, application: str | None = None,
+               dag_version: str | None = None) -> Iterator[AttemptRun]:
     """The life of one processing attempt, for every processor (the Spark helper, the pure-Python one):
     begun here; the body stages its output and calls :meth:`AttemptRun.finish`; any exception
     fails the attempt -- its staged rows can then never be committed -- and goes on up."""
-    attempt, txn = begin_attempt(store, topology_id, txid)
+    attempt, txn = begin_attempt(store, topology_id, txid, application=application, dag_version=dag_version)
     try:
         yield AttemptRun(store, attempt, txn)
     except BaseException as exc:

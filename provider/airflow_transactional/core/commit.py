@@ -7,9 +7,11 @@
 4. apply its staged rows to every state table under the value rules (``core/apply.py``: a replay
    behind a stored txid is an error, never applied; a key whose sum would leave its type is set
    aside), decide its requests (``store/decisions.py``), and append its output events to their logs;
-5. advance the checkpoint (committed txid and offsets), mark the transaction and its attempts,
-   settle the quarantine, write the audit row -- all with one commit time;
-6. drop the staged rows (unless a rebuild keeps them as its journal).
+5. keep the attempt's staged rows as the txid's deltas (the delta history, ``core/history.py``) and
+   digest them per state; advance the checkpoint (committed txid and offsets), mark the transaction
+   and its attempts, settle the quarantine, write the audit row (with what produced the attempt and
+   the digests) -- all with one commit time;
+6. drop the staged output events and every other attempt's staged rows.
 
 A crash anywhere leaves all of it or none of it. States kept in another database cannot share
 that transaction: their commit first pins the attempt, applies it there under the per-value txid
@@ -38,19 +40,20 @@ from ..spec import TopologySpec
 from ..store import attempts, catalog, commits, decisions, outputs, topologies, transactions
 from ..store import state as q
 from ..store.rows import scalar
-from . import apply, effects
+from . import apply, corrections, effects, history
 from .context import StateStore
 
 log = logging.getLogger(__name__)
 
 
 class Chosen(NamedTuple):
-    """The attempt a commit applies (None: an empty batch) and what it staged and read."""
+    """The attempt a commit applies (None: an empty batch), what it staged and read, and its code."""
 
     attempt: int | None
     row_counts: dict[str, int]
     records_read: int
     quarantined: int
+    code: dict[str, str] | None = None
 
 
 def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None = None) -> CommitResult:
@@ -70,9 +73,12 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
                 f"topology {topology_id!r}: the plan of txid {txid} starts at {txn.start_offsets} "
                 f"but the committed checkpoint is {offsets}; re-plan it (opaque topologies do "
                 "this when processing it again)")
-        chosen, row_counts, records_read, quarantined = choose_attempt(store, cur, txn, attempt)
+        chosen, row_counts, records_read, quarantined, code = choose_attempt(store, cur, txn, attempt)
         verify_staged(store, cur, num, spec, txn, chosen, row_counts)
         faults.point("commit.after_verify", cur, scope=scope)
+        corrected = corrections.differences(store, cur, num, spec, txn, chosen) if txn.corrects and chosen else None
+        if corrected is not None:  # a correction applies the differences from what its txids applied
+            row_counts = {**row_counts, **corrected.row_counts}
         for state in spec.states:
             if state.database is None and chosen is not None and state.name not in spec.decided_states:
                 quarantined += apply.state_delta(store, cur, topology_id, state, store.staging(num, state), txid,
@@ -81,10 +87,12 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         decided = effects.decide(store, cur, num, spec, txid, chosen)
         appended = effects.append_outputs(store, cur, num, spec, txid, chosen)
         faults.point("commit.after_append", cur, scope=scope)
+        digests = history.settle(store, cur, num, spec, txid, chosen)  # the staged rows stay: the delta history
         lost = txn.batch.lost_records
         # A Kafka plan spans offsets, an upper bound of its records: what its commit read fewer
         # were offsets a read_committed reader skips (aborted records, transaction markers).
-        skipped = max(0, txn.planned_records - records_read) if spec.source.lag_unit == "offsets" and chosen else 0
+        kafka = spec.source.lag_unit == "offsets" and chosen and not txn.corrects
+        skipped = max(0, txn.planned_records - records_read) if kafka else 0
         committed_at = catalog.now(cur)  # one time for the commit, wherever it is recorded
         topologies.advance(cur, store.schema, topology_id, txid, txn.end_offsets, committed_at, lost, skipped)
         transactions.mark_committed(cur, store.schema, topology_id, txid, committed_at)
@@ -92,15 +100,15 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         for decision in spec.decisions:
             decisions.forget_other_attempts(cur, store.schema, topology_id, decision, txid, chosen)
         commits.settle_quarantine(cur, store.schema, topology_id, txid, chosen)
+        if corrected is not None and chosen is not None:
+            quarantined = corrections.settle_quarantine(store, cur, topology_id, txn, chosen, corrected)
         commits.record(cur, store.schema, topology_id, commits.CommitRecord(
             txid=txid, attempt=chosen or 0, plan_version=txn.plan_version, run_key=txn.run_key,
             start_offsets=txn.start_offsets, end_offsets=txn.end_offsets, records_read=records_read,
             row_counts=row_counts, quarantined=quarantined, committer=store.worker,
-            commit_started_at=started, committed_at=committed_at))
+            commit_started_at=started, committed_at=committed_at, code=code, digests=digests,
+            corrects=dict(txn.corrects) if txn.corrects else None))
         faults.point("commit.after_checkpoint", cur, scope=scope)
-        if topologies.rebuild_mark(cur, store.schema, topology_id).rebuild_from_txid is None:
-            for state in spec.states:  # during a rebuild the staged rows are its journal
-                cur.execute(q.delete_staged_txid(store.staging(num, state)), (txid,))
         if spec.outputs:  # a rebuild recomputes states only: appended events stay appended
             cur.execute(q.delete_staged_txid(store.out_staging(num)), (txid,))
         faults.point("commit.before_commit", cur, scope=scope)
@@ -146,7 +154,7 @@ def choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Tran
                 f"current plan (that is attempt {row.attempt}); only the latest can be committed")
     assert row is not None, txn
     return Chosen(int(row.attempt), dict(row.row_counts or {}), int(row.records_read or 0),
-                  int(row.quarantined or 0))
+                  int(row.quarantined or 0), row.code)
 
 
 def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,

@@ -82,7 +82,7 @@ def replan(store: StateStore, topology_id: str, from_txid: int, reason: str) -> 
         txns = transactions.uncommitted_from(cur, store.schema, topology_id, committed + 1)
         prev_end = offsets
         for t in txns:
-            if t.txid < from_txid or t.pinned_attempt is not None:
+            if t.txid < from_txid or t.pinned_attempt is not None or t.corrects:  # a correction reads no new records
                 prev_end = t.end_offsets
                 continue
             # Bounded by the old end: a re-plan drops what is gone and keeps the boundary, so

@@ -3,17 +3,17 @@
 OLEP's promise: a derived view can always be recomputed from the log (after a bug fix in the
 job, or a damaged table). The steps:
 
-1. :func:`begin` records ``rebuild_from_txid = T0`` (the committed txid). From then on every commit
-   keeps its staged rows -- a journal of the deltas applied after T0.
+1. :func:`begin` records ``rebuild_from_txid = T0`` (the committed txid). Every commit keeps its
+   staged rows (the delta history, ``core/history.py``): the journal of the deltas applied after T0.
 2. The topology's own Spark job recomputes every state over the batches committed through T0
    and loads the result into load tables (``spark_job.rebuild``), as long as it takes.
 3. :func:`swap`, ONE database transaction: lock the topology (commits wait), build each state as
    the recomputed values of T0 plus the journaled deltas of T0+1..now under the same value rules,
    replace the state table's contents (plain DML: a reader's older snapshot keeps the old rows),
-   drop the journal, clear the mark. Readers see the old state or the new one, never a half-built
-   view.
+   make the recomputed values of T0 the snapshot the delta history starts at, clear the mark.
+   Readers see the old state or the new one, never a half-built view.
 
-:func:`abort` undoes step 1 (a failed rebuild); ``recover`` then frees the journal.
+:func:`abort` undoes step 1 (a failed rebuild); the journal stays, as the delta history.
 
 Each rebuild has an id, recorded at :func:`begin` and checked at :func:`swap`: a rebuild that was
 aborted (or replaced by another) can never swap its half-loaded tables in. While it runs, the
@@ -32,10 +32,10 @@ from psycopg2 import sql
 
 from ..exceptions import ConfigError, RebuildInProgress, TransactionalError
 from ..spec import StateSpec
-from ..store import attempts, catalog, commits, topologies, turns
+from ..store import catalog, commits, topologies, turns
 from ..store import state as q
 from ..store.topologies import RebuildMark
-from . import status
+from . import history, status
 from .context import StateStore
 
 __all__ = ["Rebuild", "RebuildInProgress", "abort", "begin", "load_copies", "load_table", "swap"]
@@ -118,6 +118,8 @@ def swap(store: StateStore, rebuild: Rebuild) -> dict[str, Any]:
         journal = commits.journal(cur, store.schema, topology_id, through_txid)
         result: dict[str, Any] = {"topology": topology_id, "rebuilt_at_txid": through_txid,
                                   "caught_up_to_txid": committed, "journal_txids": len(journal), "states": {}}
+        history.rebased(store, cur, topology_id, num, spec, through_txid,
+                        {s.name: load_table(store, num, s) for s in spec.states})
         for state in spec.states:
             shadow = sql.Identifier(f"txn_rebuild_{state.name}")
             for stmt in q.rebuild_shadow(state, shadow, load_table(store, num, state)):
@@ -131,14 +133,13 @@ def swap(store: StateStore, rebuild: Rebuild) -> dict[str, Any]:
                 cur.execute(stmt)
             result["states"][state.name] = catalog.count(cur, shadow)
             catalog.drop(cur, load_table(store, num, state))
-            attempts.delete_committed_staged(cur, store.schema, staging, topology_id)
         topologies.set_rebuild_mark(cur, store.schema, topology_id, NO_REBUILD)
     _release(store, topology_id)
     return result
 
 
 def abort(store: StateStore, topology_id: str, *, started: Rebuild | None = None, force: bool = False) -> bool:
-    """Forget a rebuild that did not finish; the journal is freed by ``recover``. False: none to abort.
+    """Forget a rebuild that did not finish (its journal stays: the delta history). False: none to abort.
 
     Given ``started`` (the rebuild's own clean-up), only that rebuild is forgotten. Otherwise (an
     operator) a rebuild whose process is still alive is refused unless ``force``: it would

@@ -98,13 +98,14 @@ def _transaction(t: views.TxnRow, attempts: list[views.AttemptRow],
                  committed: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"txid": t.txid, "run_id": t.run_key, "status": t.status, "planned_at": _iso(t.planned_at),
             "planned_records": t.planned_records, "start_offsets": t.start_offsets, "end_offsets": t.end_offsets,
-            "files": [f.get("path") for f in _files(t.batch)],
+            "files": [f.get("path") for f in _files(t.batch)], "corrects": t.corrects,
             "failure": t.failure, "failed_tries": t.failed_tries, "last_try_failure": t.last_try_failure,
             "attempts": [_attempt(a) for a in attempts if a.txid == t.txid],
             "commit": None if t.committed_at is None else {
                 "attempt": t.committed_attempt, "started_at": _iso(t.commit_started_at),
                 "committed_at": _iso(t.committed_at), "records_read": t.records_read,
-                "row_counts": t.row_counts or {}, "quarantined": t.quarantined, **(committed or {})}}
+                "row_counts": t.row_counts or {}, "quarantined": t.quarantined, "code": t.code or {},
+                "digests": t.digests or {}, **(committed or {})}}
 
 
 def timeline(store: StateStore, topology_id: str, limit: int = 30) -> list[dict[str, Any]]:

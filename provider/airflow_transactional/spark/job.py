@@ -48,7 +48,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import faults
+from .. import faults, provenance
 from ..connections import Connections, redact
 from ..coordinator import Coordinator
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
@@ -78,6 +78,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="process one planned transaction of a topology")
     p.add_argument("--topology", required=True)
     p.add_argument("--txid", type=int, help="the transaction to process")
+    p.add_argument("--dag-version", help="the Airflow DAG version of the run's try (recorded with the attempt)")
     p.add_argument("--schema", default=DEFAULT_SCHEMA, help="the provider's schema in the store")
     p.add_argument("--audit", action="store_true", help="recompute the committed state and diff it")
     p.add_argument("--rebuild", action="store_true", help="recompute the state and swap it in")
@@ -189,8 +190,9 @@ def _stage_states(spec: TopologySpec, read: _Read, dsn: str, copies: Mapping[str
 
 def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txid: int, transform: Transform,
             *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None,
-            phases: Phases | None = None) -> dict[str, Any]:
-    """Process ``txid`` once, as a new attempt (see the module docstring)."""
+            phases: Phases | None = None, dag_version: str | None = None) -> dict[str, Any]:
+    """Process ``txid`` once, as a new attempt (see the module docstring); ``dag_version``: the
+    Airflow DAG version of the run's try, recorded with the attempt and its code's digests."""
     phases = phases or Phases()
     faults.point("spark.start", scope=(topology_id, str(txid)))  # a driver that dies before it registers
     txn = coordinator.transaction(topology_id, txid)
@@ -203,7 +205,8 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
     scope = (topology_id, str(txid))
     cached: DataFrame | None = None
     try:
-        with coordinator.processing(topology_id, txid) as work:
+        with coordinator.processing(topology_id, txid, application=provenance.application_digest(transform),
+                                    dag_version=dag_version) as work:
             attempt = work.attempt
             faults.point("spark.begin", scope=scope)
             batch, unreadable = readable_batch(work.txn.batch, spec.source)
@@ -363,7 +366,7 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
                                  checks=checks)
             else:
                 result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
-                                 required=required, checks=checks, phases=phases)
+                                 required=required, checks=checks, phases=phases, dag_version=args.dag_version)
         phases.threads()
     except StaleAttempt as exc:
         log.warning("%s", exc)

@@ -21,6 +21,7 @@ class Outcome(NamedTuple):
     row_counts: dict[str, Any] | None
     records_read: int | None
     quarantined: int | None
+    code: dict[str, Any] | None
 
 
 class Finished(NamedTuple):
@@ -34,9 +35,11 @@ def next_number(cur: Cursor, schema: str, topology_id: str, txid: int) -> int:
 
 
 def insert(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int, plan_version: int,
-           worker: str) -> None:
+           worker: str, code: Mapping[str, str] | None = None) -> None:
+    """A running attempt; ``code``: what it runs (:mod:`..provenance`)."""
     cur.execute(query("attempt_insert", schema), {"topology": topology_id, "txid": txid, "attempt": attempt,
-                                                  "plan_version": plan_version, "worker": worker})
+                                                  "plan_version": plan_version, "worker": worker,
+                                                  "code": Json(dict(code)) if code else None})
 
 
 def complete(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int, row_counts: Mapping[str, int],
@@ -93,11 +96,6 @@ def delete_unusable_staged(cur: Cursor, schema: str, staging: sql.Composed, topo
     """Delete staged rows that can never be committed (see the query); returns how many went."""
     cur.execute(query("attempt_delete_unusable_staged", schema, staging=staging), {"topology": topology_id})
     return int(cur.rowcount)
-
-
-def delete_committed_staged(cur: Cursor, schema: str, staging: sql.Composed, topology_id: str) -> None:
-    """Delete the staged rows of every committed txid (a finished rebuild's journal)."""
-    cur.execute(query("attempt_delete_committed_staged", schema, staging=staging), {"topology": topology_id})
 
 
 class DigestPair(NamedTuple):

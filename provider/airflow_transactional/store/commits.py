@@ -38,6 +38,9 @@ class CommitRecord(NamedTuple):
     committer: str
     commit_started_at: datetime
     committed_at: datetime
+    code: dict[str, str] | None = None  # what produced it (:mod:`..provenance`)
+    digests: dict[str, str] | None = None  # per state: "rows:hash" of the deltas it applied
+    corrects: dict[str, Any] | None = None  # a correction's: what it corrects
 
 
 class JournalEntry(NamedTuple):

@@ -77,10 +77,11 @@ def last(cur: Cursor, schema: str, topology_id: str) -> LastPlan | None:
 
 
 def insert(cur: Cursor, schema: str, topology_id: str, txid: int, run_key: str, start: Offsets, end: Offsets,
-           batch: PlannedBatch, planned_records: int) -> None:
+           batch: PlannedBatch, planned_records: int, corrects: dict[str, Any] | None = None) -> None:
     cur.execute(query("transaction_insert", schema), {
         "topology": topology_id, "txid": txid, "run_key": run_key, "start": Json(start), "end": Json(end),
-        "batch": Json(batch.to_json()), "planned_records": planned_records})
+        "batch": Json(batch.to_json()), "planned_records": planned_records,
+        "corrects": Json(corrects) if corrects else None})
 
 
 def replace_plan(cur: Cursor, schema: str, topology_id: str, txid: int, start: Offsets, end: Offsets,

@@ -32,6 +32,9 @@ class TxnRow(NamedTuple):
     records_read: int | None
     row_counts: dict[str, int] | None
     quarantined: int | None
+    corrects: dict[str, Any] | None
+    code: dict[str, str] | None
+    digests: dict[str, str] | None
 
 
 class AttemptRow(NamedTuple):

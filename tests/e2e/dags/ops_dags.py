@@ -41,6 +41,23 @@ for name, (log, opaque) in OPS.items():
         spark_pool="spark",
     )
 
+# The corrections test's topology (test_corrections.py): per-user sums by a job the test stack
+# writes beside this file (with a bug) and the test then fixes.
+FIX_JOB = Path(__file__).parent / "fix_job.py"
+ops_fix = None if not FIX_JOB.exists() else transactional_dag(
+    "ops_fix",
+    source=PostgresLogSource("fix"),
+    states=[StateSpec("amounts", keys={"name": "text"}, combiner="sum", table="ops_fix")],
+    application=str(FIX_JOB),
+    schedule=SCHEDULE,
+    max_in_flight=3,
+    max_batch_size=20,
+    retries=1,
+    retry_delay=timedelta(seconds=3),
+    spark_connect_conn_id="spark_connect_default",
+    spark_pool="spark",
+)
+
 # Downstream of ops_count: one run per txid ops_count commits (the asset event's partition key),
 # whatever the clears, retries and backfills of ops_count (test_operations.py checks it).
 with DAG("ops_count_report", schedule=PartitionedAssetTimetable(assets=state_asset("ops_count", "ops_count")),

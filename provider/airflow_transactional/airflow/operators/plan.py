@@ -10,7 +10,7 @@ from typing import Any
 
 from ...coordinator import Coordinator
 from ...exceptions import NotYourTurn
-from ...model import Transaction, one_line, span_text
+from ...model import Transaction, one_line, span_text, txid_range
 from ...spec import TopologySpec
 from ..watch import Watch
 from .base import WaitingTask
@@ -42,14 +42,21 @@ class PlanOperator(WaitingTask):
                 coordinator.register(TopologySpec.from_config(self.topology))
             watch = self.watch(context)
             txn = self.wait_turn(coordinator, context, lambda: self.adopt_orphan(coordinator, context, watch)
-                                 or coordinator.plan(self.topology_id, context["run_id"]),
-                                 deadline=deadline, may_wait=may_wait)
+                                 or self.plan_run(coordinator, context), deadline=deadline, may_wait=may_wait)
             if txn.empty and not txn.committed and self.commit_empty:
                 txn = self._commit_empty(coordinator, txn)
         state = "committed" if txn.committed else "planned"
         self.log.info("run %s is txid %d of topology %s (%s, %d records; %s)", context["run_id"], txn.txid,
                       self.topology_id, state, txn.planned_records, span_text(txn.start_offsets, txn.end_offsets))
         return {"txid": txn.txid, "records": txn.planned_records, "status": txn.status}
+
+    def plan_run(self, coordinator: Coordinator, context: Mapping[str, Any]) -> Transaction:
+        """The run's transaction: a batch of new records, or -- a run triggered with the conf
+        ``{"correct": "A..B"}`` -- a correction of committed txids A..B (``core/corrections.py``)."""
+        asked = correction_asked(context)
+        if asked is None:
+            return coordinator.plan(self.topology_id, context["run_id"])
+        return coordinator.plan_correction(self.topology_id, context["run_id"], *asked)
 
     def _commit_empty(self, coordinator: Coordinator, txn: Transaction) -> Transaction:
         """The empty batch ``txn``, committed now if its turn has come (its metrics sent), else as it was."""
@@ -87,3 +94,16 @@ class PlanOperator(WaitingTask):
                                  txid, old_run, run_id)
                 return txn
         return None
+
+
+#: The key of a run's conf that makes it a correction: ``{"correct": "3..7"}``.
+CORRECT_CONF = "correct"
+
+
+def correction_asked(context: Mapping[str, Any]) -> tuple[int, int] | None:
+    """The txids a run's conf asks it to correct (None: a run of new records)."""
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    if not isinstance(conf, Mapping) or conf.get(CORRECT_CONF) is None:
+        return None
+    return txid_range(conf[CORRECT_CONF])
+

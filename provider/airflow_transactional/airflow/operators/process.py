@@ -84,6 +84,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         self.kubernetes_dsn_secret = kubernetes_dsn_secret
         self.base_application_args = list(self.application_args or [])
         self._client: subprocess.Popen[str] | None = None
+        self.dag_version: str | None = None  # of the try running: recorded with its attempt
 
     def execute(self, context: Any) -> None:
         hook = TransactionalHook(self.transactional_conn_id)
@@ -91,6 +92,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         with hook.coordinator() as coordinator:
             try:
                 txn = self.run_transaction(coordinator, context)
+                self.dag_version = dag_version(context)
                 faults.point("process.begin", scope=(self.topology_id, str(txn.txid)))
                 self._skip_unless_work(coordinator, txn)
                 self.log.info("processing txid %d of topology %s (%d records)%s", txn.txid, self.topology_id,
@@ -156,7 +158,9 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         raise AirflowSkipException(reason)
 
     def job_args(self, txid: int, schema: str) -> list[str]:
-        return [*self.base_application_args, "--topology", self.topology_id, "--txid", str(txid), "--schema", schema]
+        version = ["--dag-version", self.dag_version] if self.dag_version else []
+        return [*self.base_application_args, "--topology", self.topology_id, "--txid", str(txid), "--schema", schema,
+                *version]
 
     def prepare_submit(self, txid: int, schema: str, dsn: str, *, batch: Mapping[str, Any] | None = None,
                        planned_records: int = 0) -> DsnDelivery:
@@ -260,3 +264,13 @@ def client_path(py_files: str | None) -> list[str]:
         if entry not in out:
             out.append(entry)
     return out
+
+
+def dag_version(context: Any) -> str | None:
+    """The DAG version a task's try runs (its id, and the bundle's version when it has one)."""
+    ti = context.get("ti") if hasattr(context, "get") else None
+    version = getattr(ti, "dag_version_id", None)
+    bundle = getattr(getattr(ti, "bundle_instance", None), "version", None)
+    if version is None:
+        return None
+    return f"{version}@{bundle}" if bundle else str(version)

@@ -27,7 +27,7 @@ from ...connections import CONNECTION_ERRORS, redact
 from ...coordinator import Coordinator
 from ...exceptions import ActionRefused, UnknownTopology
 from ..hooks import TransactionalHook
-from . import actions, pages, waits
+from . import actions, pages, previews, waits
 from .actions import AirflowApi
 
 PREFIX = pages.PLUGIN_PREFIX
@@ -306,7 +306,7 @@ def shown(request: Request, make: Callable[[], Response | str]) -> Response:
     try:
         out = make()
     except HTTPException as exc:
-        return HTMLResponse(pages.refused(base(request), exc.status_code, str(exc.detail)), exc.status_code)
+        return HTMLResponse(previews.refused(base(request), exc.status_code, str(exc.detail)), exc.status_code)
     return HTMLResponse(out) if isinstance(out, str) else out
 
 
@@ -315,7 +315,7 @@ def clear_page(request: Request, user: User, bearer: Bearer, dag_id: str, run_id
     def make() -> str:
         cred = credential(request, bearer)
         plan = clear_plan(user, cred, dag_id, run_id)
-        return pages.clear_preview(base(request), plan, actions.form_token(cred, "clear", dag_id, run_id))
+        return previews.clear_preview(base(request), plan, actions.form_token(cred, "clear", dag_id, run_id))
     return shown(request, make)
 
 
@@ -334,7 +334,7 @@ def reprocess_page(request: Request, user: User, bearer: Bearer, dag_id: str) ->
     def make() -> str:
         cred = credential(request, bearer)
         plan = reprocess_plan(user, cred, dag_id)
-        return pages.reprocess_preview(base(request), plan,
+        return previews.reprocess_preview(base(request), plan,
                                        actions.form_token(cred, "reprocess", dag_id, _range(plan)))
     return shown(request, make)
 

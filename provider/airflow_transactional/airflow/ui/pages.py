@@ -78,6 +78,22 @@ def committed(c: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def corrects(t: dict[str, Any]) -> str:
+    """`` (corrects 3..7)`` after a correction's run id."""
+    txids = (t.get("corrects") or {}).get("txids")
+    return f" <b>(corrects {int(txids[0])}..{int(txids[1])})</b>" if txids else ""
+
+
+def provenance(c: dict[str, Any]) -> str:
+    """What produced a commit (its code's digests, the DAG version) and what it applied (per state)."""
+    code = c.get("code") or {}
+    parts = [f"{e(k.replace('_', ' '))} <code>{e(str(code[k])[:16])}</code>"
+             for k in ("application", "provider", "declaration", "dag_version") if code.get(k)]
+    digests = ", ".join(f"{e(k)} <code>{e(v)}</code>" for k, v in sorted((c.get("digests") or {}).items()))
+    return ((f"<p class=muted>Code: {'; '.join(parts)}.</p>" if parts else "")
+            + (f"<p class=muted>Deltas applied (rows:hash): {digests}.</p>" if digests else ""))
+
+
 def spans(start: dict[str, Any], end: dict[str, Any]) -> str:
     """A batch's offsets as a person reads them: ``start -> end`` per partition that moved."""
     moved = [f"partition {e(k)}: {e(a)} &#8594; {e(b)}" for k, a, b in offsets_moved(start, end)]
@@ -249,7 +265,7 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
         return str(len(t["attempts"])) + (f" ({plural(failed, 'failed try')})" if failed else "")
 
     log_rows = [[f"<a href='{e(base)}/dags/{quote(dag, safe='')}/runs/{quote(t['run_id'], safe='')}'>"
-                 f"{t['txid']}</a>", e(t["run_id"]), e(txn_status(t)),
+                 f"{t['txid']}</a>", e(t["run_id"]) + corrects(t), e(txn_status(t)),
                  f"{t['planned_records']:,}", tries(t),
                  when(t["commit"]["committed_at"]) if t["commit"] else "-",
                  committed(t["commit"]) if t["commit"] else "-",
@@ -310,7 +326,7 @@ def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records
         numeric=(0, 4, 6))
     c = txn["commit"]
     commit = (f"<p class=ok>Committed at {when(c['committed_at'])} (attempt {e(c['attempt'])}, "
-              f"{e(c['records_read'])} records read; {committed(c)}).</p>" if c
+              f"{e(c['records_read'])} records read; {committed(c)}).</p>{provenance(c)}" if c
               else "<p class=muted>Not committed.</p>")
     tries = int(txn.get("failed_tries") or 0)  # also the tries whose driver never registered an attempt
     failure = ""
@@ -337,59 +353,12 @@ def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records
                       "yes" if r["committed"] else "no"] for r in records]))
     else:
         quarantine = "<p class=muted>No record of this batch was quarantined.</p>"
+    corrects = txn.get("corrects") or {}
+    if corrects.get("txids"):
+        first, last = corrects["txids"]
+        batch = (f"<b>a correction of txids {int(first)}..{int(last)}</b>: their records, read again under the "
+                 "code deployed now; its commit applies the difference from what they applied")
     body = (f"<h1>Run {e(run_id)}: txid {txn['txid']}</h1>{notice}{failure}{action}"
             f"<p>Batch: {txn['planned_records']:,} records, {batch}; planned at {when(txn['planned_at'])}.</p>"
             f"<h2>Attempts</h2>{attempts}<h2>Commit</h2>{commit}<h2>Quarantined records</h2>{quarantine}")
     return page(f"txid {txn['txid']}", body)
-
-
-def _confirm(action: str, token: str, label: str) -> str:
-    return (f"<form method=post action='{action}'><input type=hidden name=token value='{e(token)}'>"
-            f"<button type=submit class=confirm>{e(label)}</button></form>")
-
-
-def clear_preview(base: str, plan: Any, token: str) -> str:
-    """What clearing a run's failed tasks will do (Airflow's dry run), and the button that does it."""
-    here = f"{e(base)}{run_path(plan.dag_id, plan.run_id)}"
-    tasks = table(["task", "state now"], [[e(t["task_id"]), e(t["state"])] for t in plan.tasks])
-    later = ""
-    if plan.blocked_after:
-        later = (f"<p>Failed runs after it stay failed: txids {', '.join(str(t) for t in plan.blocked_after)}. "
-                 f"Clear each of them too, or <a href='{e(base)}{dag_path(plan.dag_id)}/reprocess'>reprocess all "
-                 "the failed runs</a> in one backfill.</p>")
-    title = f"txid {plan.txid}" if plan.txid is not None else "no txid yet"
-    body = (f"<h1>Clear run {e(plan.run_id)} ({e(title)})</h1>"
-            f"<p>{e(plan.effect)}</p>"
-            + (f"<h2>Airflow will clear these task instances</h2>{tasks}{later}"
-               + _confirm(f"{here}/clear", token, f"Clear {len(plan.tasks)} task instance(s)") if plan.tasks else "")
-            + f"<p><a href='{here}'>Back to the run</a></p>")
-    return page(f"Clear {plan.run_id}", body)
-
-
-def reprocess_preview(base: str, plan: Any, token: str) -> str:
-    """The "reprocess failed" backfill Airflow would run over the blocked range, run by run."""
-    back = f"<p><a href='{e(base)}{dag_path(plan.dag_id)}'>Back to the topology</a></p>"
-    undated = ("<p>Failed runs a backfill cannot reach (no logical date, or one off the DAG's schedule): clear "
-               "them one by one: "
-               + ", ".join(f"<a href='{e(base)}{run_path(plan.dag_id, r)}'>{e(r)}</a>" for r in plan.unreachable)
-               + "</p>") if plan.unreachable else ""
-    if plan.problem:
-        return page("Nothing to reprocess", f"<h1>Reprocess failed runs of {e(plan.dag_id)}</h1>"
-                                            f"<p class=blocked>{e(plan.problem)}</p>{undated}{back}")
-    rows = [[when(r["logical_date"]), e(r["run_id"]) if r["run_id"] else "(new run)",
-             "-" if r["txid"] is None else str(r["txid"]), e(r["effect"])] for r in plan.runs]
-    body = (f"<h1>Reprocess failed runs of {e(plan.dag_id)}</h1>"
-            f"<p>A backfill with <b>reprocess failed</b> from {when(plan.from_date)} to {when(plan.to_date)}, at most "
-            f"{plan.max_active_runs} runs at once. Airflow will run:</p>"
-            + table(["logical date", "run", "txid", "what happens"], rows, numeric=(2,))
-            + "<p class=muted>Every txid still commits once, in txid order: a committed batch is never counted "
-              "again.</p>" + undated
-            + _confirm(f"{e(base)}{dag_path(plan.dag_id)}/reprocess", token, f"Start the backfill ({len(rows)} runs)")
-            + back)
-    return page(f"Reprocess {plan.dag_id}", body)
-
-
-def refused(base: str, status: int, detail: str) -> str:
-    """Why an action page cannot be shown or done, in words (escaped), and the way back."""
-    return page("Not done", f"<h1>Not done ({int(status)})</h1><p class=blocked>{e(detail)}</p>"
-                            f"<p><a href='{e(base)}/'>Back to Transactions</a></p>")

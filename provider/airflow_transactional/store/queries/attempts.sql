@@ -5,8 +5,8 @@
 SELECT coalesce(max(attempt), 0) + 1 FROM {s}.attempts WHERE topology_id = %(topology)s AND txid = %(txid)s
 
 -- name: attempt_insert
-INSERT INTO {s}.attempts (topology_id, txid, attempt, plan_version, status, worker)
-VALUES (%(topology)s, %(txid)s, %(attempt)s, %(plan_version)s, 'running', %(worker)s)
+INSERT INTO {s}.attempts (topology_id, txid, attempt, plan_version, status, worker, code)
+VALUES (%(topology)s, %(txid)s, %(attempt)s, %(plan_version)s, 'running', %(worker)s, %(code)s)
 
 -- name: attempt_complete
 -- Only a running attempt of the txid's current, uncommitted plan completes.
@@ -28,11 +28,11 @@ WHERE a.topology_id = %(topology)s AND a.txid = %(txid)s AND a.status = 'complet
 ORDER BY a.attempt DESC LIMIT 1
 
 -- name: attempt_outcome
-SELECT attempt, row_counts, records_read, quarantined FROM {s}.attempts
+SELECT attempt, row_counts, records_read, quarantined, code FROM {s}.attempts
 WHERE topology_id = %(topology)s AND txid = %(txid)s AND attempt = %(attempt)s
 
 -- name: attempt_latest_outcome
-SELECT attempt, row_counts, records_read, quarantined FROM {s}.attempts
+SELECT attempt, row_counts, records_read, quarantined, code FROM {s}.attempts
 WHERE topology_id = %(topology)s AND txid = %(txid)s AND status = 'complete' AND plan_version = %(plan_version)s
 ORDER BY attempt DESC LIMIT 1
 
@@ -60,20 +60,15 @@ WHERE x.topology_id = %(topology)s AND t.topology_id = x.topology_id AND t.txid 
 
 -- name: attempt_delete_unusable_staged
 -- Staged rows that can never be committed. Kept: rows of running attempts and of the latest
--- complete attempt of each uncommitted txid's current plan (and a pinned attempt), and the
--- committed attempts after a running rebuild's txid (its journal).
+-- complete attempt of each uncommitted txid's current plan (and a pinned attempt), and the rows of
+-- every committed (txid, attempt): the delta history (store/history.py), a rebuild's journal.
 DELETE FROM {staging} s WHERE NOT EXISTS (
     SELECT 1 FROM {s}.attempts x JOIN {s}.transactions t USING (topology_id, txid)
     WHERE x.topology_id = %(topology)s AND x.txid = s.txid AND x.attempt = s.attempt
-      AND ((t.status = 'planned' AND (x.attempt = t.pinned_attempt
-                                      OR (x.plan_version = t.plan_version AND x.status IN ('running', 'complete'))))
-           OR (x.status = 'committed' AND x.txid > (SELECT coalesce(rebuild_from_txid, 9223372036854775807)
-                                                    FROM {s}.topologies WHERE topology_id = %(topology)s))))
-
--- name: attempt_delete_committed_staged
--- A finished rebuild's journal: the staged rows of every committed txid.
-DELETE FROM {staging} s USING {s}.transactions t
-WHERE t.topology_id = %(topology)s AND t.txid = s.txid AND t.status = 'committed'
+      AND t.status = 'planned' AND (x.attempt = t.pinned_attempt
+                                    OR (x.plan_version = t.plan_version AND x.status IN ('running', 'complete'))))
+  AND NOT EXISTS (SELECT 1 FROM {s}.commits c WHERE c.topology_id = %(topology)s AND c.txid = s.txid
+                  AND c.attempt = s.attempt)
 
 -- name: attempt_digest_differs
 -- The committed attempt read other records than its plan's first complete attempt (none: NULL).

@@ -3,9 +3,11 @@
 
 -- name: commit_record
 INSERT INTO {s}.commits (topology_id, txid, attempt, plan_version, run_key, start_offsets, end_offsets,
-                         records_read, row_counts, quarantined, committer, commit_started_at, committed_at)
+                         records_read, row_counts, quarantined, committer, commit_started_at, committed_at, code,
+                         digests, corrects)
 VALUES (%(topology)s, %(txid)s, %(attempt)s, %(plan_version)s, %(run_key)s, %(start_offsets)s, %(end_offsets)s,
-        %(records_read)s, %(row_counts)s, %(quarantined)s, %(committer)s, %(commit_started_at)s, %(committed_at)s)
+        %(records_read)s, %(row_counts)s, %(quarantined)s, %(committer)s, %(commit_started_at)s, %(committed_at)s,
+        %(code)s, %(digests)s, %(corrects)s)
 
 -- name: commit_get
 SELECT committed_at, attempt FROM {s}.commits WHERE topology_id = %(topology)s AND txid = %(txid)s

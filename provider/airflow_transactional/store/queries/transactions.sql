@@ -18,8 +18,9 @@ SELECT txid, run_key FROM {s}.transactions WHERE topology_id = %(topology)s AND 
 SELECT txid, end_offsets FROM {s}.transactions WHERE topology_id = %(topology)s ORDER BY txid DESC LIMIT 1
 
 -- name: transaction_insert
-INSERT INTO {s}.transactions (topology_id, txid, run_key, start_offsets, end_offsets, batch, planned_records)
-VALUES (%(topology)s, %(txid)s, %(run_key)s, %(start)s, %(end)s, %(batch)s, %(planned_records)s)
+INSERT INTO {s}.transactions (topology_id, txid, run_key, start_offsets, end_offsets, batch, planned_records,
+                              corrects)
+VALUES (%(topology)s, %(txid)s, %(run_key)s, %(start)s, %(end)s, %(batch)s, %(planned_records)s, %(corrects)s)
 
 -- name: transaction_replace_plan
 -- A new version of the plan: the earlier attempts can no longer be committed.

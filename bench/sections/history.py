@@ -1,0 +1,151 @@
+"""The ``history`` section of ``bench.perf``, on the state store alone: what the delta history costs
+-- a commit with a long history kept vs none, the digest's share of a commit, the bytes per million
+deltas -- what a state as of a txid costs to read, and a correction of N txids vs processing them again."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import attempts
+from airflow_transactional.processing import process_batch
+from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.spec import StateSpec, TopologySpec
+from airflow_transactional.store import history
+from bench.measure import Report, Row, Sizes, md5, median
+
+log = logging.getLogger("bench.perf")
+
+#: The deltas one commit applies, and the keys they update (the same keys every time: the state's size stays).
+DELTAS = 100_000
+#: How many txids of history the long-history topology keeps (quick: fewer).
+HISTORY_TXIDS = 20
+#: A correction's range, and the records each of its txids read.
+CORRECTED_TXIDS = 10
+RECORDS_PER_TXID = 5_000
+
+
+def _topology(coord: Coordinator, name: str, log_name: str) -> None:
+    coord.register(TopologySpec(name, PostgresLogSource(log_name),
+                                [StateSpec("counts", keys={"k": "text"}, combiner="count", table=name)],
+                                max_in_flight=1000, max_batch_size=1))
+
+
+def _commit(coord: Coordinator, topology: str, run_key: str) -> float:
+    """Stage ``DELTAS`` deltas as one attempt and commit them; the commit's seconds."""
+    txn = coord.plan(topology, run_key)
+    attempt, txn = attempts.begin_attempt(coord.store, topology, txn.txid)
+    n = coord.stage(attempt, "counts", [(md5(f"k{i}"), 1) for i in range(DELTAS)])
+    attempts.finish_attempt(coord.store, attempt, {"counts": n}, records_read=1)
+    t0 = time.perf_counter()
+    coord.commit(topology, txn.txid)
+    return time.perf_counter() - t0
+
+
+def _cost_per_commit(coord: Coordinator, sizes: Sizes, report: Report) -> None:
+    kept = HISTORY_TXIDS if sizes.commit_trials > 2 else HISTORY_TXIDS // 4
+    for name in ("bench_history_none", "bench_history_long"):
+        _topology(coord, name, "bench_history")
+        _commit(coord, name, "warm")
+    log.info("history: %d commits of %d deltas into the long history", kept, DELTAS)
+    for i in range(kept):
+        _commit(coord, "bench_history_long", f"fill-{i}")
+    none: list[float] = []
+    long: list[float] = []
+    digests: list[float] = []
+    for trial in range(sizes.commit_trials + 1):
+        coord.compact_history("bench_history_none", 0)  # none kept but the snapshot
+        pair = [("none", "bench_history_none"), ("long", "bench_history_long")]
+        for label, topo in pair if trial % 2 == 0 else reversed(pair):
+            took = _commit(coord, topo, f"trial-{trial}")
+            if trial:
+                (none if label == "none" else long).append(took)
+        state = coord.spec("bench_history_long").states[0]
+        txid = coord.status("bench_history_long").committed_txid
+        with coord.store.db.transaction() as cur:  # the digest the commit took, taken again
+            num = coord.store.load(cur, "bench_history_long")[0]
+            t0 = time.perf_counter()
+            history.digest(cur, state, coord.store.staging(num, state), txid, history.committed_attempt(
+                cur, coord.store.schema, "bench_history_long", txid))
+            digests.append(time.perf_counter() - t0)
+    o, b = median(long), median(none)
+    deltas = coord.history_sizes("bench_history_long")["counts"]
+    report.add(Row("history", f"commit of {DELTAS:,} deltas with {deltas.deltas:,} deltas of history kept vs none",
+                   f"{o:.3f} s", f"{b:.3f} s", o / b, "<= 1.1x", o / b <= 1.1))
+    share = median(digests[1:]) / o
+    report.add(Row("history", f"the commit's digest of its {DELTAS:,} deltas, share of the commit",
+                   f"{median(digests[1:]):.3f} s", f"{o:.3f} s", share, "<= 0.1", share <= 0.1))
+    per_million = deltas.bytes / deltas.deltas * 1e6 / 2**20
+    report.add(Row("history", "space the history takes per million deltas (its staging table, indexes included)",
+                   f"{per_million:.0f} MiB", "-", None,
+                   note=f"{deltas.deltas:,} deltas in {deltas.bytes / 2**20:.0f} MiB"))
+    _as_of(coord, report)
+
+
+def _as_of(coord: Coordinator, report: Report) -> None:
+    """The state as of the last txid from the history vs reading the state table."""
+    txid = coord.status("bench_history_long").committed_txid
+    t0 = time.perf_counter()
+    rows = coord.state_as_of("bench_history_long", "counts", txid - 1)
+    as_of = time.perf_counter() - t0
+    with coord.store.db.transaction() as cur:
+        t0 = time.perf_counter()
+        cur.execute('SELECT k, value FROM "bench_history_long" ORDER BY k')
+        plain = cur.fetchall()
+        read = time.perf_counter() - t0
+    assert len(rows) == len(plain), (len(rows), len(plain))
+    report.add(Row("history", f"the state as of a txid ({len(rows):,} keys) from the history vs reading the table",
+                   f"{as_of:.3f} s", f"{read:.3f} s", as_of / read, note="a lookup folds every delta kept"))
+
+
+def _fn(rec: dict[str, object]) -> list[tuple[str, tuple[object, ...], object]]:
+    return [("counts", (rec["k"],), 1)]
+
+
+def _correction(coord: Coordinator, dsn: str, report: Report) -> None:
+    """A correction of N committed txids (one batch of their records, the difference committed)
+    vs processing and committing the same N batches again, on the pure-Python processor."""
+    events = EventLog(dsn, "bench_correct")
+    events.create(1)
+    rng = random.Random(5)
+    events.append([(f"c{i}", json.dumps({"k": f"k{rng.randrange(2_000)}"}))
+                   for i in range(CORRECTED_TXIDS * RECORDS_PER_TXID)])
+    events.close()
+    for name in ("bench_correct", "bench_reprocess"):
+        coord.register(TopologySpec(name, PostgresLogSource("bench_correct"),
+                                    [StateSpec("counts", keys={"k": "text"}, combiner="count", table=name)],
+                                    max_in_flight=CORRECTED_TXIDS + 1, max_batch_size=RECORDS_PER_TXID))
+    for i in range(CORRECTED_TXIDS):
+        txn = coord.plan("bench_correct", f"r{i}")
+        process_batch(coord, "bench_correct", txn.txid, _fn)
+        coord.commit("bench_correct", txn.txid)
+    t0 = time.perf_counter()
+    for i in range(CORRECTED_TXIDS):
+        txn = coord.plan("bench_reprocess", f"r{i}")
+        process_batch(coord, "bench_reprocess", txn.txid, _fn)
+        coord.commit("bench_reprocess", txn.txid)
+    again = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    fix = coord.plan_correction("bench_correct", "fix", 1, CORRECTED_TXIDS)
+    process_batch(coord, "bench_correct", fix.txid, _fn)
+    coord.commit("bench_correct", fix.txid)
+    took = time.perf_counter() - t0
+    report.add(Row("history", f"a correction of {CORRECTED_TXIDS} txids ({RECORDS_PER_TXID:,} records each) vs "
+                              "processing them again", f"{took:.2f} s", f"{again:.2f} s", took / again, "<= 1.2x",
+                   took / again <= 1.2))
+
+
+def run(dsn: str, sizes: Sizes, report: Report) -> None:
+    coord = Coordinator(dsn)
+    events = EventLog(dsn, "bench_history")
+    events.create(1)
+    events.append([(f"h{i}", "{}") for i in range(4 * (HISTORY_TXIDS + sizes.commit_trials + 2))])
+    events.close()
+    try:
+        _cost_per_commit(coord, sizes, report)
+        _correction(coord, dsn, report)
+    finally:
+        coord.close()

@@ -1,0 +1,160 @@
+"""Corrections: committed txids re-processed under the code deployed now, their difference
+committed as a transaction of its own -- the next txid, in order, exactly once.
+
+A correction of txids A..B is planned like any batch (:func:`plan_correction`): it gets the next
+txid, and its batch is the committed batches of A..B merged (the same records, read again), with
+the checkpoint where it is (a correction reads no new records). Its processing attempt is the
+topology's own job, run on that batch. Its commit (``core/commit.py``) turns the attempt's staged
+rows into differences (:func:`differences`): per key, the new value of A..B less what the delta
+history says A..B applied -- the txids themselves and the corrections of ranges inside A..B
+committed before it -- and applies them as that txid's deltas under the value rules, so it can
+never apply twice. Records A..B quarantined that the new code counts are marked as counted by it;
+records it quarantines that A..B counted are subtracted (:func:`settle_quarantine`).
+
+What a correction cannot do is refused when it is planned, naming why: a decision's verdicts are
+never re-decided; a min, max or replace state has no difference to add; a range the delta history
+no longer holds, or whose records the source's retention removed, cannot be read again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import NamedTuple
+
+import psycopg2.extensions
+
+from ..exceptions import ConfigError, TooManyInFlight
+from ..model import FileBatch, LogBatch, PlannedBatch, Range, TopicBatch, Transaction, txid_range
+from ..spec import TopologySpec
+from ..store import corrections as cq
+from ..store import history as h
+from ..store import transactions
+from ..values import Combiner
+from .context import StateStore
+
+
+class Corrected(NamedTuple):
+    """What a correction's commit applies instead of its staged rows: the differences, counted per
+    state, and the txids whose deltas (and quarantined records) it corrects."""
+
+    row_counts: dict[str, int]
+    old_txids: list[int]
+
+
+def refusal(spec: TopologySpec) -> str | None:
+    """Why the topology's commits cannot be corrected (None: they can)."""
+    if spec.decisions:
+        return ("its decisions granted and declined requests in commit order against the balances then; a "
+                "correction never re-decides them (fix a balance with a request of its own)")
+    if spec.outputs:
+        return ("it appends output events, and a correction of them (compensating events) is not built yet: "
+                "rebuild its states instead")
+    external = [s.name for s in spec.states if s.database is not None]
+    if external:
+        return f"states {external} are kept in another database, whose commits a correction cannot join yet"
+    inexact = [f"{s.name} ({s.combiner})" for s in spec.states if not Combiner(s.combiner).numeric]
+    if inexact:
+        return (f"states {', '.join(inexact)} keep a min, max or latest value: a difference cannot be added to "
+                "them (only sum and count states can be corrected)")
+    return None
+
+
+def merged_batch(batches: Sequence[PlannedBatch]) -> PlannedBatch:
+    """One batch reading every record of ``batches`` (consecutive, of one source), without what
+    retention had removed from them (those records were never counted)."""
+    first = batches[0]
+    if isinstance(first, FileBatch):
+        return FileBatch(directory=first.directory, format=first.format,
+                         files=tuple(f for b in batches for f in getattr(b, "files", ())))
+    if isinstance(first, (LogBatch, TopicBatch)):
+        ranges: list[Range] = []
+        for r in sorted((r for b in batches for r in getattr(b, "ranges", ())), key=lambda r: (r.partition, r.start)):
+            if ranges and ranges[-1].partition == r.partition and ranges[-1].end == r.start:
+                ranges[-1] = Range(r.partition, ranges[-1].start, r.end)  # contiguous: one range
+            else:
+                ranges.append(r)
+        return replace(first, ranges=tuple(ranges), lost=None)
+    return PlannedBatch()
+
+
+def plan_correction(store: StateStore, topology_id: str, run_key: str, first: int, last: int) -> Transaction:
+    """The correction of committed txids ``first``..``last`` that run ``run_key`` is: planned now
+    (the next txid) if new, else the stored one."""
+    with store.db.transaction() as cur:
+        _num, spec, committed, offsets = store.load(cur, topology_id, lock=True)
+        known = transactions.txid_of_run(cur, store.schema, topology_id, run_key)
+        if known is not None:
+            txn = store.txn(cur, topology_id, known)
+            if txn.corrects != {"txids": [first, last]}:
+                raise ConfigError(f"run {run_key!r} is txid {known} of topology {topology_id!r}, "
+                                  f"{'a correction of ' + str(txn.corrects) if txn.corrects else 'a batch'}: "
+                                  f"not a correction of txids {first}..{last}")
+            return txn
+        _check_range(store, cur, spec, first, last, committed)
+        in_flight = [p.txid for p in transactions.planned(cur, store.schema, topology_id)]
+        if len(in_flight) >= spec.max_in_flight:
+            raise TooManyInFlight(topology_id, in_flight, spec.max_in_flight)
+        originals = [t for t in cq.committed_txns(cur, store.schema, topology_id, first, last) if not t.corrects]
+        batch = merged_batch([t.batch for t in originals])
+        missing = spec.source.unavailable(cur, store.schema, topology_id, batch)
+        if missing:
+            raise ConfigError(f"topology {topology_id!r}: txids {first}..{last} cannot be read again ({missing}); "
+                              "the source's retention removed what they read. A correction needs their records")
+        latest = transactions.last(cur, store.schema, topology_id)
+        txid, at = (latest.txid + 1, dict(latest.end_offsets)) if latest else (committed + 1, offsets)
+        transactions.insert(cur, store.schema, topology_id, txid, run_key, at, at, batch,
+                            sum(t.planned_records for t in originals), corrects={"txids": [first, last]})
+        return store.txn(cur, topology_id, txid)
+
+
+def _check_range(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySpec, first: int, last: int,
+                 committed: int) -> None:
+    topology_id = spec.topology_id
+    why = refusal(spec)
+    if why:
+        raise ConfigError(f"topology {topology_id!r} cannot be corrected: {why}")
+    if not 1 <= first <= last <= committed:
+        raise ConfigError(f"topology {topology_id!r} has committed txids 1..{committed}: a correction names a range "
+                          f"of them, got {first}..{last}")
+    mark = h.mark(cur, store.schema, topology_id)
+    if first <= mark.history_from_txid:
+        raise ConfigError(f"topology {topology_id!r}: the delta history starts after txid {mark.history_from_txid}, "
+                          f"so what txids {first}..{last} applied is no longer known; correct txids after it, or "
+                          "rebuild the states")
+    # A correction whose range holds part of this one, or all of it and more, replaced deltas of it
+    # that the history cannot tell apart: this range must hold all of that one's, or none.
+    for txid, (lo, hi) in cq.corrections_in(cur, store.schema, topology_id, None):
+        if lo <= last and first <= hi and not (first <= lo and hi <= last):
+            raise ConfigError(f"topology {topology_id!r}: txid {txid} corrects txids {lo}..{hi}, which overlaps "
+                              f"{first}..{last} without lying inside it; correct a range that holds all of "
+                              f"{lo}..{hi} or none of it")
+
+
+def old_txids(cur: psycopg2.extensions.cursor, schema: str, topology_id: str, txn: Transaction) -> list[int]:
+    """The txids whose deltas a correction replaces: those of its range that read records, and the
+    corrections of ranges inside it committed before it."""
+    first, last = txid_range(txn.corrects)
+    found = [t.txid for t in cq.committed_txns(cur, schema, topology_id, first, last) if not t.corrects]
+    found += [txid for txid, (lo, hi) in cq.corrections_in(cur, schema, topology_id, txn.txid - 1)
+              if first <= lo and hi <= last]
+    return sorted(found)
+
+
+def differences(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
+                txn: Transaction, attempt: int) -> Corrected:
+    """In the commit of a correction: replace its attempt's staged rows (the new values of its
+    range) by the differences from what the range applied; how many there are per state."""
+    old = old_txids(cur, store.schema, spec.topology_id, txn)
+    counts = {}
+    for state in spec.states:
+        counts[state.name] = cq.differences(cur, store.schema, spec.topology_id, state, store.staging(num, state),
+                                            txn.txid, attempt, old)
+    return Corrected(counts, old)
+
+
+def settle_quarantine(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str, txn: Transaction,
+                      attempt: int, corrected: Corrected) -> int:
+    """After the commit settled the correction's bad records: those its range had quarantined and it
+    counted are marked as counted by it; those it found again stay with their txid. How many it keeps."""
+    return cq.settle_quarantine(cur, store.schema, topology_id, txn.txid, attempt, corrected.old_txids)

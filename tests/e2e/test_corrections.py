@@ -1,0 +1,70 @@
+"""A correction on a real Airflow: committed txids counted by a buggy job, the job fixed, and a run
+triggered over the REST API with the conf ``{"correct": "A..B"}`` -- it commits the difference as the
+next txid, the state then equals the fixed code's oracle, every commit records the code that
+produced it (the application's digest changed with the fix; the DAG version of the try), and a
+clear of the correction changes nothing."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from airflow_transactional import provenance
+from dev.localstack import LocalStack, RestClient
+from tests.e2e.conftest import FIX_BUG, FIX_JOB, task_log, wait_for_runs
+from tests.e2e.operating import http_get, runs_by_txid, start_topology
+from tests.helpers import query
+
+pytestmark = pytest.mark.e2e
+
+def _oracle(events: list[tuple[str, str]], *, bug: bool) -> dict[str, int]:
+    sums: Counter[str] = Counter()
+    for _e, payload in events:
+        rec = json.loads(payload)
+        sums[rec["user"]] += int(rec["amount"]) * (2 if bug and rec["user"] == "u3" else 1)
+    return dict(sums)
+
+
+def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: LocalStack, client: RestClient) -> None:
+    dag = "ops_fix"
+    job = stack.dags_folder / "fix_job.py"  # the stack wrote it with the bug: the code deployed
+    assert FIX_BUG in job.read_text()
+    log, coord = start_topology(stack, client, dag, "fix", partitions=2)
+    events = [(f"fx{i}", json.dumps({"user": f"u{i % 5}", "amount": str(i % 7)})) for i in range(60)]
+    log.append(events)
+    day0 = datetime(2025, 8, 1, tzinfo=UTC)
+    runs = [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(3)]
+    wait_for_runs(stack, dag, runs)
+    by_txid = runs_by_txid(coord, runs, dag)
+    assert sorted(by_txid) == [2, 3, 4]
+    assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == _oracle(events, bug=True)
+
+    job.write_text(FIX_JOB.format(version="fixed", bug=""))  # the fix, deployed
+    fix = client.trigger(dag, (day0 + timedelta(days=3)).isoformat(), run_id="fix-u3",
+                         conf={"correct": "2..4"})["dag_run_id"]
+    wait_for_runs(stack, dag, [fix])
+    assert "run fix-u3 is txid 5" in task_log(stack, dag, fix, "plan")
+    assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == _oracle(events, bug=False)
+    commits = {c["txid"]: c for c in coord.commits(dag)}
+    assert commits[5]["corrects"] == {"txids": [2, 4]} and commits[5]["run_key"] == fix
+    assert [u for u, _d in coord.changes(dag, 5)["amounts"]] == ["u3"]  # the bug touched u3 alone
+    assert commits[5]["code"]["application"] == provenance.file_digest(job) != commits[2]["code"]["application"]
+    assert commits[5]["code"]["dag_version"] and commits[2]["code"]["dag_version"]
+    assert commits[5]["code"]["provider"] == provenance.provider_digest()
+
+    # The Transactions view shows the run as a correction, with its code and its deltas' digest.
+    page = http_get(stack, f"/transactional/dags/{dag}/runs/{fix}", client.token())[1]
+    assert "a correction of txids 2..4" in page and commits[5]["digests"]["amounts"] in page
+    assert f"application <code>{commits[5]['code']['application'][:16]}</code>" in page
+    assert "(corrects 2..4)" in http_get(stack, f"/transactional/dags/{dag}", client.token())[1]
+
+    client.clear(dag, fix)  # replaying the correction changes nothing
+    wait_for_runs(stack, dag, [fix])
+    assert "already committed" in task_log(stack, dag, fix, "process")
+    assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == _oracle(events, bug=False)
+    assert [c["txid"] for c in coord.commits(dag)] == [1, 2, 3, 4, 5]
+    coord.close()
+    log.close()
