@@ -29,7 +29,18 @@ from types import TracebackType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from .connections import Connections
-from .core import attempts, commit_external, corrections, history, liveness, planning, rebuild, registration, views
+from .core import (
+    attempts,
+    commit_external,
+    corrections,
+    history,
+    liveness,
+    planning,
+    rebuild,
+    registration,
+    replays,
+    views,
+)
 from .core import commit as commit_
 from .core import publish as publish_
 from .core import status as status_
@@ -136,6 +147,10 @@ class Coordinator:
     transaction_for_run = Operation(planning.transaction_for_run)
     replan = Operation(planning.replan)
     plan_correction = Operation(corrections.plan_correction)
+    plan_replay = Operation(replays.plan_replay)
+    edit_quarantined = Operation(replays.edit)
+    quarantined_records = Operation(replays.quarantined)
+    replay_records = Operation(replays.records)
     adopt = Operation(planning.adopt)
 
     # -- processing attempts (core/attempts.py) ------------------------------------------------

@@ -133,6 +133,17 @@ class FileBatch(PlannedBatch):
         return {"directory": self.directory, "format": self.format, "files": [dict(f) for f in self.files]}
 
 
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ReplayBatch(PlannedBatch):
+    """A replay's batch: quarantined records, by their ids in the quarantine (read from the state
+    store, each as edited if it was; ``core/corrections.py``)."""
+
+    replay: tuple[int, ...] = ()
+
+    def _fields(self) -> dict[str, Any]:
+        return {"replay": list(self.replay)}
+
+
 def planned_batch(stored: Mapping[str, Any] | None, kind: str | None = None) -> PlannedBatch:
     """The typed batch of its stored JSON (a typed one as it is); ``kind``: the source's, when the
     JSON does not say (``postgres_log``, ``kafka``, ``landing``)."""
@@ -140,6 +151,8 @@ def planned_batch(stored: Mapping[str, Any] | None, kind: str | None = None) -> 
         return stored
     raw = dict(stored or {})
     lost = raw.get("lost")
+    if "replay" in raw:
+        return ReplayBatch(replay=tuple(int(i) for i in raw["replay"]))
     ranges = tuple(Range(int(p), int(a), int(b)) for p, a, b in raw.get("ranges", ()))
     if "log" in raw or kind == "postgres_log":
         return LogBatch(log=str(raw.get("log") or ""), ranges=ranges, lost=lost)

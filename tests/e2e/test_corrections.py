@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from airflow_transactional import provenance
+from airflow_transactional.cli import main as cli
 from dev.localstack import LocalStack, RestClient
 from tests.e2e.conftest import FIX_BUG, FIX_JOB, task_log, wait_for_runs
 from tests.e2e.operating import http_get, runs_by_txid, start_topology
@@ -33,8 +34,8 @@ def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: Local
     job = stack.dags_folder / "fix_job.py"  # the stack wrote it with the bug: the code deployed
     assert FIX_BUG in job.read_text()
     log, coord = start_topology(stack, client, dag, "fix", partitions=2)
-    events = [(f"fx{i}", json.dumps({"user": f"u{i % 5}", "amount": str(i % 7)})) for i in range(60)]
-    log.append(events)
+    events = [(f"fx{i}", json.dumps({"user": f"u{i % 5}", "amount": str(i % 7)})) for i in range(58)]
+    log.append(events[:30] + [(f"lost{i}", json.dumps({"user": "u9"})) for i in range(2)] + events[30:])  # 3 x 20
     day0 = datetime(2025, 8, 1, tzinfo=UTC)
     runs = [client.trigger(dag, (day0 + timedelta(days=k)).isoformat())["dag_run_id"] for k in range(3)]
     wait_for_runs(stack, dag, runs)
@@ -66,5 +67,20 @@ def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: Local
     assert "already committed" in task_log(stack, dag, fix, "process")
     assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == _oracle(events, bug=False)
     assert [c["txid"] for c in coord.commits(dag)] == [1, 2, 3, 4, 5]
+
+    # The two records without an amount were quarantined (and again by the correction, which left
+    # them with their txid): fixed by hand, then replayed by a run of their own.
+    lost = [r["id"] for r in coord.quarantined_records(dag) if r["event_id"].startswith("lost")]
+    assert len(lost) == 2
+    for record_id in lost:
+        assert cli(["--dsn", stack.state_dsn, "quarantine", dag, "--edit", str(record_id),
+                    "--record", json.dumps({"user": "u9", "amount": "5"})]) == 0
+    replay = client.trigger(dag, (day0 + timedelta(days=4)).isoformat(), run_id="replay-lost",
+                            conf={"replay": {"ids": lost}})["dag_run_id"]
+    wait_for_runs(stack, dag, [replay])
+    assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == {**_oracle(events, bug=False), "u9": 10}
+    assert coord.commits(dag, 6)[0]["corrects"] == {"replay": lost, "of_txids": sorted(
+        {r["txid"] for r in coord.quarantined_records(dag) if r["id"] in lost})}
+    assert [r["corrected_by"] for r in coord.quarantined_records(dag) if r["id"] in lost] == [6, 6]
     coord.close()
     log.close()

@@ -18,7 +18,7 @@ from ..exceptions import (
     StaleAttempt,
 )
 from ..limits import QUARANTINE_RECORD_CHARS, printable
-from ..model import Attempt, OutputStaging, StagedEvent, Transaction, failure_text
+from ..model import Attempt, OutputStaging, ReplayBatch, StagedEvent, Transaction, failure_text
 from ..sources.base import Record
 from ..store import attempts, commits, decisions, outputs, transactions
 from ..store import logs as event_logs
@@ -27,7 +27,7 @@ from ..store.attempts import Finished
 from ..store.connection import Database
 from ..store.copy import copy_line
 from ..store.rows import Cursor
-from . import planning
+from . import planning, replays
 from .context import StateStore
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def begin_attempt(store: StateStore, topology_id: str, txid: int, *, application
         if txn.committed:
             raise StaleAttempt(f"txid {txid} of topology {topology_id!r} is already committed "
                                f"(at {txn.committed_at}); nothing to process")
-        reason = None if txn.pinned_attempt else spec.source.unavailable(
+        reason = None if txn.pinned_attempt or isinstance(txn.batch, ReplayBatch) else spec.source.unavailable(
             cur, store.schema, topology_id, txn.batch)
     if reason:
         if txn.corrects:
@@ -106,6 +106,8 @@ def check_still_readable(store: StateStore, topology_id: str, txn: Transaction) 
     Called after an attempt has read its whole batch: retention only ever moves forward, so
     a batch still whole now was whole while it was read -- no silently short attempt.
     """
+    if isinstance(txn.batch, ReplayBatch):
+        return  # its records are in the quarantine, taken by it: no retention reaches them
     with store.db.transaction() as cur:
         spec = store.load(cur, topology_id)[1]
         reason = spec.source.unavailable(cur, store.schema, topology_id, txn.batch)
@@ -116,7 +118,10 @@ def check_still_readable(store: StateStore, topology_id: str, txn: Transaction) 
 
 
 def read_batch(store: StateStore, txn: Transaction) -> Iterator[Record]:
-    """Read a transaction's batch from its source, in source order."""
+    """Read a transaction's batch from its source, in source order (a replay's from the quarantine)."""
+    if isinstance(txn.batch, ReplayBatch):
+        yield from replays.read(store, txn)
+        return
     with store.db.transaction() as cur:
         _num, spec, _c, _o = store.load(cur, txn.topology_id)
     reader = Database(store.db.dsn, application_name="airflow_transactional:read")

@@ -40,7 +40,7 @@ from ..spec import TopologySpec
 from ..store import attempts, catalog, commits, decisions, outputs, topologies, transactions
 from ..store import state as q
 from ..store.rows import scalar
-from . import apply, corrections, effects, history
+from . import apply, corrections, effects, history, replays
 from .context import StateStore
 
 log = logging.getLogger(__name__)
@@ -76,9 +76,9 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         chosen, row_counts, records_read, quarantined, code = choose_attempt(store, cur, txn, attempt)
         verify_staged(store, cur, num, spec, txn, chosen, row_counts)
         faults.point("commit.after_verify", cur, scope=scope)
-        corrected = corrections.differences(store, cur, num, spec, txn, chosen) if txn.corrects and chosen else None
-        if corrected is not None:  # a correction applies the differences from what its txids applied
-            row_counts = {**row_counts, **corrected.row_counts}
+        # A correction applies the differences from what its txids applied: they replace its staged rows.
+        corrected = corrections.differences(store, cur, num, spec, txn, chosen) if chosen else None
+        row_counts = {**row_counts, **(corrected.row_counts if corrected else {})}
         for state in spec.states:
             if state.database is None and chosen is not None and state.name not in spec.decided_states:
                 quarantined += apply.state_delta(store, cur, topology_id, state, store.staging(num, state), txid,
@@ -102,6 +102,8 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         commits.settle_quarantine(cur, store.schema, topology_id, txid, chosen)
         if corrected is not None and chosen is not None:
             quarantined = corrections.settle_quarantine(store, cur, topology_id, txn, chosen, corrected)
+        elif corrections.kind(txn) == "replay" and chosen is not None:
+            quarantined = replays.settle(store, cur, topology_id, txn, chosen)
         commits.record(cur, store.schema, topology_id, commits.CommitRecord(
             txid=txid, attempt=chosen or 0, plan_version=txn.plan_version, run_key=txn.run_key,
             start_offsets=txn.start_offsets, end_offsets=txn.end_offsets, records_read=records_read,
@@ -113,11 +115,16 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
             cur.execute(q.delete_staged_txid(store.out_staging(num)), (txid,))
         faults.point("commit.before_commit", cur, scope=scope)
     faults.point("commit.after_commit", scope=scope)
+    return CommitResult(topology_id, txid, True, chosen, committed_at, said(spec, txid, chosen, decided, appended))
+
+
+def said(spec: TopologySpec, txid: int, chosen: int | None, decided: Mapping[str, tuple[int, int]],
+         appended: Mapping[str, int]) -> str:
+    """What a commit did, in one line."""
     what = f"attempt {chosen}" if chosen is not None else "empty batch"
     events = "".join(f"; {d}: {g} granted, {n} declined" for d, (g, n) in decided.items())
     events += "".join(f"; appended {n} events to log {spec.output(o).log_name}" for o, n in appended.items())
-    msg = f"committed txid {txid} ({what}) of topology {topology_id}{events}"
-    return CommitResult(topology_id, txid, True, chosen, committed_at, msg)
+    return f"committed txid {txid} ({what}) of topology {spec.topology_id}{events}"
 
 
 def check_order(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str, txid: int,

@@ -42,8 +42,9 @@ class Corrected(NamedTuple):
     old_txids: list[int]
 
 
-def refusal(spec: TopologySpec) -> str | None:
-    """Why the topology's commits cannot be corrected (None: they can)."""
+def refusal(spec: TopologySpec, *, replay: bool = False) -> str | None:
+    """Why the topology's commits cannot be corrected (None: they can); ``replay``: why its
+    quarantined records cannot be replayed (a replay only adds: any combiner takes it)."""
     if spec.decisions:
         return ("its decisions granted and declined requests in commit order against the balances then; a "
                 "correction never re-decides them (fix a balance with a request of its own)")
@@ -54,10 +55,18 @@ def refusal(spec: TopologySpec) -> str | None:
     if external:
         return f"states {external} are kept in another database, whose commits a correction cannot join yet"
     inexact = [f"{s.name} ({s.combiner})" for s in spec.states if not Combiner(s.combiner).numeric]
-    if inexact:
+    if inexact and not replay:
         return (f"states {', '.join(inexact)} keep a min, max or latest value: a difference cannot be added to "
                 "them (only sum and count states can be corrected)")
     return None
+
+
+def kind(txn: Transaction) -> str | None:
+    """``"range"`` for a correction of committed txids, ``"replay"`` for a replay of quarantined
+    records, None for a batch of new records."""
+    if not txn.corrects:
+        return None
+    return "replay" if "replay" in txn.corrects else "range"
 
 
 def merged_batch(batches: Sequence[PlannedBatch]) -> PlannedBatch:
@@ -96,6 +105,9 @@ def plan_correction(store: StateStore, topology_id: str, run_key: str, first: in
         if len(in_flight) >= spec.max_in_flight:
             raise TooManyInFlight(topology_id, in_flight, spec.max_in_flight)
         originals = [t for t in cq.committed_txns(cur, store.schema, topology_id, first, last) if not t.corrects]
+        if not originals:
+            raise ConfigError(f"topology {topology_id!r}: txids {first}..{last} are corrections and replays, which "
+                              "read no records of the source: correct the txids they corrected")
         batch = merged_batch([t.batch for t in originals])
         missing = spec.source.unavailable(cur, store.schema, topology_id, batch)
         if missing:
@@ -122,29 +134,49 @@ def _check_range(store: StateStore, cur: psycopg2.extensions.cursor, spec: Topol
         raise ConfigError(f"topology {topology_id!r}: the delta history starts after txid {mark.history_from_txid}, "
                           f"so what txids {first}..{last} applied is no longer known; correct txids after it, or "
                           "rebuild the states")
-    # A correction whose range holds part of this one, or all of it and more, replaced deltas of it
-    # that the history cannot tell apart: this range must hold all of that one's, or none.
-    for txid, (lo, hi) in cq.corrections_in(cur, store.schema, topology_id, None):
-        if lo <= last and first <= hi and not (first <= lo and hi <= last):
-            raise ConfigError(f"topology {topology_id!r}: txid {txid} corrects txids {lo}..{hi}, which overlaps "
-                              f"{first}..{last} without lying inside it; correct a range that holds all of "
-                              f"{lo}..{hi} or none of it")
+    # A correction (or a replay) that changed deltas of txids partly inside this range did so in
+    # deltas the history cannot tell apart: this range must hold all of its txids, or none.
+    for planned in cq.corrections_in(cur, store.schema, topology_id, None):
+        inside, what = _inside(planned, first, last)
+        if inside is None:
+            raise ConfigError(f"topology {topology_id!r}: txid {planned.txid} {what}, which overlaps {first}..{last} "
+                              "without lying inside it; correct a range that holds all of them or none")
+        if inside and planned.edited:
+            raise ConfigError(f"topology {topology_id!r}: txid {planned.txid} {what}, {planned.edited} of them edited "
+                              "by hand; a correction reads the source again and would undo the edits: correct a "
+                              "range without them")
+
+
+def _inside(planned: cq.Planned, first: int, last: int) -> tuple[bool | None, str]:
+    """Whether what ``planned`` covers lies inside first..last (True), outside it (False), or in part
+    (None); and what it covers, in words."""
+    covers = planned.covers
+    if isinstance(covers, tuple):
+        lo, hi = covers
+        what = f"corrects txids {lo}..{hi}"
+        inside = first <= lo and hi <= last
+        return (True if inside else False if hi < first or last < lo else None), what
+    what = f"replays records of txids {', '.join(map(str, sorted(covers)))}"
+    held = {t for t in covers if first <= t <= last}
+    return (True if held == covers else False if not held else None), what
 
 
 def old_txids(cur: psycopg2.extensions.cursor, schema: str, topology_id: str, txn: Transaction) -> list[int]:
     """The txids whose deltas a correction replaces: those of its range that read records, and the
-    corrections of ranges inside it committed before it."""
+    corrections and replays of records inside it committed before it."""
     first, last = txid_range(txn.corrects)
     found = [t.txid for t in cq.committed_txns(cur, schema, topology_id, first, last) if not t.corrects]
-    found += [txid for txid, (lo, hi) in cq.corrections_in(cur, schema, topology_id, txn.txid - 1)
-              if first <= lo and hi <= last]
+    found += [p.txid for p in cq.corrections_in(cur, schema, topology_id, txn.txid - 1) if _inside(p, first, last)[0]]
     return sorted(found)
 
 
 def differences(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
-                txn: Transaction, attempt: int) -> Corrected:
+                txn: Transaction, attempt: int) -> Corrected | None:
     """In the commit of a correction: replace its attempt's staged rows (the new values of its
-    range) by the differences from what the range applied; how many there are per state."""
+    range) by the differences from what the range applied; how many there are per state (None:
+    the txid is no correction of a range)."""
+    if kind(txn) != "range":
+        return None
     old = old_txids(cur, store.schema, spec.topology_id, txn)
     counts = {}
     for state in spec.states:

@@ -52,13 +52,13 @@ from .. import faults, provenance
 from ..connections import Connections, redact
 from ..coordinator import Coordinator
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
-from ..model import DEFAULT_SCHEMA, FileBatch, OutputStaging, Staging, read_digest
+from ..model import DEFAULT_SCHEMA, FileBatch, OutputStaging, ReplayBatch, Staging, read_digest
 from ..spec import TopologySpec
 from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
 from .fused import FusedFolds, fuse
 from .profile import Phases
-from .read import as_text, raw_records, readable_batch
+from .read import as_text, raw_records, readable_batch, replayed
 from .stage import copy_dataframe, decision_requests, fold, output_events, stage_fold
 from .submit import DSN_FILE_ARG, driver_secrets, provider_zip
 from .validate import Prepared, cache, prepare
@@ -158,8 +158,11 @@ def _read(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, bat
     # (or set aside) the fold's input is empty, and this rule would cut the job short before the
     # observations report -- no count, and a job that fails for a batch of garbage.
     spark.conf.set("spark.sql.adaptive.optimizer.excludedRules", KEEP_OBSERVATIONS)
-    records = raw_records(spark, spec.source, batch, dsn=coordinator.dsn, schema=coordinator.schema,
-                          topology_id=spec.topology_id, record_schema=schema)
+    if isinstance(batch, ReplayBatch):  # quarantined records, from the store
+        records = replayed(spark, coordinator.replay_records(spec.topology_id, batch))
+    else:
+        records = raw_records(spark, spec.source, batch, dsn=coordinator.dsn, schema=coordinator.schema,
+                              topology_id=spec.topology_id, record_schema=schema)
     prepared = prepare(records, schema, required, checks)
     frames = _transformed(spec, transform, prepared.good)
     if states_only:

@@ -9,13 +9,14 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..exceptions import ConfigError
 from ..model import FileBatch, LogBatch, PlannedBatch, planned_batch
 from ..sources import LandingDirectory, PostgresLogSource, Source, source_from_config
+from ..sources.base import Record
 from ..sources.objectlanding import ObjectLanding
 from ..store.connection import connect
 from .handoff import StoreFile, is_remote, store_file
@@ -135,6 +136,12 @@ def raw_records(spark: SparkSession, source: Source, batch: Mapping[str, Any], *
                           "with airflow_transactional.spark.read.reader")
     return read(spark, source, planned_batch(batch, source.kind), dsn=dsn, schema=schema, topology_id=topology_id,
                 record_schema=record_schema)
+
+
+def replayed(spark: SparkSession, records: Sequence[Record]) -> Records:
+    """A replay's records (quarantined ones, each as edited if it was) as raw text at their offsets."""
+    rows = [(r.offset, r.event_id, r.payload) for r in records]
+    return Records(spark.createDataFrame(rows, raw_schema()), TEXT)
 
 
 @reader(PostgresLogSource.kind)

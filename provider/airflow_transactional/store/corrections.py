@@ -4,7 +4,7 @@ again, the corrections planned, and the statements of a correction's commit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg2 import sql
 
@@ -25,11 +25,26 @@ def committed_txns(cur: Cursor, schema: str, topology_id: str, first: int, last:
     return every(cur, Transaction)
 
 
-def corrections_in(cur: Cursor, schema: str, topology_id: str, through: int | None
-                   ) -> list[tuple[int, tuple[int, int]]]:
-    """Every correction planned (through txid ``through``, if given): (txid, (first, last))."""
+class Planned(NamedTuple):
+    """A correction or a replay planned: its txid, what it corrects, how many of its records were edited."""
+
+    txid: int
+    corrects: dict[str, Any]
+    edited: int
+
+    @property
+    def covers(self) -> set[int] | tuple[int, int]:
+        """The txids whose deltas it changed: a range correction's (first, last), a replay's set."""
+        if "replay" in self.corrects:
+            return {int(t) for t in self.corrects.get("of_txids", ())}
+        first, last = self.corrects["txids"]
+        return int(first), int(last)
+
+
+def corrections_in(cur: Cursor, schema: str, topology_id: str, through: int | None) -> list[Planned]:
+    """Every correction and replay planned (through txid ``through``, if given), in txid order."""
     cur.execute(query("correction_ranges", schema), {"topology": topology_id, "through": through})
-    return [(int(txid), (int(lo), int(hi))) for txid, lo, hi in cur.fetchall()]
+    return every(cur, Planned)
 
 
 def differences(cur: Cursor, schema: str, topology_id: str, state: StateSpec, staging: sql.Composed, txid: int,
@@ -46,3 +61,67 @@ def settle_quarantine(cur: Cursor, schema: str, topology_id: str, txid: int, att
     cur.execute(query("correction_settle_quarantine", schema),
                 {"topology": topology_id, "txid": txid, "attempt": attempt, "old": old})
     return int(scalar(cur))
+
+
+class Taken(NamedTuple):
+    """A quarantined record a replay took: its id, the txid that quarantined it, and whether its
+    whole text is there to replay (an edit, or a record not cut to the quarantine's prefix)."""
+
+    id: int
+    txid: int
+    whole: bool
+
+
+class Quarantined(NamedTuple):
+    id: int
+    txid: int
+    source_offset: str
+    event_id: str | None
+    reason: str
+    record: str | None
+    record_length: int | None
+    edited_record: str | None
+    corrected_by: int | None
+    replayed_by: int | None
+
+
+def take_for_replay(cur: Cursor, schema: str, topology_id: str, txid: int, *, ids: list[int] | None,
+                    txids: tuple[int, int] | None, reason: str | None) -> list[Taken]:
+    """Mark the records a replay selects (by id, or by the txids that quarantined them and a reason)
+    as taken by replay ``txid``; the records taken."""
+    first, last = txids or (None, None)
+    cur.execute(query("replay_take", schema), {"topology": topology_id, "txid": txid, "ids": ids, "first": first,
+                                               "last": last, "reason": reason})
+    return every(cur, Taken)
+
+
+def why_not_replayable(cur: Cursor, schema: str, topology_id: str, ids: list[int]) -> list[tuple[int, str]]:
+    """(id, why) of the given records that cannot be replayed."""
+    cur.execute(query("replay_why_not", schema), {"topology": topology_id, "ids": ids})
+    return [(int(i), str(why)) for i, why in cur.fetchall()]
+
+
+def replay_records(cur: Cursor, schema: str, topology_id: str, ids: list[int]) -> list[tuple[str, str | None, str]]:
+    """(source offset, event id, text) of the records a replay took, each as edited if it was."""
+    cur.execute(query("replay_records", schema), {"topology": topology_id, "ids": ids})
+    return [(str(o), e, str(p)) for o, e, p in cur.fetchall()]
+
+
+def settle_replay(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int) -> int:
+    """Mark the records replay ``txid`` counted; how many bad records it keeps."""
+    cur.execute(query("replay_settle", schema), {"topology": topology_id, "txid": txid, "attempt": attempt})
+    return int(scalar(cur))
+
+
+def edit(cur: Cursor, schema: str, topology_id: str, record_id: int, text: str) -> bool:
+    """Keep ``text`` as the record to replay in place of quarantined record ``record_id`` (False: no
+    such record not yet replayed)."""
+    cur.execute(query("quarantine_edit", schema), {"topology": topology_id, "id": record_id, "record": text})
+    return cur.fetchone() is not None
+
+
+def listed(cur: Cursor, schema: str, topology_id: str, *, txid: int | None, reason: str | None,
+           limit: int) -> list[Quarantined]:
+    cur.execute(query("quarantine_list", schema), {"topology": topology_id, "txid": txid, "reason": reason,
+                                                   "limit": limit})
+    return every(cur, Quarantined)

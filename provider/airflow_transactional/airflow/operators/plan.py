@@ -51,8 +51,15 @@ class PlanOperator(WaitingTask):
         return {"txid": txn.txid, "records": txn.planned_records, "status": txn.status}
 
     def plan_run(self, coordinator: Coordinator, context: Mapping[str, Any]) -> Transaction:
-        """The run's transaction: a batch of new records, or -- a run triggered with the conf
-        ``{"correct": "A..B"}`` -- a correction of committed txids A..B (``core/corrections.py``)."""
+        """The run's transaction: a batch of new records; or, for a run triggered with the conf
+        ``{"correct": "A..B"}``, a correction of committed txids A..B (``core/corrections.py``); or,
+        with ``{"replay": {"ids": [...]}}`` (or ``{"txids": "A..B", "reason": "..."}``), a replay of
+        quarantined records (``core/replays.py``)."""
+        conf = run_conf(context)
+        if conf.get(REPLAY_CONF) is not None:
+            selection = conf[REPLAY_CONF]
+            return coordinator.plan_replay(self.topology_id, context["run_id"],
+                                           dict(selection) if isinstance(selection, Mapping) else {"?": selection})
         asked = correction_asked(context)
         if asked is None:
             return coordinator.plan(self.topology_id, context["run_id"])
@@ -96,14 +103,18 @@ class PlanOperator(WaitingTask):
         return None
 
 
-#: The key of a run's conf that makes it a correction: ``{"correct": "3..7"}``.
-CORRECT_CONF = "correct"
+#: The keys of a run's conf that make it a correction (``{"correct": "3..7"}``) or a replay
+#: (``{"replay": {"ids": [12, 13]}}``).
+CORRECT_CONF, REPLAY_CONF = "correct", "replay"
+
+
+def run_conf(context: Mapping[str, Any]) -> Mapping[str, Any]:
+    conf = getattr(context.get("dag_run"), "conf", None) or {}
+    return conf if isinstance(conf, Mapping) else {}
 
 
 def correction_asked(context: Mapping[str, Any]) -> tuple[int, int] | None:
     """The txids a run's conf asks it to correct (None: a run of new records)."""
-    conf = getattr(context.get("dag_run"), "conf", None) or {}
-    if not isinstance(conf, Mapping) or conf.get(CORRECT_CONF) is None:
-        return None
-    return txid_range(conf[CORRECT_CONF])
+    conf = run_conf(context)
+    return None if conf.get(CORRECT_CONF) is None else txid_range(conf[CORRECT_CONF])
 

@@ -44,7 +44,10 @@ DELETE FROM {s}.quarantine q WHERE q.topology_id = %(topology)s AND q.txid = %(t
 UPDATE {s}.quarantine SET committed = true WHERE topology_id = %(topology)s AND txid = %(txid)s
 
 -- name: quarantine_counts
-SELECT count(*) FILTER (WHERE committed) AS committed, count(*) FILTER (WHERE NOT committed) AS pending
+-- Records set aside: committed ones a correction or a replay has not taken (counted, or quarantined
+-- again by the replay), and pending ones of attempts not committed yet.
+SELECT count(*) FILTER (WHERE committed AND corrected_by IS NULL AND replayed_by IS NULL) AS committed,
+       count(*) FILTER (WHERE NOT committed) AS pending
 FROM {s}.quarantine WHERE topology_id = %(topology)s
 
 -- name: quarantine_delete_orphans

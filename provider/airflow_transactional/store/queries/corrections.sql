@@ -7,10 +7,12 @@ SELECT {columns} FROM {s}.transactions WHERE topology_id = %(topology)s AND txid
     AND status = 'committed' ORDER BY txid
 
 -- name: correction_ranges
--- Every correction planned (through a txid, when given) and the txids it corrects.
-SELECT txid, (corrects->'txids'->>0)::bigint AS first, (corrects->'txids'->>1)::bigint AS last
-FROM {s}.transactions WHERE topology_id = %(topology)s AND corrects ? 'txids'
-    AND txid <= coalesce(%(through)s, txid) ORDER BY txid
+-- Every correction and replay planned (through a txid, when given), what it corrects, and how many
+-- of the records it replays were edited by hand.
+SELECT t.txid, t.corrects, (SELECT count(*) FROM {s}.quarantine q WHERE q.topology_id = t.topology_id
+                            AND q.replayed_by = t.txid AND q.edited_record IS NOT NULL) AS edited
+FROM {s}.transactions t WHERE t.topology_id = %(topology)s AND t.corrects IS NOT NULL
+    AND t.txid <= coalesce(%(through)s, t.txid) ORDER BY t.txid
 
 -- name: correction_differences
 -- The attempt's staged rows (the new values of the corrected range) become, per key, the new
@@ -41,3 +43,54 @@ DELETE FROM {s}.quarantine n WHERE n.topology_id = %(topology)s AND n.txid = %(t
               AND o.committed AND o.corrected_by IS NULL AND o.source_offset = n.source_offset
               AND o.event_id IS NOT DISTINCT FROM n.event_id);
 SELECT count(*) FROM {s}.quarantine WHERE topology_id = %(topology)s AND txid = %(txid)s
+
+-- name: replay_take
+-- The committed quarantined records a replay takes -- not replayed nor counted yet, and records
+-- of the source (not a commit's set-aside sums) -- marked as taken by it; what each would replay.
+UPDATE {s}.quarantine q SET replayed_by = %(txid)s
+WHERE q.topology_id = %(topology)s AND q.committed AND q.replayed_by IS NULL AND q.corrected_by IS NULL
+  AND q.source_offset NOT LIKE 'commit:%%'
+  AND (%(ids)s::bigint[] IS NULL OR q.id = ANY(%(ids)s::bigint[]))
+  AND (%(first)s::bigint IS NULL OR q.txid BETWEEN %(first)s AND %(last)s)
+  AND (%(reason)s::text IS NULL OR q.reason = %(reason)s)
+RETURNING q.id, q.txid, coalesce(q.edited_record, CASE WHEN q.record_length <= length(q.record) THEN q.record END)
+    IS NOT NULL AS whole
+
+-- name: replay_why_not
+-- Why records of the quarantine cannot be replayed (none: they can).
+SELECT i AS id, CASE WHEN q.id IS NULL THEN 'not in the quarantine of this topology'
+                     WHEN NOT q.committed THEN 'of an attempt that did not commit'
+                     WHEN q.corrected_by IS NOT NULL THEN 'already counted by txid ' || q.corrected_by
+                     WHEN q.replayed_by IS NOT NULL THEN 'already replayed by txid ' || q.replayed_by
+                     WHEN q.source_offset LIKE 'commit:%%' THEN 'a sum the commit set aside, not a record' END
+FROM unnest(%(ids)s::bigint[]) i LEFT JOIN {s}.quarantine q ON q.id = i AND q.topology_id = %(topology)s
+WHERE q.id IS NULL OR NOT q.committed OR q.corrected_by IS NOT NULL OR q.replayed_by IS NOT NULL
+   OR q.source_offset LIKE 'commit:%%'
+ORDER BY i
+
+-- name: replay_records
+-- What a replay reads: each record it took, as edited if it was, where it came from.
+SELECT source_offset, event_id, coalesce(edited_record, record) AS payload FROM {s}.quarantine
+WHERE topology_id = %(topology)s AND id = ANY(%(ids)s::bigint[]) ORDER BY id
+
+-- name: replay_settle
+-- At the replay's commit: the records it took that it did not quarantine again were counted by it.
+UPDATE {s}.quarantine o SET corrected_by = %(txid)s
+WHERE o.topology_id = %(topology)s AND o.replayed_by = %(txid)s AND o.txid <> %(txid)s
+  AND NOT EXISTS (SELECT 1 FROM {s}.quarantine n WHERE n.topology_id = o.topology_id AND n.txid = %(txid)s
+                  AND n.attempt = %(attempt)s AND n.source_offset = o.source_offset
+                  AND n.event_id IS NOT DISTINCT FROM o.event_id);
+SELECT count(*) FROM {s}.quarantine WHERE topology_id = %(topology)s AND txid = %(txid)s
+
+-- name: quarantine_edit
+-- An operator's edit of a quarantined record, replayed in its place (only before it is replayed).
+UPDATE {s}.quarantine SET edited_record = %(record)s, edited_at = clock_timestamp()
+WHERE topology_id = %(topology)s AND id = %(id)s AND replayed_by IS NULL AND corrected_by IS NULL
+RETURNING id
+
+-- name: quarantine_list
+-- Committed quarantined records (of one txid, one reason), with whether a replay or a correction took them.
+SELECT id, txid, source_offset, event_id, reason, record, record_length, edited_record, corrected_by, replayed_by
+FROM {s}.quarantine WHERE topology_id = %(topology)s AND committed AND txid = coalesce(%(txid)s, txid)
+    AND reason = coalesce(%(reason)s, reason)
+ORDER BY id LIMIT %(limit)s

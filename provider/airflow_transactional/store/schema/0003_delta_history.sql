@@ -17,8 +17,11 @@ UPDATE {s}.topologies SET history_from_txid = committed_txid, history_base = (co
 
 -- Corrections: a transaction that re-processes committed txids under the current code and commits
 -- the difference (corrects names the txids), or replays quarantined records (it names the
--- records); null for a batch of new records. A quarantined record counted
--- by a correction names it (corrected_by): it can be counted at most once.
+-- records and the txids they came from); null for a batch of new records. A quarantined record
+-- counted by a correction names it (corrected_by): it is counted at most once. A replay takes its
+-- records when it is planned (replayed_by): each is replayed at most once, as it is or as edited
+-- (edited_record); one that fails again is quarantined anew, by the replay, with its new reason.
 ALTER TABLE {s}.transactions ADD COLUMN corrects jsonb;
 ALTER TABLE {s}.commits ADD COLUMN corrects jsonb;
-ALTER TABLE {s}.quarantine ADD COLUMN corrected_by bigint;
+ALTER TABLE {s}.quarantine ADD COLUMN corrected_by bigint, ADD COLUMN replayed_by bigint,
+                           ADD COLUMN edited_record text, ADD COLUMN edited_at timestamptz;
