@@ -88,6 +88,24 @@ def check_words(dsn: str, report: ChaosReport, ledger: Ledger) -> None:
         r.events_pending = r.events_appended - len(due & (set(ledger.valid) | ledger.malformed))
         ledger = ledger.restricted_to(due)
     compare_words(dsn, report, ledger, TOPOLOGY)
+    corrections_changed(dsn, report, TOPOLOGY)
+
+
+def corrections_changed(dsn: str, report: ChaosReport, topology: str) -> None:
+    """The corrections committed, and the keys they changed: each corrected one txid under the code
+    it was committed with, so a deterministic job's corrections change nothing (their digests say
+    how many rows each applied)."""
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT txid, digests FROM airflow_txn.commits WHERE topology_id = %s AND corrects IS NOT NULL",
+                    (topology,))
+        found = cur.fetchall()
+    conn.close()
+    report.corrections = len(found)
+    for txid, digests in found:
+        rows = sum(int(str(d).split(":")[0]) for d in (digests or {}).values())
+        report.corrections_changed += rows
+        if rows:
+            report.problems.append(f"correction txid {txid} changed {rows} keys under the code it re-ran: {digests}")
 
 
 def compare_words(dsn: str, report: ChaosReport, ledger: Ledger, topology: str,

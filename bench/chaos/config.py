@@ -41,11 +41,14 @@ STACKS = ("local", "cluster")
 # (on the cluster stack, an application of the cluster), which can be lost under a batch.
 BACKENDS = ("spark-submit", "connect")
 CONNECT_KINDS = ("spark_connect_kill",)
+# What the operator of the words topology does besides: a correction of one committed txid, under the
+# code it was committed with (a run triggered with {"correct": "N..N"}): it must commit, and change nothing.
+CORRECTION_KINDS = ("correct",)
 # Faults of one lane strike one at a time; the lanes run side by side.
 LANES = {"spark": ("spark_kill", "pg_restart_processing", "celery_kill_processing", "spark_worker_kill",
                    "spark_connect_kill"),
          "commit": ("commit_kill_before", "commit_kill_after", "pg_restart_commit", "celery_kill_commit"),
-         "control": ("scheduler_restart", "api_restart", "clear", "spark_master_restart", "redis_restart"),
+         "control": ("scheduler_restart", "api_restart", "clear", "spark_master_restart", "redis_restart", "correct"),
          "kafka": KAFKA_KINDS, "store": OBJECT_KINDS}
 TASKS = ("plan", "process", "commit")
 LEDGER = "ledger.jsonl"  # under the run's directory: what the producers appended
@@ -88,6 +91,7 @@ class ChaosConfig:
     def known_kinds(self) -> tuple[str, ...]:
         """Every fault kind this run can strike: its mode's, its stack's and its backend's."""
         return (KINDS + (KAFKA_KINDS if self.mode == "kafka" else ())
+                + (CORRECTION_KINDS if self.mode == "words" and self.stack == "local" else ())
                 + (OBJECT_KINDS if self.mode == "s3" else ())
                 + (CLUSTER_KINDS if self.stack == "cluster" else ())
                 + (CONNECT_KINDS if self.backend == "connect" else ()))
@@ -114,7 +118,7 @@ class ChaosConfig:
 
         Without the final ``airflow-txn audit`` (a Spark pass over every event, a minute here):
         the oracle is the independent check, and the audit has tests of its own."""
-        kinds = ("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear")
+        kinds = ("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear", "correct")
         if stack == "cluster":  # each cluster kind once, and a clear
             return cls(seed=seed, mode=mode, stack=stack, transactions=8, faults=6, producers=2, rate=6,
                        drain_timeout=600, audit=False, kinds=(*CLUSTER_KINDS, "clear"))
@@ -127,7 +131,7 @@ class ChaosConfig:
         if mode == "s3":
             return cls(seed=seed, mode=mode, transactions=6, faults=6, producers=2, rate=6, drain_timeout=420,
                        audit=False, kinds=("spark_kill", "clear", *OBJECT_KINDS))
-        return cls(seed=seed, mode=mode, transactions=6, faults=5, producers=2, rate=6, drain_timeout=420,
+        return cls(seed=seed, mode=mode, transactions=6, faults=6, producers=2, rate=6, drain_timeout=420,
                    audit=False, kinds=kinds)
 
     @property
@@ -168,6 +172,8 @@ class ChaosReport:
     domain_mismatches: int = 0
     order_violations: int = 0
     quarantine_mismatches: int = 0
+    corrections: int = 0        # words: corrections committed (of one txid, under its own code)
+    corrections_changed: int = 0  # words: keys those corrections changed (a deterministic job changes none)
     stuck_runs: int = 0
     audit_clean: bool | None = None
     audit_refused: str = ""      # kafka: why the audit could not recompute (records the harness deleted)
@@ -180,8 +186,8 @@ class ChaosReport:
     @property
     def violations(self) -> int:
         return (self.events_lost + self.events_duplicated + self.domain_mismatches + self.order_violations
-                + self.publish_lost + self.publish_duplicated
-                + self.quarantine_mismatches + self.stuck_runs + (self.audit_clean is False) + len(self.problems)
+                + self.publish_lost + self.publish_duplicated + self.quarantine_mismatches + self.stuck_runs
+                + (self.audit_clean is False) + len(self.problems)  # a correction that changed keys: a problem
                 + len(self.invariant_failures))
 
     def table(self) -> str:
@@ -252,7 +258,9 @@ class ChaosReport:
                 ("events duplicated", self.events_duplicated),
                 ("domain counts wrong", self.domain_mismatches),
                 ("order violations", self.order_violations),
-                ("quarantine mismatches", self.quarantine_mismatches)]
+                ("quarantine mismatches", self.quarantine_mismatches),
+                *([("corrections committed / keys they changed", f"{self.corrections} / {self.corrections_changed}")]
+                  if self.mode == "words" else [])]
 
 
 def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 
 import psutil
 
-from airflow_transactional.spark.job import REMOTE_ENV
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.exceptions import ConfigError
 from dev import faults as engine
 from dev.cluster import ClusterStack, kill_tree
 from dev.localstack import SPARK_CONNECT, AirflowStackError, LocalStack, RestClient, listening
@@ -27,6 +28,7 @@ from dev.localstack import SPARK_CONNECT, AirflowStackError, LocalStack, RestCli
 from .config import (
     CLUSTER_KINDS,
     CONNECT_KINDS,
+    CORRECTION_KINDS,
     KAFKA_KINDS,
     KINDS,
     LANES,
@@ -37,6 +39,7 @@ from .config import (
 )
 from .kafka import BrokerFaults
 from .objects import StoreFaults
+from .processes import connect_client, python_workers, spark_driver
 from .supervisor import Supervisor, rest
 
 
@@ -128,7 +131,9 @@ class Faults:
             return True
         if kind == "clear":
             return self._clear()
-        every = KINDS + KAFKA_KINDS + OBJECT_KINDS + CLUSTER_KINDS + CONNECT_KINDS
+        if kind == "correct":
+            return self._correct()
+        every = KINDS + KAFKA_KINDS + OBJECT_KINDS + CLUSTER_KINDS + CONNECT_KINDS + CORRECTION_KINDS
         raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(every)}")
 
     def batch(self) -> psutil.Process | None:
@@ -340,6 +345,26 @@ class Faults:
         rest(self.client.clear, dag_id, run_id, tasks, **flags)
         return True
 
+    def _correct(self) -> bool:
+        """The operator corrects one committed txid that read records, under the code it was
+        committed with: a run triggered with {"correct": "N..N"} (a txid it could not correct is
+        no moment for it: a correction's own plan refuses, naming why)."""
+        topology = self.cfg.topologies[0]
+        with Coordinator(self.stack.state_dsn) as coord:
+            done = [c["txid"] for c in coord.commits(topology) if not c["corrects"] and c["records_read"]]
+            if not done:
+                return False
+            txid = self.rng.choice(done)
+            try:
+                coord.correction_batch(topology, txid, txid)
+            except ConfigError as exc:
+                logging.info("fault: no correction of txid %d: %s", txid, exc)
+                return False
+        run_id = f"chaos-{self.cfg.seed}-correct-{txid}-{len(self.runs)}"
+        logging.info("fault: correct txid %d of %s (run %s)", txid, topology, run_id)
+        rest(self.client.trigger, topology, None, run_id, {"correct": f"{txid}..{txid}"})  # its DAG's id
+        return True
+
 
 def wait_for(predicate: Callable[[], Any], timeout: float) -> Any:
     """What ``predicate`` returns once it is truthy, or None after ``timeout`` seconds."""
@@ -350,44 +375,3 @@ def wait_for(predicate: Callable[[], Any], timeout: float) -> Any:
             return found
         time.sleep(0.3)
     return None
-
-
-def spark_driver(topologies: tuple[str, ...]) -> psutil.Process | None:
-    """The spark-submit JVM of a batch of one of the ``topologies``, if one runs."""
-    names = {f"txn-{t}" for t in topologies}
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if "org.apache.spark.deploy.SparkSubmit" in cmd and names & set(cmd):
-            return proc
-    return None
-
-
-def connect_client(topologies: tuple[str, ...]) -> psutil.Process | None:
-    """The Spark Connect client running a batch of one of the ``topologies``, if one runs: the job
-    file's process, its ``--topology`` one of them, started by a process task (not by spark-submit)."""
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        topology = cmd[cmd.index("--topology") + 1:][:1] if "--topology" in cmd and "--txid" in cmd else []
-        if topology and topology[0] in topologies:
-            try:
-                if proc.environ().get(REMOTE_ENV):
-                    return proc
-            except psutil.Error:
-                continue
-    return None
-
-
-def python_workers(driver: psutil.Process) -> list[psutil.Process]:
-    """The batch's Python workers (``pyspark.daemon`` and its forks): where the executors run the
-    job's Python -- parsing, folding, the COPY into staging."""
-    found = []
-    try:
-        for child in driver.children(recursive=True):
-            try:
-                if "pyspark.daemon" in child.cmdline():
-                    found.append(child)
-            except psutil.Error:
-                continue
-    except psutil.Error:
-        return []
-    return found

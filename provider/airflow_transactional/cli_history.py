@@ -7,11 +7,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
+from .airflow.dagfile import declared_as_stored
 from .coordinator import Coordinator
-from .exceptions import ConfigError
+from .exceptions import ConfigError, NotYourTurn
+from .model import txid_range
+from .spark.recompute import recompute
 
 Command = Callable[[argparse.Namespace, Coordinator], int]
 
@@ -104,6 +108,51 @@ def _fix(args: argparse.Namespace, coord: Coordinator, rows: list[dict[str, Any]
     return 0
 
 
+def correct(args: argparse.Namespace, coord: Coordinator) -> int:
+    """A correction's preview (and determinism check), or a correction withdrawn."""
+    if args.withdraw is not None:
+        txn = coord.withdraw_correction(args.topology, args.withdraw)
+        print(f"txid {txn.txid} of {args.topology} withdrawn: it commits nothing"
+              + _committed_now(coord, args.topology, txn.txid))
+        return 0
+    if not args.txids:
+        raise ConfigError("name the committed txids to preview (A..B), or --withdraw TXID")
+    first, last = txid_range(args.txids)
+    spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "correct")
+    result = recompute(coord.dsn, coord.schema, spec, "preview", master=args.master, conf=args.conf,
+                       mode_value=f"{first}..{last}")
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        _print_preview(result, spec.dag)
+    if args.check:
+        return 4 if result["nondeterministic"] else 0 if result["same_code"] else 2
+    return 0
+
+
+def _committed_now(coord: Coordinator, topology_id: str, txid: int) -> str:
+    """Commit a withdrawn txid now if its turn has come (else its run's commit task, once cleared, does)."""
+    try:
+        return f"; {coord.commit(topology_id, txid).message}"
+    except NotYourTurn:
+        return f"; it commits after txid {txid - 1} (clear its run's tasks, or let its commit task retry)"
+
+
+def _print_preview(result: dict[str, Any], dag_id: str) -> None:
+    first, last = result["txids"]
+    print(f"a correction of txids {first}..{last} of {result['topology']} would change {result['changed']} keys")
+    for name, st in result["states"].items():
+        print(f"  {name:<24} {st['changed']} keys, total {st['old_total']} -> {st['new_total']}")
+        for key, old, new in st["samples"]:
+            print(f"    {key}: {old} -> {new}")
+    if result["nondeterministic"]:
+        print("under the very code they were committed with: the job is NOT deterministic (see the keys above)")
+    elif result["same_code"]:
+        print("under the very code they were committed with: the same deltas (the job is deterministic here)")
+    else:
+        print(f"to commit it: trigger a run of {dag_id} with the conf {{\"correct\": \"{first}..{last}\"}}")
+
+
 def _txid_or_zero(text: str) -> int:
     if not text.strip().isdigit():
         raise argparse.ArgumentTypeError(f"a txid is a whole number, got {text!r}")
@@ -124,6 +173,19 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                   "the committed txid, --keep N folds all but the last N txids into that snapshot (retention)")
     one.add_argument("--snapshot", action="store_true")
     one.add_argument("--keep", type=_txid_or_zero, metavar="N")
+    one = command("correct", correct, "preview what a correction of committed txids A..B would change (their records "
+                  "recomputed by the job of --dag-file, nothing committed; --check: exit 4 if the code they were "
+                  "committed with computes other deltas), or --withdraw a correction or replay not yet committed")
+    one.add_argument("txids", nargs="?", metavar="A..B")
+    one.add_argument("--dag-file", help="the DAG file that declares the topology: its Spark job is run from it")
+    one.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"),
+                     help="Spark master (default local[2])")
+    one.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    one.add_argument("--json", action="store_true")
+    one.add_argument("--check", action="store_true", help="a determinism check: exit 4 when the same code "
+                     "computes other deltas, 2 when the code differs from theirs (no check possible), else 0")
+    one.add_argument("--withdraw", type=_txid_or_zero, metavar="TXID", help="make a planned correction or replay an "
+                     "empty txid that commits nothing")
     one = command("quarantine", quarantine, "the committed quarantined records (id, txid, offset, what became of "
                   "them, reason); --edit ID gives one the text a replay reads, --fixer module:function many")
     one.add_argument("--txid", type=_txid_or_zero, help="only the records this txid quarantined")

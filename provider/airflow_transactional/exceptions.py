@@ -159,3 +159,7 @@ class ActionRefused(TransactionalError):
         super().__init__(f"{status}: {detail}")
         self.status = status
         self.detail = detail
+
+
+class NonDeterministic(TransactionalError):
+    """Committed txids re-processed under the code they were committed with gave other deltas."""

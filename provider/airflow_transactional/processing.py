@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from . import limits
+from . import limits, provenance
 from .coordinator import Coordinator
 from .exceptions import BadRecord, ConfigError
 from .model import Attempt, StagedEvent, event_id, read_digest
@@ -224,7 +224,7 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
     if txn.empty:
         return ProcessResult(txid, None, 0, {}, 0)
     spec = coordinator.spec(topology_id)
-    with coordinator.processing(topology_id, txid) as run:
+    with coordinator.processing(topology_id, txid, application=provenance.function_digest(fn)) as run:
         batch = _Batch(coordinator, spec)
         bad: list[tuple[str, str | None, str, str | None]] = []
         read = crcs = 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import json
 import sys
 from collections.abc import Callable, Mapping
@@ -75,6 +76,15 @@ def application_digest(transform: Callable[..., object]) -> str | None:
     if not path or (getattr(module, "__name__", "").split(".")[0] == __package__):
         path = getattr(sys.modules.get("__main__"), "__file__", None)  # a helper of ours wraps it
     return file_digest(path)
+
+
+def function_digest(fn: Callable[..., object]) -> str | None:
+    """The digest of a Python function's source (the pure-Python processor's transform), else of its bytecode."""
+    try:
+        return sha256_text(inspect.getsource(fn).encode())
+    except (OSError, TypeError):
+        code_object = getattr(fn, "__code__", None)
+        return sha256_text(code_object.co_code) if code_object is not None else None
 
 
 def code(config: Mapping[str, Any], *, application: str | None = None, dag_version: str | None = None

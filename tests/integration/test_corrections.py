@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.exceptions import BatchUnavailable, ConfigError
+from airflow_transactional.exceptions import BatchUnavailable, ConfigError, NonDeterministic
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources.pglog import PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
@@ -194,3 +194,33 @@ def test_a_correction_whose_records_went_after_it_was_planned_fails_naming_them(
         with pytest.raises(BatchUnavailable, match=r"corrects txids .*can no longer be read"):
             process_batch(coord, "clicks", fix.txid, fixed)
         assert coord.transaction("clicks", fix.txid).corrects == {"txids": [1, 1]}  # never re-planned
+
+
+def test_a_job_that_is_not_deterministic_is_caught_and_its_correction_withdrawn(dsn: str) -> None:
+    """Re-processed under the code it was committed with, a txid must give the same deltas: a
+    difference is refused at the commit, naming the keys; the correction is then withdrawn."""
+    make_log(dsn).append([click(i) for i in range(40)])
+    flips = iter(range(1, 10_000))
+
+    def flaky(rec: dict[str, Any]) -> Rows:  # counts u1 differently every time it runs
+        return fixed(rec) if rec["user"] != "u1" else [("clicks_count", ("u1",), next(flips)),
+                                                        ("clicks_amount", ("u1",), 0)]
+
+    with Coordinator(dsn) as coord:
+        coord.register(counting_topology(max_batch_size=40))
+        run_one(coord, "clicks", "r0", flaky)
+        before = table(dsn, "clicks_count")
+        fix = coord.plan_correction("clicks", "check", 1, 1)
+        process_batch(coord, "clicks", fix.txid, flaky)
+        with pytest.raises(NonDeterministic, match=r"state clicks_count: keys \['u1'\].*withdraw"):
+            coord.commit("clicks", fix.txid)
+        assert table(dsn, "clicks_count") == before
+        withdrawn = coord.withdraw_correction("clicks", fix.txid)
+        assert withdrawn.empty and withdrawn.corrects["withdrawn"]
+        assert coord.commit("clicks", fix.txid).committed and table(dsn, "clicks_count") == before
+        assert coord.changes("clicks", fix.txid)["clicks_count"] == []
+        with pytest.raises(ConfigError, match="is committed"):
+            coord.withdraw_correction("clicks", fix.txid)
+        batch = coord.plan("clicks", "r1")
+        with pytest.raises(ConfigError, match="records are never skipped"):
+            coord.withdraw_correction("clicks", batch.txid)

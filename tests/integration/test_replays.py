@@ -143,3 +143,17 @@ def test_a_replay_killed_mid_commit_commits_once_and_a_later_correction_counts_n
         assert table(dsn, "clicks_amount") == counted
         with pytest.raises(ConfigError, match=r"txids 2\.\.2 are corrections and replays"):
             coord.plan_correction("clicks", "x", 2, 2)
+
+
+def test_a_withdrawn_replay_frees_its_records(dsn: str) -> None:
+    make_log(dsn).append(_events())
+    with Coordinator(dsn) as coord:
+        coord.register(counting_topology(max_batch_size=50))
+        run_one(coord, "clicks", "r0", strict)
+        taken = coord.plan_replay("clicks", "replay", {"txids": "1..1"})
+        with pytest.raises(ConfigError, match="already replayed by txid 2"):
+            coord.plan_replay("clicks", "other", {"ids": list(taken.batch.replay)})  # type: ignore[attr-defined]
+        coord.withdraw_correction("clicks", taken.txid)
+        assert coord.commit("clicks", taken.txid).committed
+        assert _replay(coord, "again", {"ids": list(taken.batch.replay)}) == 3  # type: ignore[attr-defined]
+        assert table(dsn, "clicks_amount")["eu"] == 10

@@ -195,11 +195,12 @@ def test_a_supervisor_restart_that_fails_is_tried_again(tmp_path: Path) -> None:
 
 def test_the_kafka_kinds_belong_to_the_kafka_mode_and_its_ci_size_strikes_each() -> None:
     from bench.chaos import KAFKA_KINDS, KINDS
+    from bench.chaos.config import CORRECTION_KINDS
     from bench.chaos.faults import Faults
     from bench.chaos.kafka import MAX_PARTITIONS, PARTITIONS, partitions_cap
 
     assert ChaosConfig(mode="kafka").kinds == KINDS + KAFKA_KINDS  # the soak: every kind the mode has
-    assert ChaosConfig().kinds == KINDS
+    assert ChaosConfig().kinds == KINDS + CORRECTION_KINDS  # words: the operator's corrections too
     quick = ChaosConfig.quick(mode="kafka")
     assert set(KAFKA_KINDS) <= set(quick.kinds) and quick.faults >= len(quick.kinds)
     with pytest.raises(ValueError, match="the Kafka kinds strike a broker"):

@@ -77,7 +77,7 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         verify_staged(store, cur, num, spec, txn, chosen, row_counts)
         faults.point("commit.after_verify", cur, scope=scope)
         # A correction applies the differences from what its txids applied: they replace its staged rows.
-        corrected = corrections.differences(store, cur, num, spec, txn, chosen) if chosen else None
+        corrected = corrections.differences(store, cur, num, spec, txn, chosen, code) if chosen else None
         row_counts = {**row_counts, **(corrected.row_counts if corrected else {})}
         for state in spec.states:
             if state.database is None and chosen is not None and state.name not in spec.decided_states:

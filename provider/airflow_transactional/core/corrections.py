@@ -18,20 +18,24 @@ no longer holds, or whose records the source's retention removed, cannot be read
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import psycopg2.extensions
 
-from ..exceptions import ConfigError, TooManyInFlight
-from ..model import FileBatch, LogBatch, PlannedBatch, Range, TopicBatch, Transaction, txid_range
+from ..exceptions import ConfigError, NonDeterministic, TooManyInFlight
+from ..model import FileBatch, LogBatch, Offsets, PlannedBatch, Range, TopicBatch, Transaction, txid_range
 from ..spec import TopologySpec
+from ..store import attempts, catalog, transactions
 from ..store import corrections as cq
 from ..store import history as h
-from ..store import transactions
+from ..store import state as q
 from ..values import Combiner
 from .context import StateStore
+
+#: What makes two commits' code the same for the determinism check (:mod:`..provenance`).
+SAME_CODE = ("application", "provider", "declaration")
 
 
 class Corrected(NamedTuple):
@@ -100,24 +104,47 @@ def plan_correction(store: StateStore, topology_id: str, run_key: str, first: in
                                   f"{'a correction of ' + str(txn.corrects) if txn.corrects else 'a batch'}: "
                                   f"not a correction of txids {first}..{last}")
             return txn
-        _check_range(store, cur, spec, first, last, committed)
-        in_flight = [p.txid for p in transactions.planned(cur, store.schema, topology_id)]
-        if len(in_flight) >= spec.max_in_flight:
-            raise TooManyInFlight(topology_id, in_flight, spec.max_in_flight)
-        originals = [t for t in cq.committed_txns(cur, store.schema, topology_id, first, last) if not t.corrects]
-        if not originals:
-            raise ConfigError(f"topology {topology_id!r}: txids {first}..{last} are corrections and replays, which "
-                              "read no records of the source: correct the txids they corrected")
-        batch = merged_batch([t.batch for t in originals])
-        missing = spec.source.unavailable(cur, store.schema, topology_id, batch)
-        if missing:
-            raise ConfigError(f"topology {topology_id!r}: txids {first}..{last} cannot be read again ({missing}); "
-                              "the source's retention removed what they read. A correction needs their records")
-        latest = transactions.last(cur, store.schema, topology_id)
-        txid, at = (latest.txid + 1, dict(latest.end_offsets)) if latest else (committed + 1, offsets)
-        transactions.insert(cur, store.schema, topology_id, txid, run_key, at, at, batch,
-                            sum(t.planned_records for t in originals), corrects={"txids": [first, last]})
+        batch, records = _range_batch(store, cur, spec, first, last, committed)
+        txid, at = next_slot(store, cur, spec, committed, offsets)
+        transactions.insert(cur, store.schema, topology_id, txid, run_key, at, at, batch, records,
+                            corrects={"txids": [first, last]})
         return store.txn(cur, topology_id, txid)
+
+
+def next_slot(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySpec, committed: int,
+              offsets: Offsets) -> tuple[int, Offsets]:
+    """The txid a correction or a replay planned now gets (TooManyInFlight when none is free), and
+    the offsets it starts and ends at: where the last planned batch ends (it reads no new records)."""
+    in_flight = [p.txid for p in transactions.planned(cur, store.schema, spec.topology_id)]
+    if len(in_flight) >= spec.max_in_flight:
+        raise TooManyInFlight(spec.topology_id, in_flight, spec.max_in_flight)
+    latest = transactions.last(cur, store.schema, spec.topology_id)
+    return (latest.txid + 1, dict(latest.end_offsets)) if latest else (committed + 1, dict(offsets))
+
+
+def _range_batch(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySpec, first: int, last: int,
+                 committed: int) -> tuple[PlannedBatch, int]:
+    """The batch a correction of first..last reads (their batches merged) and its planned records,
+    or a ConfigError naming why it cannot be corrected."""
+    topology_id = spec.topology_id
+    _check_range(store, cur, spec, first, last, committed)
+    originals = [t for t in cq.committed_txns(cur, store.schema, topology_id, first, last) if not t.corrects]
+    if not originals:
+        raise ConfigError(f"topology {topology_id!r}: txids {first}..{last} are corrections and replays, which "
+                          "read no records of the source: correct the txids they corrected")
+    batch = merged_batch([t.batch for t in originals])
+    missing = spec.source.unavailable(cur, store.schema, topology_id, batch)
+    if missing:
+        raise ConfigError(f"topology {topology_id!r}: txids {first}..{last} cannot be read again ({missing}); "
+                          "the source's retention removed what they read. A correction needs their records")
+    return batch, sum(t.planned_records for t in originals)
+
+
+def range_batch(store: StateStore, topology_id: str, first: int, last: int) -> PlannedBatch:
+    """The batch a correction of committed txids first..last would read (a preview reads it)."""
+    with store.db.transaction() as cur:
+        _num, spec, committed, _o = store.load(cur, topology_id)
+        return _range_batch(store, cur, spec, first, last, committed)[0]
 
 
 def _check_range(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySpec, first: int, last: int,
@@ -161,28 +188,50 @@ def _inside(planned: cq.Planned, first: int, last: int) -> tuple[bool | None, st
     return (True if held == covers else False if not held else None), what
 
 
-def old_txids(cur: psycopg2.extensions.cursor, schema: str, topology_id: str, txn: Transaction) -> list[int]:
-    """The txids whose deltas a correction replaces: those of its range that read records, and the
-    corrections and replays of records inside it committed before it."""
-    first, last = txid_range(txn.corrects)
-    found = [t.txid for t in cq.committed_txns(cur, schema, topology_id, first, last) if not t.corrects]
-    found += [p.txid for p in cq.corrections_in(cur, schema, topology_id, txn.txid - 1) if _inside(p, first, last)[0]]
-    return sorted(found)
+def old_txids(cur: psycopg2.extensions.cursor, schema: str, topology_id: str, first: int, last: int,
+              before: int | None = None) -> tuple[list[int], list[int]]:
+    """The txids whose deltas a correction of first..last replaces: (those of the range that read
+    records, the corrections and replays of records inside it planned before txid ``before``)."""
+    originals = [t.txid for t in cq.committed_txns(cur, schema, topology_id, first, last) if not t.corrects]
+    through = None if before is None else before - 1
+    corrected = [p.txid for p in cq.corrections_in(cur, schema, topology_id, through) if _inside(p, first, last)[0]]
+    return originals, corrected
 
 
 def differences(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
-                txn: Transaction, attempt: int) -> Corrected | None:
+                txn: Transaction, attempt: int, code: Mapping[str, Any] | None = None) -> Corrected | None:
     """In the commit of a correction: replace its attempt's staged rows (the new values of its
     range) by the differences from what the range applied; how many there are per state (None:
-    the txid is no correction of a range)."""
+    the txid is no correction of a range). Differences under the very code the range was committed
+    with (``code``, the attempt's) are the job's non-determinism: refused, naming the keys."""
     if kind(txn) != "range":
         return None
-    old = old_txids(cur, store.schema, spec.topology_id, txn)
+    originals, corrected = old_txids(cur, store.schema, spec.topology_id, *txid_range(txn.corrects), txn.txid)
+    old = sorted(originals + corrected)
     counts = {}
     for state in spec.states:
         counts[state.name] = cq.differences(cur, store.schema, spec.topology_id, state, store.staging(num, state),
                                             txn.txid, attempt, old)
+    if any(counts.values()) and not corrected and same_code(cur, store.schema, spec.topology_id, originals, code):
+        changed = {s.name: cq.keys_of(cur, store.staging(num, s), s, txn.txid, attempt) for s in spec.states
+                   if counts[s.name]}
+        first, last = txid_range(txn.corrects)
+        raise NonDeterministic(f"topology {spec.topology_id!r}: correction txid {txn.txid} re-processed txids "
+                               f"{first}..{last} under the code they were committed with and got other deltas "
+                               f"({'; '.join(f'state {n}: keys {k}' for n, k in changed.items())}): the job is "
+                               "not deterministic. Nothing was committed; find the cause, then withdraw this "
+                               f"correction ('airflow-txn correct {spec.topology_id} --withdraw {txn.txid}')")
     return Corrected(counts, old)
+
+
+def same_code(cur: psycopg2.extensions.cursor, schema: str, topology_id: str, txids: list[int],
+              code: Mapping[str, Any] | None) -> bool:
+    """Whether every one of ``txids`` was committed by ``code`` (its application, provider and
+    declaration; not the DAG version, which any clear changes)."""
+    if not code or not txids:
+        return False
+    wanted = {k: code.get(k) for k in SAME_CODE}
+    return all(wanted == {k: (c or {}).get(k) for k in SAME_CODE} for c in cq.codes_of(cur, schema, topology_id, txids))
 
 
 def settle_quarantine(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str, txn: Transaction,
@@ -190,3 +239,42 @@ def settle_quarantine(store: StateStore, cur: psycopg2.extensions.cursor, topolo
     """After the commit settled the correction's bad records: those its range had quarantined and it
     counted are marked as counted by it; those it found again stay with their txid. How many it keeps."""
     return cq.settle_quarantine(cur, store.schema, topology_id, txn.txid, attempt, corrected.old_txids)
+
+
+def withdraw(store: StateStore, topology_id: str, txid: int, reason: str = "withdrawn by an operator") -> Transaction:
+    """Make the planned, uncommitted correction or replay ``txid`` an empty batch that commits
+    nothing (its place in the order stays; a replay's records can be replayed again)."""
+    with store.db.transaction() as cur:
+        store.load(cur, topology_id, lock=True)
+        txn = store.txn(cur, topology_id, txid, lock=True)
+        if txn.committed:
+            raise ConfigError(f"topology {topology_id!r} txid {txid} is committed: correct it instead")
+        if not txn.corrects:
+            raise ConfigError(f"topology {topology_id!r} txid {txid} is a batch of new records, not a correction or "
+                              "a replay: it cannot be withdrawn (records are never skipped)")
+        transactions.replace_plan(cur, store.schema, topology_id, txid, txn.start_offsets, txn.end_offsets,
+                                  PlannedBatch(), 0, reason)
+        attempts.discard_replanned(cur, store.schema, topology_id, txid, reason)
+        cq.withdraw(cur, store.schema, topology_id, txid, reason)
+        return store.txn(cur, topology_id, txid)
+
+
+def preview(store: StateStore, topology_id: str, num: int, first: int, last: int, code: Mapping[str, Any] | None,
+            samples: int = 10) -> dict[str, Any]:
+    """What a correction of first..last would apply: each state's recomputation of them (loaded into
+    its audit table by the job's ``--preview``, dropped here) against what they applied. Under the
+    code they were committed with, any difference is the job's non-determinism."""
+    with store.db.transaction() as cur:
+        spec = store.load(cur, topology_id).spec
+        originals, corrected = old_txids(cur, store.schema, topology_id, first, last)
+        states = {}
+        for state in spec.recomputable_states:
+            table = q.audit_table(store.schema, num, state)
+            states[state.name] = cq.preview(cur, store.schema, topology_id, state, store.staging(num, state), table,
+                                            sorted(originals + corrected), samples)._asdict()
+            catalog.drop(cur, table)
+        same = not corrected and same_code(cur, store.schema, topology_id, originals, code)
+    changed = sum(int(s["changed"]) for s in states.values())
+    return {"topology": topology_id, "txids": [first, last], "states": states, "changed": changed,
+            "same_code": same, "nondeterministic": same and changed > 0}
+

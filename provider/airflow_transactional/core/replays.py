@@ -21,14 +21,14 @@ from typing import Any
 
 import psycopg2.extensions
 
-from ..exceptions import ConfigError, TooManyInFlight
+from ..exceptions import ConfigError
 from ..model import ReplayBatch, Transaction, txid_range
 from ..sources.base import Record
 from ..spec import TopologySpec
 from ..store import corrections as cq
 from ..store import transactions
 from .context import StateStore
-from .corrections import refusal
+from .corrections import next_slot, refusal
 
 #: What a replay run's conf may name: ``{"replay": {"ids": [...]}}`` or ``{"replay": {"txids": "3..7",
 #: "reason": "..."}}``.
@@ -62,11 +62,7 @@ def plan_replay(store: StateStore, topology_id: str, run_key: str, selection: di
                 raise ConfigError(f"run {run_key!r} is txid {known} of topology {topology_id!r}, not a replay")
             return txn
         _replayable(spec)
-        in_flight = [p.txid for p in transactions.planned(cur, store.schema, topology_id)]
-        if len(in_flight) >= spec.max_in_flight:
-            raise TooManyInFlight(topology_id, in_flight, spec.max_in_flight)
-        latest = transactions.last(cur, store.schema, topology_id)
-        txid, at = (latest.txid + 1, dict(latest.end_offsets)) if latest else (committed + 1, offsets)
+        txid, at = next_slot(store, cur, spec, committed, offsets)
         taken = _take(store, cur, topology_id, txid, selection)
         ids = sorted(t.id for t in taken)
         corrects = {"replay": ids, "of_txids": sorted({t.txid for t in taken})}

@@ -1,4 +1,5 @@
-"""The job entry point (:func:`run`) and its three modes: process one txid, audit, rebuild.
+"""The job entry point (:func:`run`) and its modes: process one txid; audit, rebuild, preview
+(``spark/recomputed.py``).
 
 A job author writes ``transform(records) -> {state: DataFrame}``; a job file in ``spark_jobs/`` is::
 
@@ -45,23 +46,23 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .. import faults, provenance
 from ..connections import Connections, redact
 from ..coordinator import Coordinator
-from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
-from ..model import DEFAULT_SCHEMA, FileBatch, OutputStaging, ReplayBatch, Staging, read_digest
+from ..exceptions import BadRecord, StaleAttempt, TransactionalError
+from ..model import DEFAULT_SCHEMA, OutputStaging, Staging, read_digest, txid_range
 from ..spec import TopologySpec
 from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
-from .fused import FusedFolds, fuse
+from .batch import Read, Transform, folded, read_batch
 from .profile import Phases
-from .read import as_text, raw_records, readable_batch, replayed
-from .stage import copy_dataframe, decision_requests, fold, output_events, stage_fold
+from .read import readable_batch
+from .recomputed import audit, preview, rebuild
+from .stage import copy_dataframe, decision_requests, output_events, stage_fold
 from .submit import DSN_FILE_ARG, driver_secrets, provider_zip
-from .validate import Prepared, cache, prepare
 from .watch import watched
 
 if TYPE_CHECKING:
@@ -70,8 +71,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REMOTE_ENV = "SPARK_REMOTE"
-KEEP_OBSERVATIONS = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
-Transform = Callable[["DataFrame"], Mapping[str, "DataFrame"]]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -82,12 +81,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--schema", default=DEFAULT_SCHEMA, help="the provider's schema in the store")
     p.add_argument("--audit", action="store_true", help="recompute the committed state and diff it")
     p.add_argument("--rebuild", action="store_true", help="recompute the state and swap it in")
+    p.add_argument("--preview", metavar="A..B", help="recompute committed txids A..B: what a correction would apply")
     p.add_argument("--result-file", help="write a JSON summary here")
     p.add_argument(DSN_FILE_ARG, help="a file holding the state store's DSN (else $AIRFLOW_TXN_DSN_FILE, "
                    "$AIRFLOW_TXN_DSN)")
     args, _unknown = p.parse_known_args(argv)
-    if not (args.audit or args.rebuild) and args.txid is None:
-        p.error("--txid is required (or --audit, --rebuild)")
+    if not (args.audit or args.rebuild or args.preview) and args.txid is None:
+        p.error("--txid is required (or --audit, --rebuild, --preview)")
     return args
 
 
@@ -104,91 +104,6 @@ def _session(app_name: str) -> SparkSession:
     spark = SparkSession.builder.appName(app_name).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
-
-
-def _transformed(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[str, DataFrame]:
-    """What the transform returned for each state, output and decision -- one for every state
-    (but those a decision updates: they get no rows from the transform), none unknown."""
-    out = transform(good)
-    if not isinstance(out, Mapping):
-        raise ConfigError("the transform must return {state name: DataFrame} (and {output name: DataFrame} "
-                          "for the topology's outputs, {decision name: DataFrame} for its decisions)")
-    states = spec.recomputable_states
-    others = [o.name for o in spec.outputs] + [d.name for d in spec.decisions]
-    unknown = set(out) - {s.name for s in states} - set(others)
-    if unknown:
-        raise ConfigError(f"the transform returned unknown states or outputs {sorted(unknown)}; the topology has "
-                          f"states {', '.join(s.name for s in states)}"
-                          + (f" and outputs or decisions {', '.join(others)}" if others else "")
-                          + (f" (states {', '.join(sorted(spec.decided_states))} are updated by decisions only)"
-                             if spec.decided_states else ""))
-    missing = [s.name for s in states if s.name not in out]
-    if missing:
-        raise ConfigError(f"the transform returned no DataFrame for states {missing}")
-    return {name: out[name] for name in [*(s.name for s in states), *others] if name in out}
-
-
-def _folded(spec: TopologySpec, frames: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
-    """Each state's folded rows, by state; then each output's events and each decision's requests,
-    as the transform returned them."""
-    states = {s.name for s in spec.states}
-    return {name: fold(spec.state(name), df) if name in states else df for name, df in frames.items()}
-
-
-class _Read(NamedTuple):
-    """A planned batch read once: the transform's frames, and either every state's fold done in
-    that one pass (``folds``, when the transform declared each state per record) or the judged
-    batch cached for a job per frame. ``keep`` is what to unpersist when done."""
-
-    prepared: Prepared
-    frames: dict[str, DataFrame]
-    folds: FusedFolds | None
-    keep: DataFrame
-    records: int
-    bad_records: int
-
-
-def _read(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, batch: Mapping[str, Any],
-          transform: Transform, *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None,
-          states_only: bool = False) -> _Read:
-    """Read, parse and judge the planned ``batch`` of ``spec``, and count it; the transform's frames
-    (only the recomputable states' with ``states_only``: an audit or a rebuild recomputes states;
-    outputs stay appended, and a decision's verdicts cannot be recomputed in parallel)."""
-    # The batch is counted by observations of the job that reads it; when every record is bad
-    # (or set aside) the fold's input is empty, and this rule would cut the job short before the
-    # observations report -- no count, and a job that fails for a batch of garbage.
-    spark.conf.set("spark.sql.adaptive.optimizer.excludedRules", KEEP_OBSERVATIONS)
-    if isinstance(batch, ReplayBatch):  # quarantined records, from the store
-        records = replayed(spark, coordinator.replay_records(spec.topology_id, batch))
-    else:
-        records = raw_records(spark, spec.source, batch, dsn=coordinator.dsn, schema=coordinator.schema,
-                              topology_id=spec.topology_id, record_schema=schema)
-    prepared = prepare(records, schema, required, checks)
-    frames = _transformed(spec, transform, prepared.good)
-    if states_only:
-        frames = {s.name: frames[s.name] for s in spec.recomputable_states}
-    folds = fuse(spec.recomputable_states, frames, prepared.good)
-    keep = folds.run() if folds is not None else cache(prepared).cached
-    if prepared.unsure() and isinstance(batch, FileBatch) and any(f.get("plain") for f in batch.files):
-        # A string field of a line Spark's JSON reader parsed may have held a number: read the
-        # files as text, where that shows (once: a batch as text has no plain file).
-        keep.unpersist()
-        return _read(spark, coordinator, spec, as_text(batch), transform, schema=schema, required=required,
-                     checks=checks, states_only=states_only)
-    return _Read(prepared, frames, folds, keep, *prepared.totals())
-
-
-def _stage_states(spec: TopologySpec, read: _Read, dsn: str, copies: Mapping[str, str],
-                  prefix: Sequence[Any]) -> int:
-    """COPY every state's fold of ``read`` (an audit's or a rebuild's) with ``copies``; the records
-    and folded rows that could not be (what the commits set aside), counted."""
-    set_aside = SetAside(Staging(""))
-    if read.folds is not None:
-        read.folds.stage(dsn, copies, prefix, set_aside)
-        return set_aside.rows + read.folds.rejected_count
-    for name, df in _folded(spec, read.frames).items():
-        stage_fold(df, dsn, Staging(copies[name], tuple(prefix)), set_aside=set_aside)
-    return set_aside.rows
 
 
 def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txid: int, transform: Transform,
@@ -213,7 +128,8 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             attempt = work.attempt
             faults.point("spark.begin", scope=scope)
             batch, unreadable = readable_batch(work.txn.batch, spec.source)
-            read = _read(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks)
+            read = read_batch(spark, coordinator, spec, batch, transform, schema=schema, required=required,
+                              checks=checks)
             cached = read.keep
             phases.lap("read, parse, validate, fold" if read.folds else "read, parse, validate, cache")
             records_read = read.records + len(unreadable)
@@ -241,7 +157,7 @@ def process(spark: SparkSession, coordinator: Coordinator, topology_id: str, txi
             "quarantined": n_bad}
 
 
-def _stage(coordinator: Coordinator, spec: TopologySpec, read: _Read, key: tuple[int, int], set_aside: SetAside,
+def _stage(coordinator: Coordinator, spec: TopologySpec, read: Read, key: tuple[int, int], set_aside: SetAside,
            phases: Phases) -> dict[str, int]:
     """Stage what the attempt ``key`` (txid, attempt) folded, requested and emitted; rows by name."""
     topology_id = spec.topology_id
@@ -255,7 +171,7 @@ def _stage(coordinator: Coordinator, spec: TopologySpec, read: _Read, key: tuple
         counts.update(read.folds.stage(dsn, copies, key, set_aside))
         phases.lap("stage the folds")
     else:
-        for name, df in _folded(spec, read.frames).items():
+        for name, df in folded(spec, read.frames).items():
             if name in copies:
                 counts[name] = stage_fold(df, dsn, Staging(copies[name], key), set_aside=set_aside,
                                           label=f"fold:{name}")
@@ -274,7 +190,7 @@ def _stage(coordinator: Coordinator, spec: TopologySpec, read: _Read, key: tuple
     return counts
 
 
-def _quarantine(spark: SparkSession, dsn: str, spec: TopologySpec, read: _Read, set_aside: SetAside, txid: int,
+def _quarantine(spark: SparkSession, dsn: str, spec: TopologySpec, read: Read, set_aside: SetAside, txid: int,
                 phases: Phases) -> int:
     """Quarantine the attempt's bad records and the records no state could fold; how many."""
     # Streamed from the executors, never collected: a batch of garbage fits no driver. (After a
@@ -294,55 +210,6 @@ def _quarantine(spark: SparkSession, dsn: str, spec: TopologySpec, read: _Read, 
     return rejected + set_aside.rows
 
 
-def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
-          *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
-          ) -> dict[str, Any]:
-    """Recompute every state from the source over the committed offsets and diff the tables."""
-    for _ in range(3):
-        spec = coordinator.spec(topology_id)
-        st = coordinator.status(topology_id)
-        batch, why_not = coordinator.committed_batch(topology_id)
-        if why_not:
-            return {"topology": topology_id, "auditable": False, "reason": why_not, "differences": None}
-        batch, unreadable = readable_batch(batch, spec.source)
-        read = _read(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks,
-                     states_only=True)
-        num, copies = coordinator.audit_tables(topology_id)
-        n_bad = read.bad_records + len(unreadable) + _stage_states(spec, read, coordinator.dsn, copies, ())
-        read.keep.unpersist()
-        result = coordinator.diff_audit(topology_id, num, st.committed_txid)
-        if result is None:  # a commit landed meanwhile: recompute against the new checkpoint
-            continue
-        result["quarantined_recomputed"] = n_bad
-        result["quarantined_committed"] = st.quarantined
-        if n_bad != st.quarantined:
-            result["differences"] += abs(n_bad - st.quarantined)
-            result["samples"].append(f"quarantine: {st.quarantined} committed, {n_bad} recomputed")
-        return result
-    raise TransactionalError(f"topology {topology_id!r} kept committing during the audit: pause it and rerun")
-
-
-def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
-            *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
-          ) -> dict[str, Any]:
-    """Recompute every state from the source and swap it in while the topology keeps committing."""
-    started = coordinator.begin_rebuild(topology_id)
-    try:
-        spec = coordinator.spec(topology_id)
-        batch, why_not = coordinator.committed_batch(topology_id, through_txid=started.through_txid)
-        if why_not:
-            raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
-        read = _read(spark, coordinator, spec, readable_batch(batch, spec.source)[0], transform, schema=schema,
-                     required=required, checks=checks, states_only=True)
-        _stage_states(spec, read, coordinator.dsn, coordinator.rebuild_copies(topology_id), ())
-        read.keep.unpersist()
-        faults.point("rebuild.loaded", scope=(topology_id,))
-        return coordinator.swap_rebuild(started)
-    except BaseException:
-        coordinator.abort_rebuild(topology_id, started=started)
-        raise
-
-
 def run(transform: Transform, *, schema: str | None = None, required: Sequence[str] = (),
         checks: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> int:
     """Entry point of a job file: parse argv, process one transaction (or audit), exit.
@@ -356,17 +223,17 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
     args = parse_args(sys.argv[1:] if argv is None else argv)
     dsn, connections = driver_secrets(args.dsn_file)
     coordinator = Coordinator(dsn, schema=args.schema, connections=Connections(known=connections))
-    mode = "audit" if args.audit else "rebuild" if args.rebuild else None
+    mode = "audit" if args.audit else "rebuild" if args.rebuild else "preview" if args.preview else None
     spark = _session(f"txn:{args.topology}:{mode or args.txid}")
     phases.lap("session")
     try:
         with watched(spark):  # a standalone cluster's driver left without executors fails, to be retried
-            if mode == "audit":
-                result = audit(spark, coordinator, args.topology, transform, schema=schema, required=required,
-                               checks=checks)
-            elif mode == "rebuild":
-                result = rebuild(spark, coordinator, args.topology, transform, schema=schema, required=required,
-                                 checks=checks)
+            if mode in ("audit", "rebuild"):
+                result = (audit if mode == "audit" else rebuild)(spark, coordinator, args.topology, transform,
+                                                                 schema=schema, required=required, checks=checks)
+            elif mode == "preview":
+                result = preview(spark, coordinator, args.topology, transform, txids=txid_range(args.preview),
+                                 schema=schema, required=required, checks=checks)
             else:
                 result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
                                  required=required, checks=checks, phases=phases, dag_version=args.dag_version)

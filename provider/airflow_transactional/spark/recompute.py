@@ -20,8 +20,9 @@ from .submit import deliver_dsn, provider_zip, spark_submit_argv, with_jit_for_b
 
 
 def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: str, conf: list[str],
-              records: int | None = None) -> dict[str, Any]:
-    """Run ``spec``'s Spark job in ``mode`` (``audit`` or ``rebuild``) on ``master``; its summary.
+              records: int | None = None, mode_value: str | None = None) -> dict[str, Any]:
+    """Run ``spec``'s Spark job in ``mode`` (``audit``, ``rebuild``, or ``preview`` of the txids
+    ``mode_value`` names) on ``master``; its summary.
     ``records`` (what the topology committed, if known) picks a local driver's JIT as the process
     task picks it for a batch of that size."""
     topology_id = spec.topology_id
@@ -46,7 +47,8 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
         argv += ["--jars", ",".join(connector)] if connector else []
         py_files = ",".join(filter(None, [provider_zip(), job.py_files]))  # the job's own modules too
         argv += ["--py-files", py_files, job.application, *job.application_args,
-                 "--topology", topology_id, "--schema", schema, f"--{mode}", "--result-file", result_file,
+                 "--topology", topology_id, "--schema", schema, f"--{mode}", *filter(None, [mode_value]),
+                 "--result-file", result_file,
                  *delivery.app_args]
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         env.pop("AIRFLOW_TXN_DSN", None)

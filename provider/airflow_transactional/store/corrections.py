@@ -125,3 +125,47 @@ def listed(cur: Cursor, schema: str, topology_id: str, *, txid: int | None, reas
     cur.execute(query("quarantine_list", schema), {"topology": topology_id, "txid": txid, "reason": reason,
                                                    "limit": limit})
     return every(cur, Quarantined)
+
+
+class Preview(NamedTuple):
+    """What a correction would apply to one state: how many keys change, the totals before and
+    after, and the keys that change most as [key, old, new]."""
+
+    changed: int
+    old_total: Any
+    new_total: Any
+    samples: list[list[Any]]
+
+
+def preview(cur: Cursor, schema: str, topology_id: str, state: StateSpec, staging: sql.Composed,
+            recomputed: sql.Composed, old: list[int], samples: int = 10) -> Preview:
+    """``recomputed`` (keys, value) against what the ``old`` txids applied to ``state``."""
+    cur.execute(query("correction_preview", schema, table=staging, recomputed=recomputed, keys=q.key_list(state)),
+                {"topology": topology_id, "old": old, "samples": samples})
+    row = cur.fetchone()
+    return Preview(int(row[0]), _number(row[1]), _number(row[2]), list(row[3]))
+
+
+def _number(value: Any) -> int | float:
+    """A sum as Postgres gives it (numeric for integers) as a plain number."""
+    if value is None:
+        return 0
+    return int(value) if value == int(value) else float(value)
+
+
+
+def codes_of(cur: Cursor, schema: str, topology_id: str, txids: list[int]) -> list[dict[str, Any] | None]:
+    """The code record each of ``txids`` was committed with (None: committed before codes were recorded)."""
+    cur.execute(query("correction_codes", schema), {"topology": topology_id, "txids": txids})
+    return [row[0] for row in cur.fetchall()]
+
+
+def keys_of(cur: Cursor, staging: sql.Composed, state: StateSpec, txid: int, attempt: int) -> list[str]:
+    """Up to ten keys of ``(txid, attempt)``'s staged rows, as text."""
+    cur.execute(query("correction_keys", table=staging, keys=q.key_list(state)), {"txid": txid, "attempt": attempt})
+    return [str(row[0]) for row in cur.fetchall()]
+
+
+def withdraw(cur: Cursor, schema: str, topology_id: str, txid: int, reason: str) -> None:
+    """Record why correction (or replay) ``txid`` was withdrawn; free a replay's records."""
+    cur.execute(query("correction_withdraw", schema), {"topology": topology_id, "txid": txid, "reason": reason})

@@ -94,3 +94,33 @@ SELECT id, txid, source_offset, event_id, reason, record, record_length, edited_
 FROM {s}.quarantine WHERE topology_id = %(topology)s AND committed AND txid = coalesce(%(txid)s, txid)
     AND reason = coalesce(%(reason)s, reason)
 ORDER BY id LIMIT %(limit)s
+
+-- name: correction_preview
+-- What a correction of the old txids would apply, per key: the recomputed value ({recomputed}, a
+-- load table) less what they applied; the keys that differ (the largest differences first), with
+-- how many differ and the totals before and after.
+WITH o AS (SELECT {keys}, sum(s.value) AS value FROM {table} s JOIN {s}.commits c
+               ON c.topology_id = %(topology)s AND c.txid = s.txid AND c.attempt = s.attempt
+           WHERE s.txid = ANY(%(old)s) GROUP BY {keys}),
+     d AS (SELECT concat_ws(',', {keys}) AS key, coalesce(o.value, 0) AS old, coalesce(n.value, 0) AS new
+           FROM {recomputed} n FULL JOIN o USING ({keys}))
+SELECT (SELECT count(*) FROM d WHERE old <> new) AS changed, (SELECT sum(old) FROM d) AS old_total,
+       (SELECT sum(new) FROM d) AS new_total,
+       (SELECT coalesce(jsonb_agg(jsonb_build_array(key, old, new)), '[]') FROM (
+            SELECT key, old, new FROM d WHERE old <> new ORDER BY abs(new - old) DESC, key LIMIT %(samples)s) x)
+           AS samples
+
+-- name: correction_codes
+-- The code each of some txids was committed with.
+SELECT code FROM {s}.commits WHERE topology_id = %(topology)s AND txid = ANY(%(txids)s) ORDER BY txid
+
+-- name: correction_keys
+-- Some keys of one (txid, attempt)'s staged rows, as text.
+SELECT concat_ws(',', {keys}) FROM {table} WHERE txid = %(txid)s AND attempt = %(attempt)s ORDER BY 1 LIMIT 10
+
+-- name: correction_withdraw
+-- A correction or replay withdrawn before it committed: it says why, and a replay's records are
+-- free to be replayed again.
+UPDATE {s}.transactions SET corrects = corrects || jsonb_build_object('withdrawn', %(reason)s::text)
+WHERE topology_id = %(topology)s AND txid = %(txid)s;
+UPDATE {s}.quarantine SET replayed_by = NULL WHERE topology_id = %(topology)s AND replayed_by = %(txid)s

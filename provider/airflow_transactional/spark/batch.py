@@ -1,0 +1,109 @@
+"""One batch read and folded, for every mode of the job: the records read, parsed and judged once,
+the transform's frames, each state's fold (all in one pass when the transform declared them per
+record) -- and staged into a recomputation's tables (an audit's, a rebuild's, a preview's)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..coordinator import Coordinator
+from ..exceptions import ConfigError
+from ..model import FileBatch, ReplayBatch, Staging
+from ..spec import TopologySpec
+from .admit import SetAside
+from .fused import FusedFolds, fuse
+from .read import as_text, raw_records, replayed
+from .stage import fold, stage_fold
+from .validate import Prepared, cache, prepare
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+KEEP_OBSERVATIONS = "org.apache.spark.sql.execution.adaptive.AQEPropagateEmptyRelation"
+Transform = Callable[["DataFrame"], Mapping[str, "DataFrame"]]
+
+
+def transformed(spec: TopologySpec, transform: Transform, good: DataFrame) -> dict[str, DataFrame]:
+    """What the transform returned for each state, output and decision -- one for every state
+    (but those a decision updates: they get no rows from the transform), none unknown."""
+    out = transform(good)
+    if not isinstance(out, Mapping):
+        raise ConfigError("the transform must return {state name: DataFrame} (and {output name: DataFrame} "
+                          "for the topology's outputs, {decision name: DataFrame} for its decisions)")
+    states = spec.recomputable_states
+    others = [o.name for o in spec.outputs] + [d.name for d in spec.decisions]
+    unknown = set(out) - {s.name for s in states} - set(others)
+    if unknown:
+        raise ConfigError(f"the transform returned unknown states or outputs {sorted(unknown)}; the topology has "
+                          f"states {', '.join(s.name for s in states)}"
+                          + (f" and outputs or decisions {', '.join(others)}" if others else "")
+                          + (f" (states {', '.join(sorted(spec.decided_states))} are updated by decisions only)"
+                             if spec.decided_states else ""))
+    missing = [s.name for s in states if s.name not in out]
+    if missing:
+        raise ConfigError(f"the transform returned no DataFrame for states {missing}")
+    return {name: out[name] for name in [*(s.name for s in states), *others] if name in out}
+
+
+def folded(spec: TopologySpec, frames: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
+    """Each state's folded rows, by state; then each output's events and each decision's requests,
+    as the transform returned them."""
+    states = {s.name for s in spec.states}
+    return {name: fold(spec.state(name), df) if name in states else df for name, df in frames.items()}
+
+
+class Read(NamedTuple):
+    """A planned batch read once: the transform's frames, and either every state's fold done in
+    that one pass (``folds``, when the transform declared each state per record) or the judged
+    batch cached for a job per frame. ``keep`` is what to unpersist when done."""
+
+    prepared: Prepared
+    frames: dict[str, DataFrame]
+    folds: FusedFolds | None
+    keep: DataFrame
+    records: int
+    bad_records: int
+
+
+def read_batch(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, batch: Mapping[str, Any],
+          transform: Transform, *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None,
+          states_only: bool = False) -> Read:
+    """Read, parse and judge the planned ``batch`` of ``spec``, and count it; the transform's frames
+    (only the recomputable states' with ``states_only``: an audit or a rebuild recomputes states;
+    outputs stay appended, and a decision's verdicts cannot be recomputed in parallel)."""
+    # The batch is counted by observations of the job that reads it; when every record is bad
+    # (or set aside) the fold's input is empty, and this rule would cut the job short before the
+    # observations report -- no count, and a job that fails for a batch of garbage.
+    spark.conf.set("spark.sql.adaptive.optimizer.excludedRules", KEEP_OBSERVATIONS)
+    if isinstance(batch, ReplayBatch):  # quarantined records, from the store
+        records = replayed(spark, coordinator.replay_records(spec.topology_id, batch))
+    else:
+        records = raw_records(spark, spec.source, batch, dsn=coordinator.dsn, schema=coordinator.schema,
+                              topology_id=spec.topology_id, record_schema=schema)
+    prepared = prepare(records, schema, required, checks)
+    frames = transformed(spec, transform, prepared.good)
+    if states_only:
+        frames = {s.name: frames[s.name] for s in spec.recomputable_states}
+    folds = fuse(spec.recomputable_states, frames, prepared.good)
+    keep = folds.run() if folds is not None else cache(prepared).cached
+    if prepared.unsure() and isinstance(batch, FileBatch) and any(f.get("plain") for f in batch.files):
+        # A string field of a line Spark's JSON reader parsed may have held a number: read the
+        # files as text, where that shows (once: a batch as text has no plain file).
+        keep.unpersist()
+        return read_batch(spark, coordinator, spec, as_text(batch), transform, schema=schema, required=required,
+                     checks=checks, states_only=states_only)
+    return Read(prepared, frames, folds, keep, *prepared.totals())
+
+
+def stage_states(spec: TopologySpec, read: Read, dsn: str, copies: Mapping[str, str],
+                  prefix: Sequence[Any]) -> int:
+    """COPY every state's fold of ``read`` (an audit's or a rebuild's) with ``copies``; the records
+    and folded rows that could not be (what the commits set aside), counted."""
+    set_aside = SetAside(Staging(""))
+    if read.folds is not None:
+        read.folds.stage(dsn, copies, prefix, set_aside)
+        return set_aside.rows + read.folds.rejected_count
+    for name, df in folded(spec, read.frames).items():
+        stage_fold(df, dsn, Staging(copies[name], tuple(prefix)), set_aside=set_aside)
+    return set_aside.rows

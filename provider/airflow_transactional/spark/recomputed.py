@@ -1,0 +1,85 @@
+"""The job's recomputations of committed txids, run by ``airflow-txn``: ``--audit`` (every state over
+the committed offsets, diffed against the tables), ``--rebuild`` (the same, swapped in while the
+topology keeps committing) and ``--preview`` (txids A..B under the code deployed now: what a
+correction of them would change, and whether the same code computes the same -- its determinism)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import faults, provenance
+from ..coordinator import Coordinator
+from ..exceptions import TransactionalError
+from .batch import Transform, read_batch, stage_states
+from .read import readable_batch
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+          *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
+          ) -> dict[str, Any]:
+    """Recompute every state from the source over the committed offsets and diff the tables."""
+    for _ in range(3):
+        spec = coordinator.spec(topology_id)
+        st = coordinator.status(topology_id)
+        batch, why_not = coordinator.committed_batch(topology_id)
+        if why_not:
+            return {"topology": topology_id, "auditable": False, "reason": why_not, "differences": None}
+        batch, unreadable = readable_batch(batch, spec.source)
+        read = read_batch(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks,
+                     states_only=True)
+        num, copies = coordinator.audit_tables(topology_id)
+        n_bad = read.bad_records + len(unreadable) + stage_states(spec, read, coordinator.dsn, copies, ())
+        read.keep.unpersist()
+        result = coordinator.diff_audit(topology_id, num, st.committed_txid)
+        if result is None:  # a commit landed meanwhile: recompute against the new checkpoint
+            continue
+        result["quarantined_recomputed"] = n_bad
+        result["quarantined_committed"] = st.quarantined
+        if n_bad != st.quarantined:
+            result["differences"] += abs(n_bad - st.quarantined)
+            result["samples"].append(f"quarantine: {st.quarantined} committed, {n_bad} recomputed")
+        return result
+    raise TransactionalError(f"topology {topology_id!r} kept committing during the audit: pause it and rerun")
+
+
+def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+            *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
+          ) -> dict[str, Any]:
+    """Recompute every state from the source and swap it in while the topology keeps committing."""
+    started = coordinator.begin_rebuild(topology_id)
+    try:
+        spec = coordinator.spec(topology_id)
+        batch, why_not = coordinator.committed_batch(topology_id, through_txid=started.through_txid)
+        if why_not:
+            raise TransactionalError(f"topology {topology_id!r} cannot be rebuilt from its source: {why_not}")
+        read = read_batch(spark, coordinator, spec, readable_batch(batch, spec.source)[0], transform, schema=schema,
+                     required=required, checks=checks, states_only=True)
+        stage_states(spec, read, coordinator.dsn, coordinator.rebuild_copies(topology_id), ())
+        read.keep.unpersist()
+        faults.point("rebuild.loaded", scope=(topology_id,))
+        return coordinator.swap_rebuild(started)
+    except BaseException:
+        coordinator.abort_rebuild(topology_id, started=started)
+        raise
+
+
+def preview(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+            *, txids: tuple[int, int], schema: str | None, required: Sequence[str],
+            checks: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Recompute committed txids first..last under this code: what a correction of them would apply
+    per state (keys changed, totals, the largest changes), and whether the same code computed
+    something else (non-determinism). Nothing is committed."""
+    first, last = txids
+    spec = coordinator.spec(topology_id)
+    batch = coordinator.correction_batch(topology_id, first, last)
+    read = read_batch(spark, coordinator, spec, readable_batch(batch, spec.source)[0], transform, schema=schema,
+                      required=required, checks=checks, states_only=True)
+    num, copies = coordinator.audit_tables(topology_id)
+    stage_states(spec, read, coordinator.dsn, copies, ())
+    read.keep.unpersist()
+    code = provenance.code(spec.to_config(), application=provenance.application_digest(transform))
+    return coordinator.preview_correction(topology_id, num, first, last, code)

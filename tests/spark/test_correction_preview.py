@@ -1,0 +1,67 @@
+"""``airflow-txn correct A..B --dag-file``: the topology's own Spark job recomputes committed txids
+and says what a correction would change, committing nothing; under the code the txids were
+committed with it is the determinism check (``--check``), and after the job changed it names the
+keys the change moves."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_transactional import EventLog, PostgresLogSource, SparkJob, StateSpec, TopologySpec
+from airflow_transactional.cli import main as cli
+from airflow_transactional.coordinator import Coordinator
+from tests.helpers import declared, query, spark_submit
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _preview(dsn: str, dag_file: str, capsys: Any, *flags: str) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()  # what the test logged before
+    code = cli(["--dsn", dsn, "correct", "words", "1..2", "--dag-file", dag_file, "--json", *flags])
+    out = capsys.readouterr().out
+    return code, json.loads(out[out.index("{\n"):])
+
+
+def test_a_preview_commits_nothing_checks_determinism_and_names_what_a_fix_changes(
+        dsn: str, tmp_path: Path, capsys: Any) -> None:
+    job = tmp_path / "words.py"
+    shutil.copy(REPO / "spark_jobs" / "words.py", job)
+    log = EventLog(dsn, "tweets")
+    log.create(2)
+    urls = [f"https://{['www.apache.org', 'example.com'][i % 2]}/p{i % 5}" for i in range(400)]
+    log.append([(f"tw{i}", json.dumps({"url": u, "user": "u"})) for i, u in enumerate(urls)])
+    spec, dag_file = declared(tmp_path, TopologySpec("words", PostgresLogSource("tweets"), [
+        StateSpec("url_counts", {"url": "text"}, combiner="count"),
+        StateSpec("domain_counts", {"domain": "text"}, combiner="count")], max_batch_size=200, job=SparkJob(str(job))))
+    with Coordinator(dsn) as coord:
+        coord.register(spec)
+        for run in ("a", "b"):
+            txid = coord.plan("words", run).txid
+            done = spark_submit(dsn, str(job), "--topology", "words", "--txid", str(txid))
+            assert done.returncode == 0, done.stderr[-3000:]
+            coord.commit("words", txid)
+        before = query(dsn, "SELECT url, value FROM url_counts ORDER BY 1")
+
+        code, same = _preview(dsn, dag_file, capsys, "--check")
+        assert code == 0 and same["same_code"] and not same["nondeterministic"] and same["changed"] == 0
+
+        # The fix: a URL's host is counted without its "www.". Its preview names what moves.
+        job.write_text(job.read_text().replace('"url_counts": per_record(tweets, {"url": url})',
+                                               '"url_counts": per_record(tweets, {"url": F.regexp_replace(url, '
+                                               '"://www\\\\.", "://")})'))
+        code, fix = _preview(dsn, dag_file, capsys, "--check")
+        assert code == 2 and not fix["same_code"]  # other code: no determinism to check
+        www = Counter(u for u in urls if "www." in u)
+        assert fix["states"]["url_counts"]["changed"] == 2 * len(www)  # each moves from one key to another
+        assert fix["states"]["domain_counts"]["changed"] == 0
+        assert fix["states"]["url_counts"]["old_total"] == fix["states"]["url_counts"]["new_total"] == len(urls)
+        assert query(dsn, "SELECT url, value FROM url_counts ORDER BY 1") == before  # nothing committed
+        assert [c["txid"] for c in coord.commits("words")] == [1, 2]
