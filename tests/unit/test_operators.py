@@ -270,3 +270,22 @@ def test_each_try_of_the_process_task_is_a_new_attempt_never_a_re_attach() -> No
     task = TransactionalSparkSubmitOperator(task_id="process", application="job.py",
                                             topology={"topology_id": "words"})
     assert task.durable is False
+
+
+def test_the_commit_task_keeps_the_delta_history_to_its_retention(monkeypatch: pytest.MonkeyPatch) -> None:
+    """[transactional] delta_history_txids: every tenth of that many commits the older txids are
+    folded into the snapshot; 0 (the default) keeps every txid."""
+    from types import SimpleNamespace
+
+    from airflow_transactional.airflow.operators import CommitOperator
+
+    folded: list[tuple[str, int]] = []
+    coordinator = SimpleNamespace(compact_history=lambda t, keep: folded.append((t, keep)) or None)
+    op = SimpleNamespace(topology_id="words", log=SimpleNamespace(info=lambda *a: None))
+    for txid in range(1, 41):
+        CommitOperator.keep_history(op, coordinator, txid)  # type: ignore[arg-type]
+    assert folded == []
+    monkeypatch.setenv("AIRFLOW__TRANSACTIONAL__DELTA_HISTORY_TXIDS", "20")
+    for txid in range(1, 41):
+        CommitOperator.keep_history(op, coordinator, txid)  # type: ignore[arg-type]
+    assert folded == [("words", 20)] * 20  # every second commit: a tenth of 20

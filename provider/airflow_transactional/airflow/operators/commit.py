@@ -7,6 +7,8 @@ import time
 from datetime import timedelta
 from typing import Any, NoReturn
 
+from airflow.sdk.configuration import conf
+
 from ...coordinator import Coordinator
 from ...model import CommitResult, Transaction
 from .. import assets
@@ -58,10 +60,22 @@ class CommitOperator(WaitingTask):
             result, took = self.wait_turn(coordinator, context, lambda: self._commit(coordinator, context, txn),
                                           deadline=deadline, may_wait=may_wait)
             self._tell(coordinator, context, result, took)
+            if result.committed:
+                self.keep_history(coordinator, result.txid)
         by_trigger = " (committed in the triggerer, as its turn came)" if self._committed_took is not None else ""
         self.log.info("%s%s", result.message, by_trigger)
         return {"txid": result.txid, "committed": result.committed, "attempt": result.attempt,
                 "committed_at": result.committed_at.isoformat() if result.committed_at else None}
+
+    def keep_history(self, coordinator: Coordinator, txid: int) -> None:
+        """The delta history's retention (``[transactional] delta_history_txids``, 0: keep every
+        txid): every tenth of that many commits, the older txids are folded into the snapshot."""
+        keep = conf.getint("transactional", "delta_history_txids", fallback=0)
+        if keep > 0 and txid % max(1, keep // 10) == 0:
+            upto = coordinator.compact_history(self.topology_id, keep)
+            if upto is not None:
+                self.log.info("delta history of %s: txids through %d folded into its snapshot (keeping %d)",
+                              self.topology_id, upto, keep)
 
     def _commit(self, coordinator: Coordinator, context: Any, txn: Transaction) -> tuple[CommitResult, float]:
         """The commit's result, and how long its Postgres transaction took (seconds)."""
