@@ -75,6 +75,9 @@ class StatsdListener:
 
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        # Airflow's own metrics come here too: a receive buffer that outlasts a drain thread starved
+        # of CPU on a busy machine (the kernel drops what a full buffer cannot take).
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 2**20)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.settimeout(0.5)
         self.port = self.sock.getsockname()[1]
