@@ -30,8 +30,7 @@ def _print_rows(rows: list[tuple[Any, ...]], columns: list[str], as_json: bool) 
 
 def state(args: argparse.Namespace, coord: Coordinator) -> int:
     spec = coord.spec(args.topology)
-    txid = coord.status(args.topology).committed_txid if args.as_of is None else args.as_of
-    rows = coord.state_as_of(args.topology, args.state, txid)
+    rows = coord.state_as_of(args.topology, args.state, args.as_of)
     _print_rows(rows, [*spec.state(args.state).key_columns, "value"], args.json)
     return 0
 

@@ -70,10 +70,12 @@ def changes(store: StateStore, topology_id: str, txid: int) -> dict[str, Rows]:
                 for s in kept_states(spec)}
 
 
-def as_of(store: StateStore, topology_id: str, state_name: str, txid: int) -> Rows:
-    """The (keys..., value) rows ``state_name`` held just after txid ``txid`` committed."""
+def as_of(store: StateStore, topology_id: str, state_name: str, txid: int | None = None) -> Rows:
+    """The (keys..., value) rows ``state_name`` held just after txid ``txid`` committed (None: the
+    committed txid)."""
     with store.db.transaction() as cur:
         num, spec, committed, _o = store.load(cur, topology_id)
+        txid = committed if txid is None else txid
         state = spec.state(state_name)
         if state not in kept_states(spec):
             raise ConfigError(f"state {state_name!r} is kept by a decision: its values were decided in commit order "
