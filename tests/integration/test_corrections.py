@@ -14,6 +14,8 @@ import pytest
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import BatchUnavailable, ConfigError, NonDeterministic
 from airflow_transactional.processing import process_batch
+from airflow_transactional.sources import LandingDirectory
+from airflow_transactional.sources.landed import write_json_lines
 from airflow_transactional.sources.pglog import PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
 from tests.helpers import click, counting_topology, make_log, query, run_one, table
@@ -224,3 +226,31 @@ def test_a_job_that_is_not_deterministic_is_caught_and_its_correction_withdrawn(
         batch = coord.plan("clicks", "r1")
         with pytest.raises(ConfigError, match="records are never skipped"):
             coord.withdraw_correction("clicks", batch.txid)
+
+
+def test_a_landing_directory_correction_reads_every_planned_file_again_once(dsn: str, tmp_path: Any) -> None:
+    """The merged batch of a landing directory is its txids' files, each as planned: a correction
+    counts each once more under the fix, none twice, none skipped."""
+    spec = TopologySpec("files", LandingDirectory(str(tmp_path), max_files=2, settle_seconds=0),
+                        [StateSpec("file_sums", {"user_id": "text"}, combiner="sum")])
+    for n in range(6):
+        write_json_lines(str(tmp_path), f"f{n}.json", [{"user": f"u{i % 3}", "amount": i} for i in range(10)])
+
+    def doubled(rec: dict[str, Any]) -> Rows:
+        return [("file_sums", (rec["user"],), 2 * int(rec["amount"]))]
+
+    def right(rec: dict[str, Any]) -> Rows:
+        return [("file_sums", (rec["user"],), int(rec["amount"]))]
+
+    with Coordinator(dsn) as coord:
+        coord.register(spec)
+        for run in ("a", "b", "c"):
+            t = coord.plan("files", run)
+            process_batch(coord, "files", t.txid, doubled)
+            coord.commit("files", t.txid)
+        fix = coord.plan_correction("files", "fix", 1, 3)
+        assert len(fix.batch["files"]) == 6  # every file of the three txids, once
+        process_batch(coord, "files", fix.txid, right)
+        coord.commit("files", fix.txid)
+        per_file = {f"u{u}": sum(i for i in range(10) if i % 3 == u) for u in range(3)}
+        assert table(dsn, "file_sums") == {k: 6 * v for k, v in per_file.items()}

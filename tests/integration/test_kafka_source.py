@@ -361,3 +361,25 @@ def test_the_lags_of_many_kafka_topologies_are_asked_at_once(dsn: str, kafka: Ka
     assert time.monotonic() - began < 6
     assert all(st.source_error and "not answered for" in st.source_error for st in statuses)
     coord.close()
+
+
+def test_a_correction_reads_the_planned_offsets_of_its_txids_again_once(dsn: str, kafka: KafkaBroker) -> None:
+    """A topic's merged batch is its txids' offset ranges per partition: a correction under a fixed
+    transform re-reads exactly them (no record of a later txid, none twice) and commits the difference."""
+    topic = create_topic(kafka, partitions=2)
+    records = payments(60)
+    produce(kafka, topic, records)
+    with Coordinator(dsn) as coord:
+        coord.register(spend(topic, max_batch_size=20))
+        double = spend_fn()
+        for run in ("a", "b", "c"):
+            txn = coord.plan("spend", run)
+            process_batch(coord, "spend", txn.txid, lambda r: [(s, k, 2 * v) for s, k, v in double(r)])
+            coord.commit("spend", txn.txid)
+        fix = coord.plan_correction("spend", "fix", 1, 2)  # 40 of the 60 records
+        assert fix.planned_records == 40
+        process_batch(coord, "spend", fix.txid, spend_fn())
+        coord.commit("spend", fix.txid)
+        third = {k: v // 2 for k, v in coord.changes("spend", 3)["spend_total"]}  # txid 3, still doubled
+        assert table(dsn, "spend_total") == {u: totals(records)[u] + third.get(u, 0) for u in totals(records)}
+        assert coord.status("spend").offsets_skipped == 0  # a correction reads no new offsets
