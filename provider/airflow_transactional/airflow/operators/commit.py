@@ -91,8 +91,9 @@ class CommitOperator(WaitingTask):
         Only the run that committed the txid tells: the try that committed, its trigger, this
         run's plan task (an empty batch), or a retry when a try died before Airflow recorded its
         success (so its events were never sent) -- the txid committed after this run (re)started.
-        The metrics come from whichever committed it, once. A clear or backfill of a run committed
-        before that sends no asset event: its outlets are dropped for this try.
+        The metrics come from whichever committed it, once -- or from such a retry (twice only if the
+        try that committed sent them and then died before Airflow recorded it). A clear or backfill of
+        a run committed before that sends no asset event: its outlets are dropped for this try.
         """
         started = getattr(context.get("dag_run"), "start_date", None)
         ours = result.committed or (result.committed_at is not None and started is not None
@@ -107,6 +108,10 @@ class CommitOperator(WaitingTask):
             event.extra = extra
             if assets.by_txid(outlet):
                 event.add_partitions(str(result.txid))
-        if result.committed or self._committed_took is not None:  # metrics: once, from the try that committed
+        # Metrics: once, from the try that committed -- or from a retry of a try whose trigger committed
+        # the txid but that never resumed (Airflow can fail a deferred try whose trigger fired before
+        # its executor reported the deferral: the event is lost, the retry finds the txid committed).
+        retried = int(getattr(context.get("ti"), "try_number", 1) or 1) > 1
+        if result.committed or self._committed_took is not None or retried:
             self.report_commit(coordinator, result.txid, took if self._committed_took is None else self._committed_took,
                                commit)
