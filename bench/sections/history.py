@@ -65,11 +65,11 @@ def _cost_per_commit(coord: Coordinator, sizes: Sizes, report: Report) -> None:
                 (none if label == "none" else long).append(took)
         state = coord.spec("bench_history_long").states[0]
         txid = coord.status("bench_history_long").committed_txid
+        [commit] = coord.commits("bench_history_long", txid)
         with coord.store.db.transaction() as cur:  # the digest the commit took, taken again
             num = coord.store.load(cur, "bench_history_long")[0]
             t0 = time.perf_counter()
-            history.digest(cur, state, coord.store.staging(num, state), txid, history.committed_attempt(
-                cur, coord.store.schema, "bench_history_long", txid))
+            history.digest(cur, state, coord.store.staging(num, state), txid, commit["attempt"])
             digests.append(time.perf_counter() - t0)
     o, b = median(long), median(none)
     deltas = coord.history_sizes("bench_history_long")["counts"]

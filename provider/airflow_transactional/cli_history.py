@@ -64,7 +64,7 @@ def history(args: argparse.Namespace, coord: Coordinator) -> int:
 
 def quarantine(args: argparse.Namespace, coord: Coordinator) -> int:
     if args.edit is not None:
-        text = args.record if args.record is not None else None
+        text = args.record
         if args.record_file:
             with open(args.record_file, encoding="utf-8") as fh:
                 text = fh.read().rstrip("\n")

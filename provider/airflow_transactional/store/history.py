@@ -116,12 +116,5 @@ def size(cur: Cursor, schema: str, topology_id: str, staging: sql.Composed) -> S
     return only(cur, Size)
 
 
-def committed_attempt(cur: Cursor, schema: str, topology_id: str, txid: int) -> int:
-    """The attempt ``txid`` committed (0: an empty batch, or none)."""
-    cur.execute(query("commit_attempt", schema), {"topology": topology_id, "txid": txid})
-    row = cur.fetchone()
-    return 0 if row is None else int(row[0])
-
-
-__all__ = ["Mark", "Size", "as_of", "committed_attempt", "deltas", "digest", "drop_set_aside", "fold",
+__all__ = ["Mark", "Size", "as_of", "deltas", "digest", "drop_set_aside", "fold",
            "fold_into_snapshot", "keep", "mark", "set_mark", "size", "snapshot_of"]

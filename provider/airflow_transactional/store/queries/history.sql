@@ -60,6 +60,3 @@ WHERE topology_id = %(topology)s
 -- How many deltas a state's history holds and how many bytes its staging table takes.
 SELECT count(*) AS deltas, pg_total_relation_size(%(table)s::regclass) AS bytes FROM {table} s
 JOIN {s}.commits c ON c.topology_id = %(topology)s AND c.txid = s.txid AND c.attempt = s.attempt
-
--- name: commit_attempt
-SELECT attempt FROM {s}.commits WHERE topology_id = %(topology)s AND txid = %(txid)s
