@@ -166,8 +166,9 @@ class _Batch:
         self.requests: dict[str, list[tuple[tuple[Any, ...], int, str, Any]]] = {d.name: [] for d in spec.decisions}
         self._seen: set[tuple[str, str]] = set()  # (output or decision, id): the first one wins
 
-    def add(self, rec: Record, emitted: list[Any]) -> None:
-        """Check everything a record emitted, then keep it (BadRecord: keep none of it)."""
+    def add(self, rec: Record, emitted: list[Any], *, retraction: bool = False) -> None:
+        """Check everything a record emitted, then keep it (BadRecord: keep none of it); a
+        ``retraction`` (of an event an upstream correction took back) counts negated."""
         spec, topology_id = self.spec, self.spec.topology_id
         emits: list[Emit] = []
         events: list[tuple[tuple[str, str | None, str, str], str | None, str | None, bool | None]] = []
@@ -184,7 +185,8 @@ class _Batch:
                 events.append((_check_event(spec, topology_id, rec, n, e), None, None, None))
                 n += 1
             else:
-                emits.append(_check_emit(spec, e))
+                state_name, key, value = _check_emit(spec, e)
+                emits.append((state_name, key, -value if retraction else value))
         folded: dict[tuple[str, tuple[Any, ...]], Any] = {}
         for state_name, key, value in emits:  # the record's effect, checked whole before any of it is kept
             if state_name in spec.decided_states:
@@ -227,6 +229,7 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
     with coordinator.processing(topology_id, txid, application=provenance.function_digest(fn)) as run:
         batch = _Batch(coordinator, spec)
         bad: list[tuple[str, str | None, str, str | None]] = []
+        retracted = coordinator.retracted(topology_id, run.txn.batch) if spec.source.may_retract else frozenset()
         read = crcs = 0
         for rec in coordinator.read_batch(run.txn):
             read += 1
@@ -236,7 +239,7 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
                     limits.nesting_refusal(rec.payload) if parse is json.loads else None)
                 if why is not None:
                     raise BadRecord(why)
-                batch.add(rec, list(fn(parse(rec.payload))))
+                batch.add(rec, list(fn(parse(rec.payload))), retraction=rec.offset in retracted)
             except ConfigError:  # the code is wrong, not the record: every record would fail alike
                 raise
             except _BAD as exc:

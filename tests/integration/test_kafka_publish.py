@@ -5,9 +5,11 @@ or after the Kafka commit, and when a second publisher starts beside a stale one
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +19,7 @@ from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import ConfigError, TransactionalError
 from airflow_transactional.processing import process_batch
-from airflow_transactional.sinks.kafka import HEADERS, KafkaPublisher, PublishedEvent
+from airflow_transactional.sinks.kafka import HEADERS, RETRACTS, KafkaPublisher, PublishedEvent
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.sources.kafka import client_config
 from dev import faults
@@ -26,6 +28,8 @@ from tests.helpers import click, make_log, query
 from tests.kafka_helpers import create_topic, read_topic
 
 pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def topology(topic: str) -> TopologySpec:
@@ -237,3 +241,34 @@ def test_a_publisher_says_at_once_when_the_broker_is_not_there(dsn: str, monkeyp
         KafkaPublisher(client_config("kafka_closed"), topic="t", topology_id="big", output="big",
                        transactional_id="airflow-txn.x.big.big", registration=1)
     assert time.monotonic() - started < 30
+
+
+def test_a_correction_publishes_its_retractions_with_the_id_they_take_back(dsn: str, kafka: KafkaBroker) -> None:
+    coord, topic, txids = committed(dsn, kafka, partitions=2, clicks=20)
+    coord.publish("big")
+    fix = coord.plan_correction("big", "fix", 1, txids[-1])
+
+    def smaller(rec: dict[str, Any]) -> list[Any]:  # the fix: only amounts of 7 and more are big
+        return [e for e in big_fn(rec) if not isinstance(e, OutputEvent) or e.payload["amount"] >= 7]
+
+    process_batch(coord, "big", fix.txid, smaller)
+    coord.commit("big", fix.txid)
+    [done] = coord.publish("big")
+    assert done.txids == [fix.txid]
+    taken_back = {msg.key().decode(): (dict(msg.headers())[RETRACTS].decode(), json.loads(msg.value()))
+                  for msg in read_topic(kafka, topic) if dict(msg.headers() or []).get(RETRACTS)}
+    retracted = {origin: json.loads(payload) for origin, payload in query(
+        dsn, "SELECT v.origin, e.payload FROM airflow_txn.log_versions v JOIN airflow_txn.log_events e "
+             "USING (log_name, event_id) WHERE v.retraction")}
+    assert retracted and {k: v for k, v in taken_back.values()} == retracted
+    assert all(key == f"{origin}~retracted@{fix.txid}" for key, (origin, _p) in taken_back.items())
+    assert all(p["amount"] in (5, 6) for p in retracted.values())
+    # The docs' consumer of the topic ends with the fixed code's totals.
+    consumer = runpy.run_path(str(REPO / "docs" / "examples" / "consumers" / "kafka_totals.py"))
+    fixed: Counter[str] = Counter()
+    for _eid, payload in [click(i) for i in range(20)]:
+        for e in smaller(json.loads(payload)):
+            if isinstance(e, OutputEvent):
+                fixed[e.payload["user"]] += e.payload["amount"]
+    assert consumer["totals"](read_topic(kafka, topic)) == dict(fixed)
+    coord.close()

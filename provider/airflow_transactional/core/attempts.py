@@ -18,7 +18,7 @@ from ..exceptions import (
     StaleAttempt,
 )
 from ..limits import QUARANTINE_RECORD_CHARS, printable
-from ..model import Attempt, OutputStaging, ReplayBatch, StagedEvent, Transaction, failure_text
+from ..model import Attempt, OutputStaging, PlannedBatch, ReplayBatch, StagedEvent, Transaction, failure_text
 from ..sources.base import Record
 from ..store import attempts, commits, decisions, outputs, transactions
 from ..store import logs as event_logs
@@ -27,7 +27,7 @@ from ..store.attempts import Finished
 from ..store.connection import Database
 from ..store.copy import copy_line
 from ..store.rows import Cursor
-from . import planning, replays
+from . import corrections, planning, replays
 from .context import StateStore
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,25 @@ def read_batch(store: StateStore, txn: Transaction) -> Iterator[Record]:
             yield from spec.source.read(cur, store.schema, txn.topology_id, txn.batch)
     finally:
         reader.close()
+
+
+def retracted(store: StateStore, topology_id: str, batch: PlannedBatch) -> frozenset[str]:
+    """The offsets of ``batch``'s records that retract an upstream event (a correction's
+    compensating events): the processing applies them negated. ConfigError naming why when the
+    topology cannot (its upstream's correction refuses that case; a redeclaration since can)."""
+    if isinstance(batch, ReplayBatch):
+        return frozenset()
+    with store.db.transaction() as cur:
+        spec = store.load(cur, topology_id).spec
+        found = spec.source.retracted(cur, store.schema, batch)
+    why = corrections.retraction_refusal(spec) if found else None
+    if why:
+        raise ConfigError(f"topology {topology_id!r}: its batch holds {len(found)} retractions of upstream events "
+                          f"(an upstream topology's correction), which it cannot apply: {why}. A topology reading "
+                          "a corrected "
+                          "log keeps sum and count states, without outputs or decisions of its own "
+                          "(docs/guides/corrections.md)")
+    return found
 
 
 def stage(store: StateStore, attempt: Attempt, state_name: str, rows: Iterable[Sequence[Any]]) -> int:

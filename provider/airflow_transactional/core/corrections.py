@@ -26,6 +26,7 @@ import psycopg2.extensions
 
 from ..exceptions import ConfigError, NonDeterministic, TooManyInFlight
 from ..model import FileBatch, LogBatch, Offsets, PlannedBatch, Range, TopicBatch, Transaction, txid_range
+from ..sources.eventlog import SOURCE_KIND
 from ..spec import TopologySpec
 from ..store import attempts, catalog, transactions
 from ..store import corrections as cq
@@ -52,16 +53,41 @@ def refusal(spec: TopologySpec, *, replay: bool = False) -> str | None:
     if spec.decisions:
         return ("its decisions granted and declined requests in commit order against the balances then; a "
                 "correction never re-decides them (fix a balance with a request of its own)")
-    if spec.outputs:
-        return ("it appends output events, and a correction of them (compensating events) is not built yet: "
-                "rebuild its states instead")
     external = [s.name for s in spec.states if s.database is not None]
     if external:
         return f"states {external} are kept in another database, whose commits a correction cannot join yet"
-    inexact = [f"{s.name} ({s.combiner})" for s in spec.states if not Combiner(s.combiner).numeric]
+    inexact = [f"{s.name} ({Combiner(s.combiner).value})" for s in spec.states if not Combiner(s.combiner).numeric]
     if inexact and not replay:
         return (f"states {', '.join(inexact)} keep a min, max or latest value: a difference cannot be added to "
                 "them (only sum and count states can be corrected)")
+    return None
+
+
+def retraction_refusal(spec: TopologySpec) -> str | None:
+    """Why a topology reading an output log cannot apply a correction's retractions to what it
+    committed (None: it applies each negated, as a record it reads)."""
+    if spec.decisions:
+        return "its decisions are never re-decided"
+    if spec.outputs:
+        return "it appends output events of its own, and retracting those in turn is not built yet"
+    if spec.source.kind != SOURCE_KIND:
+        return "it reads the events from Kafka, where it cannot tell a retraction from an event yet"
+    inexact = [f"{s.name} ({Combiner(s.combiner).value})" for s in spec.states if not Combiner(s.combiner).numeric]
+    if inexact:
+        return f"states {', '.join(inexact)} keep a min, max or latest value, from which nothing can be taken back"
+    return None
+
+
+def _readers_refusal(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySpec) -> str | None:
+    """Why a correction's compensating events would not be applied right by the topologies this
+    store knows to read the outputs (their logs, their Kafka topics)."""
+    logs = [o.log_name for o in spec.outputs]
+    topics = [o.kafka_topic for o in spec.outputs if o.kafka_topic]
+    for reader, declared in cq.log_readers(cur, store.schema, logs, topics):
+        why = retraction_refusal(TopologySpec.from_config(declared))
+        if why:
+            return (f"topology {reader!r} reads its output events and could not take a correction's retractions "
+                    f"back: {why}")
     return None
 
 
@@ -156,6 +182,14 @@ def _check_range(store: StateStore, cur: psycopg2.extensions.cursor, spec: Topol
     if not 1 <= first <= last <= committed:
         raise ConfigError(f"topology {topology_id!r} has committed txids 1..{committed}: a correction names a range "
                           f"of them, got {first}..{last}")
+    if spec.outputs:
+        why = _readers_refusal(store, cur, spec)
+        originals, corrected = old_txids(cur, store.schema, topology_id, first, last)
+        gone = cq.outputs_gone(cur, store.schema, topology_id, sorted(originals + corrected))
+        if why or gone:
+            raise ConfigError(f"topology {topology_id!r} cannot be corrected: " + (why or (
+                "retention removed output events its txids appended, which a correction must retract or keep "
+                f"({'; '.join(gone)})")))
     mark = h.mark(cur, store.schema, topology_id)
     if first <= mark.history_from_txid:
         raise ConfigError(f"topology {topology_id!r}: the delta history starts after txid {mark.history_from_txid}, "
@@ -212,13 +246,18 @@ def differences(store: StateStore, cur: psycopg2.extensions.cursor, num: int, sp
     for state in spec.states:
         counts[state.name] = cq.differences(cur, store.schema, spec.topology_id, state, store.staging(num, state),
                                             txn.txid, attempt, old)
+    if spec.outputs:
+        counts.update(cq.compensate(cur, store.schema, spec.topology_id, store.out_staging(num), txn.txid, attempt,
+                                    old, {o.name: o.log_name for o in spec.outputs}))
     if any(counts.values()) and not corrected and same_code(cur, store.schema, spec.topology_id, originals, code):
-        changed = {s.name: cq.keys_of(cur, store.staging(num, s), s, txn.txid, attempt) for s in spec.states
-                   if counts[s.name]}
+        changed = [f"state {s.name}: keys {cq.keys_of(cur, store.staging(num, s), s, txn.txid, attempt)}"
+                   for s in spec.states if counts[s.name]]
+        changed += [f"output {o.name}: {counts[o.name]} events retracted or changed" for o in spec.outputs
+                    if counts[o.name]]
         first, last = txid_range(txn.corrects)
         raise NonDeterministic(f"topology {spec.topology_id!r}: correction txid {txn.txid} re-processed txids "
                                f"{first}..{last} under the code they were committed with and got other deltas "
-                               f"({'; '.join(f'state {n}: keys {k}' for n, k in changed.items())}): the job is "
+                               f"({'; '.join(changed)}): the job is "
                                "not deterministic. Nothing was committed; find the cause, then withdraw this "
                                f"correction ('airflow-txn correct {spec.topology_id} --withdraw {txn.txid}')")
     return Corrected(counts, old)

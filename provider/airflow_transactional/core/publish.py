@@ -145,7 +145,7 @@ def _events(store: StateStore, topology_id: str, output: str, txid: int) -> list
             f"before they were published to Kafka. Nothing of txid {txid} is published. Publish those events from a "
             f"backup yourself, then record the txid as published: "
             f"`airflow-txn publish {topology_id} --mark-published {txid}`")
-    return [PublishedEvent(e.partition, e.event_id, e.payload) for e in events]
+    return [PublishedEvent(e.partition, e.event_id, e.payload, e.retracts) for e in events]
 
 
 def _take_turn(store: StateStore, key: str) -> turns.Held:

@@ -18,13 +18,16 @@ from typing import Any, NamedTuple
 
 from ..exceptions import ConfigError, SourceUnreachable
 
-__all__ = ["HEADERS", "KafkaPublisher", "PublishedEvent", "Scan"]
+__all__ = ["HEADERS", "RETRACTS", "KafkaPublisher", "PublishedEvent", "Scan"]
 
 log = logging.getLogger(__name__)
 
 #: The headers every published record carries.
 HEADERS = ("airflow-txn-topology", "airflow-txn-output", "airflow-txn-txid", "airflow-txn-seq",
            "airflow-txn-registration")
+#: The header of a correction's retraction: the id (the record key) of the event it takes back.
+#: Its value is that event's payload; a consumer applies it negated (docs/guides/corrections.md).
+RETRACTS = "airflow-txn-retracts"
 TIMEOUT = 60.0
 #: How long the publisher waits for the broker to answer at all before it says it is not there.
 REACH_TIMEOUT = 10.0
@@ -34,6 +37,7 @@ class PublishedEvent(NamedTuple):
     partition: int  # of the output log: the record goes to this partition modulo the topic's
     event_id: str
     payload: str
+    retracts: str | None = None  # a correction's retraction: the id of the event it takes back
 
 
 class Scan(NamedTuple):
@@ -145,6 +149,8 @@ class KafkaPublisher:
                 headers: list[tuple[str, str | bytes | None]] = [
                     (HEADERS[0], self.topology_id), (HEADERS[1], self.output), (HEADERS[2], str(txid)),
                     (HEADERS[3], str(seq)), (HEADERS[4], str(self.registration))]
+                if event.retracts is not None:
+                    headers.append((RETRACTS, event.retracts))
                 self.producer.produce(self.topic, key=event.event_id, value=event.payload, headers=headers,
                                       partition=event.partition % self.partitions, on_delivery=delivered)
                 self.producer.poll(0)

@@ -47,6 +47,8 @@ class Source(ABC):
     """A source of batches. Methods get a cursor inside the caller's transaction."""
 
     kind: ClassVar[str]
+    #: Whether a batch may hold retractions (:meth:`retracted`): an event log's may.
+    may_retract: ClassVar[bool] = False
     #: Whether the lag is asked of a server other than the state store (a Kafka cluster): a status
     #: then asks :meth:`remote_lag` outside its transaction, waits a few seconds at most and keeps
     #: the answer a while (:mod:`..core.lag`), instead of :meth:`lag` and :meth:`lag_seconds`.
@@ -100,6 +102,11 @@ class Source(ABC):
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
              batch: PlannedBatch) -> Iterator[Record]:
         """Yield the batch's records in source order."""
+
+    def retracted(self, cur: psycopg2.extensions.cursor, schema: str, batch: PlannedBatch) -> frozenset[str]:
+        """The offsets of the batch's records that retract an event (a correction's compensating
+        events in an output log): applied negated. Only an event log holds them."""
+        return frozenset()
 
     @abstractmethod
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,

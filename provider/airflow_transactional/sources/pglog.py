@@ -41,6 +41,7 @@ class PostgresLogSource(Source):
     """Batches of a Postgres event log: per partition, the LSN range ``(start, end]``."""
 
     kind: ClassVar[str] = SOURCE_KIND
+    may_retract: ClassVar[bool] = True
 
     def __init__(self, log: str, *, schema: str | None = None) -> None:
         self.log = identifiers.name("log name", log)
@@ -116,6 +117,12 @@ class PostgresLogSource(Source):
         for p, lo, hi in batch.ranges if isinstance(batch, LogBatch) else ():
             for lsn, event_id, payload in logs.read(cur, self.schema or schema, self.log, p, lo, hi):
                 yield Record(f"{p}:{lsn}", event_id, payload)
+
+    def retracted(self, cur: psycopg2.extensions.cursor, schema: str, batch: Mapping[str, Any]) -> frozenset[str]:
+        batch = planned_batch(batch, self.kind)
+        if not isinstance(batch, LogBatch) or not batch.ranges:
+            return frozenset()
+        return frozenset(logs.retractions(cur, self.schema or schema, self.log, batch.ranges))
 
     def copy_csv(self, cur: psycopg2.extensions.cursor, schema: str, partition: int, lo: int, hi: int,
                  out: Any) -> None:

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..coordinator import Coordinator
 from ..exceptions import ConfigError
-from ..model import FileBatch, ReplayBatch, Staging
+from ..model import FileBatch, ReplayBatch, Staging, planned_batch
 from ..spec import TopologySpec
 from .admit import SetAside
 from .fused import FusedFolds, fuse
-from .read import as_text, raw_records, replayed
+from .read import OFFSET_COL, as_text, raw_records, replayed
 from .stage import fold, stage_fold
 from .validate import Prepared, cache, prepare
 
@@ -44,6 +44,18 @@ def transformed(spec: TopologySpec, transform: Transform, good: DataFrame) -> di
     if missing:
         raise ConfigError(f"the transform returned no DataFrame for states {missing}")
     return {name: out[name] for name in [*(s.name for s in states), *others] if name in out}
+
+
+def negating(spark: SparkSession, spec: TopologySpec, transform: Transform, good: DataFrame,
+             retracted: frozenset[str]) -> dict[str, DataFrame]:
+    """The transform's state frames for a batch holding retractions (a correction upstream took
+    those events back): the transform of the other records, and of the retractions with each value
+    negated -- what their events had added, taken back (sum and count states only; the core refuses
+    a topology with others, :func:`~airflow_transactional.core.corrections.retraction_refusal`)."""
+    offsets = spark.createDataFrame([(o,) for o in sorted(retracted)], [OFFSET_COL])
+    added = transformed(spec, transform, good.join(offsets, OFFSET_COL, "left_anti"))
+    taken = transformed(spec, transform, good.join(offsets, OFFSET_COL, "left_semi"))
+    return {name: df.unionByName(taken[name].withColumn("value", -taken[name]["value"])) for name, df in added.items()}
 
 
 def folded(spec: TopologySpec, frames: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
@@ -82,7 +94,10 @@ def read_batch(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec
         records = raw_records(spark, spec.source, batch, dsn=coordinator.dsn, schema=coordinator.schema,
                               topology_id=spec.topology_id, record_schema=schema)
     prepared = prepare(records, schema, required, checks)
-    frames = transformed(spec, transform, prepared.good)
+    retracted = (coordinator.retracted(spec.topology_id, planned_batch(batch, spec.source.kind))
+                 if spec.source.may_retract else frozenset())
+    frames = (negating(spark, spec, transform, prepared.good, retracted) if retracted
+              else transformed(spec, transform, prepared.good))
     if states_only:
         frames = {s.name: frames[s.name] for s in spec.recomputable_states}
     folds = fuse(spec.recomputable_states, frames, prepared.good)

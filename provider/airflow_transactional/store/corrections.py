@@ -169,3 +169,27 @@ def keys_of(cur: Cursor, staging: sql.Composed, state: StateSpec, txid: int, att
 def withdraw(cur: Cursor, schema: str, topology_id: str, txid: int, reason: str) -> None:
     """Record why correction (or replay) ``txid`` was withdrawn; free a replay's records."""
     cur.execute(query("correction_withdraw", schema), {"topology": topology_id, "txid": txid, "reason": reason})
+
+
+def compensate(cur: Cursor, schema: str, topology_id: str, staging: sql.Composed, txid: int, attempt: int,
+               old: list[int], logs: dict[str, str]) -> dict[str, int]:
+    """Make ``(txid, attempt)``'s staged events the compensation of what the ``old`` txids appended
+    to the outputs' logs (``logs``: output -> log): retractions and new versions; how many, by output."""
+    cur.execute(query("correction_compensate", schema, staging=staging),
+                {"topology": topology_id, "txid": txid, "attempt": attempt, "old": old,
+                 "outputs": list(logs), "logs": list(logs.values())})
+    counts = {str(o): int(n) for o, n in cur.fetchall()}
+    return {o: counts.get(o, 0) for o in logs}
+
+
+def outputs_gone(cur: Cursor, schema: str, topology_id: str, old: list[int]) -> list[str]:
+    """What retention removed of the events the ``old`` txids appended, in words."""
+    cur.execute(query("correction_outputs_gone", schema), {"topology": topology_id, "old": old})
+    return [f"txid {t}: log {log!r} partition {p} LSN {lo}..{hi}" for t, log, p, lo, hi in cur.fetchall()]
+
+
+def log_readers(cur: Cursor, schema: str, logs: list[str], topics: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(topology, declaration) of every registered topology reading one of ``logs`` (in ``schema``)
+    or of the Kafka ``topics``."""
+    cur.execute(query("correction_log_readers", schema), {"logs": logs, "topics": topics, "schema": schema})
+    return [(str(t), dict(s)) for t, s in cur.fetchall()]

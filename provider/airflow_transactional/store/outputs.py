@@ -83,6 +83,7 @@ class Event(NamedTuple):
     lsn: int
     event_id: str
     payload: str
+    retracts: str | None = None  # a correction's retraction: the id of the event it takes back
 
 
 def events_of_txid(cur: Cursor, schema: str, topology_id: str, txid: int, output: str) -> list[Event]:

@@ -45,6 +45,7 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("decision_conflicts", "INSERT, DELETE"),
     ("decision_runs", "INSERT"),
     ("output_ranges", "INSERT"),  # the commit records where it appended
+    ("log_versions", "INSERT"),  # a correction's commit records its retractions and new versions
     ("publications", "INSERT, UPDATE"),  # the publish task records how far it published
     ("turns", "INSERT, UPDATE"),  # decisions and publishers take turns by its rows' locks
 )

@@ -124,3 +124,71 @@ SELECT concat_ws(',', {keys}) FROM {table} WHERE txid = %(txid)s AND attempt = %
 UPDATE {s}.transactions SET corrects = corrects || jsonb_build_object('withdrawn', %(reason)s::text)
 WHERE topology_id = %(topology)s AND txid = %(txid)s;
 UPDATE {s}.quarantine SET replayed_by = NULL WHERE topology_id = %(topology)s AND replayed_by = %(txid)s
+
+-- name: correction_compensate
+-- The attempt's staged events (what the fixed code emits for the corrected range) become the
+-- compensation of what the old txids appended. Per (output, origin), against the latest event they
+-- appended (a retraction or a new version counts as its origin's): an event emitted as it was goes;
+-- one no longer emitted as it was is retracted ('<origin>~retracted@<txid>': its payload, in its
+-- partition, before the others); one emitted anew or otherwise is a new version ('<origin>~v<txid>')
+-- when the range had appended it or a correction retracted it, itself when its id is free, and
+-- nothing when another txid appended it (the log's dedupe, as for any event). Retractions and
+-- versions are recorded in log_versions (their commit appends them).
+CREATE TEMP TABLE txn_events ON COMMIT DROP AS
+SELECT output, partition, seq, event_id, payload FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s;
+DELETE FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s;
+CREATE TEMP TABLE txn_live ON COMMIT DROP AS
+SELECT DISTINCT ON (a.output, a.origin) a.output, a.log_name, a.partition, a.payload, a.origin, a.retraction
+FROM (SELECT r.output, r.log_name, r.txid, e.partition, e.payload, coalesce(v.origin, e.event_id) AS origin,
+             coalesce(v.retraction, false) AS retraction
+      FROM {s}.output_ranges r
+      JOIN {s}.log_events e ON e.log_name = r.log_name AND e.partition = r.partition
+                           AND e.lsn BETWEEN r.first_lsn AND r.last_lsn
+      LEFT JOIN {s}.log_versions v ON v.log_name = e.log_name AND v.event_id = e.event_id
+      WHERE r.topology_id = %(topology)s AND r.txid = ANY(%(old)s)) a
+ORDER BY a.output, a.origin, a.txid DESC, a.retraction;
+WITH targets AS (SELECT * FROM unnest(%(outputs)s::text[], %(logs)s::text[]) AS t(output, log_name)),
+retracted AS (
+    SELECT l.output, l.log_name, l.partition, -1::bigint AS seq, l.origin || '~retracted@' || %(txid)s AS event_id,
+           l.payload, l.origin, true AS retraction
+    FROM txn_live l
+    WHERE NOT l.retraction AND NOT EXISTS (SELECT 1 FROM txn_events n WHERE n.output = l.output
+                                           AND n.event_id = l.origin AND n.payload = l.payload)),
+emitted AS (
+    SELECT n.output, t.log_name, n.partition, n.seq, n.payload, n.event_id AS origin, l.origin IS NOT NULL AS in_range,
+           (SELECT v.retraction FROM {s}.log_versions v WHERE v.log_name = t.log_name AND v.origin = n.event_id
+            ORDER BY v.txid DESC, v.retraction LIMIT 1) AS latest_retracted,
+           EXISTS (SELECT 1 FROM {s}.log_events k WHERE k.log_name = t.log_name AND k.event_id = n.event_id)
+           OR EXISTS (SELECT 1 FROM {s}.log_retired_ids k WHERE k.log_name = t.log_name
+                      AND k.event_id = n.event_id) AS held
+    FROM txn_events n JOIN targets t USING (output)
+    LEFT JOIN txn_live l ON l.output = n.output AND l.origin = n.event_id
+    WHERE l.origin IS NULL OR l.retraction OR l.payload <> n.payload),
+compensation AS (
+    SELECT output, log_name, partition, seq, event_id, payload, origin, retraction FROM retracted
+    UNION ALL
+    SELECT output, log_name, partition, seq,
+           CASE WHEN in_range OR latest_retracted THEN origin || '~v' || %(txid)s ELSE origin END, payload, origin, false
+    FROM emitted WHERE in_range OR latest_retracted OR (latest_retracted IS NULL AND NOT held)),
+recorded AS (
+    INSERT INTO {s}.log_versions (log_name, event_id, origin, retraction, topology_id, txid)
+    SELECT log_name, event_id, origin, retraction, %(topology)s, %(txid)s FROM compensation WHERE event_id <> origin)
+INSERT INTO {staging} (txid, attempt, output, partition, seq, event_id, payload)
+SELECT %(txid)s, %(attempt)s, output, partition, seq, event_id, payload FROM compensation;
+DROP TABLE txn_events, txn_live;
+SELECT output, count(*) FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s GROUP BY output
+
+-- name: correction_outputs_gone
+-- The old txids' appended events that retention removed (a retraction needs their payloads).
+SELECT r.txid, r.log_name, r.partition, r.first_lsn, least(r.last_lsn, p.truncated_through)
+FROM {s}.output_ranges r JOIN {s}.log_partitions p ON p.log_name = r.log_name AND p.partition = r.partition
+WHERE r.topology_id = %(topology)s AND r.txid = ANY(%(old)s) AND r.first_lsn <= p.truncated_through
+ORDER BY r.txid, r.log_name, r.partition
+
+-- name: correction_log_readers
+-- The registered topologies that read one of the given event logs of this schema, or Kafka topics.
+SELECT topology_id, spec FROM {s}.topologies
+WHERE (spec->'source'->>'kind' = 'postgres_log' AND spec->'source'->>'log' = ANY(%(logs)s)
+       AND coalesce(spec->'source'->>'schema', %(schema)s) = %(schema)s)
+   OR (spec->'source'->>'kind' = 'kafka' AND spec->'source'->>'topic' = ANY(%(topics)s))
+ORDER BY topology_id

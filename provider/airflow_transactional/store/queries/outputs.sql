@@ -35,9 +35,11 @@ INSERT INTO {s}.output_ranges (topology_id, txid, output, log_name, partition, f
 VALUES (%(topology)s, %(txid)s, %(output)s, %(log)s, %(p)s, %(first)s, %(last)s)
 
 -- name: output_events_of_txid
--- The events a txid's commit appended to an output, partition by partition, in LSN order.
-SELECT e.partition, e.lsn, e.event_id, e.payload FROM {s}.output_ranges r
+-- The events a txid's commit appended to an output, partition by partition, in LSN order; of a
+-- retraction, the id of the event it retracts.
+SELECT e.partition, e.lsn, e.event_id, e.payload, v.origin AS retracts FROM {s}.output_ranges r
 JOIN {s}.log_events e ON e.log_name = r.log_name AND e.partition = r.partition
                      AND e.lsn BETWEEN r.first_lsn AND r.last_lsn
+LEFT JOIN {s}.log_versions v ON v.log_name = e.log_name AND v.event_id = e.event_id AND v.retraction
 WHERE r.topology_id = %(topology)s AND r.txid = %(txid)s AND r.output = %(output)s
 ORDER BY e.partition, e.lsn
