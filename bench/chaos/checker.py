@@ -94,11 +94,14 @@ def check_words(dsn: str, report: ChaosReport, ledger: Ledger) -> None:
 def corrections_changed(dsn: str, report: ChaosReport, topology: str) -> None:
     """The corrections committed, and the keys they changed: each corrected one txid under the code
     it was committed with, so a deterministic job's corrections change nothing (their digests say
-    how many rows each applied)."""
+    how many rows each applied); and the replays committed (what they counted, the oracle checks)."""
     with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-        cur.execute("SELECT txid, digests FROM airflow_txn.commits WHERE topology_id = %s AND corrects IS NOT NULL",
-                    (topology,))
+        cur.execute("SELECT txid, digests FROM airflow_txn.commits WHERE topology_id = %s AND corrects IS NOT NULL "
+                    "AND NOT corrects ? 'replay'", (topology,))
         found = cur.fetchall()
+        cur.execute("SELECT count(*) FROM airflow_txn.commits WHERE topology_id = %s AND corrects ? 'replay'",
+                    (topology,))
+        report.replays = int(cur.fetchone()[0])
     conn.close()
     report.corrections = len(found)
     for txid, digests in found:

@@ -41,14 +41,16 @@ STACKS = ("local", "cluster")
 # (on the cluster stack, an application of the cluster), which can be lost under a batch.
 BACKENDS = ("spark-submit", "connect")
 CONNECT_KINDS = ("spark_connect_kill",)
-# What the operator of the words topology does besides: a correction of one committed txid, under the
-# code it was committed with (a run triggered with {"correct": "N..N"}): it must commit, and change nothing.
-CORRECTION_KINDS = ("correct",)
+# What the operator of the words topology does besides (bench/chaos/operator.py): a correction of one
+# committed txid under the code it was committed with, which must change nothing; a malformed record
+# of the quarantine fixed by hand and replayed, which the ledger then counts once.
+CORRECTION_KINDS = ("correct", "replay")
 # Faults of one lane strike one at a time; the lanes run side by side.
 LANES = {"spark": ("spark_kill", "pg_restart_processing", "celery_kill_processing", "spark_worker_kill",
                    "spark_connect_kill"),
          "commit": ("commit_kill_before", "commit_kill_after", "pg_restart_commit", "celery_kill_commit"),
-         "control": ("scheduler_restart", "api_restart", "clear", "spark_master_restart", "redis_restart", "correct"),
+         "control": ("scheduler_restart", "api_restart", "clear", "spark_master_restart", "redis_restart", "correct",
+                     "replay"),
          "kafka": KAFKA_KINDS, "store": OBJECT_KINDS}
 TASKS = ("plan", "process", "commit")
 LEDGER = "ledger.jsonl"  # under the run's directory: what the producers appended
@@ -108,9 +110,9 @@ class ChaosConfig:
 
     @classmethod
     def sized(cls, seed: int, mode: str, stack: str) -> ChaosConfig:
-        """The CI sizes: for ``words`` 6 transactions and 5 faults (each
-        kind once); for ``payments`` 3 transactions of stage 1 (each followed by stage 2:
-        twice the Spark work per transaction) and 3 faults (a Spark kill, a commit kill, a clear),
+        """The CI sizes: for ``words`` 6 transactions and 7 faults (each kind once: a Spark kill, two
+        commit kills, an API server restart, a clear, a correction and a replay); for ``payments`` 3
+        transactions of stage 1 (each followed by stage 2: twice the Spark work per transaction) and 3 faults (a Spark kill, a commit kill, a clear),
         striking either stage; for ``kafka``
         6 transactions and 6 faults: the four Kafka kinds, a Spark kill and a clear; for ``s3`` the
         same with the store's four kinds; on a cluster
@@ -118,7 +120,7 @@ class ChaosConfig:
 
         Without the final ``airflow-txn audit`` (a Spark pass over every event, a minute here):
         the oracle is the independent check, and the audit has tests of its own."""
-        kinds = ("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear", "correct")
+        kinds = ("spark_kill", "commit_kill_before", "commit_kill_after", "api_restart", "clear", "correct", "replay")
         if stack == "cluster":  # each cluster kind once, and a clear
             return cls(seed=seed, mode=mode, stack=stack, transactions=8, faults=6, producers=2, rate=6,
                        drain_timeout=600, audit=False, kinds=(*CLUSTER_KINDS, "clear"))
@@ -131,8 +133,8 @@ class ChaosConfig:
         if mode == "s3":
             return cls(seed=seed, mode=mode, transactions=6, faults=6, producers=2, rate=6, drain_timeout=420,
                        audit=False, kinds=("spark_kill", "clear", *OBJECT_KINDS))
-        return cls(seed=seed, mode=mode, transactions=6, faults=6, producers=2, rate=6, drain_timeout=420,
-                   audit=False, kinds=kinds)
+        return cls(seed=seed, mode=mode, transactions=6, faults=len(kinds), producers=2, rate=6, drain_timeout=420,
+                   audit=False, kinds=kinds, malformed_rate=0.02)  # records to replay early in a short run
 
     @property
     def topologies(self) -> tuple[str, ...]:
@@ -174,6 +176,7 @@ class ChaosReport:
     quarantine_mismatches: int = 0
     corrections: int = 0        # words: corrections committed (of one txid, under its own code)
     corrections_changed: int = 0  # words: keys those corrections changed (a deterministic job changes none)
+    replays: int = 0            # words: replays of fixed quarantined records committed
     stuck_runs: int = 0
     audit_clean: bool | None = None
     audit_refused: str = ""      # kafka: why the audit could not recompute (records the harness deleted)
@@ -259,8 +262,8 @@ class ChaosReport:
                 ("domain counts wrong", self.domain_mismatches),
                 ("order violations", self.order_violations),
                 ("quarantine mismatches", self.quarantine_mismatches),
-                *([("corrections committed / keys they changed", f"{self.corrections} / {self.corrections_changed}")]
-                  if self.mode == "words" else [])]
+                *([("corrections committed / keys they changed", f"{self.corrections} / {self.corrections_changed}"),
+                   ("replays of fixed records committed", self.replays)] if self.mode == "words" else [])]
 
 
 def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:

@@ -19,8 +19,6 @@ from typing import Any
 
 import psutil
 
-from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.exceptions import ConfigError
 from dev import faults as engine
 from dev.cluster import ClusterStack, kill_tree
 from dev.localstack import SPARK_CONNECT, AirflowStackError, LocalStack, RestClient, listening
@@ -39,8 +37,10 @@ from .config import (
 )
 from .kafka import BrokerFaults
 from .objects import StoreFaults
+from .operator import Operator
 from .processes import connect_client, python_workers, spark_driver
 from .supervisor import Supervisor, rest
+from .workload import Ledger
 
 
 class Faults:
@@ -50,12 +50,14 @@ class Faults:
 
     def __init__(self, stack: LocalStack, cfg: ChaosConfig, report: ChaosReport, supervisor: Supervisor,
                  runs: list[str], states: Callable[[], dict[tuple[str, str], str]],
-                 broker: BrokerFaults | None = None, store: StoreFaults | None = None) -> None:
+                 broker: BrokerFaults | None = None, store: StoreFaults | None = None,
+                 ledger: Ledger | None = None) -> None:
         self.stack, self.cfg, self.report, self.supervisor = stack, cfg, report, supervisor
         self.broker = broker  # kafka mode: the broker's faults
         self.store = store    # s3 mode: the store's
         self.runs, self.states = runs, states
         self.rng = random.Random(cfg.seed)
+        self.operator = Operator(stack, cfg, stack.client(), ledger, random.Random(cfg.seed + 3))
         self.client: RestClient = stack.client()
         self.file = Path(stack.extra_env[engine.FILE_ENV])
         self.markers = stack.base_dir / "chaos-markers"
@@ -132,7 +134,9 @@ class Faults:
         if kind == "clear":
             return self._clear()
         if kind == "correct":
-            return self._correct()
+            return self.operator.correct()
+        if kind == "replay":
+            return self.operator.replay()
         every = KINDS + KAFKA_KINDS + OBJECT_KINDS + CLUSTER_KINDS + CONNECT_KINDS + CORRECTION_KINDS
         raise ValueError(f"unknown fault kind {kind!r}: one of {', '.join(every)}")
 
@@ -343,26 +347,6 @@ class Faults:
         flags = {"include_downstream": self.rng.random() < 0.5, "include_upstream": self.rng.random() < 0.3}
         logging.info("fault: clear %s of %s of %s (was %s) %s", tasks, run_id, dag_id, states[dag_id, run_id], flags)
         rest(self.client.clear, dag_id, run_id, tasks, **flags)
-        return True
-
-    def _correct(self) -> bool:
-        """The operator corrects one committed txid that read records, under the code it was
-        committed with: a run triggered with {"correct": "N..N"} (a txid it could not correct is
-        no moment for it: a correction's own plan refuses, naming why)."""
-        topology = self.cfg.topologies[0]
-        with Coordinator(self.stack.state_dsn) as coord:
-            done = [c["txid"] for c in coord.commits(topology) if not c["corrects"] and c["records_read"]]
-            if not done:
-                return False
-            txid = self.rng.choice(done)
-            try:
-                coord.correction_batch(topology, txid, txid)
-            except ConfigError as exc:
-                logging.info("fault: no correction of txid %d: %s", txid, exc)
-                return False
-        run_id = f"chaos-{self.cfg.seed}-correct-{txid}-{len(self.runs)}"
-        logging.info("fault: correct txid %d of %s (run %s)", txid, topology, run_id)
-        rest(self.client.trigger, topology, None, run_id, {"correct": f"{txid}..{txid}"})  # its DAG's id
         return True
 
 

@@ -54,7 +54,8 @@ class Chaos:
         store = (objects.StoreFaults(objects.server_of(stack), stack.state_dsn, self.supervisor.components,
                                      self.ledger, self.gate, random.Random(cfg.seed + 2))
                  if cfg.mode == "s3" else None)
-        self.faults = Faults(stack, cfg, self.report, self.supervisor, self.runs, self.states, broker, store)
+        self.faults = Faults(stack, cfg, self.report, self.supervisor, self.runs, self.states, broker, store,
+                             self.ledger)
 
     # -- the operator --------------------------------------------------------------------------
 

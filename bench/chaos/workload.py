@@ -45,6 +45,7 @@ class Ledger:
         self.deleted: dict[int, int] = {}    # kafka: partition -> offset below which records were deleted
         self.versions: dict[str, list[str]] = {}  # s3: a version (key@ETag) -> the ids of its records
         self.mutated: dict[str, str] = {}    # s3: a version the harness overwrote or deleted -> how
+        self.replayed: dict[str, str] = {}   # words: a malformed record fixed and replayed -> its URL
         self._file = open(path, "a", encoding="utf-8") if path else None  # closed by close()
 
     def record(self, fresh: list[tuple[str, str, Any]], duplicates: int) -> None:
@@ -73,6 +74,12 @@ class Ledger:
             if self._file is not None:
                 self._file.write(json.dumps({"deposits": deposits}) + "\n")
                 self._file.flush()
+
+    def record_replay(self, event_id: str, url: str) -> None:
+        """The operator fixed malformed record ``event_id`` into a tweet of ``url`` and replayed it
+        (words mode): counted once from then on. Call with ``lock`` held."""
+        self.replayed[event_id] = url
+        self._write({"replayed": event_id, "url": url})
 
     def record_aborted(self, records: int) -> None:
         """A producer transaction of ``records`` aborted (kafka mode). Call with ``lock`` held."""
@@ -121,6 +128,8 @@ class Ledger:
                     ledger.deleted[p] = max(before, ledger.deleted.get(p, 0))
                 elif "version" in entry:
                     ledger.versions[entry["version"]] = entry["ids"]
+                elif "replayed" in entry:
+                    ledger.replayed[entry["replayed"]] = entry["url"]
                 elif "mutated" in entry:
                     ledger.mutated[entry["mutated"]] = entry["how"]
                 elif "deposits" in entry:
@@ -137,16 +146,17 @@ class Ledger:
             self._file.close()
 
     def url_counts(self) -> Counter[str]:
-        return Counter(self.valid.values())
+        return Counter([*self.valid.values(), *self.replayed.values()])
 
     def domain_counts(self) -> Counter[str]:
-        return Counter(domain_of(u) for u in self.valid.values())
+        return Counter(domain_of(u) for u in [*self.valid.values(), *self.replayed.values()])
 
     def restricted_to(self, ids: set[str]) -> Ledger:
         """The same ledger, with only the events in ``ids``."""
         part = Ledger()
         part.valid = {e: u for e, u in self.valid.items() if e in ids}
         part.malformed = self.malformed & ids
+        part.replayed = {e: u for e, u in self.replayed.items() if e in ids}
         part.duplicates, part.deposits = self.duplicates, self.deposits
         part.aborted, part.deleted = self.aborted, self.deleted
         part.versions, part.mutated = self.versions, self.mutated
