@@ -112,9 +112,9 @@ class ChaosConfig:
     def sized(cls, seed: int, mode: str, stack: str) -> ChaosConfig:
         """The CI sizes: for ``words`` 6 transactions and 7 faults (each kind once: a Spark kill, two
         commit kills, an API server restart, a clear, a correction and a replay); for ``payments`` 3
-        transactions of stage 1 (each followed by stage 2: twice the Spark work per transaction) and 3 faults (a Spark kill, a commit kill, a clear),
-        striking either stage; for ``kafka``
-        6 transactions and 6 faults: the four Kafka kinds, a Spark kill and a clear; for ``s3`` the
+        transactions of stage 1 (each followed by stage 2: twice the Spark work per transaction) and
+        3 faults (a Spark kill, a commit kill, a clear), striking either stage; for ``kafka`` 6
+        transactions and 6 faults: the four Kafka kinds, a Spark kill and a clear; for ``s3`` the
         same with the store's four kinds; on a cluster
         8 transactions and 6 faults: each cluster kind once, and a clear.
 

@@ -150,6 +150,7 @@ class Coordinator:
     correction_batch = Operation(corrections.range_batch)
     withdraw_correction = Operation(corrections.withdraw)
     preview_correction = Operation(corrections.preview)
+    correction_summary = Operation(corrections.summary)
     plan_replay = Operation(replays.plan_replay)
     edit_quarantined = Operation(replays.edit)
     quarantined_records = Operation(replays.quarantined)

@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
 from airflow_transactional import provenance
 from airflow_transactional.cli import main as cli
 from dev.localstack import LocalStack, RestClient
+from tests.e2e.browsing import WAIT, frame_text, shot, signed_in
 from tests.e2e.conftest import FIX_BUG, FIX_JOB, task_log, wait_for_runs
-from tests.e2e.operating import http_get, runs_by_txid, start_topology
+from tests.e2e.operating import browser, http_get, runs_by_txid, start_topology
 from tests.helpers import query
 
 pytestmark = pytest.mark.e2e
@@ -29,7 +33,36 @@ def _oracle(events: list[tuple[str, str]], *, bug: bool) -> dict[str, int]:
     return dict(sums)
 
 
-def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: LocalStack, client: RestClient) -> None:
+def _correct_in_the_browser(stack: LocalStack, chrome: object, dag: str, txids: str, tmp_path: Path) -> str:
+    """The correction of ``txids`` asked for from the topology's Transactions tab: its preview shows
+    what they applied and what the last preview found would change; its button triggers the run.
+    The run's id."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver: Any = signed_in(chrome, stack)
+    driver.get(f"{stack.url}/dags/{dag}/plugin/transactions-dag")
+    frame_text(driver, "Correct committed txids")
+    field = driver.find_element(By.CSS_SELECTOR, "form.correct input[name=txids]")
+    field.send_keys(txids)
+    field.submit()
+    text = frame_text(driver, f"What txids {txids} applied")
+    assert "amounts" in text and "What it would change (previewed" in text, text
+    preview = next(line for line in text.splitlines() if line.startswith("amounts") and "->" in line)
+    assert preview.split()[1] == "1" and "u3:" in preview, preview  # one key moves: the bug's
+    shot(driver, "ui-correct.png", tmp_path)
+    driver.switch_to.frame(driver.find_element(By.CSS_SELECTOR, "iframe"))
+    driver.find_element(By.CSS_SELECTOR, "button.confirm").click()
+    def run_page(d: Any) -> str | None:  # the frame's own address, once it is the run's page
+        url = str(d.execute_script("return window.location.href"))
+        return url if "/runs/correct__" in url else None
+
+    here = WebDriverWait(driver, WAIT).until(run_page)
+    return unquote(here.rsplit("/runs/", 1)[1].split("?")[0])
+
+
+def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: LocalStack, client: RestClient,
+                                                                    chrome: object, tmp_path: Path) -> None:
     dag = "ops_fix"
     job = stack.dags_folder / "fix_job.py"  # the stack wrote it with the bug: the code deployed
     assert FIX_BUG in job.read_text()
@@ -44,10 +77,12 @@ def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: Local
     assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == _oracle(events, bug=True)
 
     job.write_text(FIX_JOB.format(version="fixed", bug=""))  # the fix, deployed
-    fix = client.trigger(dag, (day0 + timedelta(days=3)).isoformat(), run_id="fix-u3",
-                         conf={"correct": "2..4"})["dag_run_id"]
+    # Previewed by the topology's own job, then asked for from the Transactions view: a run of its own.
+    assert cli(["--dsn", stack.state_dsn, "correct", dag, "2..4", "--dag-file",
+                str(stack.dags_folder / "ops_dags.py")]) == 0
+    fix = _correct_in_the_browser(stack, chrome, dag, "2..4", tmp_path)
     wait_for_runs(stack, dag, [fix])
-    assert "run fix-u3 is txid 5" in task_log(stack, dag, fix, "plan")
+    assert f"run {fix} is txid 5" in task_log(stack, dag, fix, "plan")
     assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == _oracle(events, bug=False)
     commits = {c["txid"]: c for c in coord.commits(dag)}
     assert commits[5]["corrects"] == {"txids": [2, 4]} and commits[5]["run_key"] == fix
@@ -82,5 +117,9 @@ def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: Local
     assert coord.commits(dag, 6)[0]["corrects"] == {"replay": lost, "of_txids": sorted(
         {r["txid"] for r in coord.quarantined_records(dag) if r["id"] in lost})}
     assert [r["corrected_by"] for r in coord.quarantined_records(dag) if r["id"] in lost] == [6, 6]
+    # A correction of 2..4 now would re-read the source and undo those edits: the view refuses it,
+    # naming why, and offers no button.
+    status, page, _loc = browser(stack, "GET", f"/transactional/dags/{dag}/correct?txids=2..4", client.token())
+    assert status == 200 and "edited by hand" in page and "class=confirm" not in page, page
     coord.close()
     log.close()

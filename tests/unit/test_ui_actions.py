@@ -45,7 +45,8 @@ def test_a_nul_in_a_dag_or_run_id_is_a_bad_request_and_every_answer_carries_the_
     """Regression: a NUL in a path or query reached the metadata database and gave a 500."""
     from fastapi.testclient import TestClient
 
-    from airflow_transactional.airflow.ui.app import SECURITY_HEADERS, create_app
+    from airflow_transactional.airflow.ui.app import SECURITY_HEADERS
+    from airflow_transactional.airflow.ui.server import create_app
 
     client = TestClient(create_app(), raise_server_exceptions=False)
     for url in ("/api/dags/wor%00ds", "/dags/words/runs/r%00un", "/dags/words?backfill=1&x=%00",

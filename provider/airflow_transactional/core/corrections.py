@@ -314,6 +314,34 @@ def preview(store: StateStore, topology_id: str, num: int, first: int, last: int
             catalog.drop(cur, table)
         same = not corrected and same_code(cur, store.schema, topology_id, originals, code)
     changed = sum(int(s["changed"]) for s in states.values())
-    return {"topology": topology_id, "txids": [first, last], "states": states, "changed": changed,
-            "same_code": same, "nondeterministic": same and changed > 0}
+    result = {"topology": topology_id, "txids": [first, last], "states": states, "changed": changed,
+              "same_code": same, "nondeterministic": same and changed > 0}
+    with store.db.transaction() as cur:  # what the Transactions view's correction page shows
+        cq.record_preview(cur, store.schema, topology_id, first, last, {**result, "code": dict(code or {})})
+    return result
+
+
+def summary(store: StateStore, topology_id: str, first: int, last: int) -> dict[str, Any]:
+    """What a correction of committed txids first..last would do, without running anything: why it
+    is refused (None: it is not), the txids and records it re-reads, what they applied to each state
+    (keys, total), and the last preview of it (``airflow-txn correct``), if any."""
+    with store.db.transaction() as cur:
+        num, spec, committed, _o = store.load(cur, topology_id)
+        refused = None
+        try:
+            _range_batch(store, cur, spec, first, last, committed)
+        except ConfigError as exc:
+            refused = str(exc)
+        valid = 1 <= first <= last <= committed
+        originals, corrected = old_txids(cur, store.schema, topology_id, first, last) if valid else ([], [])
+        txns = cq.committed_txns(cur, store.schema, topology_id, first, last) if valid else []
+        states = {s.name: dict(zip(("keys", "total"), cq.applied(cur, store.schema, topology_id, s,
+                                                                  store.staging(num, s), originals + corrected),
+                                   strict=True))
+                  for s in spec.recomputable_states} if valid else {}
+        preview_ = cq.last_preview(cur, store.schema, topology_id, first, last)
+    return {"topology": topology_id, "txids": [first, last], "refused": refused, "committed_txid": committed,
+            "originals": originals, "corrections": corrected,
+            "records": sum(t.planned_records for t in txns if not t.corrects), "states": states,
+            "outputs": [o.name for o in spec.outputs], "preview": preview_}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg2 import sql
+from psycopg2.extras import Json
 
 from ..model import Transaction
 from . import state as q
@@ -193,3 +194,25 @@ def log_readers(cur: Cursor, schema: str, logs: list[str], topics: list[str]) ->
     or of the Kafka ``topics``."""
     cur.execute(query("correction_log_readers", schema), {"logs": logs, "topics": topics, "schema": schema})
     return [(str(t), dict(s)) for t, s in cur.fetchall()]
+
+
+def applied(cur: Cursor, schema: str, topology_id: str, state: StateSpec, staging: sql.Composed,
+            old: list[int]) -> tuple[int, int | float]:
+    """How many keys the ``old`` txids changed in ``state``, and the sum of their deltas."""
+    cur.execute(query("correction_applied", schema, table=staging, keys=q.key_list(state)),
+                {"topology": topology_id, "old": old})
+    keys, total = cur.fetchone()
+    return int(keys), _number(total)
+
+
+def record_preview(cur: Cursor, schema: str, topology_id: str, first: int, last: int, result: dict[str, Any]) -> None:
+    """Keep ``result`` as the last preview of a correction of first..last."""
+    cur.execute(query("correction_preview_record", schema), {"topology": topology_id, "first": first, "last": last,
+                                                             "result": Json(result)})
+
+
+def last_preview(cur: Cursor, schema: str, topology_id: str, first: int, last: int) -> dict[str, Any] | None:
+    """The last preview of a correction of first..last, with when it ran (None: never previewed)."""
+    cur.execute(query("correction_preview_last", schema), {"topology": topology_id, "first": first, "last": last})
+    row = cur.fetchone()
+    return None if row is None else {**row[0], "previewed_at": row[1].isoformat()}

@@ -46,6 +46,7 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("decision_runs", "INSERT"),
     ("output_ranges", "INSERT"),  # the commit records where it appended
     ("log_versions", "INSERT"),  # a correction's commit records its retractions and new versions
+    ("correction_previews", "INSERT, UPDATE"),  # a correction's preview records what it found
     ("publications", "INSERT, UPDATE"),  # the publish task records how far it published
     ("turns", "INSERT, UPDATE"),  # decisions and publishers take turns by its rows' locks
 )

@@ -19,13 +19,13 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, FastAPI, Form, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from fastapi import APIRouter, Body, Depends, Form, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ...connections import CONNECTION_ERRORS, redact
 from ...coordinator import Coordinator
-from ...exceptions import ActionRefused, UnknownTopology
+from ...exceptions import ActionRefused
 from ..hooks import TransactionalHook
 from . import actions, pages, previews, waits
 from .actions import AirflowApi
@@ -47,7 +47,7 @@ def csv_cell(value: Any) -> Any:
     return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA_START) else value
 
 
-def _has_nul(request: Request) -> bool:
+def has_nul(request: Request) -> bool:
     """Whether the decoded path or query holds a NUL byte (no id of Airflow's or ours can)."""
     return "\x00" in str(request.scope.get("path", "")) or any(
         "\x00" in key or "\x00" in value for key, value in request.query_params.multi_items())
@@ -375,23 +375,3 @@ def run_page(request: Request, user: User, dag_id: str, run_id: str, reason: str
     txn = run(user, dag_id, run_id)[1]
     records = quarantined(user, dag_id, run_id, reason, 200, 0) if txn and txn["quarantine_reasons"] else []
     return pages.run(base(request), dag_id, run_id, txn, records, reason or None, cleared=cleared)
-
-
-def create_app() -> FastAPI:
-    app = FastAPI(title="Transactional", docs_url=None, redoc_url=None, openapi_url=None)
-
-    @app.middleware("http")
-    async def _guard(request: Request, call_next: Callable[[Request], Any]) -> Response:
-        if _has_nul(request):
-            response: Response = PlainTextResponse("a DAG id, run id or parameter cannot hold a NUL byte", 400)
-        else:
-            response = await call_next(request)
-        response.headers.update(SECURITY_HEADERS)
-        return response
-
-    @app.exception_handler(UnknownTopology)
-    def _unknown(request: Request, exc: UnknownTopology) -> Response:
-        return Response(str(exc), status_code=404)
-
-    app.include_router(router)
-    return app

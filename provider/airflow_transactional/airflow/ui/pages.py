@@ -284,7 +284,10 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
             + _bars(txns, now)
             + "<h2>Transactions</h2>"
             + table(["txid", "run", "status", "records", "attempts", "committed at", "rows committed",
-                     "quarantined"], log_rows, numeric=(0, 3, 4, 7)))
+                     "quarantined"], log_rows, numeric=(0, 3, 4, 7))
+            + (f"<form method=get class=correct action='{e(base)}{dag_path(dag)}/correct'><label>Fixed a bug? "
+               "Correct committed txids <input name=txids placeholder='A..B' size=12></label> "
+               "<button type=submit>Preview the correction</button></form>" if summary["committed_txid"] else ""))
     return page(f"Topology {tid}", body)
 
 

@@ -18,7 +18,8 @@ from airflow.plugins_manager import AirflowPlugin
 # provider and OpenLineage modules under them) imported already -- 0.3 CPU-s less per task.
 from .. import operators  # noqa: F401
 from ..priority import TransactionalPriority
-from .app import PREFIX, create_app
+from .app import PREFIX
+from .server import create_app
 
 
 class TransactionalPlugin(AirflowPlugin):

@@ -8,7 +8,8 @@ from typing import Any
 from .pages import dag_path, e, page, run_path, table, when
 
 
-def _confirm(action: str, token: str, label: str) -> str:
+def confirm_form(action: str, token: str, label: str) -> str:
+    """The button that does an action, with the form token its preview was made with."""
     return (f"<form method=post action='{action}'><input type=hidden name=token value='{e(token)}'>"
             f"<button type=submit class=confirm>{e(label)}</button></form>")
 
@@ -26,7 +27,8 @@ def clear_preview(base: str, plan: Any, token: str) -> str:
     body = (f"<h1>Clear run {e(plan.run_id)} ({e(title)})</h1>"
             f"<p>{e(plan.effect)}</p>"
             + (f"<h2>Airflow will clear these task instances</h2>{tasks}{later}"
-               + _confirm(f"{here}/clear", token, f"Clear {len(plan.tasks)} task instance(s)") if plan.tasks else "")
+               + confirm_form(f"{here}/clear", token, f"Clear {len(plan.tasks)} task instance(s)")
+               if plan.tasks else "")
             + f"<p><a href='{here}'>Back to the run</a></p>")
     return page(f"Clear {plan.run_id}", body)
 
@@ -49,7 +51,8 @@ def reprocess_preview(base: str, plan: Any, token: str) -> str:
             + table(["logical date", "run", "txid", "what happens"], rows, numeric=(2,))
             + "<p class=muted>Every txid still commits once, in txid order: a committed batch is never counted "
               "again.</p>" + undated
-            + _confirm(f"{e(base)}{dag_path(plan.dag_id)}/reprocess", token, f"Start the backfill ({len(rows)} runs)")
+            + confirm_form(f"{e(base)}{dag_path(plan.dag_id)}/reprocess", token,
+                           f"Start the backfill ({len(rows)} runs)")
             + back)
     return page(f"Reprocess {plan.dag_id}", body)
 

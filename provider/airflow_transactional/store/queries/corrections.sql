@@ -192,3 +192,18 @@ WHERE (spec->'source'->>'kind' = 'postgres_log' AND spec->'source'->>'log' = ANY
        AND coalesce(spec->'source'->>'schema', %(schema)s) = %(schema)s)
    OR (spec->'source'->>'kind' = 'kafka' AND spec->'source'->>'topic' = ANY(%(topics)s))
 ORDER BY topology_id
+
+-- name: correction_applied
+-- What the old txids applied to a state: how many keys, and the sum of their deltas.
+SELECT count(DISTINCT ({keys})), coalesce(sum(s.value), 0) FROM {table} s
+JOIN {s}.commits c ON c.topology_id = %(topology)s AND c.txid = s.txid AND c.attempt = s.attempt
+WHERE s.txid = ANY(%(old)s)
+
+-- name: correction_preview_record
+INSERT INTO {s}.correction_previews (topology_id, first_txid, last_txid, result)
+VALUES (%(topology)s, %(first)s, %(last)s, %(result)s)
+ON CONFLICT (topology_id, first_txid, last_txid) DO UPDATE SET result = EXCLUDED.result, previewed_at = now()
+
+-- name: correction_preview_last
+SELECT result, previewed_at FROM {s}.correction_previews
+WHERE topology_id = %(topology)s AND first_txid = %(first)s AND last_txid = %(last)s
