@@ -1,21 +1,28 @@
 """The ``history`` section of ``bench.perf``, on the state store alone: what the delta history costs
 -- a commit with a long history kept vs none, the digest's share of a commit, the bytes per million
-deltas -- what a state as of a txid costs to read, and a correction of N txids vs processing them again."""
+deltas -- what a state as of a txid costs to read, and a correction of N txids vs processing them again
+(pure-Python, and the words job under spark-submit)."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import sys
 import time
+from dataclasses import replace
 
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.core import attempts
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.spark import cds
+from airflow_transactional.spark.submit import provider_zip, spark_submit_argv, with_quiet_driver_logs
 from airflow_transactional.spec import StateSpec, TopologySpec
 from airflow_transactional.store import history
-from bench.measure import Report, Row, Sizes, md5, median
+from bench.measure import DOMAINS, WORDS_JOB, Report, Row, Sizes, md5, median, run_measured
+from bench.sections.work import words_topology
 
 log = logging.getLogger("bench.perf")
 
@@ -26,6 +33,9 @@ HISTORY_TXIDS = 20
 #: A correction's range, and the records each of its txids read.
 CORRECTED_TXIDS = 10
 RECORDS_PER_TXID = 5_000
+#: The same on Spark: fewer txids (a spark-submit each), more records each.
+SPARK_TXIDS = 4
+SPARK_RECORDS = 50_000
 
 
 def _topology(coord: Coordinator, name: str, log_name: str) -> None:
@@ -138,6 +148,44 @@ def _correction(coord: Coordinator, dsn: str, report: Report) -> None:
                    took / again <= 1.2))
 
 
+def _spark_txid(coord: Coordinator, topology: str, txid: int, env: dict[str, str]) -> tuple[float, float]:
+    """(CPU-s, wall s) of the words job on ``txid`` under spark-submit, and of its commit."""
+    t0 = time.perf_counter()
+    conf = cds.with_archive(with_quiet_driver_logs({"spark.ui.enabled": "false"}), cds.current())
+    argv = [*spark_submit_argv("local[2]", conf, "--name", f"history-{topology}-{txid}"), "--py-files",
+            provider_zip(), str(WORDS_JOB), "--topology", topology, "--txid", str(txid), "--schema", coord.schema]
+    cpu, _wall = run_measured(argv, env, f"history: the words job on {topology} txid {txid}")
+    coord.commit(topology, txid)
+    return cpu, time.perf_counter() - t0
+
+
+def _spark_correction(coord: Coordinator, dsn: str, report: Report) -> None:
+    """The same on Spark: a correction of N txids (one spark-submit of the words job over their merged
+    batch, the difference committed) vs processing and committing the N batches again (N spark-submits,
+    as clearing their runs would)."""
+    events = EventLog(dsn, "bench_correct_spark")
+    events.create(2)
+    rng = random.Random(6)
+    events.append([(f"s{i}", json.dumps({"url": f"https://{DOMAINS[rng.randrange(5)]}/p{rng.randrange(500)}",
+                                         "user": "u"})) for i in range(SPARK_TXIDS * SPARK_RECORDS)])
+    events.close()
+    env = {**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    for name in ("bench_correct_spark", "bench_reprocess_spark"):
+        spec = words_topology(name, PostgresLogSource("bench_correct_spark"), SPARK_RECORDS)
+        coord.register(replace(spec, max_in_flight=SPARK_TXIDS + 1))
+    again = [0.0, 0.0]
+    for i in range(SPARK_TXIDS):
+        _spark_txid(coord, "bench_correct_spark", coord.plan("bench_correct_spark", f"r{i}").txid, env)
+        cpu, wall = _spark_txid(coord, "bench_reprocess_spark", coord.plan("bench_reprocess_spark", f"r{i}").txid, env)
+        again = [again[0] + cpu, again[1] + wall]
+    cpu, wall = _spark_txid(coord, "bench_correct_spark",
+                            coord.plan_correction("bench_correct_spark", "fix", 1, SPARK_TXIDS).txid, env)
+    report.add(Row("history", f"a correction of {SPARK_TXIDS} txids ({SPARK_RECORDS:,} records each) on Spark vs "
+                              "processing them again (CPU-s of the spark-submits; wall time with the commits)",
+                   f"{cpu:.1f} CPU-s ({wall:.1f} s)", f"{again[0]:.1f} CPU-s ({again[1]:.1f} s)", cpu / again[0],
+                   "<= 1.2x", cpu / again[0] <= 1.2))
+
+
 def run(dsn: str, sizes: Sizes, report: Report) -> None:
     coord = Coordinator(dsn)
     events = EventLog(dsn, "bench_history")
@@ -147,5 +195,6 @@ def run(dsn: str, sizes: Sizes, report: Report) -> None:
     try:
         _cost_per_commit(coord, sizes, report)
         _correction(coord, dsn, report)
+        _spark_correction(coord, dsn, report)
     finally:
         coord.close()
