@@ -9,7 +9,10 @@ rows into differences (:func:`differences`): per key, the new value of A..B less
 history says A..B applied -- the txids themselves and the corrections of ranges inside A..B
 committed before it -- and applies them as that txid's deltas under the value rules, so it can
 never apply twice. Records A..B quarantined that the new code counts are marked as counted by it;
-records it quarantines that A..B counted are subtracted (:func:`settle_quarantine`).
+records it quarantines that A..B counted are subtracted (:func:`settle_quarantine`). Output logs
+get compensating events instead of edits: a retraction of each event A..B appended that the new
+code no longer emits as it was, a new version of each it emits otherwise (the next stage takes a
+retraction back, negated: :func:`retraction_refusal` says which readers cannot).
 
 What a correction cannot do is refused when it is planned, naming why: a decision's verdicts are
 never re-decided; a min, max or replace state has no difference to add; a range the delta history
