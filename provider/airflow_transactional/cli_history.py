@@ -57,8 +57,10 @@ def history(args: argparse.Namespace, coord: Coordinator) -> int:
         upto = coord.compact_history(args.topology, args.keep)
         print(f"folded txids through {upto} into the snapshot" if upto is not None else
               f"nothing to fold: the history holds no more than the last {args.keep} txids")
+    views = coord.history_views(args.topology)
     for name, size in coord.history_sizes(args.topology).items():
-        print(f"state {name}: {size.deltas} deltas, its staging table {size.bytes} bytes")
+        print(f"state {name}: {size.deltas} deltas, its staging table {size.bytes} bytes; "
+              f"in SQL: {views[name]} (txid, keys, delta)")
     return 0
 
 

@@ -198,6 +198,7 @@ class Coordinator:
     history_snapshot = Operation(history.snapshot)
     compact_history = Operation(history.compact)
     history_sizes = Operation(history.sizes)
+    history_views = Operation(history.views)
 
     # -- rebuilding the states from the source while the topology commits (core/rebuild.py) ----
     begin_rebuild = Operation(rebuild.begin)

@@ -143,3 +143,10 @@ def sizes(store: StateStore, topology_id: str) -> dict[str, h.Size]:
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
         return {s.name: h.size(cur, store.schema, topology_id, store.staging(num, s)) for s in kept_states(spec)}
+
+
+def views(store: StateStore, topology_id: str) -> dict[str, str]:
+    """The view of each state's delta history (``dlt_<num>_<state>``: txid, keys, delta)."""
+    with store.db.transaction() as cur:
+        num, spec, _c, _o = store.load(cur, topology_id)
+        return {s.name: q.history_view(store.schema, num, s).as_string(cur) for s in kept_states(spec)}

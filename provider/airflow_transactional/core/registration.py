@@ -81,6 +81,8 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
                 ensure_state_table(store, cur, spec.topology_id, state)
             if not catalog.exists(cur, store.staging(num, state)):
                 cur.execute(q.create_staging_table(store.staging(num, state), state))
+                cur.execute(q.create_history_view(q.history_view(store.schema, num, state), store.staging(num, state),
+                                                  state, store.schema, spec.topology_id))
         if spec.outputs:
             known_logs = event_logs.partition_counts(cur, store.schema, [o.log_name for o in spec.outputs])
             for o in spec.outputs:
@@ -130,6 +132,8 @@ def reset(store: StateStore, topology_id: str) -> Reset:
                     tables.append(q.state_table(state))
                 else:
                     kept.append(q.state_table(state).as_string(cur))
+        for state in spec.states:  # the views on the staging tables go first
+            cur.execute(q.drop_history_view(q.history_view(store.schema, num, state)))
         for table in tables:
             if catalog.exists(cur, table):
                 catalog.drop(cur, table)

@@ -26,6 +26,21 @@ def staging_table(schema: str, topology_num: int, state: StateSpec) -> sql.Compo
                                    sql.Identifier(f"stg_{topology_num}_{state.name}"))
 
 
+def history_view(schema: str, topology_num: int, state: StateSpec) -> sql.Composed:
+    """A state's delta history as a view: (txid, key..., delta) of every committed txid."""
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"dlt_{topology_num}_{state.name}"))
+
+
+def create_history_view(view: sql.Composed, staging: sql.Composed, state: StateSpec, schema: str,
+                        topology_id: str) -> sql.Composed:
+    return query("state_history_view", schema, view=view, table=staging, keys=key_list(state, "s"),
+                 topology=sql.Literal(topology_id))
+
+
+def drop_history_view(view: sql.Composed) -> sql.Composed:
+    return query("drop_view_if_exists", view=view)
+
+
 def state_table(state: StateSpec) -> sql.Composed:
     schema, table = state.schema_and_table
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))

@@ -16,6 +16,14 @@ CREATE TABLE IF NOT EXISTS {table} ({key_defs}, value {value_type}, {prev}txid b
 CREATE TABLE IF NOT EXISTS {table} (txid bigint NOT NULL, attempt integer NOT NULL, {key_defs},
                                     value {value_type}, PRIMARY KEY (txid, attempt, {keys}))
 
+-- name: state_history_view
+-- A state's delta history as a view (migration 0006 made those of the topologies before it).
+CREATE OR REPLACE VIEW {view} AS SELECT s.txid, {keys}, s.value AS delta FROM {table} s
+JOIN {s}.commits c ON c.topology_id = {topology} AND c.txid = s.txid AND c.attempt = s.attempt
+
+-- name: drop_view_if_exists
+DROP VIEW IF EXISTS {view}
+
 -- name: state_delta_create
 -- One attempt's delta, dropped at commit.
 CREATE TEMP TABLE {table} ({key_defs}, value {value_type}) ON COMMIT DROP
