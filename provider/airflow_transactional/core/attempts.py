@@ -21,6 +21,7 @@ from ..limits import QUARANTINE_RECORD_CHARS, printable
 from ..model import Attempt, OutputStaging, PlannedBatch, ReplayBatch, StagedEvent, Transaction, failure_text
 from ..sources.base import Record
 from ..store import attempts, commits, decisions, outputs, transactions
+from ..store import corrections as cq
 from ..store import logs as event_logs
 from ..store import state as q
 from ..store.attempts import Finished
@@ -134,13 +135,13 @@ def read_batch(store: StateStore, txn: Transaction) -> Iterator[Record]:
 
 def retracted(store: StateStore, topology_id: str, batch: PlannedBatch) -> frozenset[str]:
     """The offsets of ``batch``'s records that retract an upstream event (a correction's
-    compensating events): the processing applies them negated. ConfigError naming why when the
+    compensating events; of a replay, those of its records): the processing applies them negated.
+    ConfigError naming why when the
     topology cannot (its upstream's correction refuses that case; a redeclaration since can)."""
-    if isinstance(batch, ReplayBatch):
-        return frozenset()
     with store.db.transaction() as cur:
         spec = store.load(cur, topology_id).spec
-        found = spec.source.retracted(cur, store.schema, batch)
+        found = (frozenset(cq.replay_retractions(cur, store.schema, topology_id, list(batch.replay)))
+                 if isinstance(batch, ReplayBatch) else spec.source.retracted(cur, store.schema, batch))
     why = corrections.retraction_refusal(spec) if found else None
     if why:
         raise ConfigError(f"topology {topology_id!r}: its batch holds {len(found)} retractions of upstream events "

@@ -102,6 +102,12 @@ def why_not_replayable(cur: Cursor, schema: str, topology_id: str, ids: list[int
     return [(int(i), str(why)) for i, why in cur.fetchall()]
 
 
+def replay_retractions(cur: Cursor, schema: str, topology_id: str, ids: list[int]) -> list[str]:
+    """The source offsets of the records a replay took that retract an upstream event."""
+    cur.execute(query("replay_retractions", schema), {"topology": topology_id, "ids": ids})
+    return [str(row[0]) for row in cur.fetchall()]
+
+
 def replay_records(cur: Cursor, schema: str, topology_id: str, ids: list[int]) -> list[tuple[str, str | None, str]]:
     """(source offset, event id, text) of the records a replay took, each as edited if it was."""
     cur.execute(query("replay_records", schema), {"topology": topology_id, "ids": ids})

@@ -68,6 +68,13 @@ WHERE q.id IS NULL OR NOT q.committed OR q.corrected_by IS NOT NULL OR q.replaye
    OR q.source_offset LIKE 'commit:%%'
 ORDER BY i
 
+-- name: replay_retractions
+-- The source offsets of the records a replay took that retract an upstream event (a correction's):
+-- the replay takes them back, negated, as the batch that quarantined them would have.
+SELECT q.source_offset FROM {s}.quarantine q
+WHERE q.topology_id = %(topology)s AND q.id = ANY(%(ids)s::bigint[])
+  AND EXISTS (SELECT 1 FROM {s}.log_versions v WHERE v.event_id = q.event_id AND v.retraction)
+
 -- name: replay_records
 -- What a replay reads: each record it took, as edited if it was, where it came from.
 SELECT source_offset, event_id, coalesce(edited_record, record) AS payload FROM {s}.quarantine
