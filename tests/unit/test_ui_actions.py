@@ -68,3 +68,24 @@ def test_quarantine_csv_cells_cannot_start_a_formula(cell: object, safe: object)
     from airflow_transactional.airflow.ui.app import csv_cell
 
     assert csv_cell(cell) == safe
+
+
+def _plan(**kw: object) -> dict[str, object]:
+    return {"dag_id": "words", "topology": "words", "txids": [2, 4], "refused": None, "committed_txid": 9,
+            "originals": [2, 3, 4], "corrections": [], "records": 600, "outputs": [],
+            "states": {"url_counts": {"keys": 12, "total": 600}}, "preview": None, **kw}
+
+
+def test_the_correction_page_offers_its_button_only_when_the_correction_is_not_refused() -> None:
+    from airflow_transactional.airflow.ui import correct
+
+    page = correct.render("/transactional", _plan(), "tok")
+    assert "class=confirm" in page and "value='tok'" in page and "Not previewed yet" in page
+    assert "<td class=num>12</td>" in page or ">12<" in page
+    refused = correct.render("/transactional", _plan(refused="txid 6 replays <script>x</script>"), None)
+    assert "class=confirm" not in refused and "<script>" not in refused and "&lt;script&gt;" in refused
+    preview = {"states": {"url_counts": {"changed": 2, "old_total": 600, "new_total": 600,
+                                         "samples": [["<b>", 1, 0]]}},
+               "nondeterministic": True, "previewed_at": "2026-11-29T10:00:00+00:00"}
+    shown = correct.render("/transactional", _plan(preview=preview), "tok")
+    assert "not deterministic" in shown and "&lt;b&gt;: 1 -&gt; 0" in shown
