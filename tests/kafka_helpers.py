@@ -35,14 +35,17 @@ def topic_id(broker: KafkaBroker, topic: str) -> str:
 
 
 def produce(broker: KafkaBroker, topic: str, records: Iterable[tuple[str | None, Any]], *,
-            partition: int | None = None) -> int:
-    """Produce (key, value) records, a value given as an object sent as JSON; flushed. Returns how many."""
+            partition: int | None = None, headers: list[tuple[str, str]] | None = None) -> int:
+    """Produce (key, value) records, a value given as an object sent as JSON, each with ``headers``;
+    flushed. Returns how many."""
     producer = Producer({**broker.client_config(), "enable.idempotence": True}, logger=QUIET)
     n = 0
     for key, value in records:
         raw = value if isinstance(value, (bytes, type(None))) else (value if isinstance(value, str)
                                                                     else json.dumps(value))
-        kwargs = {} if partition is None else {"partition": partition}
+        kwargs: dict[str, Any] = {} if partition is None else {"partition": partition}
+        if headers:
+            kwargs["headers"] = headers
         producer.produce(topic, key=key, value=raw, **kwargs)
         n += 1
     if producer.flush(60):
@@ -65,7 +68,7 @@ class TransactionalProducer:
             self.producer.begin_transaction()
             self.open = True
         for key, value in records:
-            kwargs = {} if partition is None else {"partition": partition}
+            kwargs: dict[str, Any] = {} if partition is None else {"partition": partition}
             self.producer.produce(topic, key=key, value=value if isinstance(value, (bytes, str)) else json.dumps(value),
                                   **kwargs)
         self.producer.flush(60)

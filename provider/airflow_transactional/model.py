@@ -360,6 +360,10 @@ class Staging(NamedTuple):
     prefix: tuple[Any, ...] = ()
 
 
+#: The Kafka header of a correction's retraction (its value: the id of the event it takes back).
+RETRACTS_HEADER = "airflow-txn-retracts"
+
+
 def event_id(topology_id: str, origin: str) -> str:
     """The log's id of an event a topology emits: its topology, then its origin (deterministic,
     so an event emitted again is known and never appended twice)."""

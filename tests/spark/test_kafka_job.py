@@ -13,7 +13,8 @@ import pytest
 
 from airflow_transactional import KafkaSource, SparkJob, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.model import read_digest
+from airflow_transactional.model import RETRACTS_HEADER, read_digest
+from airflow_transactional.sources.kafka import RETRACTION_REFUSED
 from airflow_transactional.spark.jars import kafka_connector
 from dev.kafka import KafkaBroker
 from tests.helpers import query, spark_submit
@@ -54,6 +55,9 @@ def test_the_words_job_reads_exactly_the_planned_offsets_of_a_kafka_topic(dsn: s
         producer.send(topic, aborted[chunk // 6:chunk // 6 + 50])
         producer.abort()
     produce(kafka, topic, [("bad", b"\xc3\x28 not utf-8"), ("gone", None), ("junk", "{not json")])
+    # A corrected topology's published retraction, in a topic another store's topology reads:
+    # quarantined saying what it is, never counted as the tweet it takes back.
+    produce(kafka, topic, [("up:tw1~retracted@9", tweets(1)[0][1])], headers=[(RETRACTS_HEADER, "up:tw1")])
     coord = Coordinator(dsn)
     coord.register(words(topic))
     txids = []
@@ -66,10 +70,11 @@ def test_the_words_job_reads_exactly_the_planned_offsets_of_a_kafka_topic(dsn: s
         assert coord.commit("kwords", t).committed
     urls = Counter(v["url"] for _k, v in committed)
     assert dict(query(dsn, "SELECT url, value FROM kurl_counts")) == urls
-    assert sum(c["records_read"] for c in coord.commits("kwords")) == len(committed) + 3
+    assert sum(c["records_read"] for c in coord.commits("kwords")) == len(committed) + 4
     bad = dict(query(dsn, "SELECT event_id, reason FROM airflow_txn.quarantine WHERE committed"))
-    assert len(bad) == 3 and all(e.startswith(f"{topic}:") for e in bad)
-    assert sorted(bad.values()) == ["malformed record: not a JSON object of the schema",
+    assert len(bad) == 4 and all(e.startswith(f"{topic}:") for e in bad)
+    assert sorted(bad.values()) == [RETRACTION_REFUSED.format("up:tw1"),
+                                    "malformed record: not a JSON object of the schema",
                                     "the record has no value (a tombstone)", "the record's value is not UTF-8 text"]
     assert coord.status("kwords").lag == 0
     # The replay read what the first attempt read, by the digest both wrote -- the same the pure-Python
@@ -79,6 +84,10 @@ def test_the_words_job_reads_exactly_the_planned_offsets_of_a_kafka_topic(dsn: s
     batch = coord.transaction("kwords", txids[0]).batch
     python_read = list(KafkaSource(topic).read(None, "airflow_txn", "kwords", batch))  # type: ignore[arg-type]
     expected = read_digest(len(python_read), sum(zlib.crc32(r.offset.encode()) for r in python_read))
+    every = [r for t in txids for r in KafkaSource(topic).read(None, "airflow_txn", "kwords",  # type: ignore[arg-type]
+                                                               coord.transaction("kwords", t).batch)]
+    assert [r.payload for r in every if "retraction" in r.payload] == [  # the pure-Python reader: no JSON
+        f"({RETRACTION_REFUSED.format('up:tw1')}) {json.dumps(tweets(1)[0][1])}"]
     assert digests == [(expected,), (expected,)]
     coord.close()
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from ..exceptions import ConfigError, SourceUnreachable
+from ..model import RETRACTS_HEADER
 
 __all__ = ["HEADERS", "RETRACTS", "KafkaPublisher", "PublishedEvent", "Scan"]
 
@@ -27,7 +28,7 @@ HEADERS = ("airflow-txn-topology", "airflow-txn-output", "airflow-txn-txid", "ai
            "airflow-txn-registration")
 #: The header of a correction's retraction: the id (the record key) of the event it takes back.
 #: Its value is that event's payload; a consumer applies it negated (docs/guides/corrections.md).
-RETRACTS = "airflow-txn-retracts"
+RETRACTS = RETRACTS_HEADER
 TIMEOUT = 60.0
 #: How long the publisher waits for the broker to answer at all before it says it is not there.
 REACH_TIMEOUT = 10.0

@@ -32,7 +32,7 @@ import psycopg2.extensions
 
 from ..connections import Connections
 from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
-from ..model import Offsets, PlannedBatch, Range, TopicBatch, planned_batch
+from ..model import RETRACTS_HEADER, Offsets, PlannedBatch, Range, TopicBatch, planned_batch
 from ..store import transactions
 from .base import BatchPlan, Record, Source, fair_shares
 from .kafka_settings import checked_settings
@@ -325,8 +325,9 @@ def _partition_records(consumer: Any, topic: str, partition: int, end: int) -> I
             raise SourceUnreachable(f"topic {topic!r} partition {partition}: {error}")
         if msg.offset() >= end:
             return
+        retracts = dict(msg.headers() or []).get(RETRACTS_HEADER)
         yield Record(f"{partition}:{msg.offset()}", record_id(topic, partition, msg.offset()),
-                     _text(msg.value()))
+                     _text(msg.value()) if retracts is None else _retraction(retracts, msg.value()))
         if msg.offset() + 1 >= end:
             return
 
@@ -334,6 +335,17 @@ def _partition_records(consumer: Any, topic: str, partition: int, end: int) -> I
 def record_id(topic: str, partition: int, offset: int) -> str:
     """A Kafka record's identity, for dedupe and the quarantine: (topic, partition, offset)."""
     return f"{topic}:{partition}:{offset}"
+
+
+#: Why a record of a corrected topology's published output is quarantined by a Kafka reader.
+RETRACTION_REFUSED = ("a correction's retraction of event {}: a topology reading a Kafka topic cannot take it back "
+                      "(read the upstream's output log instead, docs/guides/corrections.md)")
+
+
+def _retraction(retracts: bytes, value: bytes | None) -> str:
+    """A retraction as a payload that is no JSON, so the record is quarantined with what it is
+    (never counted as the event it takes back)."""
+    return f"({RETRACTION_REFUSED.format(retracts.decode('utf-8', 'replace'))}) {_text(value)}"
 
 
 def _text(value: bytes | None) -> str:

@@ -9,8 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigError
-from ..model import TopicBatch, planned_batch
+from ..model import RETRACTS_HEADER, TopicBatch, planned_batch
 from ..sources import KafkaSource, Source
+from ..sources.kafka import RETRACTION_REFUSED
 from .read import EVENT_ID_COL, INVALID_COL, OFFSET_COL, TEXT, Records, raw_schema, reader
 
 if TYPE_CHECKING:
@@ -38,8 +39,10 @@ def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **
     spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|secret|key\\.password")
     df = (batch_reader(spark, topic, ranges).options(**kafka_options(source.config()))
           .option("includeHeaders", "true").load())
+    retracts = F.get(F.filter(F.col("headers"), lambda h: h["key"] == RETRACTS_HEADER), 0)["value"].cast("string")
     invalid = (F.when(F.col("value").isNull(), F.lit("the record has no value (a tombstone)"))
-               .when(~F.is_valid_utf8(F.col("value")), F.lit("the record's value is not UTF-8 text")))
+               .when(~F.is_valid_utf8(F.col("value")), F.lit("the record's value is not UTF-8 text"))
+               .when(retracts.isNotNull(), F.format_string(RETRACTION_REFUSED.replace("{}", "%s"), retracts)))
     return Records(df.select(
         F.concat_ws(":", F.col("partition").cast("string"), F.col("offset").cast("string")).alias(OFFSET_COL),
         F.concat_ws(":", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
