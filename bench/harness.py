@@ -54,6 +54,7 @@ class Harness:
         self.day0 = datetime(2026, 6, 1, tzinfo=UTC)
         self.triggered = 0
         self._client: RestClient | None = None
+        self.throwaway = False  # a run in a temporary directory: its stack's data is removed at its end
 
     @property
     def client(self) -> RestClient:

@@ -114,7 +114,7 @@ def run(h: Harness) -> Report:
         h.memory_rows()
     finally:
         h.memory.stopped.set()
-        h.stack.stop()
+        h.stack.stop(remove=h.throwaway)  # a run in a temporary directory leaves no server data behind
     if local is not None:  # the cluster stack, after this Airflow's end
         cluster.run(h, local)
     if "latency" in chosen:  # a stack of its own (the payments example), after the other's end
@@ -179,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
                     quick=args.quick, pg_settings=pg_settings, commit=git_commit(),
                     command=shlex.join(["python", "-m", "bench.perf", *(sys.argv[1:] if argv is None else argv)]))
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="txn-bench-"))
-    run(Harness(base.resolve(), sizes, report, sections, pg_settings))
+    harness = Harness(base.resolve(), sizes, report, sections, pg_settings)
+    harness.throwaway = not args.dir
+    run(harness)
     tuned = "".join(f" --pg-setting {k}={v}" for k, v in pg_settings.items())
     print(f"\nbenchmarks, {report.started} ({report.machine}){' --quick' if args.quick else ''}{tuned}, "
           f"{report.wall_seconds / 60:.1f} min\n")
