@@ -76,13 +76,18 @@ def _nonzero(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v}
 
 
+def _both_stages(dsn: str, coord: Coordinator, n: int, second: Any) -> None:
+    """``n`` clicks through stage 1 under the bug, then stage 2 (its record function ``second``)."""
+    make_log(dsn, "clicks").append(clicks(0, n))
+    coord.register(stage1(max_batch_size=30))
+    coord.register(stage2())
+    drain(coord, "stage1", buggy, "a")
+    drain(coord, "stage2", second, "b")
+
+
 def test_a_correction_retracts_and_versions_its_events_and_the_next_stage_follows(dsn: str) -> None:
-    make_log(dsn, "clicks").append(clicks(0, 90))
     with Coordinator(dsn) as coord:
-        coord.register(stage1(max_batch_size=30))
-        coord.register(stage2())
-        drain(coord, "stage1", buggy, "a")
-        drain(coord, "stage2", stage2_fn, "b")
+        _both_stages(dsn, coord, 90, stage2_fn)
         assert _nonzero(table(dsn, "s2_amount")) == oracle(buggy, 90)
         # The middle txid first: its events are retracted or versioned; stage 2 takes them as new input.
         fix = _correct(coord, "fix-2", 2, 2)
@@ -114,12 +119,8 @@ def test_a_retraction_quarantined_downstream_is_taken_back_when_replayed(dsn: st
             raise ValueError("u3 is refused by stage 2's bug")
         return stage2_fn(rec)
 
-    make_log(dsn, "clicks").append(clicks(0, 60))
     with Coordinator(dsn) as coord:
-        coord.register(stage1(max_batch_size=30))
-        coord.register(stage2())
-        drain(coord, "stage1", buggy, "a")
-        drain(coord, "stage2", picky, "b")
+        _both_stages(dsn, coord, 60, picky)
         _correct(coord, "fix", 1, 2)
         drain(coord, "stage2", picky, "c")
         assert "u3" not in _nonzero(table(dsn, "s2_amount"))

@@ -59,11 +59,16 @@ def refusal(spec: TopologySpec, *, replay: bool = False) -> str | None:
     external = [s.name for s in spec.states if s.database is not None]
     if external:
         return f"states {external} are kept in another database, whose commits a correction cannot join yet"
-    inexact = [f"{s.name} ({Combiner(s.combiner).value})" for s in spec.states if not Combiner(s.combiner).numeric]
+    inexact = _inexact(spec)
     if inexact and not replay:
         return (f"states {', '.join(inexact)} keep a min, max or latest value: a difference cannot be added to "
                 "them (only sum and count states can be corrected)")
     return None
+
+
+def _inexact(spec: TopologySpec) -> list[str]:
+    """The states keeping a min, max or latest value, as ``name (combiner)``: no difference adds to them."""
+    return [f"{s.name} ({Combiner(s.combiner).value})" for s in spec.states if not Combiner(s.combiner).numeric]
 
 
 def retraction_refusal(spec: TopologySpec) -> str | None:
@@ -75,7 +80,7 @@ def retraction_refusal(spec: TopologySpec) -> str | None:
         return "it appends output events of its own, and retracting those in turn is not built yet"
     if spec.source.kind != SOURCE_KIND:
         return "it reads the events from Kafka, where it cannot tell a retraction from an event yet"
-    inexact = [f"{s.name} ({Combiner(s.combiner).value})" for s in spec.states if not Combiner(s.combiner).numeric]
+    inexact = _inexact(spec)
     if inexact:
         return f"states {', '.join(inexact)} keep a min, max or latest value, from which nothing can be taken back"
     return None
@@ -335,16 +340,20 @@ def summary(store: StateStore, topology_id: str, first: int, last: int) -> dict[
             _range_batch(store, cur, spec, first, last, committed)
         except ConfigError as exc:
             refused = str(exc)
-        valid = 1 <= first <= last <= committed
-        originals, corrected = old_txids(cur, store.schema, topology_id, first, last) if valid else ([], [])
-        txns = cq.committed_txns(cur, store.schema, topology_id, first, last) if valid else []
-        states = {s.name: dict(zip(("keys", "total"), cq.applied(cur, store.schema, topology_id, s,
-                                                                  store.staging(num, s), originals + corrected),
-                                   strict=True))
-                  for s in spec.recomputable_states} if valid else {}
+        originals: list[int] = []
+        corrected: list[int] = []
+        records = 0
+        states = {}
+        if 1 <= first <= last <= committed:
+            originals, corrected = old_txids(cur, store.schema, topology_id, first, last)
+            records = sum(t.planned_records for t in cq.committed_txns(cur, store.schema, topology_id, first, last)
+                          if not t.corrects)
+            for state in spec.recomputable_states:
+                keys, total = cq.applied(cur, store.schema, topology_id, state, store.staging(num, state),
+                                         originals + corrected)
+                states[state.name] = {"keys": keys, "total": total}
         preview_ = cq.last_preview(cur, store.schema, topology_id, first, last)
     return {"topology": topology_id, "txids": [first, last], "refused": refused, "committed_txid": committed,
-            "originals": originals, "corrections": corrected,
-            "records": sum(t.planned_records for t in txns if not t.corrects), "states": states,
+            "originals": originals, "corrections": corrected, "records": records, "states": states,
             "outputs": [o.name for o in spec.outputs], "preview": preview_}
 
