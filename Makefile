@@ -53,7 +53,8 @@ redis:
 	  else echo "the cluster tier needs Debian's redis-server: sudo apt-get install redis-server"; exit 1; fi; }
 
 # The house rules first (ruff, mypy: seconds), then every tier of the suite, in two lanes side by
-# side (dev/lanes.py: the e2e tier, and the others). For development one tier runs alone:
+# side (dev/lanes.py: the e2e tier and the cluster's chaos run, and the others). For development
+# one tier runs alone:
 # `make test TIER=unit` (or integration, spark, e2e, cluster); CI runs them all.
 test: startup-archive lint browser jars redis
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python $(if $(TIER),-m pytest tests -m $(TIER),-m dev.lanes)

@@ -1,8 +1,13 @@
 """``python -m dev.lanes [pytest arguments]``: the whole suite in two lanes side by side -- the
-Airflow end-to-end tier in one, every other tier (cluster, integration, spark, unit) in the
-other -- on a machine of two cores. Measured: the lanes' tiers keep the CPU about half busy when
-they run alone (their waits are Airflow's heartbeats, retries and scheduler loops), so side by
-side they finish in about the time of the longer one.
+Airflow end-to-end tier and the cluster's chaos run in one, every other test (cluster,
+integration, spark, unit) in the other -- on a machine of two cores. Measured: the lanes' tiers
+keep the CPU about half busy when they run alone (their waits are Airflow's heartbeats, retries
+and scheduler loops), so side by side they finish in about the time of the longer one.
+
+The cluster's chaos run (six to eight minutes) is in the e2e lane, after its e2e tests: with it the
+other lane took 42-46 minutes in clean-clone CI runs and the e2e lane 34-35. Run last there, it
+starts when the other lane's cluster tests (first in their lane) are long over, so two cluster
+stacks never share the two cores.
 
 Each lane is its own pytest session with its own temporary directory (``TMPDIR``, so the lanes'
 Spark scratch and pytest's ``tmp_path`` never meet), its output streamed with the lane's name in
@@ -24,12 +29,14 @@ from pathlib import Path
 from typing import IO
 
 REPO = Path(__file__).resolve().parents[1]
-#: lane -> its pytest marker expression
-LANES = {"e2e": "e2e", "others": "not e2e"}
+CLUSTER_CHAOS = "tests/cluster/test_chaos_cluster.py"
+#: lane -> its pytest selection (paths in the order they run, and a marker expression)
+LANES = {"e2e": ("tests/e2e", CLUSTER_CHAOS, "-m", "e2e or cluster"),
+         "others": ("tests", f"--ignore={CLUSTER_CHAOS}", "-m", "not e2e")}
 
 
-def lane_argv(marker: str, args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "pytest", "tests", "-m", marker, *args]
+def lane_argv(name: str, args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", *LANES[name], *args]
 
 
 def _pump(name: str, stream: IO[str], log: IO[str], lock: threading.Lock) -> None:
@@ -61,12 +68,12 @@ def run(args: Sequence[str], base: Path = REPO / "var" / "lanes") -> int:
     procs: dict[str, subprocess.Popen[str]] = {}
     pumps = []
     started = time.monotonic()
-    for name, marker in LANES.items():
+    for name in LANES:
         tmp = base / f"{name}-tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         log = open(base / f"{name}.log", "w")  # closed by its pump
-        proc = subprocess.Popen(lane_argv(marker, args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(lane_argv(name, args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, start_new_session=True,
                                 env={**os.environ, "TMPDIR": str(tmp)})
         assert proc.stdout is not None
@@ -93,7 +100,7 @@ def run(args: Sequence[str], base: Path = REPO / "var" / "lanes") -> int:
         if code != 0:
             for line in failure_summary(base / f"{name}.log"):
                 print(f"[{name}] {line}")
-        print(f"lane {name} ({LANES[name]}): pytest exit code {code}; its log: {base / f'{name}.log'}")
+        print(f"lane {name} ({' '.join(LANES[name])}): pytest exit code {code}; its log: {base / f'{name}.log'}")
     print(f"both lanes took {minutes:.1f} min")
     return 0 if all(code == 0 for code in codes.values()) else 1
 

@@ -3,8 +3,9 @@ Spark standalone cluster while a Celery worker is lost under a batch and another
 commit, a Spark worker is lost with its executor, the Spark master restarts under a batch, Redis
 restarts and a committed run is cleared -- then the oracle of the producers' ledger.
 
-Its own stack (``bench.chaos.harness.chaos_stack``), started and removed here: this module runs
-before the package's ``cluster`` fixture starts, so the two never run at once."""
+Its own stack (``bench.chaos.harness.chaos_stack``), started and removed here. ``make test`` runs
+this module last in its e2e lane (dev/lanes.py), long after the other lane's cluster tests and
+their ``cluster`` fixture ended; run with the tier alone, it comes before that fixture starts."""
 
 from __future__ import annotations
 

@@ -1,11 +1,14 @@
 """``make test``'s two lanes (dev/lanes.py) on stand-in lanes: each its own process with its own
 temporary directory, every line of its output named, kept in its log, and the suite failing when
-any lane fails -- a lane that collects no test (pytest's exit code 5) included."""
+any lane fails -- a lane that collects no test (pytest's exit code 5) included; and the real lanes'
+selections, which together run every test of the suite once."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -16,8 +19,7 @@ pytestmark = pytest.mark.unit
 
 
 def stand_ins(monkeypatch: pytest.MonkeyPatch, codes: dict[str, int]) -> None:
-    def argv(marker: str, args: Sequence[str]) -> list[str]:
-        name = next(n for n, m in lanes.LANES.items() if m == marker)
+    def argv(name: str, args: Sequence[str]) -> list[str]:
         return [sys.executable, "-c", f"import os; print('{name} in', os.environ['TMPDIR']); "
                                       f"raise SystemExit({codes[name]})"]
 
@@ -43,8 +45,7 @@ def test_a_failing_lane_or_one_without_tests_fails_the_suite(monkeypatch: pytest
 
 def test_a_failed_lanes_verdict_is_repeated_after_both_lanes_end(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    def argv(marker: str, args: Sequence[str]) -> list[str]:
-        name = next(n for n, m in lanes.LANES.items() if m == marker)
+    def argv(name: str, args: Sequence[str]) -> list[str]:
         if name == "e2e":  # fails at once, its verdict printed long before the other lane ends
             return [sys.executable, "-c", "print('FAILED tests/e2e/test_x.py::test_y - assert 1 == 2'); "
                                           "raise SystemExit(1)"]
@@ -55,3 +56,21 @@ def test_a_failed_lanes_verdict_is_repeated_after_both_lanes_end(monkeypatch: py
     tail = capsys.readouterr().out.splitlines()[-4:]
     assert tail[0] == "[e2e] FAILED tests/e2e/test_x.py::test_y - assert 1 == 2"
     assert not any("others" in line and "FAILED" in line for line in tail)
+
+
+def collected(selection: Sequence[str]) -> set[str]:
+    """The test ids pytest collects for ``selection``, started now (collections run side by side)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           *selection], cwd=lanes.REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_the_lanes_run_every_test_of_the_suite_once() -> None:
+    selections = {"the suite": ("tests",), **lanes.LANES}
+    with ThreadPoolExecutor(len(selections)) as pool:
+        ids = dict(zip(selections, pool.map(collected, selections.values()), strict=True))
+    e2e, others = ids["e2e"], ids["others"]
+    assert e2e and others and not e2e & others
+    assert e2e | others == ids["the suite"]
+    assert lanes.CLUSTER_CHAOS + "::test_chaos_on_a_cluster_keeps_every_event_exactly_once_and_in_order" in e2e
