@@ -75,6 +75,8 @@ EXAMPLES = [
     [json.dumps({"user": u, "amount": 1}) for u in (1e308, float("nan"), True, [1, 2], {"a": 1}, 2.5, -0.0, 1.0,
                                                     10**40, -7, "1.0E308", "NaN", "true", "[1,2]", "2.5")]
     + ['{"user": 1.0E308, "amount": 1}', '{"user": NaN, "amount": 2}', '{"user": "1.5", "amount": 3, "x": NaN}'],
+    # one key as a number and as its digits: a text key holds both as "-7", and a batch folds them together
+    [json.dumps({"user": u, "amount": 1}) for u in (-7, "-7", 12, "12", "-7")],
 ]
 
 

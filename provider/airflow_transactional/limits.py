@@ -165,7 +165,10 @@ def _number_refusal(what: str, sql_type: str, value: Any) -> str | None:
 def as_stored(sql_type: str, value: Any) -> Any:
     """``value`` (one that passed :func:`field_refusal`) as its column takes it and sums it: a whole
     number for an integer column (COPY refuses ``2.0`` for a bigint), a Decimal for ``numeric``
-    (exact, and never mixed with floats), a float for ``double precision``."""
+    (exact, and never mixed with floats), a float for ``double precision``, its digits for a whole
+    number in a ``text`` column (so ``-7`` and ``"-7"`` are one key, as the column holds them)."""
+    if sql_type == "text" and type(value) is int:
+        return str(value)
     if sql_type in INTEGER_TYPES:
         return int(value)
     if sql_type == "numeric" and not isinstance(value, Decimal):

@@ -60,6 +60,7 @@ def _topology(name: str) -> TopologySpec:
 @example(batch=EXAMPLES[3])
 @example(batch=EXAMPLES[4])
 @example(batch=EXAMPLES[5])
+@example(batch=EXAMPLES[6])
 
 def test_any_batch_commits_with_its_bad_records_quarantined(pg: EmbeddedPostgres, batch: list[str]) -> None:
     dsn = pg.create_database(f"h_{uuid.uuid4().hex[:10]}")
