@@ -1,7 +1,8 @@
 """The ``history`` section of ``bench.perf``, on the state store alone: what the delta history costs
 -- a commit with a long history kept vs none, the digest's share of a commit, the bytes per million
-deltas -- what a state as of a txid costs to read, and a correction of N txids vs processing them again
-(pure-Python, and the words job under spark-submit)."""
+deltas -- what a state as of a txid costs to read, a correction of N txids vs processing them again
+(pure-Python, and the words job under spark-submit), and what a correction's events cost the next
+stage when it has an output log of its own."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import random
 import sys
 import time
 from dataclasses import replace
+from typing import Any
 
+from airflow_transactional import OutputEvent, OutputSpec
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.core import attempts
 from airflow_transactional.processing import process_batch
@@ -33,6 +36,8 @@ HISTORY_TXIDS = 20
 #: A correction's range, and the records each of its txids read.
 CORRECTED_TXIDS = 10
 RECORDS_PER_TXID = 5_000
+#: The events of the first stage of the cascade row, each retracted and versioned by its correction.
+CASCADE_EVENTS = 20_000
 #: The same on Spark: fewer txids (a spark-submit each), more records each.
 SPARK_TXIDS = 4
 SPARK_RECORDS = 50_000
@@ -186,6 +191,54 @@ def _spark_correction(coord: Coordinator, dsn: str, report: Report) -> None:
                    "<= 1.2x", cpu / again[0] <= 1.2))
 
 
+def _relay(rec: dict[str, Any]) -> list[Any]:
+    return [("counts", (rec["k"],), 1), OutputEvent("out", {"k": rec["k"], "n": rec["n"]}, key=str(rec["k"]))]
+
+
+def _timed_batch(coord: Coordinator, topology: str, run_key: str) -> float:
+    """Process and commit the next batch of ``topology`` (pure-Python); its seconds."""
+    t0 = time.perf_counter()
+    txn = coord.plan(topology, run_key)
+    process_batch(coord, topology, txn.txid, _relay)
+    coord.commit(topology, txn.txid)
+    return time.perf_counter() - t0
+
+
+def _cascade(coord: Coordinator, dsn: str, report: Report) -> None:
+    """A next stage with an output log of its own reading a correction's events -- a retraction and
+    a new version of each of N events it had read, so its events are retracted and versioned in
+    turn -- vs the same stage reading 2N plain events (pure-Python processing and the commit)."""
+    source = EventLog(dsn, "bench_cascade_src")
+    source.create(1)
+    source.append([(f"e{i}", json.dumps({"k": f"k{i % 2_000}", "n": i})) for i in range(CASCADE_EVENTS)])
+    source.close()
+    plain = EventLog(dsn, "bench_cascade_plain")
+    plain.create(2)
+    plain.append([(f"p{i}", json.dumps({"k": f"k{i % 2_000}", "n": i})) for i in range(2 * CASCADE_EVENTS)])
+    plain.close()
+    for name, read in (("bench_cascade_first", "bench_cascade_src"), ("bench_cascade_next", "bench_cascade_first"),
+                       ("bench_cascade_same", "bench_cascade_plain")):
+        state = StateSpec("counts", keys={"k": "text"}, table=name)
+        coord.register(TopologySpec(name, PostgresLogSource(read), [state], max_batch_size=2 * CASCADE_EVENTS,
+                                    outputs=[OutputSpec("out", log=name, partitions=2)]))
+    _timed_batch(coord, "bench_cascade_first", "r")
+    _timed_batch(coord, "bench_cascade_next", "r")
+    fix = coord.plan_correction("bench_cascade_first", "fix", 1, 1)
+    process_batch(coord, "bench_cascade_first", fix.txid, lambda rec: _relay({**rec, "n": -1}))
+    coord.commit("bench_cascade_first", fix.txid)
+    took = _timed_batch(coord, "bench_cascade_next", "fix")
+    base = _timed_batch(coord, "bench_cascade_same", "r")
+    with coord.store.db.transaction() as cur:  # each retraction taken back, each version counted
+        cur.execute('SELECT count(*) FROM "bench_cascade_next" n JOIN "bench_cascade_first" f USING (k) '
+                    "WHERE n.value = f.value")
+        assert cur.fetchone()[0] == 2_000
+    report.add(Row("history", f"the next stage's batch of a correction's {2 * CASCADE_EVENTS:,} events, its own events "
+                              "retracted and versioned in turn, vs a batch of as many plain events",
+                   f"{took:.2f} s", f"{base:.2f} s", took / base,
+                   note="every event it had read retracted and versioned (the worst case): its commit records each "
+                        "retraction and version in log_versions and rewrites its staged events"))
+
+
 def run(dsn: str, sizes: Sizes, report: Report) -> None:
     coord = Coordinator(dsn)
     events = EventLog(dsn, "bench_history")
@@ -195,6 +248,7 @@ def run(dsn: str, sizes: Sizes, report: Report) -> None:
     try:
         _cost_per_commit(coord, sizes, report)
         _correction(coord, dsn, report)
+        _cascade(coord, dsn, report)
         _spark_correction(coord, dsn, report)
     finally:
         coord.close()

@@ -146,8 +146,12 @@ def _print_preview(result: dict[str, Any], dag_id: str) -> None:
         print(f"  {name:<24} {st['changed']} keys, total {st['old_total']} -> {st['new_total']}")
         for key, old, new in st["samples"]:
             print(f"    {key}: {old} -> {new}")
+    for name, ev in result.get("outputs", {}).items():
+        print(f"  output {name:<17} {ev['retracted']} events retracted, {ev['versions']} new versions, "
+              f"{ev['new']} new events")
     if result["nondeterministic"]:
-        print("under the very code they were committed with: the job is NOT deterministic (see the keys above)")
+        print("under the very code they were committed with: the job is NOT deterministic (see the keys and events "
+              "above)")
     elif result["same_code"]:
         print("under the very code they were committed with: the same deltas (the job is deterministic here)")
     else:

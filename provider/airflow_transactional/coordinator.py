@@ -160,7 +160,7 @@ class Coordinator:
     # -- processing attempts (core/attempts.py) ------------------------------------------------
     processing = Operation(attempts.processing)
     read_batch = Operation(attempts.read_batch)
-    retracted = Operation(attempts.retracted)
+    versions = Operation(attempts.versions)
     stage = Operation(attempts.stage)
     stage_events = Operation(attempts.stage_events)
     stage_requests = Operation(attempts.stage_requests)

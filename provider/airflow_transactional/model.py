@@ -335,9 +335,10 @@ def duration(seconds: float) -> str:
         else f"{seconds / 3600:.1f} h"
 
 
-#: An output event as a processor stages it: output, partition, seq, event id, payload, and the
-#: verdict it waits for -- (decision, request id, granted) -- or three Nones.
-StagedEvent = tuple[str, int, "int | None", str, str, "str | None", "str | None", "bool | None"]
+#: An output event as a processor stages it: output, partition, seq, event id, payload, the
+#: verdict it waits for -- (decision, request id, granted) -- or three Nones, and whether it is a
+#: retraction (None in a batch that read no correction's events: store/outputs.py).
+StagedEvent = tuple[str, int, "int | None", str, str, "str | None", "str | None", "bool | None", "bool | None"]
 
 
 class OutputStaging(NamedTuple):
@@ -362,6 +363,8 @@ class Staging(NamedTuple):
 
 #: The Kafka header of a correction's retraction (its value: the id of the event it takes back).
 RETRACTS_HEADER = "airflow-txn-retracts"
+#: A retraction's event id: ``<the id of the event it takes back>~retracted@<txid>``.
+RETRACTED = "~retracted@"
 
 
 def event_id(topology_id: str, origin: str) -> str:

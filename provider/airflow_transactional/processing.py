@@ -20,15 +20,15 @@ import json
 import logging
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
 from . import limits, provenance
 from .coordinator import Coordinator
 from .exceptions import BadRecord, ConfigError
-from .model import Attempt, StagedEvent, event_id, read_digest
-from .sources.base import Record
+from .model import RETRACTED, Attempt, StagedEvent, event_id, read_digest
+from .sources.base import Record, Versions
 from .sources.eventlog import partition_of, payload_refusal
 from .spec import StateSpec, TopologySpec
 from .values import Combiner, combine
@@ -126,7 +126,7 @@ def _check_event(spec: TopologySpec, topology_id: str, rec: Record, n: int,
     if not isinstance(event, OutputEvent):
         raise ConfigError(f"a request's granted and declined events must be OutputEvent(...), got {event!r}")
     spec.output(event.output)  # an unknown output is a ConfigError: the code is wrong, not the record
-    origin = event.id if event.id is not None else f"{rec.event_id or rec.offset}:{n}"
+    origin = event.id if event.id is not None else f"{rec.event_id or rec.offset}:{n}"  # a version's: its origin's
     if not isinstance(origin, str) or not origin:
         raise BadRecord(f"output event for {event.output!r}: id must be non-empty text, got {event.id!r}")
     eid = event_id(topology_id, origin)
@@ -157,8 +157,10 @@ def _check_request(spec: TopologySpec, req: Request) -> tuple[str, tuple[Any, ..
 class _Batch:
     """What one attempt stages, gathered record by record in source order."""
 
-    def __init__(self, coordinator: Coordinator, spec: TopologySpec) -> None:
-        self.spec = spec
+    def __init__(self, coordinator: Coordinator, spec: TopologySpec, txid: int, versions: Versions) -> None:
+        self.spec, self.txid = spec, txid
+        # In a batch that read a correction's events every staged event says whether it retracts.
+        self.marked: bool | None = False if versions else None
         self.partials: dict[str, dict[tuple[Any, ...], Any]] = {s.name: {} for s in spec.states}
         self.combiners = {s.name: Combiner(s.combiner) for s in spec.states}
         self.partitions = coordinator.output_staging(spec.topology_id).partitions if spec.outputs else {}
@@ -168,7 +170,8 @@ class _Batch:
 
     def add(self, rec: Record, emitted: list[Any], *, retraction: bool = False) -> None:
         """Check everything a record emitted, then keep it (BadRecord: keep none of it); a
-        ``retraction`` (of an event an upstream correction took back) counts negated."""
+        ``retraction`` (of an event an upstream correction took back) counts negated, and its
+        output events are staged as retractions of those events (resolved by the commit)."""
         spec, topology_id = self.spec, self.spec.topology_id
         emits: list[Emit] = []
         events: list[tuple[tuple[str, str | None, str, str], str | None, str | None, bool | None]] = []
@@ -205,10 +208,12 @@ class _Batch:
                 self._seen.add((name, req_id))
                 self.requests[name].append((key, len(self._seen), req_id, amount))  # _seen only grows: order
         for (output, by, eid, payload), decision, request, verdict in events:
+            partition = partition_of(by or eid, self.partitions[output])  # a retraction's: its event's
+            eid = f"{eid}{RETRACTED}{self.txid}" if retraction else eid
             if (output, eid) not in self._seen:
                 self._seen.add((output, eid))
-                self.events.append((output, partition_of(by or eid, self.partitions[output]), len(self.events),
-                                    eid, payload, decision, request, verdict))
+                self.events.append((output, partition, len(self.events), eid, payload, decision, request, verdict,
+                                    retraction or self.marked))
 
     def stage(self, coordinator: Coordinator, attempt: Attempt) -> dict[str, int]:
         counts = {name: coordinator.stage(attempt, name, ((*k, v) for k, v in rows.items()))
@@ -227,19 +232,23 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
         return ProcessResult(txid, None, 0, {}, 0)
     spec = coordinator.spec(topology_id)
     with coordinator.processing(topology_id, txid, application=provenance.function_digest(fn)) as run:
-        batch = _Batch(coordinator, spec)
+        versions = coordinator.versions(topology_id, run.txn.batch) if spec.source.may_retract else Versions()
+        batch = _Batch(coordinator, spec, txid, versions)
         bad: list[tuple[str, str | None, str, str | None]] = []
-        retracted = coordinator.retracted(topology_id, run.txn.batch) if spec.source.may_retract else frozenset()
         read = crcs = 0
         for rec in coordinator.read_batch(run.txn):
             read += 1
             crcs += zlib.crc32(rec.offset.encode())
+            if rec.offset in versions.cancelled:
+                continue
             try:
                 why = limits.record_refusal(rec.payload) or (
                     limits.nesting_refusal(rec.payload) if parse is json.loads else None)
                 if why is not None:
                     raise BadRecord(why)
-                batch.add(rec, list(fn(parse(rec.payload))), retraction=rec.offset in retracted)
+                origin = versions.origin(rec.offset) if versions else None
+                batch.add(rec if origin is None else replace(rec, event_id=origin), list(fn(parse(rec.payload))),
+                          retraction=rec.offset in versions.retractions)
             except ConfigError:  # the code is wrong, not the record: every record would fail alike
                 raise
             except _BAD as exc:

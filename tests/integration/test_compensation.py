@@ -51,12 +51,12 @@ def oracle(fn: Any, n: int) -> dict[str, int]:
     return {k: v for k, v in amounts.items() if v}
 
 
-def live_events(dsn: str) -> dict[str, dict[str, Any]]:
-    """Log ``big`` as a reader ends up with it: by origin, the last version, retractions applied."""
+def live_events(dsn: str, log: str = "big") -> dict[str, dict[str, Any]]:
+    """A log as a reader ends up with it: by origin, the last version, retractions applied."""
     live: dict[str, dict[str, Any]] = {}
     for eid, payload, origin, retraction in query(
             dsn, "SELECT e.event_id, e.payload, v.origin, v.retraction FROM airflow_txn.log_events e "
-                 "LEFT JOIN airflow_txn.log_versions v USING (log_name, event_id) WHERE e.log_name = 'big' "
+                 f"LEFT JOIN airflow_txn.log_versions v USING (log_name, event_id) WHERE e.log_name = '{log}' "
                  "ORDER BY coalesce(v.txid, 0), v.retraction DESC NULLS LAST"):
         if retraction:
             assert live.pop(origin) == json.loads(payload)  # a retraction carries what it takes back

@@ -1,4 +1,5 @@
-"""Pure parts of the sources: batch-size shares over partitions, partition routing."""
+"""Pure parts of the sources: batch-size shares over partitions, partition routing, a correction's
+events among a batch's records."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_transactional.sources.base import fair_shares
+from airflow_transactional.sources.base import Versions, fair_shares
 from airflow_transactional.sources.pglog import partition_of
 
 pytestmark = pytest.mark.unit
@@ -38,3 +39,17 @@ def test_partition_routing_is_stable_across_processes_and_releases() -> None:
                            env={**os.environ, "PYTHONHASHSEED": "12345"})
     assert other.stdout.strip() == "5"
     assert {partition_of(f"e{i}", 4) for i in range(100)} == {0, 1, 2, 3}
+
+
+def test_a_corrections_events_in_one_batch_cancel_out_in_pairs_and_keep_their_origin() -> None:
+    # Origin a: the original (in the batch), its retraction by correction 5, a version, the retraction of
+    # that version by correction 9, and the version of 9. Origin b: a retraction of an event read before.
+    versions = Versions.of([("0:1", "a", False, 0), ("0:7", "a", True, 5), ("0:8", "a", False, 5),
+                            ("1:4", "b", True, 5), ("0:12", "a", False, 9), ("0:11", "a", True, 9)])
+    assert versions.cancelled == {"0:1", "0:7", "0:8", "0:11"}
+    assert versions.retractions == {"1:4": "b"} and versions.versions == {"0:12": "a"}
+    assert versions.origin("0:12") == "a" and versions.origin("1:4") == "b" and versions.origin("0:1") is None
+    # A batch starting after the original: the retraction takes back what a batch before read.
+    alone = Versions.of([("0:7", "a", True, 5), ("0:8", "a", False, 5)])
+    assert alone.retractions == {"0:7": "a"} and alone.versions == {"0:8": "a"} and not alone.cancelled
+    assert not Versions.of([]) and Versions.of([("0:8", "a", False, 5)])

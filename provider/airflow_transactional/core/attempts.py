@@ -19,7 +19,7 @@ from ..exceptions import (
 )
 from ..limits import QUARANTINE_RECORD_CHARS, printable
 from ..model import Attempt, OutputStaging, PlannedBatch, ReplayBatch, StagedEvent, Transaction, failure_text
-from ..sources.base import Record
+from ..sources.base import Record, Versions
 from ..store import attempts, commits, decisions, outputs, transactions
 from ..store import corrections as cq
 from ..store import logs as event_logs
@@ -133,21 +133,20 @@ def read_batch(store: StateStore, txn: Transaction) -> Iterator[Record]:
         reader.close()
 
 
-def retracted(store: StateStore, topology_id: str, batch: PlannedBatch) -> frozenset[str]:
-    """The offsets of ``batch``'s records that retract an upstream event (a correction's
-    compensating events; of a replay, those of its records): the processing applies them negated.
-    ConfigError naming why when the
-    topology cannot (its upstream's correction refuses that case; a redeclaration since can)."""
+def versions(store: StateStore, topology_id: str, batch: PlannedBatch) -> Versions:
+    """The retractions and versions of an upstream correction among ``batch``'s records (of a
+    replay, among those it took): the processing applies them (:class:`~..sources.base.Versions`).
+    ConfigError naming why when the topology cannot (its upstream's correction refuses that case;
+    a redeclaration since can)."""
     with store.db.transaction() as cur:
         spec = store.load(cur, topology_id).spec
-        found = (frozenset(cq.replay_retractions(cur, store.schema, topology_id, list(batch.replay)))
-                 if isinstance(batch, ReplayBatch) else spec.source.retracted(cur, store.schema, batch))
+        found = (Versions.of(cq.replay_versions(cur, store.schema, topology_id, list(batch.replay)))
+                 if isinstance(batch, ReplayBatch) else spec.source.versions(cur, store.schema, batch))
     why = corrections.retraction_refusal(spec) if found else None
     if why:
-        raise ConfigError(f"topology {topology_id!r}: its batch holds {len(found)} retractions of upstream events "
-                          f"(an upstream topology's correction), which it cannot apply: {why}. A topology reading "
-                          "a corrected "
-                          "log keeps sum and count states, without outputs or decisions of its own "
+        raise ConfigError(f"topology {topology_id!r}: its batch holds {len(found.retractions)} retractions of upstream "
+                          f"events (an upstream topology's correction), which it cannot apply: {why}. A topology "
+                          "reading a corrected log keeps sum and count states, without decisions "
                           "(docs/guides/corrections.md)")
     return found
 

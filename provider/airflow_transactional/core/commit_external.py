@@ -1,9 +1,11 @@
 """The commit of a topology whose states live partly in other databases.
 
 Those states cannot share the commit's Postgres transaction. Their commit first *pins* the
-attempt (so no re-plan or newer attempt can change what is applied), then applies its staged
-rows there under the per-value txid rule -- idempotent, so a crash and rerun re-applies the same
-rows harmlessly -- and then runs :func:`core.commit.commit`, which moves the checkpoint.
+attempt (so no re-plan or newer attempt can change what is applied) -- a correction's, with its
+staged rows of those states made the differences from what its range applied, in the same
+transaction -- then applies its staged rows there under the per-value txid rule -- idempotent,
+so a crash and rerun re-applies the same rows harmlessly -- and then runs
+:func:`core.commit.commit`, which moves the checkpoint.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from psycopg2 import sql
 from .. import faults
 from ..exceptions import ReplayBehindState
 from ..model import CommitResult
+from ..store import attempts, transactions
 from ..store import state as q
-from ..store import transactions
 from ..store.rows import scalar
 from ..store.statements import query
-from . import commit, registration
+from . import commit, corrections, registration
 from .context import StateStore
 
 
@@ -45,6 +47,10 @@ def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int 
         chosen = picked.attempt
         if chosen is None:
             return None
+        if txn.pinned_attempt is None:  # a correction's differences, once: a rerun finds them staged
+            corrected = corrections.differences(store, cur, num, spec, txn, chosen, picked.code, external=True)
+            if corrected is not None:
+                attempts.recount(cur, store.schema, topology_id, txid, chosen, corrected.row_counts)
         transactions.pin(cur, store.schema, topology_id, txid, chosen)
     faults.point("commit.after_pin")
     for state in spec.states:

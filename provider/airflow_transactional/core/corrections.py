@@ -31,7 +31,7 @@ from ..exceptions import ConfigError, NonDeterministic, TooManyInFlight
 from ..model import FileBatch, LogBatch, Offsets, PlannedBatch, Range, TopicBatch, Transaction, txid_range
 from ..sources.eventlog import SOURCE_KIND
 from ..spec import TopologySpec
-from ..store import attempts, catalog, transactions
+from ..store import attempts, catalog, outputs, transactions
 from ..store import corrections as cq
 from ..store import history as h
 from ..store import state as q
@@ -56,9 +56,6 @@ def refusal(spec: TopologySpec, *, replay: bool = False) -> str | None:
     if spec.decisions:
         return ("its decisions granted and declined requests in commit order against the balances then; a "
                 "correction never re-decides them (fix a balance with a request of its own)")
-    external = [s.name for s in spec.states if s.database is not None]
-    if external:
-        return f"states {external} are kept in another database, whose commits a correction cannot join yet"
     inexact = _inexact(spec)
     if inexact and not replay:
         return (f"states {', '.join(inexact)} keep a min, max or latest value: a difference cannot be added to "
@@ -76,8 +73,6 @@ def retraction_refusal(spec: TopologySpec) -> str | None:
     committed (None: it applies each negated, as a record it reads)."""
     if spec.decisions:
         return "its decisions are never re-decided"
-    if spec.outputs:
-        return "it appends output events of its own, and retracting those in turn is not built yet"
     if spec.source.kind != SOURCE_KIND:
         return "it reads the events from Kafka, where it cannot tell a retraction from an event yet"
     inexact = _inexact(spec)
@@ -86,16 +81,23 @@ def retraction_refusal(spec: TopologySpec) -> str | None:
     return None
 
 
-def _readers_refusal(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySpec) -> str | None:
+def _readers_refusal(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySpec,
+                     seen: frozenset[str] = frozenset()) -> str | None:
     """Why a correction's compensating events would not be applied right by the topologies this
-    store knows to read the outputs (their logs, their Kafka topics)."""
+    store knows to read the outputs (their logs, their Kafka topics), or by the readers of theirs:
+    a reader with output logs retracts and versions its own events in turn."""
     logs = [o.log_name for o in spec.outputs]
     topics = [o.kafka_topic for o in spec.outputs if o.kafka_topic]
+    seen = seen | {spec.topology_id}
     for reader, declared in cq.log_readers(cur, store.schema, logs, topics):
-        why = retraction_refusal(TopologySpec.from_config(declared))
+        read = TopologySpec.from_config(declared)
+        why = retraction_refusal(read)
         if why:
             return (f"topology {reader!r} reads its output events and could not take a correction's retractions "
                     f"back: {why}")
+        why = _readers_refusal(store, cur, read, seen) if read.outputs and reader not in seen else None
+        if why:
+            return f"{why} (it reads the events of {reader!r}, which reads these)"
     return None
 
 
@@ -241,27 +243,31 @@ def old_txids(cur: psycopg2.extensions.cursor, schema: str, topology_id: str, fi
 
 
 def differences(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
-                txn: Transaction, attempt: int, code: Mapping[str, Any] | None = None) -> Corrected | None:
+                txn: Transaction, attempt: int, code: Mapping[str, Any] | None = None, *,
+                external: bool = False) -> Corrected | None:
     """In the commit of a correction: replace its attempt's staged rows (the new values of its
     range) by the differences from what the range applied; how many there are per state (None:
     the txid is no correction of a range). Differences under the very code the range was committed
-    with (``code``, the attempt's) are the job's non-determinism: refused, naming the keys."""
+    with (``code``, the attempt's) are the job's non-determinism: refused, naming the keys.
+    ``external``: of the states kept in other databases only, once, when the attempt is pinned
+    (core/commit_external.py: before they are applied there); else of the others and the outputs."""
     if kind(txn) != "range":
         return None
     originals, corrected = old_txids(cur, store.schema, spec.topology_id, *txid_range(txn.corrects), txn.txid)
     old = sorted(originals + corrected)
     counts = {}
     for state in spec.states:
-        counts[state.name] = cq.differences(cur, store.schema, spec.topology_id, state, store.staging(num, state),
-                                            txn.txid, attempt, old)
-    if spec.outputs:
+        if (state.database is not None) == external:
+            counts[state.name] = cq.differences(cur, store.schema, spec.topology_id, state,
+                                                store.staging(num, state), txn.txid, attempt, old)
+    if spec.outputs and not external:
         counts.update(cq.compensate(cur, store.schema, spec.topology_id, store.out_staging(num), txn.txid, attempt,
                                     old, {o.name: o.log_name for o in spec.outputs}))
     if any(counts.values()) and not corrected and same_code(cur, store.schema, spec.topology_id, originals, code):
         changed = [f"state {s.name}: keys {cq.keys_of(cur, store.staging(num, s), s, txn.txid, attempt)}"
-                   for s in spec.states if counts[s.name]]
+                   for s in spec.states if counts.get(s.name)]
         changed += [f"output {o.name}: {counts[o.name]} events retracted or changed" for o in spec.outputs
-                    if counts[o.name]]
+                    if counts.get(o.name)]
         first, last = txid_range(txn.corrects)
         raise NonDeterministic(f"topology {spec.topology_id!r}: correction txid {txn.txid} re-processed txids "
                                f"{first}..{last} under the code they were committed with and got other deltas "
@@ -314,16 +320,24 @@ def preview(store: StateStore, topology_id: str, num: int, first: int, last: int
     with store.db.transaction() as cur:
         spec = store.load(cur, topology_id).spec
         originals, corrected = old_txids(cur, store.schema, topology_id, first, last)
+        old = sorted(originals + corrected)
         states = {}
         for state in spec.recomputable_states:
             table = q.audit_table(store.schema, num, state)
             states[state.name] = cq.preview(cur, store.schema, topology_id, state, store.staging(num, state), table,
-                                            sorted(originals + corrected), samples)._asdict()
+                                            old, samples)._asdict()
+            catalog.drop(cur, table)
+        events: dict[str, dict[str, int]] = {}
+        if spec.outputs:  # what its commit would append: the events recomputed, against what the range appended
+            table = outputs.preview_table(store.schema, num)
+            events = cq.compensation_counts(cur, store.schema, topology_id, table, 0, 0, old,
+                                            {o.name: o.log_name for o in spec.outputs})
             catalog.drop(cur, table)
         same = not corrected and same_code(cur, store.schema, topology_id, originals, code)
     changed = sum(int(s["changed"]) for s in states.values())
+    appended = sum(n for counts in events.values() for n in counts.values())
     result = {"topology": topology_id, "txids": [first, last], "states": states, "changed": changed,
-              "same_code": same, "nondeterministic": same and changed > 0}
+              "outputs": events, "same_code": same, "nondeterministic": same and changed + appended > 0}
     with store.db.transaction() as cur:  # what the Transactions view's correction page shows
         cq.record_preview(cur, store.schema, topology_id, first, last, {**result, "code": dict(code or {})})
     return result

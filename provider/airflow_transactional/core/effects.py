@@ -29,6 +29,7 @@ def append_outputs(store: StateStore, cur: psycopg2.extensions.cursor, num: int,
     if not spec.outputs or attempt is None:
         return {}
     targets = [outputs.Target(o.name, o.log_name) for o in spec.outputs]
+    outputs.resolve(cur, store.schema, store.out_staging(num), targets, spec.topology_id, txid, attempt)
     try:
         return outputs.append(cur, store.schema, store.out_staging(num), targets, txid, attempt,
                               only=decisions.output_filter(store.schema, spec.topology_id) if spec.decisions else None,

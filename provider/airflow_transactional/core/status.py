@@ -19,6 +19,7 @@ from ..sources.base import Source
 from ..spec import StateSpec
 from ..store import attempts, catalog, decisions, topologies, transactions
 from ..store import commits as commit_log
+from ..store import outputs as out_q
 from ..store import state as q
 from . import lag as lag_
 from . import liveness
@@ -149,12 +150,20 @@ def committed_batch(store: StateStore, topology_id: str, through_txid: int | Non
         return spec.source.committed_batch(cur, store.schema, topology_id, offsets, lost)
 
 
-def audit_tables(store: StateStore, topology_id: str) -> tuple[int, dict[str, str]]:
+def audit_tables(store: StateStore, topology_id: str, *, outputs: bool = False) -> tuple[int, dict[str, str]]:
     """Create a fresh table per state for an audit's recomputation; (topology number, the COPY
-    statement that loads each, by state) -- the number is what :func:`diff_audit` takes."""
+    statement that loads each, by state) -- the number is what :func:`diff_audit` takes. With
+    ``outputs`` (a correction's preview) one more for the output events, its COPY under the key
+    ``""`` (rows of :data:`~..store.outputs.COLUMNS`)."""
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
-    copies = {}
+        if outputs and spec.outputs:
+            table = out_q.preview_table(store.schema, num)
+            catalog.drop(cur, table, if_exists=True)
+            cur.execute(out_q.create_staging_table(table))
+            copies = {"": q.copy_into(table, list(out_q.COLUMNS), csv=True).as_string(cur)}
+        else:
+            copies = {}
     for state in spec.recomputable_states:
         table = create_audit_table(store, num, state)
         with store.db.transaction() as cur:

@@ -9,7 +9,7 @@ A Kafka topic fits the same interface (offsets per partition, like the Postgres 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -18,7 +18,7 @@ import psycopg2.extensions
 from ..connections import Connections
 from ..model import Offsets, PlannedBatch
 
-__all__ = ["BatchPlan", "Offsets", "Record", "Source", "connections_for", "fair_shares"]
+__all__ = ["BatchPlan", "Offsets", "Record", "Source", "Versions", "connections_for", "fair_shares"]
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,61 @@ class Record:
     payload: str
 
 
+@dataclass(frozen=True)
+class Versions:
+    """What corrections upstream appended among a batch's records (an event log's compensating
+    events, core/corrections.py), by offset: the origin -- the id of the event taken back or
+    versioned -- of each retraction and of each new version. A reader applies a retraction negated
+    and reads both under their origin's id, so the events it emits follow: a retraction's are
+    retracted, a version's versioned (store/outputs.py). ``cancelled``: records that cancel out
+    within the batch -- a version (or the original event) and the retraction of it that follows
+    -- read and counted, never applied."""
+
+    retractions: Mapping[str, str] = field(default_factory=dict)
+    versions: Mapping[str, str] = field(default_factory=dict)
+    cancelled: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.retractions or self.versions or self.cancelled)
+
+    def origin(self, offset: str) -> str | None:
+        return self.retractions.get(offset) or self.versions.get(offset)
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, str, bool, int]]) -> Versions:
+        """From ``(offset, origin, retraction, txid)`` rows: each retraction and version among the
+        records, ``txid`` the correction's that appended it, and the original event of each origin
+        a retraction among them takes back, when it is among them too (txid 0). An origin's events
+        alternate -- each retraction takes back the version (or original) live before it -- and
+        a correction appends its retraction before its version."""
+        chains: dict[str, list[tuple[int, bool, str]]] = {}
+        for offset, origin, retraction, txid in rows:
+            chains.setdefault(origin, []).append((txid, not retraction, offset))
+        retractions: dict[str, str] = {}
+        versions: dict[str, str] = {}
+        cancelled: set[str] = set()
+        for origin, chain in chains.items():
+            live: str | None = None  # the version (or original) of the batch nothing retracted yet
+            for txid, version, offset in sorted(chain):
+                if version:
+                    live = offset
+                    if txid:
+                        versions[offset] = origin
+                elif live is not None:
+                    cancelled |= {live, offset}
+                    versions.pop(live, None)
+                    live = None
+                else:
+                    retractions[offset] = origin
+        return cls(retractions, versions, frozenset(cancelled))
+
+
 class Source(ABC):
     """A source of batches. Methods get a cursor inside the caller's transaction."""
 
     kind: ClassVar[str]
-    #: Whether a batch may hold retractions (:meth:`retracted`): an event log's may.
+    #: Whether a batch may hold a correction's retractions and versions (:meth:`versions`): an
+    #: event log's may.
     may_retract: ClassVar[bool] = False
     #: Whether the lag is asked of a server other than the state store (a Kafka cluster): a status
     #: then asks :meth:`remote_lag` outside its transaction, waits a few seconds at most and keeps
@@ -103,10 +153,10 @@ class Source(ABC):
              batch: PlannedBatch) -> Iterator[Record]:
         """Yield the batch's records in source order."""
 
-    def retracted(self, cur: psycopg2.extensions.cursor, schema: str, batch: PlannedBatch) -> frozenset[str]:
-        """The offsets of the batch's records that retract an event (a correction's compensating
-        events in an output log): applied negated. Only an event log holds them."""
-        return frozenset()
+    def versions(self, cur: psycopg2.extensions.cursor, schema: str, batch: PlannedBatch) -> Versions:
+        """The retractions and versions among the batch's records (a correction's compensating
+        events in an output log). Only an event log holds them."""
+        return Versions()
 
     @abstractmethod
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,

@@ -28,7 +28,7 @@ from .. import identifiers
 from ..exceptions import BatchUnavailable, ConfigError
 from ..model import LogBatch, Offsets, PlannedBatch, Range, planned_batch
 from ..store import logs
-from .base import BatchPlan, Record, Source, fair_shares
+from .base import BatchPlan, Record, Source, Versions, fair_shares
 from .eventlog import SOURCE_KIND, AppendResult, EventLog, partition_of
 
 # The producer side is re-exported where it was first published.
@@ -118,11 +118,11 @@ class PostgresLogSource(Source):
             for lsn, event_id, payload in logs.read(cur, self.schema or schema, self.log, p, lo, hi):
                 yield Record(f"{p}:{lsn}", event_id, payload)
 
-    def retracted(self, cur: psycopg2.extensions.cursor, schema: str, batch: Mapping[str, Any]) -> frozenset[str]:
+    def versions(self, cur: psycopg2.extensions.cursor, schema: str, batch: Mapping[str, Any]) -> Versions:
         batch = planned_batch(batch, self.kind)
         if not isinstance(batch, LogBatch) or not batch.ranges:
-            return frozenset()
-        return frozenset(logs.retractions(cur, self.schema or schema, self.log, batch.ranges))
+            return Versions()
+        return Versions.of(logs.versions(cur, self.schema or schema, self.log, batch.ranges))
 
     def copy_csv(self, cur: psycopg2.extensions.cursor, schema: str, partition: int, lo: int, hi: int,
                  out: Any) -> None:

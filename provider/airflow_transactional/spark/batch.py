@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..coordinator import Coordinator
 from ..exceptions import ConfigError
 from ..model import FileBatch, ReplayBatch, Staging, planned_batch
+from ..sources.base import Versions
 from ..spec import TopologySpec
 from .admit import SetAside
 from .fused import FusedFolds, fuse
-from .read import OFFSET_COL, as_text, raw_records, replayed
+from .read import EVENT_ID_COL, OFFSET_COL, as_text, raw_records, replayed
 from .stage import fold, stage_fold
 from .validate import Prepared, cache, prepare
 
@@ -47,15 +48,40 @@ def transformed(spec: TopologySpec, transform: Transform, good: DataFrame) -> di
 
 
 def negating(spark: SparkSession, spec: TopologySpec, transform: Transform, good: DataFrame,
-             retracted: frozenset[str]) -> dict[str, DataFrame]:
-    """The transform's state frames for a batch holding retractions (a correction upstream took
-    those events back): the transform of the other records, and of the retractions with each value
-    negated -- what their events had added, taken back (sum and count states only; the core refuses
-    a topology with others, :func:`~airflow_transactional.core.corrections.retraction_refusal`)."""
-    offsets = spark.createDataFrame([(o,) for o in sorted(retracted)], [OFFSET_COL])
-    added = transformed(spec, transform, good.join(offsets, OFFSET_COL, "left_anti"))
-    taken = transformed(spec, transform, good.join(offsets, OFFSET_COL, "left_semi"))
-    return {name: df.unionByName(taken[name].withColumn("value", -taken[name]["value"])) for name, df in added.items()}
+             versions: Versions) -> dict[str, DataFrame]:
+    """The transform's frames for a batch holding a correction's events upstream (:class:`Versions`):
+    the records that cancel out within the batch left out, retractions and versions read under
+    their origin's ``_event_id``; the transform of the other records, and of the retractions with
+    each state value negated -- what their events had added, taken back (sum and count states only:
+    the core refuses a topology with others, :func:`~airflow_transactional.core.corrections.
+    retraction_refusal`) -- and each output event marked as a retraction (``_retraction``) or not."""
+    from pyspark.sql import functions as F
+
+    if versions.cancelled:
+        cancelled = spark.createDataFrame([(o,) for o in sorted(versions.cancelled)], [OFFSET_COL])
+        good = good.join(F.broadcast(cancelled), OFFSET_COL, "left_anti")
+    origins = {**versions.versions, **versions.retractions}
+    if origins:
+        named = spark.createDataFrame(sorted(origins.items()), [OFFSET_COL, "_origin"])
+        good = (good.join(F.broadcast(named), OFFSET_COL, "left")
+                .withColumn(EVENT_ID_COL, F.coalesce("_origin", EVENT_ID_COL)).drop("_origin"))
+    if not versions.retractions:
+        return _marked(spec, transformed(spec, transform, good), False)
+    offsets = F.broadcast(spark.createDataFrame([(o,) for o in sorted(versions.retractions)], [OFFSET_COL]))
+    added = _marked(spec, transformed(spec, transform, good.join(offsets, OFFSET_COL, "left_anti")), False)
+    taken = _marked(spec, transformed(spec, transform, good.join(offsets, OFFSET_COL, "left_semi")), True)
+    states = {s.name for s in spec.states}
+    return {name: df.unionByName(taken[name].withColumn("value", -taken[name]["value"]) if name in states
+                                 else taken[name]) for name, df in added.items()}
+
+
+def _marked(spec: TopologySpec, frames: dict[str, DataFrame], retraction: bool) -> dict[str, DataFrame]:
+    """``frames`` with each output's events marked ``_retraction`` (or not)."""
+    from pyspark.sql import functions as F
+
+    outputs = {o.name for o in spec.outputs}
+    return {name: df.withColumn("_retraction", F.lit(retraction)) if name in outputs else df
+            for name, df in frames.items()}
 
 
 def folded(spec: TopologySpec, frames: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
@@ -94,9 +120,9 @@ def read_batch(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec
         records = raw_records(spark, spec.source, batch, dsn=coordinator.dsn, schema=coordinator.schema,
                               topology_id=spec.topology_id, record_schema=schema)
     prepared = prepare(records, schema, required, checks)
-    retracted = (coordinator.retracted(spec.topology_id, planned_batch(batch, spec.source.kind))
-                 if spec.source.may_retract else frozenset())
-    frames = (negating(spark, spec, transform, prepared.good, retracted) if retracted
+    versions = (coordinator.versions(spec.topology_id, planned_batch(batch, spec.source.kind))
+                if spec.source.may_retract else Versions())
+    frames = (negating(spark, spec, transform, prepared.good, versions) if versions
               else transformed(spec, transform, prepared.good))
     if states_only:
         frames = {s.name: frames[s.name] for s in spec.recomputable_states}

@@ -183,7 +183,7 @@ def _stage(coordinator: Coordinator, spec: TopologySpec, read: Read, key: tuple[
                 phases.lap(f"stage requests {name}")
             else:
                 events = output_events(topology_id, name, out.partitions[name], df,
-                                       [d.name for d in spec.decisions])
+                                       [d.name for d in spec.decisions], txid=key[0])
                 counts[name] = stage_fold(events, dsn, Staging(out.copy, (*key, name)),
                                           set_aside=set_aside, label=f"output:{name}")
                 phases.lap(f"stage output {name}")

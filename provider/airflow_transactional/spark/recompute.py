@@ -56,7 +56,8 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
             proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         finally:
             delivery.remove()
-        if not os.path.exists(result_file):
-            raise TransactionalError(f"the {mode} job failed ({proc.returncode}):\n{redact(proc.stderr[-4000:])}")
+        if not os.path.exists(result_file):  # what it said, wherever it said it
+            said = "\n".join(filter(None, (proc.stderr[-4000:].strip(), proc.stdout[-2000:].strip())))
+            raise TransactionalError(f"the {mode} job failed ({proc.returncode}):\n{redact(said)}")
         with open(result_file, encoding="utf-8") as fh:
             return dict(json.load(fh))

@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING, Any
 from .. import faults, provenance
 from ..coordinator import Coordinator
 from ..exceptions import TransactionalError
+from ..model import Staging
+from .admit import SetAside
 from .batch import Transform, read_batch, stage_states
 from .read import readable_batch
+from .stage import output_events, stage_fold
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,14 +74,21 @@ def preview(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
             *, txids: tuple[int, int], schema: str | None, required: Sequence[str],
             checks: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Recompute committed txids first..last under this code: what a correction of them would apply
-    per state (keys changed, totals, the largest changes), and whether the same code computed
-    something else (non-determinism). Nothing is committed."""
+    per state (keys changed, totals, the largest changes) and append to each output (retractions,
+    new versions), and whether the same code computed something else (non-determinism). Nothing is
+    committed."""
     first, last = txids
     spec = coordinator.spec(topology_id)
     batch = coordinator.correction_batch(topology_id, first, last)
     read = read_batch(spark, coordinator, spec, readable_batch(batch, spec.source)[0], transform, schema=schema,
-                      required=required, checks=checks, states_only=True)
-    num, copies = coordinator.audit_tables(topology_id)
+                      required=required, checks=checks, states_only=not spec.outputs)
+    num, copies = coordinator.audit_tables(topology_id, outputs=True)
+    if spec.outputs:  # staged as a commit's would be, under (txid 0, attempt 0)
+        partitions = coordinator.output_staging(topology_id).partitions
+        for o in spec.outputs:
+            events = output_events(topology_id, o.name, partitions[o.name], read.frames[o.name])
+            stage_fold(events, coordinator.dsn, Staging(copies[""], (0, 0, o.name)), set_aside=SetAside(Staging("")))
+        read = read._replace(frames={s.name: read.frames[s.name] for s in spec.recomputable_states})
     stage_states(spec, read, coordinator.dsn, copies, ())
     read.keep.unpersist()
     code = provenance.code(spec.to_config(), application=provenance.application_digest(transform))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import faults, limits
 from ..exceptions import ConfigError
 from ..limits import QUARANTINE_RECORD_CHARS
-from ..model import Staging
+from ..model import RETRACTED, Staging
 from ..spec import StateSpec
 from ..store.connection import connect
 from . import admit
@@ -41,9 +41,9 @@ def fold(state: StateSpec, df: DataFrame) -> DataFrame:
 
 
 def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
-                  decisions: Sequence[str] = ()) -> DataFrame:
+                  decisions: Sequence[str] = (), txid: int = 0) -> DataFrame:
     """The events a transform returned for ``output`` as staged rows: partition, seq, event_id,
-    payload, decision, request, granted.
+    payload, decision, request, granted, retraction.
 
     ``df`` has ``id`` (the event's origin, e.g. ``concat(_event_id, lit(':granted'))``; the log's
     event id is ``"<topology>:<id>"``) and ``payload`` (text, or a struct/map written as JSON);
@@ -52,6 +52,9 @@ def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
     as the log itself keeps the first delivery of an id. An event with a ``request`` (a request
     id of one of ``decisions``, named by a ``decision`` column when there are several) is
     appended only if the request gets the verdict its ``when`` says: ``granted`` or ``declined``.
+    In a batch that read a correction's events upstream (``_retraction``, :func:`.batch.negating`)
+    an event of a retraction is staged as the retraction of that event (id
+    ``<event id>~retracted@<txid>``), resolved by the commit (store/outputs.py).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType
@@ -84,8 +87,11 @@ def output_events(topology_id: str, output: str, partitions: int, df: DataFrame,
     key = F.coalesce(F.col("key").cast("string"), event_id) if "key" in df.columns else event_id
     seq = F.col("seq").try_cast("long") if "seq" in df.columns else F.lit(None).cast("long")
     # crc32 of the UTF-8 bytes, as sources.eventlog.partition_of computes it.
-    rows = df.select((F.crc32(key.cast("binary")) % F.lit(partitions)).cast("int").alias("partition"),
-                     seq.alias("seq"), event_id.alias("event_id"), payload.alias("payload"), *verdict)
+    partition = (F.crc32(key.cast("binary")) % F.lit(partitions)).cast("int")
+    retraction = F.col("_retraction") if "_retraction" in df.columns else F.lit(None).cast("boolean")
+    event_id = F.when(retraction, F.concat(event_id, F.lit(f"{RETRACTED}{txid}"))).otherwise(event_id)
+    rows = df.select(partition.alias("partition"), seq.alias("seq"), event_id.alias("event_id"),
+                     payload.alias("payload"), *verdict, retraction.alias("retraction"))
     why = admit.first_reason([*admit.id_reasons(f"the id of an output event for {output!r}", F.col("event_id")),
                         (F.col("payload").isNull(), f"an output event for {output!r} has no payload"),
                         (F.instr(F.col("payload"), "\u0000") > 0, f"the payload of an output event for {output!r} "

@@ -51,6 +51,12 @@ def complete(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int
     return cur.rowcount == 1
 
 
+def recount(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int, row_counts: Mapping[str, int]) -> None:
+    """Replace the attempt's counts of some states (their staged rows changed: a correction's differences)."""
+    cur.execute(query("attempt_recount", schema), {"topology": topology_id, "txid": txid, "attempt": attempt,
+                                                   "row_counts": Json(dict(row_counts))})
+
+
 def fail(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int, error: str) -> None:
     cur.execute(query("attempt_fail", schema), {"topology": topology_id, "txid": txid, "attempt": attempt,
                                                 "error": error[:2000]})

@@ -102,10 +102,11 @@ def why_not_replayable(cur: Cursor, schema: str, topology_id: str, ids: list[int
     return [(int(i), str(why)) for i, why in cur.fetchall()]
 
 
-def replay_retractions(cur: Cursor, schema: str, topology_id: str, ids: list[int]) -> list[str]:
-    """The source offsets of the records a replay took that retract an upstream event."""
-    cur.execute(query("replay_retractions", schema), {"topology": topology_id, "ids": ids})
-    return [str(row[0]) for row in cur.fetchall()]
+def replay_versions(cur: Cursor, schema: str, topology_id: str, ids: list[int]) -> list[tuple[str, str, bool, int]]:
+    """Of the records a replay took, the retractions and versions of an upstream correction, as the
+    rows of :meth:`~airflow_transactional.sources.base.Versions.of`."""
+    cur.execute(query("replay_versions", schema), {"topology": topology_id, "ids": ids})
+    return [(str(o), str(origin), bool(r), int(t)) for o, origin, r, t in cur.fetchall()]
 
 
 def replay_records(cur: Cursor, schema: str, topology_id: str, ids: list[int]) -> list[tuple[str, str | None, str]]:
@@ -182,11 +183,29 @@ def compensate(cur: Cursor, schema: str, topology_id: str, staging: sql.Composed
                old: list[int], logs: dict[str, str]) -> dict[str, int]:
     """Make ``(txid, attempt)``'s staged events the compensation of what the ``old`` txids appended
     to the outputs' logs (``logs``: output -> log): retractions and new versions; how many, by output."""
+    _compensation(cur, schema, topology_id, staging, txid, attempt, old, logs)
     cur.execute(query("correction_compensate", schema, staging=staging),
-                {"topology": topology_id, "txid": txid, "attempt": attempt, "old": old,
-                 "outputs": list(logs), "logs": list(logs.values())})
+                {"topology": topology_id, "txid": txid, "attempt": attempt})
     counts = {str(o): int(n) for o, n in cur.fetchall()}
     return {o: counts.get(o, 0) for o in logs}
+
+
+def compensation_counts(cur: Cursor, schema: str, topology_id: str, staging: sql.Composed, txid: int, attempt: int,
+                        old: list[int], logs: dict[str, str]) -> dict[str, dict[str, int]]:
+    """What :func:`compensate` would append for the events staged at ``(txid, attempt)`` (a preview's),
+    changing nothing: by output, the retractions, new versions and events under their own id."""
+    _compensation(cur, schema, topology_id, staging, txid, attempt, old, logs)
+    cur.execute(query("correction_compensation_counts", schema))
+    found = {str(o): {"retracted": int(r), "versions": int(v), "new": int(n)} for o, r, v, n in cur.fetchall()}
+    cur.execute(query("correction_compensation_drop", schema))
+    return {o: found.get(o, {"retracted": 0, "versions": 0, "new": 0}) for o in logs}
+
+
+def _compensation(cur: Cursor, schema: str, topology_id: str, staging: sql.Composed, txid: int, attempt: int,
+                  old: list[int], logs: dict[str, str]) -> None:
+    cur.execute(query("correction_compensation", schema, staging=staging),
+                {"topology": topology_id, "txid": txid, "attempt": attempt, "old": old,
+                 "outputs": list(logs), "logs": list(logs.values())})
 
 
 def outputs_gone(cur: Cursor, schema: str, topology_id: str, old: list[int]) -> list[str]:

@@ -65,13 +65,15 @@ def read(cur: Cursor, log_schema: str, log: str, partition: int, lo: int, hi: in
         yield from rc
 
 
-def retractions(cur: Cursor, log_schema: str, log: str, ranges: Sequence[tuple[int, int, int]]) -> list[str]:
-    """The offsets (``partition:lsn``) of the retractions a correction appended among the events of
-    ``ranges`` ((partition, lo, hi]: LSNs after lo through hi)."""
-    cur.execute(query("log_retractions", log_schema=sql.Identifier(log_schema)),
+def versions(cur: Cursor, log_schema: str, log: str,
+             ranges: Sequence[tuple[int, int, int]]) -> list[tuple[str, str, bool, int]]:
+    """The retractions and versions among the events of ``ranges`` ((partition, lo, hi]: LSNs after
+    lo through hi), and the originals they retract among them too, as the rows of
+    :meth:`~airflow_transactional.sources.base.Versions.of`."""
+    cur.execute(query("log_versions_in", log_schema=sql.Identifier(log_schema)),
                 {"log": log, "parts": [r[0] for r in ranges], "los": [r[1] for r in ranges],
                  "his": [r[2] for r in ranges]})
-    return [str(row[0]) for row in cur.fetchall()]
+    return [(str(o), str(origin), bool(r), int(t)) for o, origin, r, t in cur.fetchall()]
 
 
 def copy_csv(cur: Cursor, log_schema: str, log: str, partition: int, lo: int, hi: int, out: IO[Any]) -> None:

@@ -16,12 +16,15 @@ from typing import NamedTuple
 from psycopg2 import sql
 
 from ..exceptions import IdCollision
+from ..model import RETRACTED
 from .rows import Cursor, every
 from .statements import query
 
 #: Columns of a topology's output staging table, in COPY order. An event with a ``request`` is
-#: appended only if that request of ``decision`` got the verdict ``granted`` (true or false).
-COLUMNS = ("txid", "attempt", "output", "partition", "seq", "event_id", "payload", "decision", "request", "granted")
+#: appended only if that request of ``decision`` got the verdict ``granted`` (true or false);
+#: ``retraction`` is set in a batch that read a correction's events (:func:`resolve`).
+COLUMNS = ("txid", "attempt", "output", "partition", "seq", "event_id", "payload", "decision", "request", "granted",
+           "retraction")
 
 
 class Target(NamedTuple):
@@ -34,6 +37,11 @@ class Target(NamedTuple):
 def staging_table(schema: str, topology_num: int) -> sql.Composed:
     """Staged output events of every output of topology number ``topology_num``."""
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"out_{topology_num}"))
+
+
+def preview_table(schema: str, topology_num: int) -> sql.Composed:
+    """Where a correction's preview stages the events it recomputed (every output's); dropped after."""
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"preview_out_{topology_num}"))
 
 
 def create_staging_table(staging: sql.Composed) -> sql.Composed:
@@ -76,6 +84,22 @@ def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Ta
                                                                "output": output, "first": int(first),
                                                                "last": int(first) + int(handed_out) - 1})
     return appended
+
+
+def resolve(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Target], topology_id: str,
+            txid: int, attempt: int) -> None:
+    """Make the events staged by an attempt that read a correction's events upstream what the log
+    takes -- retractions of its live events, new versions of retracted ones -- before :func:`append`;
+    nothing for another attempt (one query)."""
+    where = {"txid": txid, "attempt": attempt}
+    cur.execute(query("output_marked", staging=staging), where)
+    row = cur.fetchone()
+    if row is None or not row[0]:
+        return
+    logs = {t.output: t.log for t in targets}
+    cur.execute(query("output_resolve", schema, staging=staging),
+                {**where, "topology": topology_id, "suffix": f"{RETRACTED}{txid}", "outputs": list(logs),
+                 "logs": list(logs.values())})
 
 
 class Event(NamedTuple):

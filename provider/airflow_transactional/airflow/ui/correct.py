@@ -91,11 +91,14 @@ def _previewed(plan: dict[str, Any]) -> str:
                 f"--dag-file DAG_FILE</code>; its answer shows here.</p>")
     rows = [[e(n), str(s["changed"]), e(f"{s['old_total']} -> {s['new_total']}"),
              e("; ".join(f"{k}: {o} -> {n_}" for k, o, n_ in s["samples"][:5]))] for n, s in found["states"].items()]
+    rows += [[e(f"output {n}"), "-", e(f"{ev['retracted']} retracted, {ev['versions']} new versions, "
+                                        f"{ev['new']} new events"), ""] for n, ev in found.get("outputs", {}).items()]
     verdict = ("<p class=blocked>Under the code these txids were committed with, the job gave other deltas: it is "
                "not deterministic, and the correction would be refused at its commit.</p>"
                if found.get("nondeterministic") else "")
     return (f"<h2>What it would change (previewed {when(found['previewed_at'])})</h2>"
-            + table(["state", "keys changed", "total", "keys that move most"], rows, numeric=(1,)) + verdict
+            + table(["state or output", "keys changed", "total, or the events appended", "keys that move most"], rows,
+                    numeric=(1,)) + verdict
             + "<p class=muted>A preview runs the code deployed when it ran; deploy the fix, then preview again "
               "before correcting.</p>")
 

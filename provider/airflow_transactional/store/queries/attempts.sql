@@ -16,6 +16,12 @@ FROM {s}.transactions t
 WHERE a.topology_id = %(topology)s AND a.txid = %(txid)s AND a.attempt = %(attempt)s AND a.status = 'running'
   AND t.topology_id = a.topology_id AND t.txid = a.txid AND t.plan_version = a.plan_version AND t.status = 'planned'
 
+-- name: attempt_recount
+-- A correction's attempt whose staged rows of some states became differences at the pin (states in
+-- other databases): its counts of them are those of the differences, as the commit verifies.
+UPDATE {s}.attempts SET row_counts = row_counts || %(row_counts)s
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND attempt = %(attempt)s
+
 -- name: attempt_fail
 UPDATE {s}.attempts SET status = 'failed', finished_at = clock_timestamp(), error = %(error)s
 WHERE topology_id = %(topology)s AND txid = %(txid)s AND attempt = %(attempt)s AND status = 'running'

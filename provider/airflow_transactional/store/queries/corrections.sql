@@ -68,12 +68,12 @@ WHERE q.id IS NULL OR NOT q.committed OR q.corrected_by IS NOT NULL OR q.replaye
    OR q.source_offset LIKE 'commit:%%'
 ORDER BY i
 
--- name: replay_retractions
--- The source offsets of the records a replay took that retract an upstream event (a correction's):
--- the replay takes them back, negated, as the batch that quarantined them would have.
-SELECT q.source_offset FROM {s}.quarantine q
+-- name: replay_versions
+-- The records a replay took that are a correction's retraction or new version upstream: the replay
+-- applies them as the batch that quarantined them would have (rows of sources.base.Versions.of).
+SELECT q.source_offset, v.origin, v.retraction, v.txid FROM {s}.quarantine q
+JOIN {s}.log_versions v ON v.event_id = q.event_id
 WHERE q.topology_id = %(topology)s AND q.id = ANY(%(ids)s::bigint[])
-  AND EXISTS (SELECT 1 FROM {s}.log_versions v WHERE v.event_id = q.event_id AND v.retraction)
 
 -- name: replay_records
 -- What a replay reads: each record it took, as edited if it was, where it came from.
@@ -132,18 +132,19 @@ UPDATE {s}.transactions SET corrects = corrects || jsonb_build_object('withdrawn
 WHERE topology_id = %(topology)s AND txid = %(txid)s;
 UPDATE {s}.quarantine SET replayed_by = NULL WHERE topology_id = %(topology)s AND replayed_by = %(txid)s
 
--- name: correction_compensate
--- The attempt's staged events (what the fixed code emits for the corrected range) become the
--- compensation of what the old txids appended. Per (output, origin), against the latest event they
--- appended (a retraction or a new version counts as its origin's): an event emitted as it was goes;
--- one no longer emitted as it was is retracted ('<origin>~retracted@<txid>': its payload, in its
--- partition, before the others); one emitted anew or otherwise is a new version ('<origin>~v<txid>')
--- when the range had appended it or a correction retracted it, itself when its id is free, and
--- nothing when another txid appended it (the log's dedupe, as for any event). Retractions and
--- versions are recorded in log_versions (their commit appends them).
+-- name: correction_compensation
+-- What a correction's staged events (what the fixed code emits for the corrected range, in
+-- {staging} at (txid, attempt)) make of what the old txids appended, as the temporary table
+-- txn_compensation. Per (output, origin), against the latest event they appended (a retraction or
+-- a new version counts as its origin's): an event emitted as it was goes; one no longer emitted as
+-- it was is retracted ('<origin>~retracted@<txid>': its payload, in its partition, before the
+-- others); one emitted anew or otherwise is a new version ('<origin>~v<txid>') when the range had
+-- appended it or a correction retracted it, itself when its id is free, and nothing when another
+-- txid appended it (the log's dedupe, as for any event). What the range retracted in turn of an
+-- upstream correction stays retracted: the fixed code's retractions are left out.
 CREATE TEMP TABLE txn_events ON COMMIT DROP AS
-SELECT output, partition, seq, event_id, payload FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s;
-DELETE FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s;
+SELECT output, partition, seq, event_id, payload FROM {staging}
+WHERE txid = %(txid)s AND attempt = %(attempt)s AND retraction IS NOT TRUE;
 CREATE TEMP TABLE txn_live ON COMMIT DROP AS
 SELECT DISTINCT ON (a.output, a.origin) a.output, a.log_name, a.partition, a.payload, a.origin, a.retraction
 FROM (SELECT r.output, r.log_name, r.txid, e.partition, e.payload, coalesce(v.origin, e.event_id) AS origin,
@@ -154,6 +155,7 @@ FROM (SELECT r.output, r.log_name, r.txid, e.partition, e.payload, coalesce(v.or
       LEFT JOIN {s}.log_versions v ON v.log_name = e.log_name AND v.event_id = e.event_id
       WHERE r.topology_id = %(topology)s AND r.txid = ANY(%(old)s)) a
 ORDER BY a.output, a.origin, a.txid DESC, a.retraction;
+CREATE TEMP TABLE txn_compensation ON COMMIT DROP AS
 WITH targets AS (SELECT * FROM unnest(%(outputs)s::text[], %(logs)s::text[]) AS t(output, log_name)),
 retracted AS (
     SELECT l.output, l.log_name, l.partition, -1::bigint AS seq, l.origin || '~retracted@' || %(txid)s AS event_id,
@@ -170,20 +172,34 @@ emitted AS (
                       AND k.event_id = n.event_id) AS held
     FROM txn_events n JOIN targets t USING (output)
     LEFT JOIN txn_live l ON l.output = n.output AND l.origin = n.event_id
-    WHERE l.origin IS NULL OR l.retraction OR l.payload <> n.payload),
-compensation AS (
-    SELECT output, log_name, partition, seq, event_id, payload, origin, retraction FROM retracted
-    UNION ALL
-    SELECT output, log_name, partition, seq,
-           CASE WHEN in_range OR latest_retracted THEN origin || '~v' || %(txid)s ELSE origin END, payload, origin, false
-    FROM emitted WHERE in_range OR latest_retracted OR (latest_retracted IS NULL AND NOT held)),
-recorded AS (
-    INSERT INTO {s}.log_versions (log_name, event_id, origin, retraction, topology_id, txid)
-    SELECT log_name, event_id, origin, retraction, %(topology)s, %(txid)s FROM compensation WHERE event_id <> origin)
+    WHERE l.origin IS NULL OR l.retraction OR l.payload <> n.payload)
+SELECT output, log_name, partition, seq, event_id, payload, origin, retraction FROM retracted
+UNION ALL
+SELECT output, log_name, partition, seq,
+       CASE WHEN in_range OR latest_retracted THEN origin || '~v' || %(txid)s ELSE origin END, payload, origin, false
+FROM emitted WHERE in_range OR latest_retracted OR (latest_retracted IS NULL AND NOT held);
+DROP TABLE txn_events, txn_live
+
+-- name: correction_compensate
+-- A correction's commit: its staged events replaced by their compensation (correction_compensation),
+-- each retraction and version recorded in log_versions (the commit appends them); how many, by output.
+DELETE FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s;
+INSERT INTO {s}.log_versions (log_name, event_id, origin, retraction, topology_id, txid)
+SELECT log_name, event_id, origin, retraction, %(topology)s, %(txid)s FROM txn_compensation WHERE event_id <> origin;
 INSERT INTO {staging} (txid, attempt, output, partition, seq, event_id, payload)
-SELECT %(txid)s, %(attempt)s, output, partition, seq, event_id, payload FROM compensation;
-DROP TABLE txn_events, txn_live;
+SELECT %(txid)s, %(attempt)s, output, partition, seq, event_id, payload FROM txn_compensation;
+DROP TABLE txn_compensation;
 SELECT output, count(*) FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s GROUP BY output
+
+-- name: correction_compensation_counts
+-- A preview's: what the compensation would append, by output -- retractions, new versions (of an
+-- event appended before), events appended under their own id.
+SELECT output, count(*) FILTER (WHERE retraction), count(*) FILTER (WHERE NOT retraction AND event_id <> origin),
+       count(*) FILTER (WHERE event_id = origin)
+FROM txn_compensation GROUP BY output
+
+-- name: correction_compensation_drop
+DROP TABLE txn_compensation
 
 -- name: correction_outputs_gone
 -- The old txids' appended events that retention removed (a retraction needs their payloads).

@@ -29,14 +29,22 @@ COPY (SELECT %(p)s::text || ':' || lsn, event_id, payload FROM {log_schema}.log_
       WHERE log_name = %(log)s AND partition = %(p)s AND lsn > %(lo)s AND lsn <= %(hi)s ORDER BY lsn)
 TO STDOUT WITH (FORMAT csv)
 
--- name: log_retractions
--- The offsets of the retractions among the events of LSN ranges (a correction's compensating events,
--- recorded in log_versions by the commit that appended them): few, found from log_versions.
-SELECT e.partition || ':' || e.lsn FROM {log_schema}.log_versions v
-JOIN {log_schema}.log_events e ON e.log_name = v.log_name AND e.event_id = v.event_id
-JOIN unnest(%(parts)s::integer[], %(los)s::bigint[], %(his)s::bigint[]) AS r(p, lo, hi)
-    ON e.partition = r.p AND e.lsn > r.lo AND e.lsn <= r.hi
-WHERE v.log_name = %(log)s AND v.retraction
+-- name: log_versions_in
+-- The retractions and new versions among the events of LSN ranges (a correction's compensating
+-- events, recorded in log_versions by the commit that appended them: few, found from there), with
+-- the original event of each origin a retraction among them takes back, when it is among them too
+-- (txid 0): offset, origin, retraction, the correction's txid.
+WITH ranges AS (SELECT * FROM unnest(%(parts)s::integer[], %(los)s::bigint[], %(his)s::bigint[]) AS r(p, lo, hi)),
+found AS (
+    SELECT e.partition || ':' || e.lsn AS offset, v.origin, v.retraction, v.txid FROM {log_schema}.log_versions v
+    JOIN {log_schema}.log_events e ON e.log_name = v.log_name AND e.event_id = v.event_id
+    JOIN ranges r ON e.partition = r.p AND e.lsn > r.lo AND e.lsn <= r.hi
+    WHERE v.log_name = %(log)s)
+SELECT * FROM found
+UNION ALL
+SELECT e.partition || ':' || e.lsn, e.event_id, false, 0 FROM {log_schema}.log_events e
+JOIN ranges r ON e.partition = r.p AND e.lsn > r.lo AND e.lsn <= r.hi
+WHERE e.log_name = %(log)s AND e.event_id IN (SELECT origin FROM found WHERE retraction)
 
 -- name: log_oldest_after
 -- The age of the first event past an LSN (one index probe), by the database's clock.
