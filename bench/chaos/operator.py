@@ -18,7 +18,7 @@ import logging
 import random
 
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.exceptions import ConfigError, UnknownTopology
 from dev.localstack import LocalStack, RestClient
 
 from .config import ChaosConfig
@@ -42,6 +42,8 @@ class Operator:
         txid it could not correct is no moment for it: a correction's own plan refuses, naming why)."""
         topology = self.cfg.topologies[0]
         with Coordinator(self.stack.state_dsn) as coord:
+            if not _registered(coord, topology):
+                return False
             done = [c["txid"] for c in coord.commits(topology)
                     if not c["corrects"] and c["records_read"] and c["txid"] not in self.replayed_txids]
             if not done:
@@ -62,6 +64,8 @@ class Operator:
         with self.ledger.lock:
             malformed = set(self.ledger.malformed)
         with Coordinator(self.stack.state_dsn) as coord:
+            if not _registered(coord, topology):
+                return False
             waiting = [r for r in coord.quarantined_records(topology) if r["replayed_by"] is None
                        and r["corrected_by"] is None and r["id"] not in self.taken and r["event_id"] in malformed]
             if not waiting:
@@ -81,3 +85,13 @@ class Operator:
         logging.info("fault: %s of %s (run %s)", what, topology, run_id)
         rest(self.client.trigger, topology, None, run_id, conf)  # its DAG's id
         return True
+
+
+def _registered(coord: Coordinator, topology: str) -> bool:
+    """Whether the topology's first plan task has registered it (a fault struck early finds nothing
+    to correct or replay yet: its moment has not come)."""
+    try:
+        coord.spec(topology)
+    except UnknownTopology:
+        return False
+    return True

@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from airflow_transactional.spec import StateSpec, TopologySpec
 from bench.chaos import LEDGER, LOG, TOPOLOGY, ChaosConfig, ChaosReport, Ledger, domain_of
 from bench.chaos.checker import check as check_run
 from bench.chaos.config import KAFKA_TOPIC
+from bench.chaos.operator import Operator
 from dev.kafka import KafkaBroker
 from tests.helpers import query
 from tests.kafka_helpers import read_topic
@@ -197,3 +199,11 @@ def test_kafka_check_holds_the_committed_records_less_only_what_a_deletion_skipp
     damaged = check()
     assert any("skipped partition 0 offsets 0..99999" in p for p in damaged.problems), damaged.table()
     coord.close()
+
+
+def test_an_operator_fault_before_the_topology_is_registered_waits_for_its_moment(dsn: str) -> None:
+    """Regression: the first fault of a run can strike before the first plan task registered the
+    topology; a correction or a replay then has no moment yet (re-queued), not a failed fault."""
+    stack = SimpleNamespace(state_dsn=dsn)
+    operator = Operator(stack, ChaosConfig.quick(seed=3), None, Ledger(), random.Random(3))  # type: ignore[arg-type]
+    assert operator.correct() is False and operator.replay() is False and operator.runs == 0
