@@ -24,7 +24,7 @@ from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spec import OutputSpec, StateSpec, TopologySpec
 from airflow_transactional.store import migrations
 from tests.helpers import make_log, query, table
-from tests.integration.test_compensation import buggy, fixed, live_events
+from tests.integration.test_compensation import _nonzero, _sums, buggy, fixed, live_events
 from tests.integration.test_output_logs import clicks, drain, stage1
 
 pytestmark = pytest.mark.integration
@@ -47,17 +47,6 @@ def mid_fn(rec: dict[str, Any]) -> list[Any]:
 
 def last_fn(rec: dict[str, Any]) -> list[Any]:
     return [("l_amount", (rec["user"],), rec["amount"])]
-
-
-def _sums(events: Any, times: int = 1) -> dict[str, int]:
-    amounts: Counter[str] = Counter()
-    for e in events:
-        amounts[e["user"]] += times * e["amount"]
-    return {k: v for k, v in amounts.items() if v}
-
-
-def _nonzero(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if v}
 
 
 def _correct(coord: Coordinator, run_key: str, first: int, last: int, fn: Any) -> None:

@@ -134,10 +134,11 @@ def test_a_retraction_quarantined_downstream_is_taken_back_when_replayed(dsn: st
         assert _nonzero(table(dsn, "s2_amount")) == oracle(fixed, 60)
 
 
-def _sums(events: Any) -> dict[str, int]:
+def _sums(events: Any, times: int = 1) -> dict[str, int]:
+    """The events' amounts per user (each ``times`` over), none of zero."""
     amounts: Counter[str] = Counter()
     for e in events:
-        amounts[e["user"]] += e["amount"]
+        amounts[e["user"]] += times * e["amount"]
     return _nonzero(dict(amounts))
 
 
