@@ -30,6 +30,7 @@ from .exceptions import BadRecord, ConfigError
 from .model import RETRACTED, Attempt, StagedEvent, event_id, read_digest
 from .sources.base import Record, Versions
 from .sources.eventlog import partition_of, payload_refusal
+from .sources.kafka import RETRACTION_REFUSED
 from .spec import StateSpec, TopologySpec
 from .values import Combiner, combine
 
@@ -246,6 +247,8 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
                     limits.nesting_refusal(rec.payload) if parse is json.loads else None)
                 if why is not None:
                     raise BadRecord(why)
+                if rec.retracts is not None and rec.offset not in versions.retractions:
+                    raise BadRecord(RETRACTION_REFUSED.format(rec.retracts))
                 origin = versions.origin(rec.offset) if versions else None
                 batch.add(rec if origin is None else replace(rec, event_id=origin), list(fn(parse(rec.payload))),
                           retraction=rec.offset in versions.retractions)

@@ -1,6 +1,7 @@
 """Committed output published to a real Kafka topic: each txid's events in one Kafka transaction,
 in txid order, exactly once for read_committed consumers -- also when the publisher dies before
-or after the Kafka commit, and when a second publisher starts beside a stale one."""
+or after the Kafka commit, and when a second publisher starts beside a stale one; a correction's
+retractions published with a header, and taken back by a topology of the store reading the topic."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ from airflow_transactional.exceptions import ConfigError, TransactionalError
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sinks.kafka import HEADERS, RETRACTS, KafkaPublisher, PublishedEvent
 from airflow_transactional.sources import EventLog, PostgresLogSource
-from airflow_transactional.sources.kafka import client_config
+from airflow_transactional.sources.kafka import KafkaSource, client_config
 from dev import faults
 from dev.kafka import KafkaBroker
-from tests.helpers import click, make_log, query
+from tests.helpers import click, make_log, query, table
+from tests.integration.test_output_logs import drain
 from tests.kafka_helpers import create_topic, read_topic
 
 pytestmark = pytest.mark.integration
@@ -42,6 +44,21 @@ def big_fn(rec: dict[str, Any]) -> list[Any]:
     if int(rec["amount"]) >= 5:
         out.append(OutputEvent("big", {"user": rec["user"], "amount": int(rec["amount"])}, key=rec["user"]))
     return out
+
+
+def smaller(rec: dict[str, Any]) -> list[Any]:
+    """A fix of big_fn: only amounts of 7 and more are big."""
+    return [e for e in big_fn(rec) if not isinstance(e, OutputEvent) or e.payload["amount"] >= 7]
+
+
+def totals(fn: Any, clicks: int) -> dict[str, int]:
+    """The amounts per user of the events ``fn`` passes on."""
+    found: Counter[str] = Counter()
+    for _eid, payload in [click(i) for i in range(clicks)]:
+        for e in fn(json.loads(payload)):
+            if isinstance(e, OutputEvent):
+                found[e.payload["user"]] += e.payload["amount"]
+    return dict(found)
 
 
 def commit_all(coord: Coordinator, prefix: str) -> list[int]:
@@ -247,10 +264,6 @@ def test_a_correction_publishes_its_retractions_with_the_id_they_take_back(dsn: 
     coord, topic, txids = committed(dsn, kafka, partitions=2, clicks=20)
     coord.publish("big")
     fix = coord.plan_correction("big", "fix", 1, txids[-1])
-
-    def smaller(rec: dict[str, Any]) -> list[Any]:  # the fix: only amounts of 7 and more are big
-        return [e for e in big_fn(rec) if not isinstance(e, OutputEvent) or e.payload["amount"] >= 7]
-
     process_batch(coord, "big", fix.txid, smaller)
     coord.commit("big", fix.txid)
     [done] = coord.publish("big")
@@ -265,10 +278,42 @@ def test_a_correction_publishes_its_retractions_with_the_id_they_take_back(dsn: 
     assert all(p["amount"] in (5, 6) for p in retracted.values())
     # The docs' consumer of the topic ends with the fixed code's totals.
     consumer = runpy.run_path(str(REPO / "docs" / "examples" / "consumers" / "kafka_totals.py"))
-    fixed: Counter[str] = Counter()
-    for _eid, payload in [click(i) for i in range(20)]:
-        for e in smaller(json.loads(payload)):
-            if isinstance(e, OutputEvent):
-                fixed[e.payload["user"]] += e.payload["amount"]
-    assert consumer["totals"](read_topic(kafka, topic)) == dict(fixed)
+    assert consumer["totals"](read_topic(kafka, topic)) == totals(smaller, 20)
+    coord.close()
+
+
+def _amount(rec: dict[str, Any]) -> list[Any]:
+    return [("k_amount", (rec["user"],), rec["amount"])]
+
+
+def test_a_kafka_reader_of_the_same_store_takes_published_retractions_back(dsn: str, kafka: KafkaBroker) -> None:
+    """A topology reading the published topic: its state follows the correction upstream -- each
+    retraction the publisher put there (recorded with its publication) taken back, negated."""
+    coord, topic, txids = committed(dsn, kafka, partitions=2, clicks=30)
+    coord.register(TopologySpec("kreader", KafkaSource(topic), [StateSpec("k_amount", {"user_id": "text"})],
+                                max_batch_size=7))
+    coord.publish("big")
+    drain(coord, "kreader", _amount, "a")
+    assert {k: v for k, v in table(dsn, "k_amount").items() if v} == totals(big_fn, 30)
+    fix = coord.plan_correction("big", "fix", 1, txids[-1])
+    process_batch(coord, "big", fix.txid, smaller)
+    coord.commit("big", fix.txid)
+    coord.publish("big")
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.published_retractions")[0][0] > 0
+    drain(coord, "kreader", _amount, "b")
+    assert {k: v for k, v in table(dsn, "k_amount").items() if v} == totals(smaller, 30)
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.quarantine WHERE topology_id = 'kreader'") == [(0,)]
+    # Recorded for the topic's cluster and topic ids: a topic of that name elsewhere is not it -- its
+    # retractions are set aside, never applied.
+    retractions = query(dsn, "UPDATE airflow_txn.published_retractions SET cluster_id = 'another' RETURNING 1")
+    coord.register(TopologySpec("kother", KafkaSource(topic),
+                                [StateSpec("k_amount", {"user_id": "text"}, table="o_amount")]))
+    drain(coord, "kother", _amount, "c")
+    refused = query(dsn, "SELECT reason FROM airflow_txn.quarantine WHERE topology_id = 'kother'")
+    assert len(refused) == len(retractions) and all("published by a topology of another" in r for (r,) in refused)
+    # One with an output log of its own could not retract its events in turn: the correction says so.
+    coord.register(TopologySpec("krelay", KafkaSource(topic), [StateSpec("r_amount", {"user_id": "text"})],
+                                outputs=[OutputSpec("relay")]))
+    with pytest.raises(ConfigError, match=r"topology 'krelay' reads its output events .* from Kafka and appends"):
+        coord.plan_correction("big", "again", 1, txids[-1])
     coord.close()

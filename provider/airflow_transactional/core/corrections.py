@@ -73,8 +73,9 @@ def retraction_refusal(spec: TopologySpec) -> str | None:
     committed (None: it applies each negated, as a record it reads)."""
     if spec.decisions:
         return "its decisions are never re-decided"
-    if spec.source.kind != SOURCE_KIND:
-        return "it reads the events from Kafka, where it cannot tell a retraction from an event yet"
+    if spec.source.kind != SOURCE_KIND and spec.outputs:
+        return ("it reads the events from Kafka and appends output events of its own: retracting those in turn is "
+                "built for a reader of the log")
     inexact = _inexact(spec)
     if inexact:
         return f"states {', '.join(inexact)} keep a min, max or latest value, from which nothing can be taken back"

@@ -85,22 +85,31 @@ def _publish_output(store: StateStore, num: int, spec: TopologySpec, out: Output
                                    topology_id=spec.topology_id, output=out.name, transactional_id=f"airflow-txn.{key}",
                                    registration=num)
         offsets = dict(recorded.topic_offsets)
-        done, ignored = _found_in_topic(store, spec, out, publisher.scan(offsets), recorded.published_txid, target)
+        scan = publisher.scan(offsets)
+        done, ignored = _found_in_topic(store, spec, out, scan, recorded.published_txid, target)
         if done > recorded.published_txid:  # published before, not recorded: the publisher died between
             log.warning("topology %s output %s: txid %d was published to %s before this publisher started (found "
                         "in the topic); it is not published again", spec.topology_id, out.name, done, topic)
+            placed = scan.retractions.get(done, [])
+            identity = publisher.identity() if placed else ("", "")
             with store.db.transaction() as cur:
                 publications.record(cur, store.schema, spec.topology_id, out.name, topic, done, offsets)
+                publications.record_retractions(cur, store.schema, spec.topology_id, topic, identity, done, placed)
         published = []
         for txid in range(done + 1, target + 1):
             events = _events(store, spec.topology_id, out.name, txid)
             scope = (spec.topology_id, str(txid))
+            placed = []
             if events:
-                offsets.update(publisher.publish(txid, events, before_commit=lambda scope=scope: faults.point(
-                    "publish.before_kafka_commit", scope=scope)))
+                sent = publisher.publish(txid, events, before_commit=lambda scope=scope: faults.point(
+                    "publish.before_kafka_commit", scope=scope))
+                offsets.update(sent.offsets)
+                placed = sent.retractions
                 faults.point("publish.after_kafka_commit", scope=scope)
+            identity = publisher.identity() if placed else ("", "")
             with store.db.transaction() as cur:
                 publications.record(cur, store.schema, spec.topology_id, out.name, topic, txid, offsets)
+                publications.record_retractions(cur, store.schema, spec.topology_id, topic, identity, txid, placed)
             published.append(txid)
         if published:
             log.info("topology %s output %s: published txids %d..%d to Kafka topic %s", spec.topology_id, out.name,

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from ..exceptions import ConfigError, SourceUnreachable
 from ..model import RETRACTS_HEADER
 
-__all__ = ["HEADERS", "RETRACTS", "KafkaPublisher", "PublishedEvent", "Scan"]
+__all__ = ["HEADERS", "RETRACTS", "KafkaPublisher", "Published", "PublishedEvent", "Scan"]
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +41,24 @@ class PublishedEvent(NamedTuple):
     retracts: str | None = None  # a correction's retraction: the id of the event it takes back
 
 
+#: Where a retraction went: (partition, offset, the id of the event it takes back).
+Placed = tuple[int, int, str]
+
+
 class Scan(NamedTuple):
     """What the topic holds past the offsets a publisher last recorded, claiming to be its output."""
 
     claims: dict[int, list[tuple[str, str]]]  # txid -> its records' (key, value), of this registration
     strangers: list[str]  # the other claims: another registration's, or headers that do not parse
+    retractions: dict[int, list[Placed]]  # txid -> where its claimed retractions are
+
+
+class Published(NamedTuple):
+    """A txid published: the topic's end offsets after it (by partition written), and where its
+    retractions went (a reader of the topic in the same store takes them back by these)."""
+
+    offsets: dict[str, int]
+    retractions: list[Placed]
 
 
 class KafkaPublisher:
@@ -75,6 +88,25 @@ class KafkaPublisher:
             raise ConfigError(f"Kafka has no topic {topic!r} to publish output {output!r} to: create it (its "
                               "partitions are the consumers' parallelism), or fix the output's kafka_topic")
         self.partitions = len(metadata.partitions)
+        self._identity: tuple[str, str] | None = None
+
+    def identity(self) -> tuple[str, str]:
+        """The topic's (cluster id, topic id): where a retraction is recorded to have gone, which a
+        reader's batch names too (another cluster's or a recreated topic of that name is not it)."""
+        if self._identity is None:
+            from confluent_kafka import TopicCollection
+            from confluent_kafka.admin import AdminClient
+
+            admin = AdminClient(dict(self.config), logger=logging.getLogger(f"{__name__}.librdkafka"))
+            try:
+                topic = admin.describe_topics(TopicCollection([self.topic]), request_timeout=TIMEOUT)[self.topic]
+                cluster = admin.describe_cluster(request_timeout=TIMEOUT)
+                self._identity = (str(cluster.result(timeout=TIMEOUT + 5).cluster_id),
+                                  str(topic.result(timeout=TIMEOUT + 5).topic_id))
+            except Exception as exc:
+                raise SourceUnreachable(f"Kafka at {self.config.get('bootstrap.servers')} did not describe topic "
+                                        f"{self.topic!r} ({exc}): check the broker and the connection") from None
+        return self._identity
 
     def scan(self, since: Mapping[str, int]) -> Scan:
         """The records past the offsets ``since`` (by partition; from each partition's start when
@@ -88,6 +120,7 @@ class KafkaPublisher:
                             logger=logging.getLogger(f"{__name__}.librdkafka"))
         claims: dict[int, list[tuple[str, str]]] = {}
         strangers: list[str] = []
+        retractions: dict[int, list[Placed]] = {}
         mine = (self.topology_id.encode(), self.output.encode())
         try:
             for msg in self._tail(consumer, since):
@@ -101,9 +134,12 @@ class KafkaPublisher:
                                      f"{_shown(headers.get(HEADERS[4]))}")
                     continue
                 claims.setdefault(txid, []).append((_text(msg.key()), _text(msg.value())))
+                if headers.get(RETRACTS) is not None:
+                    retractions.setdefault(txid, []).append((int(msg.partition() or 0), int(msg.offset() or 0),
+                                                             _text(headers[RETRACTS])))
         finally:
             consumer.close()
-        return Scan(claims, strangers)
+        return Scan(claims, strangers, retractions)
 
     def _tail(self, consumer: Any, since: Mapping[str, int]) -> Any:
         from confluent_kafka import TopicPartition
@@ -131,11 +167,13 @@ class KafkaPublisher:
             if offset + 1 >= ends[partition][1]:
                 open_partitions.discard(partition)
 
-    def publish(self, txid: int, events: Iterable[PublishedEvent], *, before_commit: Any = None) -> dict[str, int]:
-        """Publish ``events`` of ``txid`` in one Kafka transaction; the topic's end offsets after it
-        (by partition written). ``before_commit`` is called between producing and committing."""
+    def publish(self, txid: int, events: Iterable[PublishedEvent], *, before_commit: Any = None) -> Published:
+        """Publish ``events`` of ``txid`` in one Kafka transaction. ``before_commit`` is called
+        between producing and committing."""
         written: dict[str, int] = {}
         failures: list[str] = []
+        placed: list[Placed] = []
+        retracting: dict[str, str] = {}  # a retraction's event id -> the id it takes back
 
         def delivered(err: Any, msg: Any) -> None:
             if err is not None:
@@ -143,6 +181,9 @@ class KafkaPublisher:
             else:
                 key = str(msg.partition())
                 written[key] = max(written.get(key, 0), msg.offset() + 1)
+                origin = retracting.get(_text(msg.key())) if retracting else None
+                if origin is not None:
+                    placed.append((int(msg.partition()), int(msg.offset()), origin))
 
         self.producer.begin_transaction()
         try:
@@ -152,6 +193,7 @@ class KafkaPublisher:
                     (HEADERS[3], str(seq)), (HEADERS[4], str(self.registration))]
                 if event.retracts is not None:
                     headers.append((RETRACTS, event.retracts))
+                    retracting[event.event_id] = event.retracts
                 self.producer.produce(self.topic, key=event.event_id, value=event.payload, headers=headers,
                                       partition=event.partition % self.partitions, on_delivery=delivered)
                 self.producer.poll(0)
@@ -167,7 +209,7 @@ class KafkaPublisher:
             except Exception as exc:  # fenced, or the broker gone: the transaction dies with the producer
                 log.warning("could not abort the Kafka transaction of txid %d: %s", txid, exc)
             raise
-        return written
+        return Published(written, placed)
 
 
 def _number(raw: Any) -> int | None:

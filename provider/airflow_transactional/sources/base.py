@@ -36,11 +36,13 @@ class BatchPlan:
 
 @dataclass(frozen=True)
 class Record:
-    """One source record: where it sits (``offset``), its id for dedupe, its raw text."""
+    """One source record: where it sits (``offset``), its id for dedupe, its raw text; ``retracts``:
+    the event it retracts, when its Kafka headers say it is a correction's retraction."""
 
     offset: str
     event_id: str | None
     payload: str
+    retracts: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ class Source(ABC):
 
     kind: ClassVar[str]
     #: Whether a batch may hold a correction's retractions and versions (:meth:`versions`): an
-    #: event log's may.
+    #: event log's and a Kafka topic's may.
     may_retract: ClassVar[bool] = False
     #: Whether the lag is asked of a server other than the state store (a Kafka cluster): a status
     #: then asks :meth:`remote_lag` outside its transaction, waits a few seconds at most and keeps
@@ -155,7 +157,7 @@ class Source(ABC):
 
     def versions(self, cur: psycopg2.extensions.cursor, schema: str, batch: PlannedBatch) -> Versions:
         """The retractions and versions among the batch's records (a correction's compensating
-        events in an output log). Only an event log holds them."""
+        events in an output log, or published from one to a Kafka topic)."""
         return Versions()
 
     @abstractmethod

@@ -33,8 +33,8 @@ import psycopg2.extensions
 from ..connections import Connections
 from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
 from ..model import RETRACTS_HEADER, Offsets, PlannedBatch, Range, TopicBatch, planned_batch
-from ..store import transactions
-from .base import BatchPlan, Record, Source, fair_shares
+from ..store import publications, transactions
+from .base import BatchPlan, Record, Source, Versions, fair_shares
 from .kafka_settings import checked_settings
 
 __all__ = ["KafkaSource", "client_config"]
@@ -86,6 +86,7 @@ class KafkaSource(Source):
     """Batches of a Kafka topic: per partition, the offsets ``[start, end)`` (see the module docstring)."""
 
     kind: ClassVar[str] = "kafka"
+    may_retract: ClassVar[bool] = True
 
     def __init__(self, topic: str, *, kafka_conn_id: str = "kafka_default",
                  connections: Connections | None = None) -> None:
@@ -213,6 +214,15 @@ class KafkaSource(Source):
             return f"topic {self.topic!r}: records removed by retention or deleteRecords: {', '.join(gone)}"
         return None
 
+    def versions(self, cur: psycopg2.extensions.cursor, schema: str, batch: Mapping[str, Any]) -> Versions:
+        """The retractions a publisher of this store put among the batch's records (recorded with
+        their publication: store/publications.py)."""
+        batch = planned_batch(batch, self.kind)
+        if not isinstance(batch, TopicBatch) or not batch.ranges or not batch.cluster_id or not batch.topic_id:
+            return Versions()  # (a batch planned before its ids were recorded: its retractions are set aside)
+        return Versions(retractions=publications.retractions_in(cur, schema, (batch.cluster_id, batch.topic_id),
+                                                                 batch.ranges))
+
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
              batch: Mapping[str, Any]) -> Iterator[Record]:
         """The batch's committed records in partition order (for the pure-Python processor)."""
@@ -326,8 +336,8 @@ def _partition_records(consumer: Any, topic: str, partition: int, end: int) -> I
         if msg.offset() >= end:
             return
         retracts = dict(msg.headers() or []).get(RETRACTS_HEADER)
-        yield Record(f"{partition}:{msg.offset()}", record_id(topic, partition, msg.offset()),
-                     _text(msg.value()) if retracts is None else _retraction(retracts, msg.value()))
+        yield Record(f"{partition}:{msg.offset()}", record_id(topic, partition, msg.offset()), _text(msg.value()),
+                     None if retracts is None else retracts.decode("utf-8", "replace"))
         if msg.offset() + 1 >= end:
             return
 
@@ -337,15 +347,11 @@ def record_id(topic: str, partition: int, offset: int) -> str:
     return f"{topic}:{partition}:{offset}"
 
 
-#: Why a record of a corrected topology's published output is quarantined by a Kafka reader.
-RETRACTION_REFUSED = ("a correction's retraction of event {}: a topology reading a Kafka topic cannot take it back "
-                      "(read the upstream's output log instead, docs/guides/corrections.md)")
-
-
-def _retraction(retracts: bytes, value: bytes | None) -> str:
-    """A retraction as a payload that is no JSON, so the record is quarantined with what it is
-    (never counted as the event it takes back)."""
-    return f"({RETRACTION_REFUSED.format(retracts.decode('utf-8', 'replace'))}) {_text(value)}"
+#: Why a Kafka reader quarantines a correction's retraction its state store has no record of (the
+#: publisher is another store's): it cannot tell it took that event in.
+RETRACTION_REFUSED = ("a correction's retraction of event {}, published by a topology of another state store: this "
+                      "topology cannot take it back (read that topology's output log, or register this topology in "
+                      "its state store; docs/guides/corrections.md)")
 
 
 def _text(value: bytes | None) -> str:

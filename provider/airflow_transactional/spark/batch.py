@@ -114,14 +114,15 @@ def read_batch(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec
     # (or set aside) the fold's input is empty, and this rule would cut the job short before the
     # observations report -- no count, and a job that fails for a batch of garbage.
     spark.conf.set("spark.sql.adaptive.optimizer.excludedRules", KEEP_OBSERVATIONS)
+    versions = (coordinator.versions(spec.topology_id, planned_batch(batch, spec.source.kind))
+                if spec.source.may_retract else Versions())
     if isinstance(batch, ReplayBatch):  # quarantined records, from the store
         records = replayed(spark, coordinator.replay_records(spec.topology_id, batch))
     else:
         records = raw_records(spark, spec.source, batch, dsn=coordinator.dsn, schema=coordinator.schema,
-                              topology_id=spec.topology_id, record_schema=schema)
+                              topology_id=spec.topology_id, record_schema=schema,
+                              retractions=frozenset(versions.retractions))
     prepared = prepare(records, schema, required, checks)
-    versions = (coordinator.versions(spec.topology_id, planned_batch(batch, spec.source.kind))
-                if spec.source.may_retract else Versions())
     frames = (negating(spark, spec, transform, prepared.good, versions) if versions
               else transformed(spec, transform, prepared.good))
     if states_only:

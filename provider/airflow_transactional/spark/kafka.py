@@ -21,12 +21,15 @@ log = logging.getLogger(__name__)
 
 
 @reader(KafkaSource.kind)
-def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **_: Any) -> Records:
+def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], *,
+               retractions: frozenset[str] = frozenset(), **_: Any) -> Records:
     """A Kafka batch: exactly its offsets, by Spark's Kafka reader (``assign`` and per-partition
     start and end, ``read_committed``, ``failOnDataLoss``). A record's offset is ``partition:offset``
     and its id ``topic:partition:offset``; a record without a value, or whose value is not UTF-8
-    text, is judged bad by :func:`.validate.prepare`; the record's topic, partition, offset, key,
-    timestamp and headers go to the transform as the ``kafka_*`` columns."""
+    text, is judged bad by :func:`.validate.prepare`, and so is a retraction of a correction (its
+    header) that is not among ``retractions`` (those a publisher of the store put there, taken back
+    by the batch); the record's topic, partition, offset, key, timestamp and headers go to the
+    transform as the ``kafka_*`` columns."""
     from pyspark.sql import functions as F
 
     if not isinstance(source, KafkaSource):
@@ -39,12 +42,14 @@ def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], **
     spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|secret|key\\.password")
     df = (batch_reader(spark, topic, ranges).options(**kafka_options(source.config()))
           .option("includeHeaders", "true").load())
+    offset = F.concat_ws(":", F.col("partition").cast("string"), F.col("offset").cast("string"))
     retracts = F.get(F.filter(F.col("headers"), lambda h: h["key"] == RETRACTS_HEADER), 0)["value"].cast("string")
+    unknown = retracts.isNotNull() & (~offset.isin(sorted(retractions)) if retractions else F.lit(True))
     invalid = (F.when(F.col("value").isNull(), F.lit("the record has no value (a tombstone)"))
                .when(~F.is_valid_utf8(F.col("value")), F.lit("the record's value is not UTF-8 text"))
-               .when(retracts.isNotNull(), F.format_string(RETRACTION_REFUSED.replace("{}", "%s"), retracts)))
+               .when(unknown, F.format_string(RETRACTION_REFUSED.replace("{}", "%s"), retracts)))
     return Records(df.select(
-        F.concat_ws(":", F.col("partition").cast("string"), F.col("offset").cast("string")).alias(OFFSET_COL),
+        offset.alias(OFFSET_COL),
         F.concat_ws(":", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
         .alias(EVENT_ID_COL),
         F.when(invalid.isNull(), F.col("value").cast("string")).alias("payload"),

@@ -123,19 +123,23 @@ def raw_schema() -> Any:
 
 
 def raw_records(spark: SparkSession, source: Source, batch: Mapping[str, Any], *, dsn: str, schema: str,
-                topology_id: str, record_schema: str | None = None) -> Records:
+                topology_id: str, record_schema: str | None = None, retractions: frozenset[str] = frozenset()
+                ) -> Records:
     """The batch (typed, or its stored JSON) as a DataFrame, and what it holds (see :class:`Records`).
 
     The event log gives ``(_offset, _event_id, payload)``; JSON files the fields of
     ``record_schema`` parsed by Spark's JSON reader; Parquet and CSV their own columns plus
-    ``_offset``.
+    ``_offset``. ``retractions``: the offsets of the batch's records known to retract an event
+    (:class:`~..sources.base.Versions`), read as records (a Kafka reader sets aside the others
+    its records' headers say are retractions).
     """
     read = READERS.get(source.kind)
     if read is None:
         raise ConfigError(f"the Spark helper has no reader for sources of kind {source.kind!r}: register one "
                           "with airflow_transactional.spark.read.reader")
+    known = {"retractions": retractions} if retractions else {}  # only then: a reader of one's own may not take it
     return read(spark, source, planned_batch(batch, source.kind), dsn=dsn, schema=schema, topology_id=topology_id,
-                record_schema=record_schema)
+                record_schema=record_schema, **known)
 
 
 def replayed(spark: SparkSession, records: Sequence[Record]) -> Records:

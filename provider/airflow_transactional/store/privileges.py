@@ -48,6 +48,7 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("log_versions", "INSERT"),  # a correction's commit records its retractions and new versions
     ("correction_previews", "INSERT, UPDATE"),  # a correction's preview records what it found
     ("publications", "INSERT, UPDATE"),  # the publish task records how far it published
+    ("published_retractions", "INSERT"),  # ... and where a correction's retractions went
     ("turns", "INSERT, UPDATE"),  # decisions and publishers take turns by its rows' locks
 )
 APPEND_FUNCTION = "append_events(text, integer[], text[], text[])"

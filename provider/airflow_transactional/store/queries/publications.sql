@@ -11,6 +11,23 @@ ON CONFLICT (topology_id, output) DO UPDATE SET topic = EXCLUDED.topic,
     published_txid = greatest(publications.published_txid, EXCLUDED.published_txid),
     topic_offsets = EXCLUDED.topic_offsets, published_at = EXCLUDED.published_at
 
+-- name: publication_retractions_record
+-- Where a published txid's retractions went in the topic (a txid found published by a scan records
+-- them again: nothing twice).
+INSERT INTO {s}.published_retractions (cluster_id, topic_id, partition, kafka_offset, topic, origin,
+    topology_id, txid)
+SELECT %(cluster)s, %(topic_id)s, r.p, r.o, %(topic)s, r.origin, %(topology)s, %(txid)s
+FROM unnest(%(parts)s::integer[], %(offs)s::bigint[], %(origins)s::text[]) AS r(p, o, origin)
+ON CONFLICT DO NOTHING
+
+-- name: publication_retractions_in
+-- The retractions a publisher of this store put among offset ranges of a topic: partition,
+-- offset, the id of the event each takes back.
+SELECT t.partition, t.kafka_offset, t.origin FROM {s}.published_retractions t
+JOIN unnest(%(parts)s::integer[], %(los)s::bigint[], %(his)s::bigint[]) AS r(p, lo, hi)
+    ON t.partition = r.p AND t.kafka_offset >= r.lo AND t.kafka_offset < r.hi
+WHERE t.cluster_id = %(cluster)s AND t.topic_id = %(topic_id)s
+
 -- name: publication_unpublished_in_log
 -- The outputs published to Kafka that appended events to one partition of a log which are not
 -- published yet: the last LSN before the first of them (retention must not pass it).
