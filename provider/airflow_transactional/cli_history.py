@@ -1,6 +1,7 @@
 """``airflow-txn`` commands of the delta history (``core/history.py``) -- what a txid changed, a state
-as of a txid, the history's snapshot, retention and size -- and of the quarantine a replay takes
-records from (``core/replays.py``): list them, edit one, or fix many with a Python function."""
+as of a txid, the history's snapshot, retention and size --, of the quarantine a replay takes
+records from (``core/replays.py``): list them, edit one, or fix many with a Python function -- and
+of the shadow audit (``core/verify.py``): a round of it, its statuses, a check run again."""
 
 from __future__ import annotations
 
@@ -158,10 +159,72 @@ def _print_preview(result: dict[str, Any], dag_id: str) -> None:
         print(f"to commit it: trigger a run of {dag_id} with the conf {{\"correct\": \"{first}..{last}\"}}")
 
 
+def verify(args: argparse.Namespace, coord: Coordinator) -> int:
+    """A round of the shadow audit by the topology's Spark job (or, with --status, what the checks
+    found so far; with --recheck A..B, those checks forgotten to run again). Exit 1 when a check failed."""
+    if args.recheck:
+        first, last = txid_range(args.recheck)
+        print(f"the checks of txids {first}..{last} of {args.topology} will run again; verified through txid "
+              f"{coord.verify_recheck(args.topology, first, last)} now")
+        return 0
+    found: dict[str, Any] = {}
+    if not args.status:
+        spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "verify")
+        found = recompute(coord.dsn, coord.schema, spec, "verify", master=args.master, conf=args.conf,
+                          mode_value=args.round)
+    status = coord.verify_status(args.topology)
+    if args.json:
+        print(json.dumps({**status, "round": found or None}, indent=2, default=str))
+    else:
+        _print_verification(status, found)
+    failed = [c for c in found.get("checked", []) if c["status"] == "failed"]
+    failed += [t for t, s in found.get("settled", {}).items() if s == "failed"]
+    return 1 if failed or (args.status and status["counts"].get("failed")) else 0
+
+
+def _print_verification(status: dict[str, Any], found: dict[str, Any]) -> None:
+    counts = ", ".join(f"{s} {n}" for s, n in sorted(status["counts"].items()))
+    print(f"topology {status['topology']}: verified through txid {status['verified_through']} of "
+          f"{status['committed_txid']} committed ({counts or 'nothing committed'})")
+    if found.get("busy"):
+        print("another round of this topology was running: this one checked nothing")
+    elif found:
+        settled = ", ".join(f"{t} {s}" for t, s in sorted(found["settled"].items(), key=lambda i: int(i[0])))
+        print(f"this round: {len(found['checked'])} txids recomputed" + (f"; settled without: {settled}" if settled
+                                                                          else ""))
+    for check in status["checks"]:
+        if check["status"] in ("verified", "skipped"):
+            continue
+        detail = check["detail"]
+        why = detail.get("reason") or ("differs: " + ", ".join(sorted(detail.get("differences", {}))) if
+                                       detail.get("differences") else "")
+        print(f"  txid {check['txid']:<8} {check['status']:<13} {why}")
+        for name, diff in {**detail.get("differences", {}), **detail.get("states", {})}.items():
+            for sample in (diff.get("samples") or [])[:5] if isinstance(diff, dict) else []:
+                print(f"    {name}[{sample['key']}]: " + ", ".join(f"{k} {v}" for k, v in sample.items() if k != "key"))
+
+
+def _round(text: str) -> str:
+    budget, _, every = text.partition(":")
+    if not (budget.isdigit() and int(budget) > 0 and (not every or (every.isdigit() and int(every) > 0))):
+        raise argparse.ArgumentTypeError(f"a round is N or N:K (up to N txids recomputed, 1 in K sampled), "
+                                         f"got {text!r}")
+    return text
+
+
 def _txid_or_zero(text: str) -> int:
     if not text.strip().isdigit():
         raise argparse.ArgumentTypeError(f"a txid is a whole number, got {text!r}")
     return int(text)
+
+
+def _spark_options(one: argparse.ArgumentParser) -> None:
+    """The options of a command that runs the topology's Spark job, and its --json."""
+    one.add_argument("--dag-file", help="the DAG file that declares the topology: its Spark job is run from it")
+    one.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"),
+                     help="Spark master (default local[2])")
+    one.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    one.add_argument("--json", action="store_true")
 
 
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -182,15 +245,19 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                   "recomputed by the job of --dag-file, nothing committed; --check: exit 4 if the code they were "
                   "committed with computes other deltas), or --withdraw a correction or replay not yet committed")
     one.add_argument("txids", nargs="?", metavar="A..B")
-    one.add_argument("--dag-file", help="the DAG file that declares the topology: its Spark job is run from it")
-    one.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"),
-                     help="Spark master (default local[2])")
-    one.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
-    one.add_argument("--json", action="store_true")
+    _spark_options(one)
     one.add_argument("--check", action="store_true", help="a determinism check: exit 4 when the same code "
                      "computes other deltas, 2 when the code differs from theirs (no check possible), else 0")
     one.add_argument("--withdraw", type=_txid_or_zero, metavar="TXID", help="make a planned correction or replay an "
                      "empty txid that commits nothing")
+    one = command("verify", verify, "a round of the shadow audit: the next committed txids recomputed by the job of "
+                  "--dag-file and checked against their commits, the verified-through mark moved; --status: what "
+                  "the checks found; --recheck A..B: run those checks again")
+    one.add_argument("--round", default="10", type=_round, metavar="N[:K]",
+                     help="up to N txids recomputed, 1 in K sampled (default 10)")
+    one.add_argument("--status", action="store_true", help="what the checks found, running nothing")
+    one.add_argument("--recheck", metavar="A..B", help="forget the checks of txids A..B (they run again)")
+    _spark_options(one)
     one = command("quarantine", quarantine, "the committed quarantined records (id, txid, offset, what became of "
                   "them, reason); --edit ID gives one the text a replay reads, --fixer module:function many")
     one.add_argument("--txid", type=_txid_or_zero, help="only the records this txid quarantined")

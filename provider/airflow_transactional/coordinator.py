@@ -39,6 +39,7 @@ from .core import (
     rebuild,
     registration,
     replays,
+    verify,
     views,
 )
 from .core import commit as commit_
@@ -191,6 +192,12 @@ class Coordinator:
     audit_tables = Operation(status_.audit_tables)
     diff_audit = Operation(status_.diff_audit)
     commits = Operation(status_.commits)
+
+    # -- the shadow audit: committed txids checked as they come (core/verify.py) ----------------
+    verifying = Operation(verify.verifying)
+    verify_judge = Operation(verify.judge)
+    verify_status = Operation(verify.status)
+    verify_recheck = Operation(verify.recheck)
 
     # -- what each commit changed (core/history.py) ---------------------------------------------
     changes = Operation(history.changes)

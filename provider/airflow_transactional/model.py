@@ -200,6 +200,11 @@ class PlannedRun(NamedTuple):
     run_key: str
 
 
+#: The attempt number the shadow audit stages a recomputed txid under, beside its committed rows
+#: (core/verify.py): never a real attempt's (those count from 1), never history (no commit names it).
+VERIFY_ATTEMPT = -1
+
+
 @dataclass(frozen=True)
 class Attempt:
     """One processing attempt of a transaction."""

@@ -27,7 +27,7 @@ from typing import Any
 from . import limits, provenance
 from .coordinator import Coordinator
 from .exceptions import BadRecord, ConfigError
-from .model import RETRACTED, Attempt, StagedEvent, event_id, read_digest
+from .model import RETRACTED, VERIFY_ATTEMPT, Attempt, StagedEvent, Transaction, event_id, read_digest
 from .sources.base import Record, Versions
 from .sources.eventlog import partition_of, payload_refusal
 from .sources.kafka import RETRACTION_REFUSED
@@ -233,35 +233,65 @@ def process_batch(coordinator: Coordinator, topology_id: str, txid: int, fn: Rec
         return ProcessResult(txid, None, 0, {}, 0)
     spec = coordinator.spec(topology_id)
     with coordinator.processing(topology_id, txid, application=provenance.function_digest(fn)) as run:
-        versions = coordinator.versions(topology_id, run.txn.batch) if spec.source.may_retract else Versions()
-        batch = _Batch(coordinator, spec, txid, versions)
-        bad: list[tuple[str, str | None, str, str | None]] = []
-        read = crcs = 0
-        for rec in coordinator.read_batch(run.txn):
-            read += 1
-            crcs += zlib.crc32(rec.offset.encode())
-            if rec.offset in versions.cancelled:
-                continue
-            try:
-                why = limits.record_refusal(rec.payload) or (
-                    limits.nesting_refusal(rec.payload) if parse is json.loads else None)
-                if why is not None:
-                    raise BadRecord(why)
-                if rec.retracts is not None and rec.offset not in versions.retractions:
-                    raise BadRecord(RETRACTION_REFUSED.format(rec.retracts))
-                origin = versions.origin(rec.offset) if versions else None
-                batch.add(rec if origin is None else replace(rec, event_id=origin), list(fn(parse(rec.payload))),
-                          retraction=rec.offset in versions.retractions)
-            except ConfigError:  # the code is wrong, not the record: every record would fail alike
-                raise
-            except _BAD as exc:
-                reason = f"{type(exc).__name__}: {exc}"
-                if spec.on_bad_record == "fail":
-                    raise BadRecord(f"txid {txid} record at offset {rec.offset}: {reason} "
-                                    "(on_bad_record='fail'; use 'quarantine' to set it aside)") from exc
-                bad.append((rec.offset, rec.event_id, reason[:1000], rec.payload))
+        batch, bad, read, crcs = _fold(coordinator, spec, run.txn, fn, parse)
         counts = batch.stage(coordinator, run.attempt)
         run.finish(counts, records_read=read, bad=bad, read_digest=read_digest(read, crcs))
     if bad:
         log.warning("topology %s txid %d: %d bad records quarantined", topology_id, txid, len(bad))
     return ProcessResult(txid, run.attempt.attempt, read, counts, len(bad))
+
+
+def _fold(coordinator: Coordinator, spec: TopologySpec, txn: Transaction, fn: RecordFn, parse: Callable[[str], Any]
+          ) -> tuple[_Batch, list[tuple[str, str | None, str, str | None]], int, int]:
+    """Read ``txn``'s batch and keep what each record emits: (what to stage, the bad records, how
+    many records were read, the sum of their offsets' CRC-32s)."""
+    versions = coordinator.versions(spec.topology_id, txn.batch) if spec.source.may_retract else Versions()
+    batch = _Batch(coordinator, spec, txn.txid, versions)
+    bad: list[tuple[str, str | None, str, str | None]] = []
+    read = crcs = 0
+    for rec in coordinator.read_batch(txn):
+        read += 1
+        crcs += zlib.crc32(rec.offset.encode())
+        if rec.offset in versions.cancelled:
+            continue
+        try:
+            why = limits.record_refusal(rec.payload) or (
+                limits.nesting_refusal(rec.payload) if parse is json.loads else None)
+            if why is not None:
+                raise BadRecord(why)
+            if rec.retracts is not None and rec.offset not in versions.retractions:
+                raise BadRecord(RETRACTION_REFUSED.format(rec.retracts))
+            origin = versions.origin(rec.offset) if versions else None
+            batch.add(rec if origin is None else replace(rec, event_id=origin), list(fn(parse(rec.payload))),
+                      retraction=rec.offset in versions.retractions)
+        except ConfigError:  # the code is wrong, not the record: every record would fail alike
+            raise
+        except _BAD as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if spec.on_bad_record == "fail":
+                raise BadRecord(f"txid {txn.txid} record at offset {rec.offset}: {reason} "
+                                "(on_bad_record='fail'; use 'quarantine' to set it aside)") from exc
+            bad.append((rec.offset, rec.event_id, reason[:1000], rec.payload))
+    return batch, bad, read, crcs
+
+
+def verify(coordinator: Coordinator, topology_id: str, fn: RecordFn, *, budget: int = 10, every: int = 1,
+           parse: Callable[[str], Any] = json.loads) -> dict[str, Any]:
+    """A round of the shadow audit (``core/verify.py``) with ``fn``: each committed txid it takes
+    recomputed as :func:`process_batch` would, staged under the verification attempt and judged
+    against its commit. What the round found: the mark, the txids settled, each check's verdict."""
+    spec = coordinator.spec(topology_id)
+    code = provenance.code(spec.to_config(), application=provenance.function_digest(fn))
+    checked = []
+    with coordinator.verifying(topology_id, budget=budget, every=every, code=code) as rnd:
+        for task in rnd.tasks:
+            txn = replace(coordinator.transaction(topology_id, task.txid), batch=task.batch)
+            batch, bad, read, crcs = _fold(coordinator, spec, txn, fn, parse)
+            attempt = Attempt(topology_id, task.txid, VERIFY_ATTEMPT, 0)
+            for state in spec.recomputable_states:
+                coordinator.stage(attempt, state.name, ((*k, v) for k, v in batch.partials[state.name].items()))
+            checked.append(coordinator.verify_judge(topology_id, task, quarantined=len(bad),
+                                                    read_digest=read_digest(read, crcs)))
+    mark = checked[-1]["verified_through"] if checked else coordinator.verify_status(topology_id)["verified_through"]
+    return {"topology": topology_id, "busy": rnd.busy, "settled": rnd.settled, "checked": checked,
+            "verified_through": mark}

@@ -23,7 +23,7 @@ from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.core import registration
 from airflow_transactional.exceptions import ConfigError, StagedOutputIncomplete
-from airflow_transactional.processing import OutputEvent, process_batch
+from airflow_transactional.processing import OutputEvent, process_batch, verify
 from airflow_transactional.sources import EventLog, LandingDirectory, PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
 from dev.embedded import EmbeddedPostgres
@@ -118,6 +118,8 @@ def test_three_roles_each_with_only_what_it_needs(roles: Roles) -> None:
     process_batch(runtime, "clicks", txn.txid, _feed)
     assert runtime.commit("clicks", txn.txid).committed
     assert sum(table(roles.dsn_of("runtime"), "clicks_count").values()) == 30
+    checked = verify(runtime, "clicks", _feed)  # the shadow audit runs as the run-time role
+    assert [c["status"] for c in checked["checked"]] == ["verified"] and checked["verified_through"] == 1
     assert query(roles.dsn_of("owner"), "SELECT count(*) FROM airflow_txn.log_events WHERE log_name = 'feed'")[0][0] > 0
     roles.refused("runtime", "DROP TABLE clicks_count")
     new = TopologySpec("fresh", PostgresLogSource("clicks"), [StateSpec("fresh_count", {"k": "text"})])

@@ -23,6 +23,29 @@ pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parents[2]
 
 
+def committed_words(dsn: str, tmp_path: Path, records: int, per_batch: int) -> tuple[Path, str, list[str]]:
+    """The words job (a copy of it, to change) over ``records`` tweets, committed ``per_batch`` a
+    txid by spark-submit: (the job, its DAG file, the tweets' URLs)."""
+    job = tmp_path / "words.py"
+    shutil.copy(REPO / "spark_jobs" / "words.py", job)
+    log = EventLog(dsn, "tweets")
+    log.create(2)
+    urls = [f"https://{['www.apache.org', 'example.com'][i % 2]}/p{i % 5}" for i in range(records)]
+    log.append([(f"tw{i}", json.dumps({"url": u, "user": "u"})) for i, u in enumerate(urls)])
+    spec, dag_file = declared(tmp_path, TopologySpec("words", PostgresLogSource("tweets"), [
+        StateSpec("url_counts", {"url": "text"}, combiner="count"),
+        StateSpec("domain_counts", {"domain": "text"}, combiner="count")], max_batch_size=per_batch,
+        job=SparkJob(str(job))))
+    with Coordinator(dsn) as coord:
+        coord.register(spec)
+        for n in range(records // per_batch):
+            txid = coord.plan("words", f"r{n}").txid
+            done = spark_submit(dsn, str(job), "--topology", "words", "--txid", str(txid))
+            assert done.returncode == 0, done.stderr[-3000:]
+            coord.commit("words", txid)
+    return job, dag_file, urls
+
+
 def _preview(dsn: str, dag_file: str, capsys: Any, *flags: str) -> tuple[int, dict[str, Any]]:
     capsys.readouterr()  # what the test logged before
     code = cli(["--dsn", dsn, "correct", "words", "1..2", "--dag-file", dag_file, "--json", *flags])
@@ -32,22 +55,8 @@ def _preview(dsn: str, dag_file: str, capsys: Any, *flags: str) -> tuple[int, di
 
 def test_a_preview_commits_nothing_checks_determinism_and_names_what_a_fix_changes(
         dsn: str, tmp_path: Path, capsys: Any) -> None:
-    job = tmp_path / "words.py"
-    shutil.copy(REPO / "spark_jobs" / "words.py", job)
-    log = EventLog(dsn, "tweets")
-    log.create(2)
-    urls = [f"https://{['www.apache.org', 'example.com'][i % 2]}/p{i % 5}" for i in range(400)]
-    log.append([(f"tw{i}", json.dumps({"url": u, "user": "u"})) for i, u in enumerate(urls)])
-    spec, dag_file = declared(tmp_path, TopologySpec("words", PostgresLogSource("tweets"), [
-        StateSpec("url_counts", {"url": "text"}, combiner="count"),
-        StateSpec("domain_counts", {"domain": "text"}, combiner="count")], max_batch_size=200, job=SparkJob(str(job))))
+    job, dag_file, urls = committed_words(dsn, tmp_path, 400, 200)
     with Coordinator(dsn) as coord:
-        coord.register(spec)
-        for run in ("a", "b"):
-            txid = coord.plan("words", run).txid
-            done = spark_submit(dsn, str(job), "--topology", "words", "--txid", str(txid))
-            assert done.returncode == 0, done.stderr[-3000:]
-            coord.commit("words", txid)
         before = query(dsn, "SELECT url, value FROM url_counts ORDER BY 1")
 
         code, same = _preview(dsn, dag_file, capsys, "--check")

@@ -28,7 +28,9 @@ A job author writes ``transform(records) -> {state: DataFrame}``; a job file in 
 * records the attempt complete with its row counts -- or failed, so it is never committed.
 
 ``--audit`` recomputes every state from the source over the committed offsets in one pass and
-diffs it against the state tables (``airflow-txn audit`` runs it).
+diffs it against the state tables (``airflow-txn audit`` runs it); ``--verify N[:K]`` runs a round
+of the shadow audit: up to N committed txids (1 in K sampled) recomputed and checked against their
+commits (``airflow-txn verify`` and the verify task run it).
 
 The DSN comes from a file named by ``--dsn-file`` (or ``$AIRFLOW_TXN_DSN_FILE``, or
 ``$AIRFLOW_TXN_DSN``), never from argv, which ``ps`` and logs show (see :mod:`.submit`).
@@ -60,7 +62,7 @@ from .admit import SetAside
 from .batch import Read, Transform, folded, read_batch
 from .profile import Phases
 from .read import readable_batch
-from .recomputed import audit, preview, rebuild
+from .recomputed import audit, preview, rebuild, verify
 from .stage import copy_dataframe, decision_requests, output_events, stage_fold
 from .submit import DSN_FILE_ARG, driver_secrets, provider_zip
 from .watch import watched
@@ -82,13 +84,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--audit", action="store_true", help="recompute the committed state and diff it")
     p.add_argument("--rebuild", action="store_true", help="recompute the state and swap it in")
     p.add_argument("--preview", metavar="A..B", help="recompute committed txids A..B: what a correction would apply")
+    p.add_argument("--verify", metavar="N[:K]", type=verify_round,
+                   help="check up to N committed txids (1 in K) against their commits")
     p.add_argument("--result-file", help="write a JSON summary here")
     p.add_argument(DSN_FILE_ARG, help="a file holding the state store's DSN (else $AIRFLOW_TXN_DSN_FILE, "
                    "$AIRFLOW_TXN_DSN)")
     args, _unknown = p.parse_known_args(argv)
-    if not (args.audit or args.rebuild or args.preview) and args.txid is None:
-        p.error("--txid is required (or --audit, --rebuild, --preview)")
+    if not (args.audit or args.rebuild or args.preview or args.verify) and args.txid is None:
+        p.error("--txid is required (or --audit, --rebuild, --preview, --verify)")
     return args
+
+
+def verify_round(text: str) -> tuple[int, int]:
+    """``N`` or ``N:K`` (a round of the shadow audit: up to N txids recomputed, 1 in K sampled) as
+    (N, K) -- the type of the ``--verify`` argument."""
+    budget, _, every = str(text).partition(":")
+    try:
+        found = int(budget), int(every or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a verification round is N or N:K (up to N txids, 1 in K of them), "
+                                         f"got {text!r}") from None
+    if min(found) < 1:
+        raise argparse.ArgumentTypeError(f"a verification round checks at least 1 txid, 1 in at least 1: got {text!r}")
+    return found
 
 
 def _session(app_name: str) -> SparkSession:
@@ -223,7 +241,8 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
     args = parse_args(sys.argv[1:] if argv is None else argv)
     dsn, connections = driver_secrets(args.dsn_file)
     coordinator = Coordinator(dsn, schema=args.schema, connections=Connections(known=connections))
-    mode = "audit" if args.audit else "rebuild" if args.rebuild else "preview" if args.preview else None
+    mode = ("audit" if args.audit else "rebuild" if args.rebuild else "preview" if args.preview
+            else "verify" if args.verify else None)
     spark = _session(f"txn:{args.topology}:{mode or args.txid}")
     phases.lap("session")
     try:
@@ -234,6 +253,10 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
             elif mode == "preview":
                 result = preview(spark, coordinator, args.topology, transform, txids=txid_range(args.preview),
                                  schema=schema, required=required, checks=checks)
+            elif mode == "verify":
+                budget, every = args.verify
+                result = verify(spark, coordinator, args.topology, transform, budget=budget, every=every,
+                                schema=schema, required=required, checks=checks)
             else:
                 result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
                                  required=required, checks=checks, phases=phases, dag_version=args.dag_version)

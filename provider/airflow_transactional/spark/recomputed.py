@@ -1,7 +1,9 @@
 """The job's recomputations of committed txids, run by ``airflow-txn``: ``--audit`` (every state over
 the committed offsets, diffed against the tables), ``--rebuild`` (the same, swapped in while the
-topology keeps committing) and ``--preview`` (txids A..B under the code deployed now: what a
-correction of them would change, and whether the same code computes the same -- its determinism)."""
+topology keeps committing), ``--preview`` (txids A..B under the code deployed now: what a
+correction of them would change, and whether the same code computes the same -- its determinism)
+and ``--verify`` (a round of the shadow audit: the next committed txids, each recomputed and
+checked against its commit, ``core/verify.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from .. import faults, provenance
 from ..coordinator import Coordinator
 from ..exceptions import TransactionalError
-from ..model import Staging
+from ..model import VERIFY_ATTEMPT, Staging, read_digest
 from .admit import SetAside
 from .batch import Transform, read_batch, stage_states
 from .read import readable_batch
@@ -93,3 +95,27 @@ def preview(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
     read.keep.unpersist()
     code = provenance.code(spec.to_config(), application=provenance.application_digest(transform))
     return coordinator.preview_correction(topology_id, num, first, last, code)
+
+
+def verify(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+           *, budget: int, every: int, schema: str | None, required: Sequence[str],
+           checks: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A round of the shadow audit: each txid it takes read again as its batch was planned,
+    folded by this code, staged under the verification attempt and judged against its commit."""
+    spec = coordinator.spec(topology_id)
+    code = provenance.code(spec.to_config(), application=provenance.application_digest(transform))
+    copies = coordinator.staging_copies(topology_id)
+    checked = []
+    with coordinator.verifying(topology_id, budget=budget, every=every, code=code) as rnd:
+        for task in rnd.tasks:
+            batch, unreadable = readable_batch(task.batch, spec.source)
+            read = read_batch(spark, coordinator, spec, batch, transform, schema=schema, required=required,
+                              checks=checks, states_only=True)
+            set_aside = stage_states(spec, read, coordinator.dsn, copies, (task.txid, VERIFY_ATTEMPT))
+            read.keep.unpersist()
+            checked.append(coordinator.verify_judge(
+                topology_id, task, quarantined=read.bad_records + len(unreadable) + set_aside,
+                read_digest=read_digest(read.records, read.prepared.offset_crcs())))
+    mark = checked[-1]["verified_through"] if checked else coordinator.verify_status(topology_id)["verified_through"]
+    return {"topology": topology_id, "busy": rnd.busy, "settled": rnd.settled, "checked": checked,
+            "verified_through": mark}

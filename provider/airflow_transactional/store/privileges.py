@@ -33,7 +33,8 @@ if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
 #: What the run-time role may change in the provider's own tables, beyond reading them all:
 #: (table, privileges). A column list limits an UPDATE to those columns.
 RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
-    ("topologies", "UPDATE (committed_txid, committed_offsets, last_commit_at, lost_records, offsets_skipped)"),
+    ("topologies", "UPDATE (committed_txid, committed_offsets, last_commit_at, lost_records, offsets_skipped, "
+                   "verified_through)"),
     ("transactions", "INSERT, UPDATE"),
     ("attempts", "INSERT, UPDATE"),
     ("commits", "INSERT"),
@@ -49,7 +50,8 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("correction_previews", "INSERT, UPDATE"),  # a correction's preview records what it found
     ("publications", "INSERT, UPDATE"),  # the publish task records how far it published
     ("published_retractions", "INSERT"),  # ... and where a correction's retractions went
-    ("turns", "INSERT, UPDATE"),  # decisions and publishers take turns by its rows' locks
+    ("turns", "INSERT, UPDATE"),  # decisions, publishers and verifiers take turns by its rows' locks
+    ("verifications", "INSERT, UPDATE, DELETE"),  # the shadow audit records what it found
 )
 APPEND_FUNCTION = "append_events(text, integer[], text[], text[])"
 #: The commit's door into a log (output events): the run-time role writes no log table itself.

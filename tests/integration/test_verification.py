@@ -1,0 +1,148 @@
+"""core/verify.py on a real Postgres, with the pure-Python verifier: committed txids recomputed from
+their source by the same code and checked against their commits' digests; the mark
+verified_through moves over contiguous passing txids only. A state row changed by hand and an
+event changed in the log after its commit are caught, named by txid, state and key; retention
+after a check keeps the mark, retention before it is reported as unverifiable; a round killed
+halfway resumes without skipping a txid; corrections are checked as their commit computed them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.processing import process_batch, verify
+from airflow_transactional.sources import EventLog
+from dev import faults
+from tests.helpers import click, click_fn, counting_topology, make_log, query, run_one
+from tests.integration.test_corrections import _truncate_all, buggy, fixed
+
+pytestmark = pytest.mark.integration
+
+
+def _statuses(coord: Coordinator) -> dict[int, str]:
+    return {c["txid"]: c["status"] for c in coord.verify_status("clicks")["checks"]}
+
+
+def _committed(dsn: str, batches: int, fn: Any = click_fn, per: int = 10, kind: str = "transactional"
+               ) -> Coordinator:
+    make_log(dsn).append([click(i) for i in range(batches * per)])
+    coord = Coordinator(dsn)
+    coord.register(counting_topology(max_batch_size=per, kind=kind))
+    for n in range(batches):
+        run_one(coord, "clicks", f"r{n}", fn)
+    return coord
+
+
+def test_each_txid_is_verified_in_order_and_the_mark_follows_the_commits(dsn: str) -> None:
+    coord = _committed(dsn, 5)
+    found = verify(coord, "clicks", click_fn, budget=3)
+    assert [c["txid"] for c in found["checked"]] == [1, 2, 3] and found["verified_through"] == 3
+    assert all(c["status"] == "verified" for c in found["checked"])
+    assert verify(coord, "clicks", click_fn, budget=3)["verified_through"] == 5
+    assert _statuses(coord) == dict.fromkeys(range(1, 6), "verified")
+    # Nothing of the recomputations stays behind: only the committed attempts' rows (the history).
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_clicks_count WHERE attempt < 0") == [(0,)]
+    run_one(coord, "clicks", "r-late", click_fn)  # nothing new in the log: an empty txid, verified as such
+    assert verify(coord, "clicks", click_fn)["settled"] == {6: "verified"}
+    assert coord.verify_status("clicks")["verified_through"] == 6
+    coord.close()
+
+
+@pytest.mark.parametrize("kind", ["transactional", "opaque"])
+def test_a_state_row_changed_by_hand_is_caught_within_one_round_naming_state_and_key(dsn: str, kind: str) -> None:
+    coord = _committed(dsn, 3, kind=kind)
+    verify(coord, "clicks", click_fn, budget=2)
+    query(dsn, "UPDATE clicks_amount SET value = value + 1 WHERE user_id = 'u3'")
+    found = verify(coord, "clicks", click_fn)
+    assert found["settled"] == {3: "failed"} and found["checked"] == []  # the txid the states are at
+    [check] = [c for c in coord.verify_status("clicks")["checks"] if c["txid"] == 3]
+    assert list(check["detail"]["states"]) == ["clicks_amount"]
+    [sample] = check["detail"]["states"]["clicks_amount"]["samples"]
+    assert sample["key"] == "u3" and int(sample["stored"]) == int(sample["history"]) + 1
+    assert coord.verify_status("clicks")["verified_through"] == 2  # held before it
+    coord.close()
+
+
+def test_an_event_changed_in_the_log_after_its_commit_fails_its_txid_naming_the_keys(dsn: str) -> None:
+    coord = _committed(dsn, 3)
+    query(dsn, "UPDATE airflow_txn.log_events SET payload = %s WHERE event_id = 'ev-14'",
+          ('{"user": "u4", "amount": 99}',))
+    found = verify(coord, "clicks", click_fn)
+    failed = [c for c in found["checked"] if c["status"] == "failed"]
+    assert len(failed) == 1 and len(found["checked"]) == 3
+    differences = failed[0]["differences"]
+    assert sorted(s["key"] for s in differences["clicks_amount"]["samples"]) == ["u0", "u4"]
+    assert sorted(s["key"] for s in differences["clicks_count"]["samples"]) == ["u0", "u4"]
+    assert found["verified_through"] == failed[0]["txid"] - 1
+    # Checked again, it fails again (the log still holds the changed event): the mark holds.
+    assert coord.verify_recheck("clicks", failed[0]["txid"], failed[0]["txid"]) == failed[0]["txid"] - 1
+    assert [c["status"] for c in verify(coord, "clicks", click_fn)["checked"]] == ["failed"]
+    coord.close()
+
+
+def test_retention_after_a_check_keeps_it_and_before_a_check_says_unverifiable(dsn: str) -> None:
+    coord = _committed(dsn, 4)
+    verify(coord, "clicks", click_fn, budget=2)
+    _truncate_all(dsn, EventLog(dsn, "clicks"))
+    found = verify(coord, "clicks", click_fn)
+    assert found["checked"] == [] and found["settled"] == {3: "unverifiable", 4: "unverifiable"}
+    assert _statuses(coord) == {1: "verified", 2: "verified", 3: "unverifiable", 4: "unverifiable"}
+    [check] = [c for c in coord.verify_status("clicks")["checks"] if c["txid"] == 3]
+    assert "its input is gone before it was checked" in check["detail"]["reason"]
+    assert coord.verify_status("clicks")["verified_through"] == 2
+    coord.close()
+
+
+def test_a_round_killed_halfway_resumes_without_skipping_or_counting_twice(dsn: str) -> None:
+    coord = _committed(dsn, 4)
+    code = ("from airflow_transactional.coordinator import Coordinator; from airflow_transactional.processing "
+            "import verify; from tests.helpers import click_fn; "
+            f"verify(Coordinator({dsn!r}), 'clicks', click_fn, budget=4)")
+    child = subprocess.run([sys.executable, "-c", code], env=faults.child_env(faults="verify.judge:clicks:3=exit"),
+                           capture_output=True, text=True, timeout=120)
+    assert child.returncode != 0, child.stdout + child.stderr  # it died judging txid 3
+    assert _statuses(coord) == {1: "verified", 2: "verified", 3: "pending", 4: "pending"}
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_clicks_count WHERE attempt < 0")[0][0] > 0
+    found = verify(coord, "clicks", click_fn, budget=4)
+    assert [(c["txid"], c["status"]) for c in found["checked"]] == [(3, "verified"), (4, "verified")]
+    assert found["verified_through"] == 4
+    coord.close()
+
+
+def test_sampling_checks_one_in_k_and_always_a_retried_txid(dsn: str) -> None:
+    make_log(dsn).append([click(i) for i in range(60)])
+    coord = Coordinator(dsn)
+    coord.register(counting_topology(max_batch_size=10))
+    for n in range(6):
+        txn = coord.plan("clicks", f"r{n}")
+        process_batch(coord, "clicks", txn.txid, click_fn)
+        if txn.txid == 4:  # a cleared task: processed again before its commit
+            process_batch(coord, "clicks", txn.txid, click_fn)
+        coord.commit("clicks", txn.txid)
+    found = verify(coord, "clicks", click_fn, every=3)
+    assert [c["txid"] for c in found["checked"]] == [3, 4, 6]
+    assert _statuses(coord) == {1: "skipped", 2: "skipped", 3: "verified", 4: "verified", 5: "skipped",
+                                6: "verified"}
+    assert found["verified_through"] == 6
+    coord.close()
+
+
+def test_txids_of_code_no_longer_deployed_wait_for_their_correction_which_is_checked(dsn: str) -> None:
+    coord = _committed(dsn, 4, fn=buggy)
+    verify(coord, "clicks", buggy, budget=2)  # the buggy code checks what it committed: the same
+    found = verify(coord, "clicks", fixed)  # the fix deployed: 3 and 4 cannot be checked by it
+    assert found["settled"] == {3: "unverifiable", 4: "unverifiable"} and found["verified_through"] == 2
+    [check] = [c for c in coord.verify_status("clicks")["checks"] if c["txid"] == 3]
+    assert check["detail"]["reason"] == "committed under other code than the code checking it"
+    fix = coord.plan_correction("clicks", "fix", 3, 4)
+    process_batch(coord, "clicks", fix.txid, fixed)
+    coord.commit("clicks", fix.txid)
+    found = verify(coord, "clicks", fixed)
+    assert found["settled"] == {3: "superseded", 4: "superseded"}
+    assert [(c["txid"], c["kind"], c["status"]) for c in found["checked"]] == [(5, "range", "verified")]
+    assert found["verified_through"] == 5
+    coord.close()

@@ -1,0 +1,49 @@
+"""``airflow-txn verify --dag-file``: the topology's own Spark job recomputes committed txids, one
+round at a time, and checks each against its commit's digests -- the mark follows the passing
+txids, an event changed in the log after its commit fails its txid with the keys it moves, and the
+command's exit code says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_transactional.cli import main as cli
+from airflow_transactional.coordinator import Coordinator
+from tests.helpers import query
+from tests.spark.test_correction_preview import committed_words
+
+pytestmark = pytest.mark.spark
+
+
+def _verify(dsn: str, dag_file: str, capsys: Any, *flags: str) -> tuple[int, str]:
+    capsys.readouterr()  # what the test logged before
+    code = cli(["--dsn", dsn, "verify", "words", "--dag-file", dag_file, *flags])
+    return code, capsys.readouterr().out
+
+
+def test_rounds_of_the_spark_job_verify_the_commits_and_catch_a_changed_event(
+        dsn: str, tmp_path: Path, capsys: Any) -> None:
+    _job, dag_file, _urls = committed_words(dsn, tmp_path, 300, 100)
+    with Coordinator(dsn) as coord:
+        code, out = _verify(dsn, dag_file, capsys, "--round", "2", "--json")
+        found = json.loads(out[out.index("{\n"):])
+        assert code == 0 and found["verified_through"] == 2
+        assert [(c["txid"], c["status"]) for c in found["round"]["checked"]] == [(1, "verified"), (2, "verified")]
+
+        # An event txid 3 read is changed in the log after its commit: its check fails, naming the keys.
+        [(event, payload)] = query(dsn, "SELECT event_id, payload FROM airflow_txn.log_events ORDER BY partition "
+                                        "DESC, lsn DESC LIMIT 1")
+        moved = json.loads(payload)["url"]
+        query(dsn, "UPDATE airflow_txn.log_events SET payload = %s WHERE event_id = %s",
+              (json.dumps({"url": "https://example.org/changed", "user": "u"}), event))
+        code, out = _verify(dsn, dag_file, capsys)
+        assert code == 1
+        assert "verified through txid 2 of 3 committed (failed 1, verified 2)" in out
+        assert f"url_counts[{moved}]: committed " in out and "url_counts[https://example.org/changed]" in out
+        [check] = [c for c in coord.verify_status("words")["checks"] if c["txid"] == 3]
+        assert check["status"] == "failed" and set(check["detail"]["differences"]) == {"url_counts", "domain_counts"}
+        assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_url_counts WHERE attempt < 0") == [(0,)]
