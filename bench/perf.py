@@ -53,14 +53,15 @@ from bench.sections import (
     plan,
     scale,
     startup,
+    verify,
     waits,
     work,
 )
 
 log = logging.getLogger("bench.perf")
 
-SECTIONS = ("commit", "history", "decisions", "plan", "startup", "work", "objects", "kafka", "peer", "overhead",
-            "pipelining", "waits", "scale", "cluster", "latency")
+SECTIONS = ("commit", "history", "verify", "decisions", "plan", "startup", "work", "objects", "kafka", "peer",
+            "overhead", "pipelining", "waits", "scale", "cluster", "latency")
 #: The sections that need the benchmark's Airflow running.
 ON_AIRFLOW = {"peer", "overhead", "pipelining", "waits", "scale", "cluster"}
 
@@ -83,8 +84,8 @@ def run(h: Harness) -> Report:
     chosen, sizes, report = set(h.sections), h.sizes, h.report
     local: cluster.Words | None = None  # cluster: the words topology on this Airflow, the baseline
     try:
-        for name, on_store in (("commit", commit), ("history", history), ("decisions", decisions), ("plan", plan),
-                               ("startup", startup)):
+        for name, on_store in (("commit", commit), ("history", history), ("verify", verify), ("decisions", decisions),
+                               ("plan", plan), ("startup", startup)):
             if name in chosen:
                 on_store.run(dsn, sizes, report)
         if "work" in chosen:

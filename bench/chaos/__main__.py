@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the ones that cost no restart)")
     parser.add_argument("--audit", action=argparse.BooleanOptionalAction, default=None,
                         help="run `airflow-txn audit` at the end (default: yes for the soak, no with --quick)")
+    parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                        help="words: each run ends with a round of the shadow audit, and every committed txid must "
+                        "end verified (default: yes)")
     parser.add_argument("--dir", help="where to keep Postgres, Airflow, logs and the producers' ledger "
                         "(a new directory; default: a temp dir)")
     parser.add_argument("--check", metavar="DIR", help="only check the state a run left in DIR (its --dir) "
@@ -81,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
            else ChaosConfig(seed=args.seed, mode=args.mode, stack=args.stack, backend=args.backend))
     if args.audit is not None:
         cfg.audit = args.audit
+    cfg.verify = args.verify
     if args.kinds:
         cfg.kinds = tuple(k for k in args.kinds.split(",") if k)
     cfg.transactions = args.transactions or cfg.transactions

@@ -49,6 +49,8 @@ def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger, dags_
             kafka.check_published(broker, report, expected)
     else:
         check_words(dsn, report, ledger)
+        if cfg.verify:
+            check_verified(dsn, report, TOPOLOGY)
     if cfg.audit:
         deployed = dags_folder / dag_file(cfg).name if dags_folder is not None else dag_file(cfg)
         for topology in cfg.topologies:
@@ -64,6 +66,26 @@ def check(dsn: str, cfg: ChaosConfig, report: ChaosReport, ledger: Ledger, dags_
             report.audit_clean = report.audit_clean is not False and res.returncode == 0
             if res.returncode:
                 report.problems.append(f"audit of {topology}: " + (res.stdout + res.stderr)[-2000:])
+
+
+def check_verified(dsn: str, report: ChaosReport, topology: str) -> None:
+    """What the runs' verify tasks found: every committed txid verified (recomputed from its source
+    and checked against its commit), none failed, skipped or left pending, and the mark at the end
+    (not after the fact: a run that never drained left txids for rounds that never came)."""
+    if report.post_mortem:
+        return
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT verified_through, committed_txid FROM airflow_txn.topologies WHERE topology_id = %s",
+                    (topology,))
+        mark, committed = cur.fetchone() or (0, 0)
+        cur.execute("SELECT coalesce(v.status, 'pending'), count(*) FROM airflow_txn.commits c LEFT JOIN "
+                    "airflow_txn.verifications v USING (topology_id, txid) WHERE c.topology_id = %s GROUP BY 1",
+                    (topology,))
+        report.verification = {str(s): int(n) for s, n in cur.fetchall()}
+    conn.close()
+    report.verified_through = int(mark)
+    if mark != committed:
+        report.problems.append(f"the shadow audit's mark is at txid {mark} of {committed} committed")
 
 
 def commit_order(dsn: str, topology: str) -> list[int]:

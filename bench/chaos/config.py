@@ -71,6 +71,7 @@ class ChaosConfig:
     max_in_flight: int = 3
     batch: int = 2000              # a backlog after a stall is caught up in a few transactions
     audit: bool = True             # also run `airflow-txn audit` (one more Spark pass)
+    verify: bool = True            # words: each run ends with a verify task (the shadow audit), checked at the end
     drain_timeout: float = 900     # the drain reports runs stuck after this long with nothing moving
     aborted_rate: float = 0.1      # kafka: chance a producer transaction is aborted (never to be counted)
     stack: str = "local"           # local: LocalExecutor and local[N]; cluster: Celery and a Spark cluster
@@ -180,6 +181,8 @@ class ChaosReport:
     stuck_runs: int = 0
     audit_clean: bool | None = None
     audit_refused: str = ""      # kafka: why the audit could not recompute (records the harness deleted)
+    verified_through: int | None = None  # words: the shadow audit's mark at the end (None: not on)
+    verification: dict[str, int] = field(default_factory=dict)  # words: committed txids by check status
     wall_seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
     post_mortem: bool = False  # from --check: the state against the ledger, nothing about the run itself
@@ -191,6 +194,7 @@ class ChaosReport:
         return (self.events_lost + self.events_duplicated + self.domain_mismatches + self.order_violations
                 + self.publish_lost + self.publish_duplicated + self.quarantine_mismatches + self.stuck_runs
                 + (self.audit_clean is False) + len(self.problems)  # a correction that changed keys: a problem
+                + sum(n for status, n in self.verification.items() if status != "verified")
                 + len(self.invariant_failures))
 
     def table(self) -> str:
@@ -263,7 +267,11 @@ class ChaosReport:
                 ("order violations", self.order_violations),
                 ("quarantine mismatches", self.quarantine_mismatches),
                 *([("corrections committed / keys they changed", f"{self.corrections} / {self.corrections_changed}"),
-                   ("replays of fixed records committed", self.replays)] if self.mode == "words" else [])]
+                   ("replays of fixed records committed", self.replays)] if self.mode == "words" else []),
+                *([("shadow audit: verified through txid", self.verified_through),
+                   ("shadow audit: committed txids by check",
+                    ", ".join(f"{s} {n}" for s, n in sorted(self.verification.items())) or "none")]
+                  if self.verified_through is not None else [])]
 
 
 def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
@@ -281,7 +289,8 @@ def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
         os.symlink(target, link)
     link.with_suffix(".json").write_text(json.dumps({"max_in_flight": cfg.max_in_flight, "batch": cfg.batch,
                                                      "files": max(1, cfg.batch // max(1, cfg.rate)),
-                                                     "connect": cfg.backend == "connect"}))
+                                                     "connect": cfg.backend == "connect",
+                                                     "verify": cfg.verify and cfg.mode == "words"}))
 
 
 def dag_file(cfg: ChaosConfig) -> Path:

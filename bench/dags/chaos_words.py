@@ -1,7 +1,8 @@
 """The chaos harness's topology: the words example (its Spark job, its two states) under a name
 and tables of its own. ``bench.chaos`` deploys this file into the stack's DAGs folder (a symlink)
 with ``chaos_words.json`` beside it: the run's ``max_in_flight``, batch size and backend (with
-``connect``, batches run on the stack's Spark Connect server)."""
+``connect``, batches run on the stack's Spark Connect server), and whether each run ends with a
+round of the shadow audit (``verify``)."""
 
 import json
 import os
@@ -35,4 +36,5 @@ dag = transactional_dag(
     spark_conf=None if PARAMS.get("connect") else LOCAL_SPARK_CONF,
     spark_pool="spark",
     spark_connect_conn_id="spark_connect_default" if PARAMS.get("connect") else None,
+    verify="10" if PARAMS.get("verify") else None,
 )

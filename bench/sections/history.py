@@ -43,13 +43,13 @@ SPARK_TXIDS = 4
 SPARK_RECORDS = 50_000
 
 
-def _topology(coord: Coordinator, name: str, log_name: str) -> None:
+def counts_topology(coord: Coordinator, name: str, log_name: str) -> None:
     coord.register(TopologySpec(name, PostgresLogSource(log_name),
                                 [StateSpec("counts", keys={"k": "text"}, combiner="count", table=name)],
                                 max_in_flight=1000, max_batch_size=1))
 
 
-def _commit(coord: Coordinator, topology: str, run_key: str) -> float:
+def commit_deltas(coord: Coordinator, topology: str, run_key: str) -> float:
     """Stage ``DELTAS`` deltas as one attempt and commit them; the commit's seconds."""
     txn = coord.plan(topology, run_key)
     attempt, txn = attempts.begin_attempt(coord.store, topology, txn.txid)
@@ -63,11 +63,11 @@ def _commit(coord: Coordinator, topology: str, run_key: str) -> float:
 def _cost_per_commit(coord: Coordinator, sizes: Sizes, report: Report) -> None:
     kept = HISTORY_TXIDS if sizes.commit_trials > 2 else HISTORY_TXIDS // 4
     for name in ("bench_history_none", "bench_history_long"):
-        _topology(coord, name, "bench_history")
-        _commit(coord, name, "warm")
+        counts_topology(coord, name, "bench_history")
+        commit_deltas(coord, name, "warm")
     log.info("history: %d commits of %d deltas into the long history", kept, DELTAS)
     for i in range(kept):
-        _commit(coord, "bench_history_long", f"fill-{i}")
+        commit_deltas(coord, "bench_history_long", f"fill-{i}")
     none: list[float] = []
     long: list[float] = []
     digests: list[float] = []
@@ -75,7 +75,7 @@ def _cost_per_commit(coord: Coordinator, sizes: Sizes, report: Report) -> None:
         coord.compact_history("bench_history_none", 0)  # none kept but the snapshot
         pair = [("none", "bench_history_none"), ("long", "bench_history_long")]
         for label, topo in pair if trial % 2 == 0 else reversed(pair):
-            took = _commit(coord, topo, f"trial-{trial}")
+            took = commit_deltas(coord, topo, f"trial-{trial}")
             if trial:
                 (none if label == "none" else long).append(took)
         state = coord.spec("bench_history_long").states[0]

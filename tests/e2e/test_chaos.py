@@ -37,6 +37,10 @@ def test_chaos_keeps_every_event_exactly_once_and_in_order(stack: LocalStack) ->
     assert report.corrections >= 1 and report.corrections_changed == 0, report.table()
     # And a malformed record fixed by hand and replayed: the oracle counted its URL once (above).
     assert report.replays >= 1, report.table()
+    # Each run's verify task (the shadow audit) under the same faults: every committed txid -- the
+    # correction and the replay too -- recomputed from its source and verified, none failed.
+    assert report.verified_through == report.transactions_committed, report.table()
+    assert report.verification == {"verified": report.transactions_committed}, report.table()
 
 
 def test_chaos_payments_keep_every_invariant_across_both_stages(stack: LocalStack) -> None:

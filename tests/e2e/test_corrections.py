@@ -61,6 +61,33 @@ def _correct_in_the_browser(stack: LocalStack, chrome: object, dag: str, txids: 
     return unquote(here.rsplit("/runs/", 1)[1].split("?")[0])
 
 
+def _all_verified(stack: LocalStack, coord: Any, dag: str, last_run: str) -> None:
+    """The correction and the replay were checked by their runs' verify tasks under the fixed job."""
+    checks = coord.verify_status(dag)
+    assert checks["verified_through"] == 6 and checks["counts"] == {"verified": 6}, checks
+    assert [c["detail"].get("kind") for c in checks["checks"][-2:]] == ["range", "batch"]
+    assert "verified through txid 6 of 6 committed" in task_log(stack, dag, last_run, "verify")
+
+
+def _replay_the_lost(stack: LocalStack, client: RestClient, coord: Any, dag: str, day: datetime,
+                     events: list[tuple[str, str]]) -> str:
+    """The two records without an amount were quarantined (and again by the correction, which left
+    them with their txid): fixed by hand, then replayed by a run of their own. Its run id."""
+    lost = [r["id"] for r in coord.quarantined_records(dag) if r["event_id"].startswith("lost")]
+    assert len(lost) == 2
+    for record_id in lost:
+        assert cli(["--dsn", stack.state_dsn, "quarantine", dag, "--edit", str(record_id),
+                    "--record", json.dumps({"user": "u9", "amount": "5"})]) == 0
+    replay = client.trigger(dag, day.isoformat(), run_id="replay-lost",
+                            conf={"replay": {"ids": lost}})["dag_run_id"]
+    wait_for_runs(stack, dag, [replay])
+    assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == {**_oracle(events, bug=False), "u9": 10}
+    assert coord.commits(dag, 6)[0]["corrects"] == {"replay": lost, "of_txids": sorted(
+        {r["txid"] for r in coord.quarantined_records(dag) if r["id"] in lost})}
+    assert [r["corrected_by"] for r in coord.quarantined_records(dag) if r["id"] in lost] == [6, 6]
+    return replay
+
+
 def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: LocalStack, client: RestClient,
                                                                     chrome: object, tmp_path: Path) -> None:
     dag = "ops_fix"
@@ -75,6 +102,7 @@ def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: Local
     by_txid = runs_by_txid(coord, runs, dag)
     assert sorted(by_txid) == [2, 3, 4]
     assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == _oracle(events, bug=True)
+    assert coord.verify_status(dag)["verified_through"] == 4  # each run's verify task: the buggy job, the same
 
     job.write_text(FIX_JOB.format(version="fixed", bug=""))  # the fix, deployed
     # Previewed by the topology's own job, then asked for from the Transactions view: a run of its own.
@@ -103,23 +131,11 @@ def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: Local
     assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == _oracle(events, bug=False)
     assert [c["txid"] for c in coord.commits(dag)] == [1, 2, 3, 4, 5]
 
-    # The two records without an amount were quarantined (and again by the correction, which left
-    # them with their txid): fixed by hand, then replayed by a run of their own.
-    lost = [r["id"] for r in coord.quarantined_records(dag) if r["event_id"].startswith("lost")]
-    assert len(lost) == 2
-    for record_id in lost:
-        assert cli(["--dsn", stack.state_dsn, "quarantine", dag, "--edit", str(record_id),
-                    "--record", json.dumps({"user": "u9", "amount": "5"})]) == 0
-    replay = client.trigger(dag, (day0 + timedelta(days=4)).isoformat(), run_id="replay-lost",
-                            conf={"replay": {"ids": lost}})["dag_run_id"]
-    wait_for_runs(stack, dag, [replay])
-    assert dict(query(stack.state_dsn, f"SELECT name, value FROM {dag}")) == {**_oracle(events, bug=False), "u9": 10}
-    assert coord.commits(dag, 6)[0]["corrects"] == {"replay": lost, "of_txids": sorted(
-        {r["txid"] for r in coord.quarantined_records(dag) if r["id"] in lost})}
-    assert [r["corrected_by"] for r in coord.quarantined_records(dag) if r["id"] in lost] == [6, 6]
+    replay = _replay_the_lost(stack, client, coord, dag, day0 + timedelta(days=4), events)
     # A correction of 2..4 now would re-read the source and undo those edits: the view refuses it,
     # naming why, and offers no button.
     status, page, _loc = browser(stack, "GET", f"/transactional/dags/{dag}/correct?txids=2..4", client.token())
     assert status == 200 and "edited by hand" in page and "class=confirm" not in page, page
+    _all_verified(stack, coord, dag, replay)
     coord.close()
     log.close()

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from airflow_transactional.airflow.ui import pages
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.processing import process_batch, verify
 from airflow_transactional.sources import EventLog
@@ -145,4 +147,55 @@ def test_txids_of_code_no_longer_deployed_wait_for_their_correction_which_is_che
     assert found["settled"] == {3: "superseded", 4: "superseded"}
     assert [(c["txid"], c["kind"], c["status"]) for c in found["checked"]] == [(5, "range", "verified")]
     assert found["verified_through"] == 5
+    coord.close()
+
+
+def test_the_transactions_pages_show_each_check_the_mark_and_what_differs(dsn: str) -> None:
+    coord = _committed(dsn, 3)
+    now = datetime.now(UTC)
+    summary = coord.summary("clicks", dag_id="clicks", now=now)
+    assert summary["verified_through"] is None  # no round ever ran: nothing said
+    assert "Verified through" not in pages.topology("", summary, coord.timeline("clicks"), now)
+    query(dsn, "UPDATE airflow_txn.log_events SET payload = %s WHERE event_id = 'ev-25'",
+          ('{"user": "u9", "amount": 1}',))
+    [bad] = [c["txid"] for c in verify(coord, "clicks", click_fn)["checked"] if c["status"] == "failed"]
+    summary = coord.summary("clicks", dag_id="clicks", now=now)
+    assert summary["verified_through"] == bad - 1 and summary["verification_failures"] == [bad]
+    html = pages.topology("", summary, coord.timeline("clicks"), now)
+    assert f"Verified through txid <b>{bad - 1}</b> of 3 committed" in html
+    assert f"1 committed txid failed the check: {bad}" in html
+    assert html.count("<td>verified</td>") == 2 and "<span class=blocked>failed</span>" in html
+    page = pages.run("", "clicks", f"r{bad - 1}", coord.run_view("clicks", f"r{bad - 1}"), [], None)
+    assert "Check: <b>failed</b>: recomputed from its source, other deltas." in page
+    assert "<td>clicks_amount</td><td>u4</td>" in page and "<td>clicks_count</td><td>u9</td>" in page
+    good = next(t for t in (1, 2, 3) if t != bad)
+    assert "Check: <b>verified</b>" in pages.run("", "clicks", f"r{good - 1}",
+                                                 coord.run_view("clicks", f"r{good - 1}"), [], None)
+    coord.close()
+
+
+def test_the_verify_task_fails_while_a_check_has_failed_naming_txid_state_and_keys(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_transactional.airflow import metrics
+    from airflow_transactional.airflow.hooks import TransactionalHook
+    from airflow_transactional.airflow.operators import VerifyOperator
+
+    coord = _committed(dsn, 2)
+    query(dsn, "UPDATE clicks_count SET value = value + 5 WHERE user_id = 'u1'")
+    verify(coord, "clicks", click_fn)  # txid 1 verified; the hand-made UPDATE fails txid 2
+    monkeypatch.setattr(TransactionalHook, "get_dsn", lambda self: dsn)
+    monkeypatch.setattr(TransactionalHook, "state_schema", lambda self: coord.schema)
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(metrics, "verified", lambda t, *, verified_through, failures: sent.append(
+        (verified_through, failures)))
+    task = VerifyOperator(task_id="verify", topology=counting_topology(max_batch_size=10).to_config(),
+                          transactional_conn_id="store", application="unused.py")
+    with pytest.raises(AirflowFailException) as failed:
+        task.execute({"run_id": "r1", "ti": None})  # nothing left to check: no job is started
+    assert str(failed.value).splitlines()[:2] == [
+        "topology 'clicks': 1 committed txid(s) failed their check",
+        "  txid 2: a state does not add up to what the commits applied (written outside them) (clicks_count: u1)"]
+    assert "airflow-txn verify clicks --status" in str(failed.value) and sent == [(1, 1)]
     coord.close()

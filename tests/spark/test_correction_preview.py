@@ -46,11 +46,16 @@ def committed_words(dsn: str, tmp_path: Path, records: int, per_batch: int) -> t
     return job, dag_file, urls
 
 
-def _preview(dsn: str, dag_file: str, capsys: Any, *flags: str) -> tuple[int, dict[str, Any]]:
+def cli_json(dsn: str, capsys: Any, *argv: str) -> tuple[int, dict[str, Any]]:
+    """An ``airflow-txn`` command's exit code and the JSON it printed (after anything it logged)."""
     capsys.readouterr()  # what the test logged before
-    code = cli(["--dsn", dsn, "correct", "words", "1..2", "--dag-file", dag_file, "--json", *flags])
+    code = cli(["--dsn", dsn, *argv, "--json"])
     out = capsys.readouterr().out
     return code, json.loads(out[out.index("{\n"):])
+
+
+def _preview(dsn: str, dag_file: str, capsys: Any, *flags: str) -> tuple[int, dict[str, Any]]:
+    return cli_json(dsn, capsys, "correct", "words", "1..2", "--dag-file", dag_file, *flags)
 
 
 def test_a_preview_commits_nothing_checks_determinism_and_names_what_a_fix_changes(

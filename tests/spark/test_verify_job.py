@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from airflow_transactional import EventLog
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from tests.helpers import query
-from tests.spark.test_correction_preview import committed_words
+from tests.spark.test_correction_preview import cli_json, committed_words
 
 pytestmark = pytest.mark.spark
 
@@ -29,8 +30,7 @@ def test_rounds_of_the_spark_job_verify_the_commits_and_catch_a_changed_event(
         dsn: str, tmp_path: Path, capsys: Any) -> None:
     _job, dag_file, _urls = committed_words(dsn, tmp_path, 300, 100)
     with Coordinator(dsn) as coord:
-        code, out = _verify(dsn, dag_file, capsys, "--round", "2", "--json")
-        found = json.loads(out[out.index("{\n"):])
+        code, found = cli_json(dsn, capsys, "verify", "words", "--dag-file", dag_file, "--round", "2")
         assert code == 0 and found["verified_through"] == 2
         assert [(c["txid"], c["status"]) for c in found["round"]["checked"]] == [(1, "verified"), (2, "verified")]
 
@@ -47,3 +47,29 @@ def test_rounds_of_the_spark_job_verify_the_commits_and_catch_a_changed_event(
         [check] = [c for c in coord.verify_status("words")["checks"] if c["txid"] == 3]
         assert check["status"] == "failed" and set(check["detail"]["differences"]) == {"url_counts", "domain_counts"}
         assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_url_counts WHERE attempt < 0") == [(0,)]
+
+
+def _audit(dsn: str, dag_file: str, capsys: Any) -> tuple[int, dict[str, Any]]:
+    return cli_json(dsn, capsys, "audit", "words", "--dag-file", dag_file)
+
+
+def test_the_whole_history_audit_starts_from_verified_digests_where_retention_took_the_input(
+        dsn: str, tmp_path: Path, capsys: Any) -> None:
+    _job, dag_file, _urls = committed_words(dsn, tmp_path, 300, 100)
+    with Coordinator(dsn) as coord:
+        assert _verify(dsn, dag_file, capsys, "--round", "2")[0] == 0  # txids 1 and 2 checked, then...
+        log = EventLog(dsn, "tweets")
+        for p, lsn in coord.transaction("words", 2).end_offsets.items():  # ... retention takes their events
+            log.truncate(int(p), int(lsn))
+        code, clean = _audit(dsn, dag_file, capsys)
+        assert code == 0 and clean["auditable"] and clean["differences"] == 0, clean
+        assert clean["from_verified_txid"] == 2  # txids 1..2 from their deltas, 3 recomputed from the log
+        query(dsn, "UPDATE url_counts SET value = value + 1 WHERE url = (SELECT min(url) FROM url_counts)")
+        code, found = _audit(dsn, dag_file, capsys)
+        assert code == 1 and found["differences"] == 1 and found["states"]["url_counts"]["differences"] == 1
+        # Checks forgotten: nothing verified to start from, and the source no longer holds txids 1..2.
+        assert coord.verify_recheck("words", 1, 2) == 0
+        code, refused = _audit(dsn, dag_file, capsys)
+        assert code == 1 and not refused["auditable"] and "retention removed committed events" in refused["reason"]
+        assert "txids 1..2 were not verified before their input was removed" in refused["reason"], refused
+        log.close()

@@ -14,7 +14,6 @@ failed txid N" when an earlier txid failed for good.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import os
 import sys
@@ -26,14 +25,19 @@ from airflow.sdk import DAG
 
 from ..exceptions import ConfigError
 from ..sources.base import Source
-from ..spark.auth import check_no_secret_on_argv
-from ..spark.submit import LOCAL_SPARK_CONF, check_kubernetes_secret
+from ..spark.submit import LOCAL_SPARK_CONF
 from ..spec import DecisionSpec, OutputSpec, SparkJob, StateSpec, TopologySpec
 from ..values import Combiner, ValueKind
 from .assets import topology_assets
-from .callbacks import imported
+from .dag_checks import check_late_commit, check_names, check_settings, check_verify
 from .deadlines import late_commit
-from .operators import CommitOperator, PlanOperator, PublishOperator, TransactionalSparkSubmitOperator
+from .operators import (
+    CommitOperator,
+    PlanOperator,
+    PublishOperator,
+    TransactionalSparkSubmitOperator,
+    VerifyOperator,
+)
 from .priority import TransactionalPriority
 
 __all__ = ["LOCAL_SPARK_CONF", "transactional_dag"]
@@ -101,6 +105,8 @@ def transactional_dag(
     defer_after: timedelta = timedelta(seconds=10),
     emit_assets: bool = True,
     stall_after: timedelta | Literal["auto"] | None = "auto",
+    verify: str | None = None,
+    verify_pool: str | None = None,
     commit_deadline: timedelta | None = None,
     on_late_commit: Callable[..., Any] | str | None = None,
     start_date: datetime = DEFAULT_START,
@@ -164,6 +170,12 @@ def transactional_dag(
         source holds records is *stalled* (its status and Transactions page say so as its blocker,
         with what the next txid waits for). ``"auto"``: ten times the schedule's usual interval, at
         least 5 minutes (30 for a schedule without an interval, such as assets); None: no rule.
+    :param verify: the shadow audit (docs/guides/verification.md): each run ends with a ``verify``
+        task, a round of it after the commit -- ``"N"`` checks up to N committed txids, ``"N:K"`` 1
+        in K of them (a retried, cleared or corrected txid always) -- that fails while a check has
+        failed; None (the default): no verify task.
+    :param verify_pool: the Airflow pool of the verify task (give it one of its own, so a round never
+        takes a slot of ``spark_pool``); the task runs at the lowest priority.
     :param commit_deadline: an Airflow deadline alert on every run: not committed within this long of
         being queued, it calls ``on_late_commit`` in the triggerer. Not on by default: Airflow 3.3
         fails to clear a run whose queued-at deadline has not passed yet (apache/airflow#70368).
@@ -193,9 +205,10 @@ def transactional_dag(
             raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=10)), got {value!r}")
     if commit_deadline is None and on_late_commit is not None:
         raise ConfigError("on_late_commit needs commit_deadline: say how long a run may take to commit")
-    _check_names(transactional_conn_id=transactional_conn_id, spark_conn_id=spark_conn_id, spark_pool=spark_pool,
+    check_names(transactional_conn_id=transactional_conn_id, spark_conn_id=spark_conn_id, spark_pool=spark_pool,
                  start_date=start_date, commit_deadline=commit_deadline)
-    _check_settings(retries=retries, defer_after=defer_after, retry_delay=retry_delay,
+    check_verify(verify, verify_pool)
+    check_settings(retries=retries, defer_after=defer_after, retry_delay=retry_delay,
                     commit_timeout=commit_timeout, plan_timeout=plan_timeout, deferrable=deferrable,
                     emit_assets=emit_assets, tags=tags,
                     spark_connect_conn_id=spark_connect_conn_id, spark_conf=spark_conf,
@@ -219,7 +232,8 @@ def transactional_dag(
                spark_conf=spark_conf, application_args=application_args, py_files=py_files, spark_pool=spark_pool,
                spark_connect_conn_id=spark_connect_conn_id, kubernetes_dsn_secret=kubernetes_dsn_secret,
                reuse_staged_output=reuse_staged_output, commit_timeout=commit_timeout, plan_timeout=plan_timeout,
-               deferrable=deferrable, defer_after=defer_after, emit_assets=emit_assets)
+               deferrable=deferrable, defer_after=defer_after, emit_assets=emit_assets, verify=verify,
+               verify_pool=verify_pool)
     try:
         dag.timetable.validate()  # a bad cron string is otherwise accepted here and fails in the scheduler
     except Exception as exc:
@@ -228,77 +242,26 @@ def transactional_dag(
     return dag
 
 
-#: The longest ``commit_deadline`` taken: a run not committed within a year is not "late" but lost.
-MAX_COMMIT_DEADLINE = timedelta(days=365)
-
-
-def _check_names(*, transactional_conn_id: Any, spark_conn_id: Any, spark_pool: Any, start_date: Any,
-                 commit_deadline: timedelta | None) -> None:
-    """Refuse what Airflow would take at parse and fail on at run time, or never: a connection id or
-    a pool that cannot exist, a start date without a time zone, a deadline past any use."""
-    for name, value in (("transactional_conn_id", transactional_conn_id), ("spark_conn_id", spark_conn_id),
-                        ("spark_pool", spark_pool)):
-        if value is None and name == "spark_pool":
-            continue
-        if not _a_name(value):
-            raise ConfigError(f"{name} must name an Airflow {'pool' if name == 'spark_pool' else 'connection'} "
-                              f"(letters, digits, '_', '-', '.'), got {value!r}")
-    if not isinstance(start_date, datetime) or start_date.tzinfo is None or start_date.utcoffset() is None:
-        raise ConfigError(f"start_date must be a datetime with a time zone (e.g. datetime(2026, 1, 1, tzinfo=UTC)), "
-                          f"got {start_date!r}: a naive one is read in whatever time zone the scheduler runs in")
-    if commit_deadline is not None and commit_deadline > MAX_COMMIT_DEADLINE:
-        raise ConfigError(f"commit_deadline must be at most {MAX_COMMIT_DEADLINE.days} days, got {commit_deadline}: "
-                          "a run that late is stalled, which stall_after reports")
-
-
-def _a_name(value: Any) -> bool:
-    """Whether ``value`` can be an Airflow connection's or pool's id."""
-    return isinstance(value, str) and 0 < len(value) <= 250 and all(
-        c.isascii() and (c.isalnum() or c in "_-.") for c in value)
-
-
-def _check_settings(*, retries: Any, defer_after: Any, retry_delay: Any, commit_timeout: Any, plan_timeout: Any,
-                    deferrable: Any, emit_assets: Any, tags: Any, spark_connect_conn_id: Any,
-                    spark_conf: Mapping[str, Any] | None, kubernetes_dsn_secret: str | None) -> None:
-    """Refuse a task setting of :func:`transactional_dag` that Airflow would take and fail on later."""
-    if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 100:
-        raise ConfigError(f"retries must be an integer from 0 to 100, got {retries!r}")
-    if not isinstance(defer_after, timedelta) or defer_after < timedelta(0):
-        raise ConfigError(f"defer_after must be a timedelta of 0 or more (e.g. timedelta(seconds=10)), "
-                          f"got {defer_after!r}")
-    for name, value in (("retry_delay", retry_delay), ("commit_timeout", commit_timeout),
-                        ("plan_timeout", plan_timeout)):
-        if not isinstance(value, timedelta) or value <= timedelta(0):
-            raise ConfigError(f"{name} must be a positive timedelta (e.g. timedelta(minutes=5)), got {value!r}")
-    for flag, on in (("deferrable", deferrable), ("emit_assets", emit_assets)):
-        if not isinstance(on, bool):
-            raise ConfigError(f"{flag} must be True or False, got {on!r}")
-    if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
-        raise ConfigError(f"tags must be a list of strings (e.g. tags=['billing']), got {tags!r}")
-    _check_spark_connect(spark_connect_conn_id, spark_conf)
-    check_no_secret_on_argv(spark_conf or {})
-    if kubernetes_dsn_secret is not None:
-        check_kubernetes_secret(kubernetes_dsn_secret)
-
-
 def _add_tasks(dag: DAG, spec: TopologySpec, config: dict[str, Any], *, transactional_conn_id: str,
                spark_conn_id: str, spark_conf: Mapping[str, Any] | None, application_args: Sequence[str],
                py_files: str | None, spark_pool: str | None, spark_connect_conn_id: str | None,
                kubernetes_dsn_secret: str | None, reuse_staged_output: bool, commit_timeout: timedelta,
-               plan_timeout: timedelta, deferrable: bool, defer_after: timedelta, emit_assets: bool) -> None:
-    """plan >> process >> commit, in ``dag``."""
+               plan_timeout: timedelta, deferrable: bool, defer_after: timedelta, emit_assets: bool,
+               verify: str | None, verify_pool: str | None) -> None:
+    """plan >> process >> commit (>> publish, >> verify), in ``dag``."""
     topology_id = spec.topology_id
     # Asset-triggered runs (the later stages of a pipeline) are not starved by other DAGs' scheduled runs.
     common: dict[str, Any] = {"topology": config, "transactional_conn_id": transactional_conn_id, "dag": dag,
                               "weight_rule": TransactionalPriority()}
     waits: dict[str, Any] = {"deferrable": deferrable, "defer_after": defer_after}
     plan = PlanOperator(task_id="plan", wait_timeout=plan_timeout, **waits, **common)
+    job: dict[str, Any] = {
+        "application": config["job"]["application"], "application_args": list(application_args),
+        "conn_id": spark_conn_id, "conf": dict(spark_conf or {}), "py_files": py_files,
+        "spark_connect_conn_id": spark_connect_conn_id, "kubernetes_dsn_secret": kubernetes_dsn_secret}
     process = TransactionalSparkSubmitOperator(
-        task_id="process", application=config["job"]["application"],
-        application_args=list(application_args), conn_id=spark_conn_id, conf=dict(spark_conf or {}),
-        py_files=py_files, name=f"txn-{topology_id}", reuse_staged_output=reuse_staged_output,
-        spark_connect_conn_id=spark_connect_conn_id, kubernetes_dsn_secret=kubernetes_dsn_secret,
-        **({"pool": spark_pool} if spark_pool else {}), **common)
+        task_id="process", name=f"txn-{topology_id}", reuse_staged_output=reuse_staged_output,
+        **({"pool": spark_pool} if spark_pool else {}), **job, **common)
     # The commit runs after a skipped (empty) process too; it must never run after a failed one.
     commit = CommitOperator(task_id="commit", wait_timeout=commit_timeout, trigger_rule="none_failed",
                             outlets=topology_assets(spec) if emit_assets else [], **waits,
@@ -306,26 +269,10 @@ def _add_tasks(dag: DAG, spec: TopologySpec, config: dict[str, Any], *, transact
     plan >> process >> commit
     if any(o.kafka_topic for o in spec.outputs):  # committed output published to Kafka, after the commit
         commit >> PublishOperator(task_id="publish", **common)
-
-
-def _check_spark_connect(conn_id: Any, spark_conf: Mapping[str, Any] | None) -> None:
-    """A Spark Connect connection id is a name, and the settings of Spark belong to its server."""
-    if conn_id is None:
-        return
-    if not _a_name(conn_id):
-        raise ConfigError(f"spark_connect_conn_id must name a spark_connect connection (letters, digits, '_', '-', "
-                          f"'.', e.g. 'spark_connect_default'), got {conn_id!r}")
-    if spark_conf:
-        raise ConfigError(f"spark_conf does not reach a Spark Connect server (spark_connect_conn_id={conn_id!r}): "
-                          "set those settings where the server is started, and drop spark_conf here")
-
-
-def _check_late_commit(callback: Callable[..., Any] | str) -> None:
-    """A deadline callback must be importable and a coroutine function: checked now, not when it fires."""
-    target = imported(callback, setting="on_late_commit", kind="an async function", where="the triggerer runs")
-    if not inspect.iscoroutinefunction(target):
-        raise ConfigError(f"on_late_commit must be a coroutine function (async def) or its dotted path, "
-                          f"got {callback!r}")
+    if verify is not None:  # a round of the shadow audit, never before the commit, last in line for a slot
+        commit >> VerifyOperator(task_id="verify", name=f"txn-{topology_id}-verify", verify_round=verify,
+                                 priority_weight=1, **({"pool": verify_pool} if verify_pool else {}), **job,
+                                 **{**common, "weight_rule": "absolute"})
 
 
 def stall_rule(schedule: Any, stall_after: Any) -> int | None:
@@ -368,7 +315,7 @@ def _deadlines(given: Any, topology_id: str, interval: timedelta, callback: Call
     from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
     if callback is not None:
-        _check_late_commit(callback)
+        check_late_commit(callback)
     try:
         alert = DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=interval,
                               callback=AsyncCallback(callback or late_commit, kwargs={

@@ -19,11 +19,14 @@ backends that keep tags:
 ``stalled``               gauge   1 while the topology is stalled (no commit for ``stall_after``
                                   with records waiting), 0 after a commit
 ``stall_seconds``         gauge   how long it has not moved while stalled (0 when not stalled)
+``verified_through``      gauge   the shadow audit's mark: the txids through it are verified
+``verification_failures`` gauge   committed txids whose check failed (0 when none)
 ========================  ======  ==============================================================
 
 Sent by the commit task after it commits (``blocked`` when it or a plan fails fast; ``late_commits``
 and ``stalled`` by the commit deadline's callback in the triggerer; ``stalled`` and
-``stall_seconds`` at every check of the stall watch, :mod:`airflow_transactional.airflow.stalls`), so a
+``stall_seconds`` at every check of the stall watch, :mod:`airflow_transactional.airflow.stalls`;
+``verified_through`` and ``verification_failures`` by the verify task after its round), so a
 backfill or a clear that commits nothing new sends nothing twice. A metric that cannot be sent
 never fails a commit.
 """
@@ -95,3 +98,13 @@ def stall(topology_id: str, *, stalled_seconds: float | None) -> None:
         stats.gauge(name(topology_id, "stall_seconds"), round(stalled_seconds or 0.0), tags=tags)
     except Exception:
         log.warning("topology %s: the stalled metric was not sent", topology_id, exc_info=True)
+
+
+def verified(topology_id: str, *, verified_through: int, failures: int) -> None:
+    """The shadow audit's mark and how many checks failed, after a round."""
+    try:
+        stats, tags = _stats(), {"topology_id": topology_id}
+        stats.gauge(name(topology_id, "verified_through"), verified_through, tags=tags)
+        stats.gauge(name(topology_id, "verification_failures"), failures, tags=tags)
+    except Exception:
+        log.warning("topology %s: the verification metrics were not sent", topology_id, exc_info=True)

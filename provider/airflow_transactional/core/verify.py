@@ -24,6 +24,7 @@ killed halfway leaves its txids pending, and the next clears what it had staged.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -47,6 +48,8 @@ from .corrections import SAME_CODE, merged_batch, old_txids
 SAMPLES = 10
 #: How many unchecked txids one round looks at, at most (those it settles without recomputing too).
 SCAN = 1000
+#: How long a round waits for the round of the topology running before it (seconds).
+TURN_WAIT = 600.0
 
 
 class Task(NamedTuple):
@@ -73,13 +76,15 @@ class Round(NamedTuple):
 
 @contextmanager
 def verifying(store: StateStore, topology_id: str, *, budget: int = 10, every: int = 1,
-              code: Mapping[str, Any] | None = None, drift: bool = True) -> Iterator[Round]:
+              code: Mapping[str, Any] | None = None, drift: bool = True, wait: float = TURN_WAIT) -> Iterator[Round]:
     """A round of the shadow audit (see the module docstring), holding the topology's verification
-    turn until it ends. ``code``: the code record of what will recompute (:mod:`..provenance`)."""
+    turn until it ends -- after the round running, if one is (``wait`` seconds at most: then a
+    round that does nothing, ``busy``). ``code``: the code record of what will recompute
+    (:mod:`..provenance`)."""
     if budget < 1 or every < 1:
         raise ConfigError(f"a verification round recomputes at least one txid, 1 in at least 1: got budget "
                           f"{budget}, every {every}")
-    turn = turns.hold(store.db.dsn, store.schema, f"verify:{topology_id}")
+    turn = _take_turn(store, topology_id, wait)
     if turn is None:
         yield Round(topology_id, [], {}, mark(store, topology_id), busy=True)
         return
@@ -87,6 +92,15 @@ def verifying(store: StateStore, topology_id: str, *, budget: int = 10, every: i
         yield _plan(store, topology_id, budget, every, code, drift)
     finally:
         turn.release()
+
+
+def _take_turn(store: StateStore, topology_id: str, wait: float) -> turns.Held | None:
+    deadline = time.monotonic() + wait
+    while True:
+        held = turns.hold(store.db.dsn, store.schema, f"verify:{topology_id}")
+        if held is not None or time.monotonic() >= deadline:
+            return held
+        time.sleep(1.0)
 
 
 def mark(store: StateStore, topology_id: str) -> int:
@@ -236,8 +250,9 @@ def _range_check(store: StateStore, cur: psycopg2.extensions.cursor, topology_id
 
 def status(store: StateStore, topology_id: str, first: int | None = None, last: int | None = None,
            ) -> dict[str, Any]:
-    """The mark, how many committed txids are in each status, and the checks of txids first..last
-    (default: the last 50 committed), JSON-ready."""
+    """The mark, how many committed txids are in each status, whether a round has a txid to check,
+    the first failed checks, and the checks of txids first..last (default: the last 50 committed),
+    JSON-ready."""
     with store.db.transaction() as cur:
         store.load(cur, topology_id)
         at = v.mark(cur, store.schema, topology_id)
@@ -245,8 +260,11 @@ def status(store: StateStore, topology_id: str, first: int | None = None, last: 
         first = max(1, last - 49) if first is None else first
         checks = v.checks(cur, store.schema, topology_id, first, last)
         counts = v.counts(cur, store.schema, topology_id)
+        failures = v.failures(cur, store.schema, topology_id, SAMPLES)
+        to_check = bool(v.candidates(cur, store.schema, topology_id, at.verified_through, 1))
     return {"topology": topology_id, "verified_through": at.verified_through, "committed_txid": at.committed_txid,
-            "counts": counts,
+            "counts": counts, "to_check": to_check,
+            "failures": [{"txid": c.txid, "detail": c.detail or {}} for c in failures],
             "checks": [{"txid": c.txid, "status": c.status or "pending", "detail": c.detail or {},
                         "checked_at": None if c.checked_at is None else c.checked_at.isoformat()} for c in checks]}
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..model import FileBatch, planned_batch
 from ..spec import TopologySpec
-from ..store import views
+from ..store import verifications, views
 from . import status as status_
 from .context import StateStore
 
@@ -36,6 +36,9 @@ def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) 
     st = status_.status(store, topology_id)
     with store.db.transaction() as cur:
         rate = views.commit_rate(cur, store.schema, topology_id, RATE_MINUTES)
+        checked = verifications.mark(cur, store.schema, topology_id).verified_through
+        failed = [c.txid for c in verifications.failures(cur, store.schema, topology_id, 10)]
+        verifying = bool(checked or failed) or verifications.any_check(cur, store.schema, topology_id)
     return {
         "topology_id": topology_id,
         "dag_id": dag_id,
@@ -58,6 +61,9 @@ def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) 
         "offsets_skipped": st.offsets_skipped,
         "blocked_by": st.blocked_by,
         "stalled": st.stalled,
+        # The shadow audit's mark and its failed checks (None: no round ever ran).
+        "verified_through": checked if verifying else None,
+        "verification_failures": failed,
     }
 
 
@@ -105,7 +111,8 @@ def _transaction(t: views.TxnRow, attempts: list[views.AttemptRow],
                 "attempt": t.committed_attempt, "started_at": _iso(t.commit_started_at),
                 "committed_at": _iso(t.committed_at), "records_read": t.records_read,
                 "row_counts": t.row_counts or {}, "quarantined": t.quarantined, "code": t.code or {},
-                "digests": t.digests or {}, **(committed or {})}}
+                "digests": t.digests or {}, **(committed or {}),
+                "check": {"status": t.check_status or "pending", "detail": t.check_detail or {}}}}
 
 
 def timeline(store: StateStore, topology_id: str, limit: int = 30) -> list[dict[str, Any]]:
@@ -136,9 +143,11 @@ def run(store: StateStore, topology_id: str, run_key: str) -> dict[str, Any] | N
         spec = store.load(cur, topology_id).spec
         attempts = views.attempts(cur, store.schema, topology_id, [t.txid])
         reasons = views.quarantine_reasons(cur, store.schema, topology_id, t.txid)
+        verifying = verifications.any_check(cur, store.schema, topology_id)
         committed = _Committed(cur, store, topology_id, [t.txid] if t.committed_at is not None else [])
     out = _transaction(t, attempts, committed.of(t, *_names(spec)))
     out["quarantine_reasons"] = [{"reason": r.reason, "records": r.records} for r in reasons]
+    out["verifying"] = verifying  # the shadow audit ran: its check of this txid is worth showing
     return out
 
 

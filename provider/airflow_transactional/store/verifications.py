@@ -94,6 +94,18 @@ def checks(cur: Cursor, schema: str, topology_id: str, first: int, last: int) ->
     return every(cur, Check)
 
 
+def failures(cur: Cursor, schema: str, topology_id: str, limit: int) -> list[Check]:
+    """The first ``limit`` failed checks, in txid order."""
+    cur.execute(query("verify_failures", schema), {"topology": topology_id, "limit": limit})
+    return every(cur, Check)
+
+
+def any_check(cur: Cursor, schema: str, topology_id: str) -> bool:
+    """Whether a round ever checked a txid of the topology."""
+    cur.execute(query("verify_any", schema), {"topology": topology_id})
+    return bool(scalar(cur))
+
+
 def counts(cur: Cursor, schema: str, topology_id: str) -> dict[str, int]:
     """How many committed txids (from txid 1) are in each status, ``pending`` those unchecked."""
     cur.execute(query("verify_counts", schema), {"topology": topology_id})

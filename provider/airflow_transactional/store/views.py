@@ -35,6 +35,8 @@ class TxnRow(NamedTuple):
     corrects: dict[str, Any] | None
     code: dict[str, str] | None
     digests: dict[str, str] | None
+    check_status: str | None  # the shadow audit's (store/verifications.py)
+    check_detail: dict[str, Any] | None
 
 
 class AttemptRow(NamedTuple):

@@ -56,6 +56,7 @@ ops_fix = None if not FIX_JOB.exists() else transactional_dag(
     retry_delay=timedelta(seconds=3),
     spark_connect_conn_id="spark_connect_default",
     spark_pool="spark",
+    verify="5",  # each run ends with a round of the shadow audit (test_corrections.py checks the mark)
 )
 
 # Downstream of ops_count: one run per txid ops_count commits (the asset event's partition key),

@@ -3,13 +3,13 @@ payloads, reasons, error text, run ids) escaped. Shown by the Airflow UI in its 
 
 from __future__ import annotations
 
-import html
-from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from ...model import offsets_moved
+from .checks import check, check_cell, verified
+from .markup import e, plural, table
 from .waits import TASK_ORDER
 
 #: How much of a quarantined record a page shows (the CSV download has all of it).
@@ -29,22 +29,9 @@ border:0;border-radius:4px;cursor:pointer}
 """
 
 
-def e(value: Any) -> str:
-    """Escaped text of any value (None: a dash)."""
-    return "-" if value is None else html.escape(str(value), quote=True)
-
-
 def page(title: str, body: str) -> str:
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{e(title)}</title>"
             f"<style>{STYLE}</style></head><body>{body}</body></html>")
-
-
-def table(head: Sequence[str], rows: Iterable[Sequence[str]], *, numeric: Sequence[int] = ()) -> str:
-    """A table of already escaped cells; ``numeric`` columns are right-aligned."""
-    th = "".join(f"<th>{e(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td{' class=n' if i in numeric else ''}>{c}</td>" for i, c in enumerate(r))
-                   + "</tr>" for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def when(value: str | None) -> str:
@@ -181,12 +168,6 @@ def _bars(txns: list[dict[str, Any]], now: datetime) -> str:
     return "".join(parts)
 
 
-def plural(n: int, word: str) -> str:
-    """``n`` and ``word``, in the plural unless one ("1 failed try", "2 tries")."""
-    many = word[:-1] + "ies" if word.endswith("y") and word[-2:-1] not in "aeiou" else word + "s"
-    return f"{n:,} {word if n == 1 else many}"
-
-
 def tries_before_attempts(t: dict[str, Any]) -> int:
     """How many failed tries of txid ``t`` never began a processing attempt (a task killed before,
     a launcher that failed): the attempts do not tell them."""
@@ -264,19 +245,22 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
         failed = int(t.get("failed_tries") or 0)
         return str(len(t["attempts"])) + (f" ({plural(failed, 'failed try')})" if failed else "")
 
+    checking = summary.get("verified_through") is not None  # the shadow audit ran: each txid's check
     log_rows = [[f"<a href='{e(base)}/dags/{quote(dag, safe='')}/runs/{quote(t['run_id'], safe='')}'>"
                  f"{t['txid']}</a>", e(t["run_id"]) + corrects(t), e(txn_status(t)),
                  f"{t['planned_records']:,}", tries(t),
                  when(t["commit"]["committed_at"]) if t["commit"] else "-",
                  committed(t["commit"]) if t["commit"] else "-",
-                 f"{t['commit']['quarantined']:,}" if t["commit"] else "-"] for t in txns]
+                 f"{t['commit']['quarantined']:,}" if t["commit"] else "-",
+                 *([check_cell(t["commit"])] if checking else [])] for t in txns]
     body = (f"<h1>Topology {e(tid)}</h1>{blocked}"
             f"<p>Committed txid <b>{summary['committed_txid']}</b>, last commit "
             f"{age(summary['last_commit_age_seconds'])}, {summary['commits_per_minute']:.1f} commits/min, "
             f"{lag_text(summary)} behind the source, "
             f"{summary['quarantined']:,} records quarantined{skipped_text(summary)}.</p>"
             f"<p>In flight: {'<br>'.join(flight_line(f) for f in summary['in_flight']) or 'nothing'}</p>"
-            "<h2>Timeline</h2><p class=muted>Each row is a txid: <span style='color:#a0aec0'>plan</span>, "
+            + verified(base, summary)
+            + "<h2>Timeline</h2><p class=muted>Each row is a txid: <span style='color:#a0aec0'>plan</span>, "
             "processing attempts (<span style='color:#48bb78'>complete</span>, "
             "<span style='color:#e53e3e'>failed</span>, <span style='color:#d69e2e'>running</span>) and the "
             "<span style='color:#3182ce'>commit</span>. Overlapping rows are transactions in flight at once; "
@@ -284,7 +268,7 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
             + _bars(txns, now)
             + "<h2>Transactions</h2>"
             + table(["txid", "run", "status", "records", "attempts", "committed at", "rows committed",
-                     "quarantined"], log_rows, numeric=(0, 3, 4, 7))
+                     "quarantined", *(["check"] if checking else [])], log_rows, numeric=(0, 3, 4, 7))
             + (f"<form method=get class=correct action='{e(base)}{dag_path(dag)}/correct'><label>Fixed a bug? "
                "Correct committed txids <input name=txids placeholder='A..B' size=12></label> "
                "<button type=submit>Preview the correction</button></form>" if summary["committed_txid"] else ""))
@@ -329,7 +313,8 @@ def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records
         numeric=(0, 4, 6))
     c = txn["commit"]
     commit = (f"<p class=ok>Committed at {when(c['committed_at'])} (attempt {e(c['attempt'])}, "
-              f"{e(c['records_read'])} records read; {committed(c)}).</p>{provenance(c)}" if c
+              f"{e(c['records_read'])} records read; {committed(c)}).</p>{provenance(c)}"
+              + (check(c) if txn.get("verifying") else "") if c
               else "<p class=muted>Not committed.</p>")
     tries = int(txn.get("failed_tries") or 0)  # also the tries whose driver never registered an attempt
     failure = ""

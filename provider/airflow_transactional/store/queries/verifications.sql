@@ -53,6 +53,13 @@ SELECT c.txid, v.status, v.detail, v.checked_at FROM {s}.commits c
 LEFT JOIN {s}.verifications v USING (topology_id, txid)
 WHERE c.topology_id = %(topology)s AND c.txid BETWEEN %(first)s AND %(last)s ORDER BY c.txid
 
+-- name: verify_failures
+SELECT txid, status, detail, checked_at FROM {s}.verifications
+WHERE topology_id = %(topology)s AND status = 'failed' ORDER BY txid LIMIT %(limit)s
+
+-- name: verify_any
+SELECT EXISTS (SELECT 1 FROM {s}.verifications WHERE topology_id = %(topology)s)
+
 -- name: verify_counts
 SELECT coalesce(v.status, 'pending') AS status, count(*) AS n FROM {s}.commits c
 LEFT JOIN {s}.verifications v USING (topology_id, txid)

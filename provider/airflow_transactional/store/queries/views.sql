@@ -2,11 +2,12 @@
 -- commits, the commit rate, and the quarantine of one txid.
 
 -- name: view_transactions
--- The latest transactions with their commits, latest first ({where}: one run, or every run).
+-- The latest transactions with their commits and their checks, latest first (one run, or every run).
 SELECT t.txid, t.run_key, t.status, t.planned_at, t.planned_records, t.start_offsets, t.end_offsets, t.batch,
        t.failure, t.failed_tries, t.last_try_failure, t.committed_at, c.commit_started_at, c.attempt AS committed_attempt, c.records_read,
-       c.row_counts, c.quarantined, t.corrects, c.code, c.digests
+       c.row_counts, c.quarantined, t.corrects, c.code, c.digests, v.status AS check_status, v.detail AS check_detail
 FROM {s}.transactions t LEFT JOIN {s}.commits c ON c.topology_id = t.topology_id AND c.txid = t.txid
+LEFT JOIN {s}.verifications v ON v.topology_id = t.topology_id AND v.txid = t.txid
 WHERE t.topology_id = %(topology)s AND t.run_key = coalesce(%(run_key)s, t.run_key)
 ORDER BY t.txid DESC LIMIT %(limit)s
 

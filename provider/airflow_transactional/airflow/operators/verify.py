@@ -1,0 +1,73 @@
+"""The verify task of a topology declared with ``verify=``: after the run's commit, a round of the
+shadow audit (``core/verify.py``) -- the topology's job in its ``--verify`` mode, by spark-submit or
+on its Spark Connect server, as the process task runs it -- in a pool of its own
+(``verify_pool``) at the lowest priority, so it never takes the processing's slots. A round with
+nothing to check costs no spark-submit; a job that dies is tried again. The task fails while a
+check has failed, naming the txid, the states and the keys -- at once, without retries, and so does
+each run's verify task after it (the DAG's failure callbacks fire) until the txid is checked again
+(``airflow-txn verify --recheck``); the metrics ``verified_through`` and ``verification_failures``
+follow the mark."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from .. import metrics
+from ..hooks import TransactionalHook
+from .process import TransactionalSparkSubmitOperator, dag_version
+
+
+class VerifyOperator(TransactionalSparkSubmitOperator):
+    """A round of the shadow audit: up to N committed txids (1 in K sampled) recomputed and checked."""
+
+    ui_color = "#ede7f6"
+
+    def __init__(self, *, verify_round: str = "10", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.verify_round = verify_round
+
+    def job_args(self, txid: int, schema: str) -> list[str]:
+        return [*self.base_application_args, "--topology", self.topology_id, "--verify", self.verify_round,
+                "--schema", schema]
+
+    def execute(self, context: Any) -> None:
+        hook = TransactionalHook(self.transactional_conn_id)
+        with hook.coordinator() as coordinator:
+            if coordinator.verify_status(self.topology_id, 1, 0)["to_check"]:
+                self.dag_version = dag_version(context)
+                if self.spark_connect_conn_id:
+                    self.application_args = self.job_args(0, coordinator.schema)
+                    self.run_connect_client(self.spark_connect_conn_id, hook.get_dsn())
+                else:
+                    delivery = self.prepare_submit(0, coordinator.schema, hook.get_dsn())
+                    try:
+                        SparkSubmitOperator.execute(self, context)
+                    finally:
+                        delivery.remove()
+            else:
+                self.log.info("no committed txid of %s waits for a check: nothing to recompute", self.topology_id)
+            status = coordinator.verify_status(self.topology_id, 1, 0)
+        metrics.verified(self.topology_id, verified_through=status["verified_through"],
+                         failures=int(status["counts"].get("failed", 0)))
+        self.log.info("topology %s: verified through txid %d of %d committed (%s)", self.topology_id,
+                      status["verified_through"], status["committed_txid"],
+                      ", ".join(f"{s} {n}" for s, n in sorted(status["counts"].items())))
+        if status["failures"]:
+            raise AirflowFailException(failed_checks(self.topology_id, status["failures"]))
+
+
+def failed_checks(topology_id: str, failures: list[dict[str, Any]]) -> str:
+    """What failed, in a few lines: each failed txid with its states and first keys, and what to do."""
+    lines = [f"topology {topology_id!r}: {len(failures)} committed txid(s) failed their check"]
+    for failure in failures[:5]:
+        detail = failure["detail"]
+        found = {**detail.get("differences", {}), **detail.get("states", {})}
+        keys = "; ".join(f"{name}: {', '.join(str(s['key']) for s in d.get('samples', [])[:3])}"
+                         for name, d in found.items() if isinstance(d, dict) and d.get("samples"))
+        lines.append(f"  txid {failure['txid']}: {detail.get('reason') or 'recomputed, it differs'}"
+                     + (f" ({keys})" if keys else f" ({', '.join(sorted(found))})" if found else ""))
+    lines.append(f"see `airflow-txn verify {topology_id} --status`; once mended, check again with `--recheck A..B`")
+    return "\n".join(lines)
