@@ -169,6 +169,9 @@ def audit(args: argparse.Namespace, coord: Coordinator) -> int:
     else:
         print(f"audit of {args.topology} at committed txid {result['committed_txid']}: "
               f"{result['differences']} difference(s)")
+        if result.get("from_verified_txid") is not None:
+            print(f"  txids 1..{result['from_verified_txid']} from their delta history (verified before the source's "
+                  "retention removed their input), the later ones recomputed from the source")
         for name, st in result["states"].items():
             print(f"  {name:<24} {st['keys']} keys, {st['differences']} differ")
         print(f"  quarantine               {result['quarantined_committed']} committed, "

@@ -198,6 +198,8 @@ class Coordinator:
     verify_judge = Operation(verify.judge)
     verify_status = Operation(verify.status)
     verify_recheck = Operation(verify.recheck)
+    audit_base = Operation(verify.audit_base)
+    add_audit_base = Operation(verify.add_audit_base)
 
     # -- what each commit changed (core/history.py) ---------------------------------------------
     changes = Operation(history.changes)

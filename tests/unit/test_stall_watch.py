@@ -38,10 +38,11 @@ class FakeTI:
     previous: dict[str, str] | None = None
     states: dict[str, dict[str, str]] = field(default_factory=dict)
     pushed: dict[str, Any] = field(default_factory=dict)
+    alerted: dict[str, list[int]] | None = None  # the failed checks the previous check alerted on
 
     def xcom_pull(self, **kwargs: Any) -> Any:
         assert kwargs["include_prior_dates"] and kwargs["map_indexes"] == -1  # one value: the latest check's
-        return self.previous
+        return self.previous if kwargs["key"] == "stalled" else self.alerted
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.pushed[key] = value
@@ -56,8 +57,9 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     statuses = {"words": status("words", stalled=True), "orders": status("orders", stalled=False)}
     specs = [SimpleNamespace(topology_id=t, dag=f"dag_{t}") for t in statuses]
+    checks = {t: {"verified_through": 0, "failures": [], "counts": {"pending": 7}} for t in statuses}
     coordinator = SimpleNamespace(topologies=lambda: specs, status=lambda t, **_: statuses[t],
-                                  ask_lags=lambda ids: None, close=lambda: None)
+                                  verify_status=lambda t, *_: checks[t], ask_lags=lambda ids: None, close=lambda: None)
     monkeypatch.setattr(stalls, "TransactionalHook", lambda conn_id: SimpleNamespace(
         coordinator=lambda: contextlib.nullcontext(coordinator)))
     monkeypatch.setattr(stalls, "datetime", SimpleNamespace(now=lambda tz: NOW, fromisoformat=datetime.fromisoformat))
@@ -66,7 +68,7 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> Any:
         gauge=lambda name, value, tags: gauges.append((name, value))))
     ALERTS.clear()
     op = stalls.StallWatchOperator(task_id="check", on_stall=f"{__name__}.record_alert")
-    return SimpleNamespace(op=op, gauges=gauges, statuses=statuses)
+    return SimpleNamespace(op=op, gauges=gauges, statuses=statuses, checks=checks)
 
 
 def test_a_check_alerts_once_per_stall_with_what_airflow_says_the_next_txid_waits_for(watch: Any) -> None:
@@ -98,6 +100,23 @@ def test_a_check_alerts_once_per_stall_with_what_airflow_says_the_next_txid_wait
     watch.statuses["words"] = dataclasses.replace(status("words", stalled=True), last_commit_at=later_commit)
     watch.op.execute({"ti": FakeTI(previous=again.pushed["stalled"])})
     assert len(ALERTS) == 3 and ALERTS[2]["stalled_seconds"] == 700
+
+
+def test_a_failed_check_of_the_shadow_audit_alerts_once_naming_txid_state_and_keys(watch: Any) -> None:
+    watch.statuses["words"] = status("words", stalled=False)
+    failed = {"txid": 5, "detail": {"differences": {"url_counts": {"samples": [{"key": "https://a/1"}]}}}}
+    watch.checks["orders"] = {"verified_through": 4, "failures": [failed], "counts": {"verified": 4, "failed": 1}}
+    ti = FakeTI()
+    watch.op.execute({"ti": ti})
+    [alert] = ALERTS
+    assert alert["topology_id"] == "orders" and alert["stalled_seconds"] == 0.0
+    assert "  txid 5: recomputed, it differs (url_counts: https://a/1)" in alert["reason"]
+    assert ("transactional.orders.verification_failures", 1) in watch.gauges
+    assert ("transactional.orders.verified_through", 4) in watch.gauges
+    assert not any(name.startswith("transactional.words.verif") for name, _v in watch.gauges)  # no audit there
+    assert ti.pushed["failed_checks"] == {"orders": [5]}
+    watch.op.execute({"ti": FakeTI(alerted=ti.pushed["failed_checks"])})  # the same failure: no second alert
+    assert len(ALERTS) == 1
 
 
 def test_a_source_whose_lag_is_unknown_is_stalled_when_nothing_commits() -> None:

@@ -17,6 +17,10 @@ stalled, or committed and stalled again since the previous check, not at every c
 stays so (the previous check's verdicts, each stall's start, are its XCom).
 ``on_stall(*, topology_id, reason, stalled_seconds, context)`` runs in the watch's worker: page
 someone, post to a channel. A topology that commits again is logged as recovered.
+
+It also alerts on the shadow audit (``docs/guides/verification.md``): a committed txid whose check
+failed is logged, sent as the gauge ``verification_failures``, and given to ``on_stall`` once (its
+reason names the txid, the states and the keys; ``stalled_seconds`` 0) -- whichever task found it.
 """
 
 from __future__ import annotations
@@ -33,11 +37,14 @@ from ..model import TopologyStatus
 from . import metrics
 from .callbacks import imported
 from .hooks import TransactionalHook
+from .operators.verify import failed_checks
 
 __all__ = ["StallWatchOperator", "stall_watch_dag"]
 
 #: The XCom key of a check's verdicts: ``{topology_id: stalled since (ISO time)}``.
 XCOM_KEY = "stalled"
+#: ... and of the failed checks of the shadow audit it has alerted on: ``{topology_id: [txid, ...]}``.
+FAILED_KEY = "failed_checks"
 #: A topology's tasks, in the order a transaction runs them.
 TASK_ORDER = ("plan", "process", "commit", "publish")
 #: What a task in each Airflow state is waiting for.
@@ -109,6 +116,7 @@ class StallWatchOperator(BaseOperator):
         resolve_callback(on_stall)  # refused at parse time, not when a stall happens
         self.on_stall = on_stall
         self._dag_ids: dict[str, str] = {}  # topology -> its DAG, as the store's declarations say
+        self._failures: dict[str, dict[str, Any]] = {}  # topology -> what its shadow audit found
 
     def execute(self, context: Mapping[str, Any]) -> None:
         ti, now = context["ti"], datetime.now(UTC)
@@ -128,6 +136,28 @@ class StallWatchOperator(BaseOperator):
             if is_new(stall, previous.get(topology_id), status):
                 self.alert(stall, reason, now, context)
         ti.xcom_push(key=XCOM_KEY, value={s.topology_id: s.since.isoformat() for s in stalls.values()})
+        alerted = ti.xcom_pull(task_ids=self.task_id, key=FAILED_KEY, include_prior_dates=True, map_indexes=-1) or {}
+        ti.xcom_push(key=FAILED_KEY, value=self.failed_checks(alerted, context))
+
+    def failed_checks(self, alerted: Mapping[str, list[int]], context: Mapping[str, Any]) -> dict[str, list[int]]:
+        """Alert once on each committed txid whose check failed; the txids alerted on, by topology."""
+        out: dict[str, list[int]] = {}
+        callback = resolve_callback(self.on_stall)
+        for topology_id, failures in self._failures.items():
+            metrics.verified(topology_id, verified_through=failures["verified_through"],
+                             failures=len(failures["failures"]))
+            txids = [int(f["txid"]) for f in failures["failures"]]
+            out[topology_id] = txids
+            if not txids:
+                continue
+            reason = failed_checks(topology_id, failures["failures"])
+            self.log.warning("%s", reason)
+            if callback is not None and set(txids) - set(alerted.get(topology_id, [])):
+                try:
+                    callback(topology_id=topology_id, reason=reason, stalled_seconds=0.0, context=context)
+                except Exception:  # one failing alert does not hide the other topologies'
+                    self.log.exception("on_stall failed for topology %s", topology_id)
+        return out
 
     def check(self, now: datetime) -> tuple[dict[str, Stall], dict[str, TopologyStatus]]:
         with TransactionalHook(self.transactional_conn_id).coordinator() as coordinator:
@@ -140,9 +170,13 @@ class StallWatchOperator(BaseOperator):
             self._dag_ids = {t: known[t].dag for t in watched}
             statuses = {}
             coordinator.ask_lags(watched)  # every Kafka cluster asked at once: the check waits for the slowest
+            self._failures = {}
             for t in watched:
                 try:
                     statuses[t] = coordinator.status(t, lag_wait=PATIENT_LAG_WAIT)
+                    checked = coordinator.verify_status(t, 1, 0)
+                    if checked["verified_through"] or checked["failures"] or checked["counts"].keys() - {"pending"}:
+                        self._failures[t] = checked  # the shadow audit runs: what it found
                 except Exception as exc:  # one unreadable topology does not blind the watch to the others
                     self.log.warning("topology %s: its status could not be read: %s", t, exc)
         stalls = {t: s for t, s in ((t, stall_of(st, now)) for t, st in statuses.items()) if s is not None}

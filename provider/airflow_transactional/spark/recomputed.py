@@ -26,22 +26,34 @@ if TYPE_CHECKING:
 def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
           *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
           ) -> dict[str, Any]:
-    """Recompute every state from the source over the committed offsets and diff the tables."""
+    """Recompute every state from the source over the committed offsets and diff the tables. Where
+    the source no longer holds what committed txids read, from the verified-through mark: the states
+    as of it from their delta history (every txid through it checked before its input went), and the
+    txids after it recomputed from the source (``core/verify.audit_base``)."""
     for _ in range(3):
         spec = coordinator.spec(topology_id)
         st = coordinator.status(topology_id)
         batch, why_not = coordinator.committed_batch(topology_id)
-        if why_not:
-            return {"topology": topology_id, "auditable": False, "reason": why_not, "differences": None}
-        batch, unreadable = readable_batch(batch, spec.source)
-        read = read_batch(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks,
-                     states_only=True)
+        base = coordinator.audit_base(topology_id) if why_not else {}
+        if "refused" in base:
+            return {"topology": topology_id, "auditable": False, "reason": f"{why_not}; {base['refused']}",
+                    "differences": None}
         num, copies = coordinator.audit_tables(topology_id)
-        n_bad = read.bad_records + len(unreadable) + stage_states(spec, read, coordinator.dsn, copies, ())
-        read.keep.unpersist()
+        n_bad = 0
+        if not base or base["records"]:
+            batch, unreadable = readable_batch(base.get("batch", batch), spec.source)
+            read = read_batch(spark, coordinator, spec, batch, transform, schema=schema, required=required,
+                              checks=checks, states_only=True)
+            n_bad = read.bad_records + len(unreadable) + stage_states(spec, read, coordinator.dsn, copies, ())
+            read.keep.unpersist()
+        if base:
+            coordinator.add_audit_base(topology_id, num, base["txid"])
+            n_bad += base["quarantined"]
         result = coordinator.diff_audit(topology_id, num, st.committed_txid)
         if result is None:  # a commit landed meanwhile: recompute against the new checkpoint
             continue
+        if base:
+            result["from_verified_txid"] = base["txid"]
         result["quarantined_recomputed"] = n_bad
         result["quarantined_committed"] = st.quarantined
         if n_bad != st.quarantined:

@@ -147,3 +147,17 @@ def drift(cur: Cursor, schema: str, topology_id: str, state: StateSpec, staging:
                       key_text=key_text, target=q.state_table(state), h_is_t=q.same_keys(state, "h", "t")),
                 {"topology": topology_id, "from_txid": from_txid, "samples": samples})
     return [(str(k), s, f, None if t is None else int(t)) for k, s, f, t in cur.fetchall()]
+
+
+def quarantined_through(cur: Cursor, schema: str, topology_id: str, txid: int) -> int:
+    """The records txids through ``txid`` set aside, and no replay or correction took since."""
+    cur.execute(query("verify_quarantined_through", schema), {"topology": topology_id, "txid": txid})
+    return int(scalar(cur) or 0)
+
+
+def add_base(cur: Cursor, schema: str, topology_id: str, state: StateSpec, staging: sql.Composed,
+             audit: sql.Composed, from_txid: int, txid: int) -> None:
+    """Add each key's sum through ``txid`` (its delta history from ``from_txid``) into ``audit``, an
+    audit's recomputation of the txids after it."""
+    cur.execute(query("verify_audit_base", schema, table=staging, audit=audit, keys=q.key_list(state)),
+                {"topology": topology_id, "from_txid": from_txid, "txid": txid})

@@ -94,3 +94,17 @@ WITH h AS (SELECT {keys}, {fold} AS value, max(s.txid) AS last_txid FROM {table}
            GROUP BY {keys})
 SELECT {key_text}, t.value::text, h.value::text, h.last_txid FROM h FULL JOIN {target} t ON {h_is_t}
 WHERE h.value IS DISTINCT FROM t.value ORDER BY 1 LIMIT %(samples)s
+
+-- name: verify_quarantined_through
+-- The records txids through one set aside that no replay or correction took since.
+SELECT count(*) FROM {s}.quarantine WHERE topology_id = %(topology)s AND committed AND txid <= %(txid)s
+    AND corrected_by IS NULL AND replayed_by IS NULL
+
+-- name: verify_audit_base
+-- An audit's recomputation of the txids after a verified mark, plus each key's sum through the mark
+-- from the delta history (states of sums and counts).
+INSERT INTO {audit} AS a ({keys}, value)
+SELECT {keys}, sum(s.value) FROM {table} s
+JOIN {s}.commits c ON c.topology_id = %(topology)s AND c.txid = s.txid AND c.attempt = s.attempt
+WHERE s.txid BETWEEN %(from_txid)s AND %(txid)s GROUP BY {keys}
+ON CONFLICT ({keys}) DO UPDATE SET value = a.value + EXCLUDED.value
