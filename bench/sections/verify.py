@@ -4,7 +4,8 @@ and commit tasks do (the baseline, audit off), against the same with the audit o
 recomputed by rounds of the job's ``--verify`` mode, one round per ten txids, and 1 in 10 of them
 sampled -- on the same two cores, one after the other: the throughput the audit leaves the topology
 when it has no spare cores to run on. Then what a round's add-up check (every state against its
-delta history) costs on a state of many keys with a long history, against the commit of one batch."""
+delta history) costs on a state of many keys with a long history, against the commit of one batch;
+and what the digest of a commit's output events costs that commit."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ import sys
 import time
 from dataclasses import replace
 
+from airflow_transactional import OutputSpec, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import attempts
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spark import cds
 from airflow_transactional.spark.submit import provider_zip, spark_submit_argv, with_quiet_driver_logs
-from bench.measure import DOMAINS, WORDS_JOB, Report, Row, Sizes, run_measured
+from airflow_transactional.store import outputs
+from bench.measure import DOMAINS, WORDS_JOB, Report, Row, Sizes, median, run_measured
 from bench.sections.history import commit_deltas, counts_topology
 from bench.sections.work import words_topology
 
@@ -32,6 +36,9 @@ RECORDS = 50_000
 ROUND = 10
 #: The add-up row: the keys of the state and the txids of history behind it (100,000 deltas each).
 DRIFT_TXIDS = 20
+#: The output-digest row: the events one commit appends, and its trials.
+EVENTS = 100_000
+DIGEST_TRIALS = 5
 
 
 def _submit(coord: Coordinator, topology: str, mode: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -112,8 +119,44 @@ def _add_up(coord: Coordinator, report: Report) -> None:
                         "(airflow-txn history --keep folds old txids into a snapshot)"))
 
 
+def _event_digest(coord: Coordinator, report: Report) -> None:
+    """What the digest of a commit's output events costs it: ``EVENTS`` events staged by one
+    attempt, their digest taken as the commit takes it (the count it checks, with their hashes),
+    against the commit that appends them."""
+    events = EventLog(coord.dsn, "bench_verify_in")
+    events.create(1)
+    events.append([(f"i{i}", "{}") for i in range(DIGEST_TRIALS + 1)])
+    events.close()
+    coord.register(TopologySpec("bench_verify_out", PostgresLogSource("bench_verify_in"),
+                                [StateSpec("counts", keys={"k": "text"}, table="bench_verify_out")],
+                                outputs=[OutputSpec("out", log="bench_verify_out", partitions=4)], max_batch_size=1,
+                                max_in_flight=DIGEST_TRIALS + 2))
+    shares, commits = [], []
+    for trial in range(DIGEST_TRIALS + 1):
+        txn = coord.plan("bench_verify_out", f"t{trial}")
+        attempt, txn = attempts.begin_attempt(coord.store, "bench_verify_out", txn.txid)
+        staged = coord.stage_events(attempt, [("out", i % 4, i, f"t{trial}-e{i}", json.dumps({"n": i, "t": trial}),
+                                               None, None, None, None) for i in range(EVENTS)])
+        attempts.finish_attempt(coord.store, attempt, {"counts": 0, **staged}, records_read=1)
+        with coord.store.db.transaction() as cur:  # the digest the commit takes, taken beside it
+            num = coord.store.load(cur, "bench_verify_out")[0]
+            t0 = time.perf_counter()
+            outputs.staged_counts(cur, coord.store.out_staging(num), txn.txid, attempt.attempt)
+            took = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        coord.commit("bench_verify_out", txn.txid)
+        if trial:  # the first warms up
+            commits.append(time.perf_counter() - t0)
+            shares.append(took)
+    digest, commit = median(shares), median(commits)
+    report.add(Row("verify", f"the commit's digest of its {EVENTS:,} output events (their count, which the commit "
+                             "checks, and their hashes), share of the commit that appends them",
+                   f"{digest:.3f} s", f"{commit:.3f} s", digest / commit, "<= 0.05", digest / commit <= 0.05))
+
+
 def run(dsn: str, sizes: Sizes, report: Report) -> None:
     del sizes  # one size: a few minutes
     with Coordinator(dsn) as coord:
+        _event_digest(coord, report)
         _add_up(coord, report)
         _throughput(coord, dsn, report)

@@ -290,6 +290,8 @@ def verify(coordinator: Coordinator, topology_id: str, fn: RecordFn, *, budget: 
             attempt = Attempt(topology_id, task.txid, VERIFY_ATTEMPT, 0)
             for state in spec.recomputable_states:
                 coordinator.stage(attempt, state.name, ((*k, v) for k, v in batch.partials[state.name].items()))
+            if spec.outputs and task.kind == "batch":  # a correction's events are its compensation: not checked
+                coordinator.stage_events(attempt, batch.events)
             checked.append(coordinator.verify_judge(topology_id, task, quarantined=len(bad),
                                                     read_digest=read_digest(read, crcs)))
     mark = checked[-1]["verified_through"] if checked else coordinator.verify_status(topology_id)["verified_through"]

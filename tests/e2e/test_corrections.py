@@ -61,12 +61,18 @@ def _correct_in_the_browser(stack: LocalStack, chrome: object, dag: str, txids: 
     return unquote(here.rsplit("/runs/", 1)[1].split("?")[0])
 
 
-def _all_verified(stack: LocalStack, coord: Any, dag: str, last_run: str) -> None:
-    """The correction and the replay were checked by their runs' verify tasks under the fixed job."""
+def _all_verified(stack: LocalStack, coord: Any, dag: str, last_run: str, chrome: object, tmp_path: Path) -> None:
+    """The correction and the replay were checked by their runs' verify tasks under the fixed job;
+    the topology's page says so (the screenshot docs/guides/verification.md shows)."""
     checks = coord.verify_status(dag)
     assert checks["verified_through"] == 6 and checks["counts"] == {"verified": 6}, checks
     assert [c["detail"].get("kind") for c in checks["checks"][-2:]] == ["range", "batch"]
     assert "verified through txid 6 of 6 committed" in task_log(stack, dag, last_run, "verify")
+    driver: Any = signed_in(chrome, stack)
+    driver.get(f"{stack.url}/dags/{dag}/plugin/transactions-dag")
+    text = frame_text(driver, "Verified through txid")
+    assert "Verified through txid 6 of 6 committed" in text and "failed the check" not in text, text
+    shot(driver, "ui-verified.png", tmp_path)
 
 
 def _replay_the_lost(stack: LocalStack, client: RestClient, coord: Any, dag: str, day: datetime,
@@ -136,6 +142,6 @@ def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: Local
     # naming why, and offers no button.
     status, page, _loc = browser(stack, "GET", f"/transactional/dags/{dag}/correct?txids=2..4", client.token())
     assert status == 200 and "edited by hand" in page and "class=confirm" not in page, page
-    _all_verified(stack, coord, dag, replay)
+    _all_verified(stack, coord, dag, replay, chrome, tmp_path)
     coord.close()
     log.close()

@@ -7,16 +7,19 @@ halfway resumes without skipping a txid; corrections are checked as their commit
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from airflow_transactional import OutputSpec
 from airflow_transactional.airflow.ui import pages
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.processing import process_batch, verify
+from airflow_transactional.processing import OutputEvent, process_batch, verify
 from airflow_transactional.sources import EventLog
 from dev import faults
 from tests.helpers import click, click_fn, counting_topology, make_log, query, run_one
@@ -198,4 +201,28 @@ def test_the_verify_task_fails_while_a_check_has_failed_naming_txid_state_and_ke
         "topology 'clicks': 1 committed txid(s) failed their check",
         "  txid 2: a state does not add up to what the commits applied (written outside them) (clicks_count: u1)"]
     assert "airflow-txn verify clicks --status" in str(failed.value) and sent == [(1, 1)]
+    coord.close()
+
+
+def _noted(rec: dict[str, Any]) -> list[Any]:
+    return [("clicks_count", (rec["user"],), 1), ("clicks_amount", (rec["user"],), rec["amount"]),
+            OutputEvent("seen", {"user": rec["user"], "note": rec.get("note")},
+                        id=f"seen-{rec['amount']}-{rec['user']}")]
+
+
+def test_an_output_log_s_events_are_checked_by_the_digest_its_commit_recorded(dsn: str) -> None:
+    make_log(dsn).append([click(i) for i in range(30)])
+    coord = Coordinator(dsn)
+    coord.register(replace(counting_topology(max_batch_size=10), outputs=(OutputSpec("seen", partitions=2),)))
+    for n in range(3):
+        run_one(coord, "clicks", f"r{n}", _noted)
+    digests = [c["digests"]["out:seen"] for c in coord.commits("clicks")]
+    assert all(int(d.split(":")[0]) > 0 for d in digests)  # each commit's events, counted and hashed
+    # Only the events change (a field no state reads): the states' digests agree, the output's does not.
+    query(dsn, "UPDATE airflow_txn.log_events SET payload = %s WHERE event_id = 'ev-4'",
+          (json.dumps({"user": "u4", "amount": 4, "note": "changed"}),))
+    found = verify(coord, "clicks", _noted)
+    [failed] = [c for c in found["checked"] if c["status"] == "failed"]
+    assert list(failed["differences"]) == ["output seen"] and found["verified_through"] == failed["txid"] - 1
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.out_1 WHERE attempt < 0") == [(0,)]
     coord.close()

@@ -1,7 +1,8 @@
 """``airflow-txn verify --dag-file``: the topology's own Spark job recomputes committed txids, one
 round at a time, and checks each against its commit's digests -- the mark follows the passing
 txids, an event changed in the log after its commit fails its txid with the keys it moves, and the
-command's exit code says so."""
+command's exit code says so; ``airflow-txn audit`` starts from the verified mark where retention
+took the input, and refuses, naming them, where txids lost it unverified."""
 
 from __future__ import annotations
 
@@ -26,13 +27,23 @@ def _verify(dsn: str, dag_file: str, capsys: Any, *flags: str) -> tuple[int, str
     return code, capsys.readouterr().out
 
 
-def test_rounds_of_the_spark_job_verify_the_commits_and_catch_a_changed_event(
+def _audit(dsn: str, dag_file: str, capsys: Any) -> tuple[int, dict[str, Any]]:
+    return cli_json(dsn, capsys, "audit", "words", "--dag-file", dag_file)
+
+
+def test_rounds_of_the_spark_job_verify_the_commits_and_the_audit_starts_where_they_did(
         dsn: str, tmp_path: Path, capsys: Any) -> None:
     _job, dag_file, _urls = committed_words(dsn, tmp_path, 300, 100)
     with Coordinator(dsn) as coord:
         code, found = cli_json(dsn, capsys, "verify", "words", "--dag-file", dag_file, "--round", "2")
         assert code == 0 and found["verified_through"] == 2
         assert [(c["txid"], c["status"]) for c in found["round"]["checked"]] == [(1, "verified"), (2, "verified")]
+        log = EventLog(dsn, "tweets")
+        for p, lsn in coord.transaction("words", 2).end_offsets.items():  # retention takes txids 1 and 2's events
+            log.truncate(int(p), int(lsn))
+        code, clean = _audit(dsn, dag_file, capsys)
+        assert code == 0 and clean["auditable"] and clean["differences"] == 0, clean
+        assert clean["from_verified_txid"] == 2  # txids 1..2 from their deltas, 3 recomputed from the log
 
         # An event txid 3 read is changed in the log after its commit: its check fails, naming the keys.
         [(event, payload)] = query(dsn, "SELECT event_id, payload FROM airflow_txn.log_events ORDER BY partition "
@@ -47,26 +58,9 @@ def test_rounds_of_the_spark_job_verify_the_commits_and_catch_a_changed_event(
         [check] = [c for c in coord.verify_status("words")["checks"] if c["txid"] == 3]
         assert check["status"] == "failed" and set(check["detail"]["differences"]) == {"url_counts", "domain_counts"}
         assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_url_counts WHERE attempt < 0") == [(0,)]
+        code, found = _audit(dsn, dag_file, capsys)  # the audit, from txid 2, recomputes the changed event too
+        assert code == 1 and found["states"]["url_counts"]["differences"] == 2, found
 
-
-def _audit(dsn: str, dag_file: str, capsys: Any) -> tuple[int, dict[str, Any]]:
-    return cli_json(dsn, capsys, "audit", "words", "--dag-file", dag_file)
-
-
-def test_the_whole_history_audit_starts_from_verified_digests_where_retention_took_the_input(
-        dsn: str, tmp_path: Path, capsys: Any) -> None:
-    _job, dag_file, _urls = committed_words(dsn, tmp_path, 300, 100)
-    with Coordinator(dsn) as coord:
-        assert _verify(dsn, dag_file, capsys, "--round", "2")[0] == 0  # txids 1 and 2 checked, then...
-        log = EventLog(dsn, "tweets")
-        for p, lsn in coord.transaction("words", 2).end_offsets.items():  # ... retention takes their events
-            log.truncate(int(p), int(lsn))
-        code, clean = _audit(dsn, dag_file, capsys)
-        assert code == 0 and clean["auditable"] and clean["differences"] == 0, clean
-        assert clean["from_verified_txid"] == 2  # txids 1..2 from their deltas, 3 recomputed from the log
-        query(dsn, "UPDATE url_counts SET value = value + 1 WHERE url = (SELECT min(url) FROM url_counts)")
-        code, found = _audit(dsn, dag_file, capsys)
-        assert code == 1 and found["differences"] == 1 and found["states"]["url_counts"]["differences"] == 1
         # Checks forgotten: nothing verified to start from, and the source no longer holds txids 1..2.
         assert coord.verify_recheck("words", 1, 2) == 0
         code, refused = _audit(dsn, dag_file, capsys)

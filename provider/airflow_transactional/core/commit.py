@@ -39,6 +39,7 @@ from ..model import CommitResult, Transaction, same_offsets
 from ..spec import TopologySpec
 from ..store import attempts, catalog, commits, decisions, outputs, topologies, transactions
 from ..store import state as q
+from ..store.history import EMPTY_DIGEST
 from ..store.rows import scalar
 from . import apply, corrections, effects, history, replays
 from .context import StateStore
@@ -74,7 +75,7 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
                 f"but the committed checkpoint is {offsets}; re-plan it (opaque topologies do "
                 "this when processing it again)")
         chosen, row_counts, records_read, quarantined, code = choose_attempt(store, cur, txn, attempt)
-        verify_staged(store, cur, num, spec, txn, chosen, row_counts)
+        out_digests = verify_staged(store, cur, num, spec, txn, chosen, row_counts)
         faults.point("commit.after_verify", cur, scope=scope)
         # A correction applies the differences from what its txids applied: they replace its staged rows.
         corrected = corrections.differences(store, cur, num, spec, txn, chosen, code) if chosen else None
@@ -87,7 +88,7 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         decided = effects.decide(store, cur, num, spec, txid, chosen)
         appended = effects.append_outputs(store, cur, num, spec, txid, chosen)
         faults.point("commit.after_append", cur, scope=scope)
-        digests = history.settle(store, cur, num, spec, txid, chosen)  # the staged rows stay: the delta history
+        digests = {**history.settle(store, cur, num, spec, txid, chosen), **out_digests}  # rows stay: the history
         lost = txn.batch.lost_records
         # A Kafka plan spans offsets, an upper bound of its records: what its commit read fewer
         # were offsets a read_committed reader skips (aborted records, transaction markers).
@@ -165,11 +166,12 @@ def choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Tran
 
 
 def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
-                   txn: Transaction, attempt: int | None, row_counts: Mapping[str, int]) -> None:
+                   txn: Transaction, attempt: int | None, row_counts: Mapping[str, int]) -> dict[str, str]:
     """Refuse a commit whose staged rows are not what the attempt reported staging, or whose
-    attempt read other records than its plan's first (a transactional topology's batch is fixed)."""
+    attempt read other records than its plan's first (a transactional topology's batch is fixed);
+    the digest of each output's staged events (before the commit resolves and appends them)."""
     if attempt is None:
-        return
+        return {}
     differs = None if spec.opaque else attempts.digest_differs(cur, store.schema, txn.topology_id, txn.txid, attempt)
     if differs is not None:
         raise SourceChanged(f"topology {txn.topology_id!r} txid {txn.txid}: attempt {attempt} read other records "
@@ -183,10 +185,9 @@ def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, 
         n = decisions.staged_count(cur, store.schema, txn.topology_id, d, store.decision_staging(num, d), txn.txid,
                                    attempt)
         found[d.name] = (f"decision {d.name!r} has {{}} staged requests", n)
-    if spec.outputs:
-        events = outputs.staged_counts(cur, store.out_staging(num), txn.txid, attempt)
-        found.update({o.name: (f"output {o.name!r} has {{}} staged events", events.get(o.name, 0))
-                      for o in spec.outputs})
+    events = outputs.staged_counts(cur, store.out_staging(num), txn.txid, attempt) if spec.outputs else {}
+    found.update({o.name: (f"output {o.name!r} has {{}} staged events", events.get(o.name, (0, ""))[0])
+                  for o in spec.outputs})
     for name, (what, n) in found.items():
         expected = int(row_counts.get(name, 0))
         if n != expected:
@@ -194,3 +195,4 @@ def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, 
                 f"topology {txn.topology_id!r} txid {txn.txid} attempt {attempt}: {what.format(n)}, the "
                 f"attempt reported {expected}; the staged output is damaged: process the txid again (a new "
                 "attempt), then commit")
+    return {outputs.DIGEST_PREFIX + o.name: events.get(o.name, (0, EMPTY_DIGEST))[1] for o in spec.outputs}

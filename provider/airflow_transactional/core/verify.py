@@ -39,6 +39,7 @@ from ..model import PlannedBatch, Transaction, planned_batch
 from ..spec import TopologySpec
 from ..store import corrections as cq
 from ..store import history as h
+from ..store import outputs as out_q
 from ..store import state as q
 from ..store import turns
 from ..store import verifications as v
@@ -124,8 +125,9 @@ def _plan(store: StateStore, topology_id: str, budget: int, every: int, code: Ma
                 break
             task, status, detail = _triage(store, cur, spec, c, every, code)
             if task is not None:
-                for state in spec.recomputable_states:  # what a round killed halfway staged
-                    v.clear(cur, store.staging(num, state), c.txid)
+                for table in [store.staging(num, s) for s in spec.recomputable_states] + (
+                        [store.out_staging(num)] if spec.outputs else []):  # what a round killed halfway staged
+                    v.clear(cur, table, c.txid)
                 tasks.append(task)
             else:
                 v.record(cur, store.schema, topology_id, c.txid, status, detail)
@@ -211,6 +213,7 @@ def judge(store: StateStore, topology_id: str, task: Task, *, quarantined: int |
                 problems[state.name] = found
             v.clear(cur, staging, task.txid)
         if task.kind == "batch":
+            problems.update(_events_check(cur, store.out_staging(num), spec, task, candidate))
             if quarantined is not None and quarantined != candidate.quarantined:
                 problems["quarantine"] = {"committed": candidate.quarantined, "recomputed": quarantined}
             if read_digest and candidate.read_digest and read_digest != candidate.read_digest:
@@ -224,10 +227,27 @@ def judge(store: StateStore, topology_id: str, task: Task, *, quarantined: int |
     return {"txid": task.txid, "status": status, **detail, "verified_through": now}
 
 
+def _events_check(cur: psycopg2.extensions.cursor, staging: sql.Composed, spec: TopologySpec, task: Task,
+                  committed: v.Candidate) -> dict[str, Any]:
+    """Each output's recomputed events against the digest its commit recorded (none recorded: a
+    commit from before output digests, not checked); the staged events cleared."""
+    if not spec.outputs:
+        return {}
+    staged = out_q.staged_counts(cur, staging, task.txid, v.ATTEMPT)
+    v.clear(cur, staging, task.txid)
+    found = {}
+    for o in spec.outputs:
+        want = (committed.digests or {}).get(out_q.DIGEST_PREFIX + o.name)
+        got = staged.get(o.name, (0, h.EMPTY_DIGEST))[1]
+        if want is not None and got != want:
+            found[f"output {o.name}"] = {"committed": want, "recomputed": got}
+    return found
+
+
 def _batch_check(cur: psycopg2.extensions.cursor, state: Any, staging: sql.Composed, task: Task,
                  committed: v.Candidate) -> dict[str, Any] | None:
     got = v.digest(cur, state, staging, task.txid)
-    want = (committed.digests or {}).get(state.name, "0:0000000000000000")
+    want = (committed.digests or {}).get(state.name, h.EMPTY_DIGEST)
     if got == want:
         return None
     return {"committed": want, "recomputed": got,

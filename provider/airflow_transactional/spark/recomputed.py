@@ -14,8 +14,9 @@ from .. import faults, provenance
 from ..coordinator import Coordinator
 from ..exceptions import TransactionalError
 from ..model import VERIFY_ATTEMPT, Staging, read_digest
+from ..spec import TopologySpec
 from .admit import SetAside
-from .batch import Transform, read_batch, stage_states
+from .batch import Read, Transform, read_batch, stage_states
 from .read import readable_batch
 from .stage import output_events, stage_fold
 
@@ -98,11 +99,7 @@ def preview(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
                       required=required, checks=checks, states_only=not spec.outputs)
     num, copies = coordinator.audit_tables(topology_id, outputs=True)
     if spec.outputs:  # staged as a commit's would be, under (txid 0, attempt 0)
-        partitions = coordinator.output_staging(topology_id).partitions
-        for o in spec.outputs:
-            events = output_events(topology_id, o.name, partitions[o.name], read.frames[o.name])
-            stage_fold(events, coordinator.dsn, Staging(copies[""], (0, 0, o.name)), set_aside=SetAside(Staging("")))
-        read = read._replace(frames={s.name: read.frames[s.name] for s in spec.recomputable_states})
+        read = _stage_events(coordinator, spec, read, copies[""], (0, 0))[0]
     stage_states(spec, read, coordinator.dsn, copies, ())
     read.keep.unpersist()
     code = provenance.code(spec.to_config(), application=provenance.application_digest(transform))
@@ -117,13 +114,17 @@ def verify(spark: SparkSession, coordinator: Coordinator, topology_id: str, tran
     spec = coordinator.spec(topology_id)
     code = provenance.code(spec.to_config(), application=provenance.application_digest(transform))
     copies = coordinator.staging_copies(topology_id)
+    out_copy = coordinator.output_staging(topology_id).copy if spec.outputs else ""
     checked = []
     with coordinator.verifying(topology_id, budget=budget, every=every, code=code) as rnd:
         for task in rnd.tasks:
             batch, unreadable = readable_batch(task.batch, spec.source)
             read = read_batch(spark, coordinator, spec, batch, transform, schema=schema, required=required,
-                              checks=checks, states_only=True)
-            set_aside = stage_states(spec, read, coordinator.dsn, copies, (task.txid, VERIFY_ATTEMPT))
+                              checks=checks, states_only=not spec.outputs)
+            set_aside = 0
+            if spec.outputs and task.kind == "batch":  # a correction's events are its compensation: not checked
+                read, set_aside = _stage_events(coordinator, spec, read, out_copy, (task.txid, VERIFY_ATTEMPT))
+            set_aside += stage_states(spec, read, coordinator.dsn, copies, (task.txid, VERIFY_ATTEMPT))
             read.keep.unpersist()
             checked.append(coordinator.verify_judge(
                 topology_id, task, quarantined=read.bad_records + len(unreadable) + set_aside,
@@ -131,3 +132,16 @@ def verify(spark: SparkSession, coordinator: Coordinator, topology_id: str, tran
     mark = checked[-1]["verified_through"] if checked else coordinator.verify_status(topology_id)["verified_through"]
     return {"topology": topology_id, "busy": rnd.busy, "settled": rnd.settled, "checked": checked,
             "verified_through": mark}
+
+
+def _stage_events(coordinator: Coordinator, spec: TopologySpec, read: Read, copy: str, key: tuple[int, int]
+                  ) -> tuple[Read, int]:
+    """Stage the output events ``read`` holds with ``copy`` under ``key`` (txid, attempt), as the
+    process task stages them; the read without them (its states), and the rows set aside."""
+    set_aside = SetAside(Staging(""))
+    partitions = coordinator.output_staging(spec.topology_id).partitions
+    for o in spec.outputs:
+        events = output_events(spec.topology_id, o.name, partitions[o.name], read.frames[o.name],
+                               [d.name for d in spec.decisions], txid=key[0])
+        stage_fold(events, coordinator.dsn, Staging(copy, (*key, o.name)), set_aside=set_aside)
+    return read._replace(frames={s.name: read.frames[s.name] for s in spec.recomputable_states}), set_aside.rows

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 #: A digest sums 64-bit hashes; it is kept modulo this.
 DIGEST_MODULUS = 2**64
+#: The digest of nothing staged: no row, no hash.
+EMPTY_DIGEST = "0:0000000000000000"
 
 
 class Mark(NamedTuple):

@@ -17,6 +17,7 @@ from psycopg2 import sql
 
 from ..exceptions import IdCollision
 from ..model import RETRACTED
+from .history import DIGEST_MODULUS
 from .rows import Cursor, every
 from .statements import query
 
@@ -48,9 +49,15 @@ def create_staging_table(staging: sql.Composed) -> sql.Composed:
     return query("output_staging_create", staging=staging)
 
 
-def staged_counts(cur: Cursor, staging: sql.Composed, txid: int, attempt: int) -> dict[str, int]:
+#: The key of an output's digest among a commit's digests (beside the states', by name).
+DIGEST_PREFIX = "out:"
+
+
+def staged_counts(cur: Cursor, staging: sql.Composed, txid: int, attempt: int) -> dict[str, tuple[int, str]]:
+    """Per output: how many events ``(txid, attempt)`` staged, and their digest (``events:hash``,
+    the same for the same events in any order; recorded with the commit as ``out:<output>``)."""
     cur.execute(query("output_staged_counts", staging=staging), {"txid": txid, "attempt": attempt})
-    return {str(o): int(n) for o, n in cur.fetchall()}
+    return {str(o): (int(n), f"{int(n)}:{int(total) % DIGEST_MODULUS:016x}") for o, n, total in cur.fetchall()}
 
 
 def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Target], txid: int,

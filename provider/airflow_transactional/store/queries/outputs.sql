@@ -11,7 +11,11 @@ CREATE TABLE IF NOT EXISTS {staging} (txid bigint NOT NULL, attempt integer NOT 
     request text, granted boolean, retraction boolean, PRIMARY KEY (txid, attempt, output, event_id))
 
 -- name: output_staged_counts
-SELECT output, count(*) FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s GROUP BY output
+-- Per output, how many events one (txid, attempt) staged and the sum of their hashes (its digest:
+-- the same for the same events in any order).
+SELECT output, count(*), coalesce(sum(hashtextextended(
+    ROW(partition, event_id, payload, decision, request, granted, retraction)::text, 0)::numeric), 0)
+FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s GROUP BY output
 
 -- name: output_staged_partitions
 SELECT DISTINCT output, partition FROM {staging} WHERE txid = %(txid)s AND attempt = %(attempt)s
