@@ -6,20 +6,22 @@ order, and settles at once those it need not recompute: an empty batch (verified
 replay -- those are always checked), one whose input the source no longer holds or whose code is
 no longer the code deployed (unverifiable, saying which -- looked at again each round, until a
 correction of its range is committed, which supersedes it: it passes once that correction is
-verified -- or its code is deployed again). The others, up to ``budget``,
-the caller recomputes with the topology's own code -- the Spark job's ``--verify`` or the
-pure-Python ``processing.verify`` -- staging each under attempt :data:`~..store.verifications.ATTEMPT`
-beside the committed rows, and :func:`judge` compares: the recomputed deltas' digest per state
-against the commit's (a correction: its range recomputed against what the range and its corrections
-applied, as its commit computed it), its bad records against the commit's, what it read against
-what the txid read. A round also checks that every state still adds up to its delta history (a
-state row written outside the commits is found then, named by state and key).
+verified -- or its code is deployed again). The others, up to ``budget``, the caller recomputes
+with the topology's own code -- the Spark job's ``--verify`` or the pure-Python
+``processing.verify`` -- staging each under attempt :data:`~..store.verifications.ATTEMPT` beside
+the committed rows, and :func:`judge` compares: the recomputed deltas' digest per state and events'
+digest per output against the commit's (a correction: its range's states recomputed against what
+the range and its corrections applied, as its commit computed them), its bad records against the
+commit's, what it read against what the txid read. A round also checks that every state still
+adds up to its delta history (a state row written outside the commits is found then, named by
+state and key).
 
 The mark moves over the contiguous run of passing txids (verified, skipped, superseded by a verified
 correction) and stops at the first pending, failed or unverifiable one: a failure holds it until the
 txid is checked again (``airflow-txn verify --recheck``). A txid once verified stays so when the
-source's retention removes its input later. One round at a time per topology (a turn); a round
-killed halfway leaves its txids pending, and the next clears what it had staged.
+source's retention removes its input later; a whole-history audit then starts from the mark
+(:func:`audit_base`). One round at a time per topology (a turn); a round killed halfway leaves its
+txids pending, and the next clears what it had staged.
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ class Task(NamedTuple):
 
 
 class Round(NamedTuple):
-    """What a round recomputes, what it settled at once (txid -> status), the mark when it began,
-    and whether the states added up to their history (None: not checked; the detail otherwise)."""
+    """What a round recomputes, what it settled at once (txid -> status; the committed txid
+    ``failed`` when a state did not add up to its history), and the mark when it began."""
 
     topology_id: str
     tasks: list[Task]
