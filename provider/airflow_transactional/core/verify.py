@@ -146,17 +146,19 @@ def _triage(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySp
         return None, "verified", {"empty": True}
     if not spec.recomputable_states:
         return None, "unverifiable", {"reason": "its states are all decided at commit: nothing to recompute"}
-    covered = v.covering(cur, store.schema, topology_id, c.txid)
-    touched = c.attempts > 1 or bool(c.corrects) or covered is not None
-    if every > 1 and c.txid % every and not touched:
+    def covered() -> int | None:  # a query: asked only when sampling or another code needs it
+        return v.covering(cur, store.schema, topology_id, c.txid)
+
+    if every > 1 and c.txid % every and not (c.attempts > 1 or c.corrects or covered() is not None):
         return None, "skipped", {"every": every}
     if c.digests is None:
         return None, "unverifiable", {"reason": "committed before digests were recorded"}
     if code is not None and _code(c.code) != _code(code):
         detail = {"reason": "committed under other code than the code checking it", "committed": c.code,
                   "now": dict(code)}
-        if covered is not None and covered != c.txid:
-            return None, "superseded", {**detail, "by": covered}
+        by = covered()
+        if by is not None and by != c.txid:
+            return None, "superseded", {**detail, "by": by}
         return None, "unverifiable", {**detail, "waiting": "a correction of it, or its code deployed again"}
     corrects = c.corrects or {}
     if "txids" in corrects:
