@@ -195,6 +195,7 @@ class Coordinator:
 
     # -- the shadow audit: committed txids checked as they come (core/verify.py) ----------------
     verifying = Operation(verify.verifying)
+    verify_triage = Operation(verify.triage)
     verify_judge = Operation(verify.judge)
     verify_status = Operation(verify.status)
     verify_recheck = Operation(verify.recheck)

@@ -204,6 +204,47 @@ def test_the_verify_task_fails_while_a_check_has_failed_naming_txid_state_and_ke
     coord.close()
 
 
+def test_the_verify_task_starts_a_job_only_for_txids_to_recompute_its_jit_sized_by_them(
+        dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from airflow_transactional.airflow.hooks import TransactionalHook
+    from airflow_transactional.airflow.operators import VerifyOperator
+    from airflow_transactional.spark.submit import SHORT_JIT
+
+    coord = _committed(dsn, 2)
+    monkeypatch.setattr(TransactionalHook, "get_dsn", lambda self: dsn)
+    monkeypatch.setattr(TransactionalHook, "state_schema", lambda self: coord.schema)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    jobs: list[tuple[list[str], str]] = []
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: jobs.append(
+        (list(self.application_args), self.conf.get("spark.driver.extraJavaOptions", ""))))
+    task = VerifyOperator(task_id="verify", topology=counting_topology(max_batch_size=10).to_config(),
+                          transactional_conn_id="store", application="unused.py", conn_id="spark_test",
+                          verify_round="10:3")
+    task.execute({"run_id": "r1", "ti": None})  # txids 1 and 2 are not sampled: settled, no job
+    assert jobs == [] and _statuses(coord) == {1: "skipped", 2: "skipped"}
+    assert coord.verify_status("clicks")["verified_through"] == 2
+    make_log(dsn).append([click(i) for i in range(20, 30)])
+    run_one(coord, "clicks", "r2", click_fn)  # txid 3 is sampled: the job recomputes it, on the small JIT
+    task.execute({"run_id": "r2", "ti": None})
+    [(args, java)] = jobs
+    assert args[args.index("--verify") + 1] == "10:3" and java.startswith(SHORT_JIT)
+    assert _statuses(coord)[3] == "pending"  # (the job was not run here: it would check txid 3)
+    # With verify_lag=1 a txid to recompute may wait for the next run's round: two are recomputed together.
+    lagging = VerifyOperator(task_id="verify", topology=counting_topology(max_batch_size=10).to_config(),
+                             transactional_conn_id="store", application="unused.py", conn_id="spark_test",
+                             verify_round="10", verify_lag=1)
+    verify(coord, "clicks", click_fn)
+    make_log(dsn).append([click(i) for i in range(30, 50)])
+    for n in (3, 4):
+        run_one(coord, "clicks", f"r{n}", click_fn)
+        lagging.execute({"run_id": f"r{n}", "ti": None})
+        assert len(jobs) == n - 2  # txid 4 alone waits; with txid 5, one job recomputes both
+    assert _statuses(coord)[4] == _statuses(coord)[5] == "pending"
+    coord.close()
+
+
 def _noted(rec: dict[str, Any]) -> list[Any]:
     return [("clicks_count", (rec["user"],), 1), ("clicks_amount", (rec["user"],), rec["amount"]),
             OutputEvent("seen", {"user": rec["user"], "note": rec.get("note")},

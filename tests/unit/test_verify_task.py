@@ -4,6 +4,9 @@ pool refused naming the fix."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
 
 from airflow_transactional.exceptions import ConfigError
@@ -21,6 +24,7 @@ def test_a_verify_task_checks_after_the_commit_in_a_pool_of_its_own_last_in_line
     assert verify.retries == 2  # a killed job is tried again; a failed check fails at once (AirflowFailException)
     assert verify.application == WORDS_JOB and verify.conf == {"spark.executor.memory": "2g"}
     assert verify.job_args(7, "airflow_txn") == ["--topology", "t_words", "--verify", "5:2", "--schema", "airflow_txn"]
+    assert verify.verify_lag == 0 and _dag(verify="5", verify_lag=4).get_task("verify").verify_lag == 4
     assert "verify" not in _dag().task_ids
 
 
@@ -29,6 +33,10 @@ def test_a_verify_task_checks_after_the_commit_in_a_pool_of_its_own_last_in_line
     ({"verify": "10:0"}, "verify is a round of the shadow audit"),
     ({"verify": 10}, "verify is a round of the shadow audit"),
     ({"verify_pool": "audit"}, "verify_pool needs verify"),
+    ({"verify_lag": 2}, "verify_lag needs verify"),
+    ({"verify": "10", "verify_lag": 10}, r"verify_lag is how many txids .* from 0 to 9 \(below the round's 10\)"),
+    ({"verify": "10", "verify_lag": -1}, "verify_lag is how many txids"),
+    ({"verify": "10:2", "verify_lag": 9, "verify_pool": "audit"}, None),
     ({"verify": "10", "verify_pool": "a pool"}, "verify_pool must name an Airflow pool"),
     ({"verify": "10:5", "verify_pool": "audit"}, None),
 ])
@@ -39,3 +47,21 @@ def test_a_bad_round_or_pool_is_refused_at_parse_time_naming_the_fix(overrides: 
         return
     with pytest.raises(ConfigError, match=fix):
         _dag(**overrides)
+
+
+def test_the_verify_job_s_spark_submit_starts_at_the_lowest_cpu_priority(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from airflow_transactional.spark.submit import VERIFY_NICENESS, lowest_priority
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    started: dict[str, object] = {}
+    monkeypatch.setattr(SparkSubmitHook, "submit", lambda self, application="", **kwargs: started.update(kwargs))
+    dag = _dag(verify="5", spark_conn_id="spark_test")
+    dag.get_task("verify")._get_hook().submit("job.py")
+    assert started["preexec_fn"] is lowest_priority
+    started.clear()
+    dag.get_task("process")._get_hook().submit("job.py")  # the processing keeps its priority
+    assert "preexec_fn" not in started
+    niced = subprocess.run(["nice"], preexec_fn=lowest_priority, capture_output=True, text=True, check=True)
+    assert int(niced.stdout) == VERIFY_NICENESS

@@ -107,6 +107,7 @@ def transactional_dag(
     stall_after: timedelta | Literal["auto"] | None = "auto",
     verify: str | None = None,
     verify_pool: str | None = None,
+    verify_lag: int = 0,
     commit_deadline: timedelta | None = None,
     on_late_commit: Callable[..., Any] | str | None = None,
     start_date: datetime = DEFAULT_START,
@@ -176,6 +177,11 @@ def transactional_dag(
         failed; None (the default): no verify task.
     :param verify_pool: the Airflow pool of the verify task (give it one of its own, so a round never
         takes a slot of ``spark_pool``); the task runs at the lowest priority.
+    :param verify_lag: how many committed txids waiting to be recomputed the verify task may leave
+        to a later run's round (0, the default: each round recomputes what waits). With ``L``, the
+        task starts its job once more than ``L`` wait, and the job recomputes them together -- one
+        driver start for all of them instead of one each -- while the mark trails the commits by at
+        most ``L`` txids to recompute. Less than the round's ``N``.
     :param commit_deadline: an Airflow deadline alert on every run: not committed within this long of
         being queued, it calls ``on_late_commit`` in the triggerer. Not on by default: Airflow 3.3
         fails to clear a run whose queued-at deadline has not passed yet (apache/airflow#70368).
@@ -207,7 +213,7 @@ def transactional_dag(
         raise ConfigError("on_late_commit needs commit_deadline: say how long a run may take to commit")
     check_names(transactional_conn_id=transactional_conn_id, spark_conn_id=spark_conn_id, spark_pool=spark_pool,
                  start_date=start_date, commit_deadline=commit_deadline)
-    check_verify(verify, verify_pool)
+    check_verify(verify, verify_pool, verify_lag)
     check_settings(retries=retries, defer_after=defer_after, retry_delay=retry_delay,
                     commit_timeout=commit_timeout, plan_timeout=plan_timeout, deferrable=deferrable,
                     emit_assets=emit_assets, tags=tags,
@@ -233,7 +239,7 @@ def transactional_dag(
                spark_connect_conn_id=spark_connect_conn_id, kubernetes_dsn_secret=kubernetes_dsn_secret,
                reuse_staged_output=reuse_staged_output, commit_timeout=commit_timeout, plan_timeout=plan_timeout,
                deferrable=deferrable, defer_after=defer_after, emit_assets=emit_assets, verify=verify,
-               verify_pool=verify_pool)
+               verify_pool=verify_pool, verify_lag=verify_lag)
     try:
         dag.timetable.validate()  # a bad cron string is otherwise accepted here and fails in the scheduler
     except Exception as exc:
@@ -247,7 +253,7 @@ def _add_tasks(dag: DAG, spec: TopologySpec, config: dict[str, Any], *, transact
                py_files: str | None, spark_pool: str | None, spark_connect_conn_id: str | None,
                kubernetes_dsn_secret: str | None, reuse_staged_output: bool, commit_timeout: timedelta,
                plan_timeout: timedelta, deferrable: bool, defer_after: timedelta, emit_assets: bool,
-               verify: str | None, verify_pool: str | None) -> None:
+               verify: str | None, verify_pool: str | None, verify_lag: int) -> None:
     """plan >> process >> commit (>> publish, >> verify), in ``dag``."""
     topology_id = spec.topology_id
     # Asset-triggered runs (the later stages of a pipeline) are not starved by other DAGs' scheduled runs.
@@ -271,7 +277,8 @@ def _add_tasks(dag: DAG, spec: TopologySpec, config: dict[str, Any], *, transact
         commit >> PublishOperator(task_id="publish", **common)
     if verify is not None:  # a round of the shadow audit, never before the commit, last in line for a slot
         commit >> VerifyOperator(task_id="verify", name=f"txn-{topology_id}-verify", verify_round=verify,
-                                 priority_weight=1, **({"pool": verify_pool} if verify_pool else {}), **job,
+                                 verify_lag=verify_lag, priority_weight=1,
+                                 **({"pool": verify_pool} if verify_pool else {}), **job,
                                  **{**common, "weight_rule": "absolute"})
 
 

@@ -66,6 +66,7 @@ class Task(NamedTuple):
     attempt: int  # the attempt it committed
     first: int = 0
     last: int = 0
+    records: int = 0  # the records it read (the range's, a correction's)
 
 
 class Round(NamedTuple):
@@ -97,6 +98,29 @@ def verifying(store: StateStore, topology_id: str, *, budget: int = 10, every: i
         yield _plan(store, topology_id, budget, every, code, drift)
     finally:
         turn.release()
+
+
+def triage(store: StateStore, topology_id: str, *, budget: int = 10, every: int = 1, lag: int = 0,
+           wait: float = TURN_WAIT) -> dict[str, Any]:
+    """A round's first half, before any job starts: the txids it need not recompute settled (empty,
+    not sampled, input gone), and what is left to recompute -- ``{"busy": bool, "recompute": [txid,
+    ...], "records": their planned records, "batch": their batches merged (what sizes the job),
+    "waiting": how many are left for a later round}`` -- none to recompute while no more than
+    ``lag`` wait. None: the add-up check of the states is made here, and no job is needed. (A txid
+    committed under other code than the deployed is left to the job: only the job knows its code.)"""
+    if not 0 <= lag < budget:
+        raise ConfigError(f"a round may leave 0 to {budget - 1} txids to recompute to a later one (below its "
+                          f"{budget}), got {lag}")
+    with verifying(store, topology_id, budget=budget, every=every, drift=False, wait=wait) as rnd:
+        if len(rnd.tasks) <= lag and not rnd.busy:
+            with store.db.transaction() as cur:
+                num, spec, committed, _o = store.load(cur, topology_id)
+                _drifted(store, cur, num, spec, committed)
+    tasks = rnd.tasks if len(rnd.tasks) > lag else []
+    batches = [t.batch for t in tasks]
+    return {"busy": rnd.busy, "recompute": [t.txid for t in tasks], "records": sum(t.records for t in tasks),
+            "batch": merged_batch(batches) if batches and all(type(b) is type(batches[0]) for b in batches)
+            else PlannedBatch(), "waiting": len(rnd.tasks) - len(tasks)}
 
 
 def _take_turn(store: StateStore, topology_id: str, wait: float) -> turns.Held | None:
@@ -165,9 +189,9 @@ def _triage(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySp
         first, last = (int(t) for t in corrects["txids"])
         originals = [t for t in cq.committed_txns(cur, store.schema, topology_id, first, last) if not t.corrects]
         batch = merged_batch([t.batch for t in originals]) if originals else PlannedBatch()
-        task = Task(c.txid, "range", batch, c.attempt, first, last)
+        task = Task(c.txid, "range", batch, c.attempt, first, last, sum(t.planned_records for t in originals))
     else:
-        task = Task(c.txid, "batch", planned_batch(c.batch, spec.source.kind), c.attempt)
+        task = Task(c.txid, "batch", planned_batch(c.batch, spec.source.kind), c.attempt, records=c.planned_records)
     missing = None if "replay" in corrects else spec.source.unavailable(cur, store.schema, topology_id, task.batch)
     if missing:
         return None, "unverifiable", {"reason": f"its input is gone before it was checked: {missing}"}

@@ -256,7 +256,7 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
             elif mode == "verify":
                 budget, every = args.verify
                 result = verify(spark, coordinator, args.topology, transform, budget=budget, every=every,
-                                schema=schema, required=required, checks=checks)
+                                schema=schema, required=required, checks=checks, phases=phases)
             else:
                 result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
                                  required=required, checks=checks, phases=phases, dag_version=args.dag_version)

@@ -17,6 +17,7 @@ from ..model import VERIFY_ATTEMPT, Staging, read_digest
 from ..spec import TopologySpec
 from .admit import SetAside
 from .batch import Read, Transform, read_batch, stage_states
+from .profile import Phases
 from .read import readable_batch
 from .stage import output_events, stage_fold
 
@@ -108,7 +109,7 @@ def preview(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
 
 def verify(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
            *, budget: int, every: int, schema: str | None, required: Sequence[str],
-           checks: Mapping[str, str] | None = None) -> dict[str, Any]:
+           checks: Mapping[str, str] | None = None, phases: Phases | None = None) -> dict[str, Any]:
     """A round of the shadow audit: each txid it takes read again as its batch was planned,
     folded by this code, staged under the verification attempt and judged against its commit."""
     spec = coordinator.spec(topology_id)
@@ -116,19 +117,24 @@ def verify(spark: SparkSession, coordinator: Coordinator, topology_id: str, tran
     copies = coordinator.staging_copies(topology_id)
     out_copy = coordinator.output_staging(topology_id).copy if spec.outputs else ""
     checked = []
+    phases = phases or Phases()
     with coordinator.verifying(topology_id, budget=budget, every=every, code=code) as rnd:
+        phases.lap("plan the round")
         for task in rnd.tasks:
             batch, unreadable = readable_batch(task.batch, spec.source)
             read = read_batch(spark, coordinator, spec, batch, transform, schema=schema, required=required,
                               checks=checks, states_only=not spec.outputs)
+            phases.lap("read, parse, validate, fold")
             set_aside = 0
             if spec.outputs and task.kind == "batch":  # a correction's events are its compensation: not checked
                 read, set_aside = _stage_events(coordinator, spec, read, out_copy, (task.txid, VERIFY_ATTEMPT))
             set_aside += stage_states(spec, read, coordinator.dsn, copies, (task.txid, VERIFY_ATTEMPT))
             read.keep.unpersist()
+            phases.lap("stage")
             checked.append(coordinator.verify_judge(
                 topology_id, task, quarantined=read.bad_records + len(unreadable) + set_aside,
                 read_digest=read_digest(read.records, read.prepared.offset_crcs())))
+            phases.lap("judge")
     mark = checked[-1]["verified_through"] if checked else coordinator.verify_status(topology_id)["verified_through"]
     return {"topology": topology_id, "busy": rnd.busy, "settled": rnd.settled, "checked": checked,
             "verified_through": mark}

@@ -300,6 +300,16 @@ SHORT_JIT_MAX_RECORDS = 250_000
 SHORT_JIT_MAX_BYTES = 128 << 20
 SHORT_JIT = "-XX:TieredStopAtLevel=1"
 
+#: The niceness of a verify job's processes on the machine that starts them (the driver, and a
+#: ``local[N]`` master's executors): the lowest CPU priority, so that where the processing keeps
+#: the cores busy, a round of the shadow audit takes what it leaves.
+VERIFY_NICENESS = 19
+
+
+def lowest_priority() -> None:
+    """Run at :data:`VERIFY_NICENESS` (a ``preexec_fn`` of the verify job's ``spark-submit``)."""
+    os.nice(VERIFY_NICENESS)
+
 
 def with_jit_for_batch(conf: Mapping[str, Any], batch: Mapping[str, Any], planned_records: int) -> dict[str, Any]:
     """``conf`` for a driver on this machine in ``local[N]`` mode, with the JIT chosen for the

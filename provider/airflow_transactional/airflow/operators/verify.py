@@ -2,19 +2,25 @@
 shadow audit (``core/verify.py``) -- the topology's job in its ``--verify`` mode, by spark-submit or
 on its Spark Connect server, as the process task runs it -- in a pool of its own
 (``verify_pool``) at the lowest priority, so it never takes the processing's slots. A round with
-nothing to check costs no spark-submit; a job that dies is tried again. The task fails while a
-check has failed, naming the txid, the states and the keys -- at once, without retries, and so does
-each run's verify task after it (the DAG's failure callbacks fire) until the txid is checked again
-(``airflow-txn verify --recheck``); the metrics ``verified_through`` and ``verification_failures``
-follow the mark."""
+nothing to recompute costs no spark-submit: the task settles first what needs no recomputing (an
+empty batch, a txid not sampled, input gone) and starts the job only for the rest, its driver's
+JIT chosen by their size as the process task's is -- or, with ``verify_lag``, once more than that
+many wait, recomputed together. Its ``spark-submit`` runs at the lowest CPU priority (nice 19):
+where the processing keeps this machine's cores busy, a round takes what it leaves. A job that
+dies is tried again. The task fails while a check has failed, naming the txid, the states and the
+keys -- at once, without retries, and so does each run's verify task after it (the DAG's failure
+callbacks fire) until the txid is checked again (``airflow-txn verify --recheck``); the metrics
+``verified_through`` and ``verification_failures`` follow the mark."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from ...spark.submit import lowest_priority
 from .. import metrics
 from ..hooks import TransactionalHook
 from .process import TransactionalSparkSubmitOperator, dag_version
@@ -25,30 +31,50 @@ class VerifyOperator(TransactionalSparkSubmitOperator):
 
     ui_color = "#ede7f6"
 
-    def __init__(self, *, verify_round: str = "10", **kwargs: Any) -> None:
+    def __init__(self, *, verify_round: str = "10", verify_lag: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.verify_round = verify_round
+        self.verify_round, self.verify_lag = verify_round, verify_lag
 
     def job_args(self, txid: int, schema: str) -> list[str]:
         return [*self.base_application_args, "--topology", self.topology_id, "--verify", self.verify_round,
                 "--schema", schema]
 
+    def _get_hook(self) -> SparkSubmitHook:
+        """The process task's hook, its ``spark-submit`` started at the lowest CPU priority."""
+        hook = super()._get_hook()
+        submit = hook.submit
+
+        def niced(application: str = "", **kwargs: Any) -> Any:
+            return submit(application, preexec_fn=lowest_priority, **kwargs)
+
+        hook.submit = niced  # type: ignore[method-assign]
+        return hook
+
     def execute(self, context: Any) -> None:
         hook = TransactionalHook(self.transactional_conn_id)
+        budget, _, every = self.verify_round.partition(":")
         with hook.coordinator() as coordinator:
-            if coordinator.verify_status(self.topology_id, 1, 0)["to_check"]:
+            # The round's first half here: what needs no recompute is settled without a job.
+            found = coordinator.verify_triage(self.topology_id, budget=int(budget), every=int(every or 1),
+                                              lag=self.verify_lag)
+            if found["recompute"]:
+                self.log.info("recomputing txids %s of %s (%d records)", ", ".join(map(str, found["recompute"])),
+                              self.topology_id, found["records"])
                 self.dag_version = dag_version(context)
                 if self.spark_connect_conn_id:
                     self.application_args = self.job_args(0, coordinator.schema)
                     self.run_connect_client(self.spark_connect_conn_id, hook.get_dsn())
                 else:
-                    delivery = self.prepare_submit(0, coordinator.schema, hook.get_dsn())
+                    delivery = self.prepare_submit(0, coordinator.schema, hook.get_dsn(), batch=found["batch"],
+                                                   planned_records=found["records"])
                     try:
                         SparkSubmitOperator.execute(self, context)
                     finally:
                         delivery.remove()
             else:
-                self.log.info("no committed txid of %s waits for a check: nothing to recompute", self.topology_id)
+                self.log.info("no committed txid of %s to recompute now%s", self.topology_id,
+                              " (another round is running)" if found["busy"] else
+                              f" ({found['waiting']} wait, verify_lag={self.verify_lag})" if found["waiting"] else "")
             status = coordinator.verify_status(self.topology_id, 1, 0)
         metrics.verified(self.topology_id, verified_through=status["verified_through"],
                          failures=int(status["counts"].get("failed", 0)))
