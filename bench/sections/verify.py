@@ -170,7 +170,8 @@ def _throughput(coord: Coordinator, dsn: str, report: Report) -> None:
                        ratio, f">= {target}x", ratio >= target,
                        note=f"on the same two cores; {audit.jobs} verify jobs in {audit.rounds} rounds; the last "
                             f"commit {wall:.1f} s in, every txid verified {lag:.1f} s after it; CPU {cpu:.1f} vs "
-                            f"{off_cpu:.1f} CPU-s"))
+                            f"{off_cpu:.1f} CPU-s; audit off before and after: {runs['bench_verify_off'][1]:.0f} "
+                            f"s and {runs['bench_verify_off2'][1]:.0f} s"))
 
 
 def _add_up(coord: Coordinator, report: Report) -> None:
