@@ -145,13 +145,13 @@ def _throughput(coord: Coordinator, dsn: str, report: Report) -> None:
     configs = [("bench_verify_off", None), ("bench_verify_all", (1, LAG)), ("bench_verify_tenth", (10, 0)),
                ("bench_verify_off2", None)]
     runs = {}
-    for name, every in configs:
+    for name, sampling in configs:
         coord.register(replace(words_topology(name, PostgresLogSource("bench_verify"), RECORDS),
                                max_in_flight=TXIDS + 1))
-        runs[name] = _stream(coord, dsn, name, every, env)
+        runs[name] = _stream(coord, dsn, name, sampling, env)
         log.info("verify: %s: %.1f CPU-s, %.1f s to the last commit, verified %.1f s after it", name, *runs[name][:3])
-    for name, _every in configs:
-        if _every is not None:
+    for name, sampling in configs:
+        if sampling is not None:
             status = coord.verify_status(name)
             assert status["verified_through"] == TXIDS and not status["counts"].get("failed"), status
     off_cpu = (runs["bench_verify_off"][0] + runs["bench_verify_off2"][0]) / 2

@@ -112,11 +112,11 @@ def triage(store: StateStore, topology_id: str, *, budget: int = 10, every: int 
         raise ConfigError(f"a round may leave 0 to {budget - 1} txids to recompute to a later one (below its "
                           f"{budget}), got {lag}")
     with verifying(store, topology_id, budget=budget, every=every, drift=False, wait=wait) as rnd:
-        if len(rnd.tasks) <= lag and not rnd.busy:
+        tasks = rnd.tasks if len(rnd.tasks) > lag else []
+        if not tasks and not rnd.busy:
             with store.db.transaction() as cur:
                 num, spec, committed, _o = store.load(cur, topology_id)
                 _drifted(store, cur, num, spec, committed)
-    tasks = rnd.tasks if len(rnd.tasks) > lag else []
     batches = [t.batch for t in tasks]
     return {"busy": rnd.busy, "recompute": [t.txid for t in tasks], "records": sum(t.records for t in tasks),
             "batch": merged_batch(batches) if batches and all(type(b) is type(batches[0]) for b in batches)
