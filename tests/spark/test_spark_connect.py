@@ -11,12 +11,13 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from airflow_transactional import EventLog, PostgresLogSource, StateSpec, TopologySpec
+from airflow_transactional import EventLog, LandingDirectory, PostgresLogSource, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.spark.warm import ROUNDS, warm_in_child, warm_server
@@ -177,3 +178,40 @@ def test_a_server_is_warmed_by_a_checked_batch_of_made_up_records(spark_remote: 
         warm_server("http://localhost:15002")
     with pytest.raises(ConfigError, match="1 to 1,900,000"):
         warm_server(spark_remote, records=2_000_000)
+
+
+def landing_glob_names(dsn: str, topology: str, directory: Path, run: Callable[[int], Any]) -> None:
+    """Files whose names are globs (``[ab].json``, ``*.json``, ``b?.json``, ``{a,b}.json``) beside the
+    files those globs match, planned as one txid and processed by ``run(txid)`` (a job whose
+    executors are not the driver's): each file's lines counted once, none twice."""
+    names = ["a.json", "b.json", "[ab].json", "*.json", "b?.json", "{a,b}.json"]
+    lines: dict[str, list[str]] = {}
+    for k, name in enumerate(names):
+        lines[name] = [json.dumps({"url": f"https://example.com/{k}/{i % 3}", "user": "u"}) for i in range(5 + k)]
+        (directory / name).write_text("\n".join(lines[name]) + "\n{not json " + str(k) + "}\n")
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec(topology, LandingDirectory(str(directory), settle_seconds=0), [
+        StateSpec("url_counts", {"url": "text"}, combiner="count", table=f"{topology}_urls"),
+        StateSpec("domain_counts", {"domain": "text"}, combiner="count", table=f"{topology}_domains"),
+    ]))
+    txid = coord.plan(topology, "r1").txid
+    res = run(txid)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert coord.commit(topology, txid).committed
+    want = Counter(json.loads(x)["url"] for name in names for x in lines[name])
+    assert dict(query(dsn, f"SELECT url, value FROM {topology}_urls")) == want
+    # Each file's bad line quarantined once, under the very name planned.
+    assert sorted(query(dsn, "SELECT source_offset FROM airflow_txn.quarantine WHERE committed")) == \
+        sorted((str(directory / name),) for name in names)
+    coord.close()
+
+
+def test_a_landing_file_named_as_a_glob_is_read_literally_on_spark_connect(
+        dsn: str, spark_remote: str, tmp_path: Path) -> None:
+    """Regression: on Spark Connect a planned local name went to Spark's reader unescaped, and the
+    txid that planned ``[ab].json`` read ``a.json`` and ``b.json`` (never its own), the one that
+    planned ``*.json`` every file: other txids' records counted again."""
+    landing_glob_names(dsn, "globs_sc", tmp_path, lambda t: subprocess.run(
+        [sys.executable, WORDS, "--topology", "globs_sc", "--txid", str(t)],
+        env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "SPARK_REMOTE": spark_remote},
+        capture_output=True, text=True, timeout=300))

@@ -20,7 +20,7 @@ from .handoff import is_remote
 if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
 
-__all__ = ["executors_here", "glob_escaped", "pinned_files", "uri_text"]
+__all__ = ["executors_here", "glob_escaped", "pinned_files", "spellings", "uri_text"]
 
 
 def executors_here(spark: SparkSession) -> bool:
@@ -43,18 +43,20 @@ def pinned_files(spark: SparkSession, planned: Sequence[Mapping[str, Any]]) -> t
     driver whose executors share its process (a classic session on ``local[N]``) opens each
     planned file itself, once, never through a link (:mod:`..sources.landed`), checks it is the
     planned inode, and hands Spark ``/proc/<pid>/fd/<n>``: that very file, whatever the name does
-    after. Executors elsewhere (a cluster, Spark Connect) open the names; keep who may write the
-    landing directory to writers you trust there (docs: Security).
+    after. Executors elsewhere (a cluster, Spark Connect) open the names, each escaped so Spark
+    takes it literally; keep who may write the landing directory to writers you trust there (docs:
+    Security).
     """
     from pyspark.sql import functions as F
 
     paths = [str(f["path"]) for f in planned]
-    if any("://" in p for p in paths):  # a store's files: their versions are checked before and after
-        names = [F.lit(x) for p in paths for x in (uri_text(p), p)]
+    if any("://" in p for p in paths) or not executors_here(spark):
+        # A store's files (their versions are checked before and after), or local names opened by
+        # executors elsewhere: each name escaped, so that Spark reads it and nothing else -- its reader
+        # expands {}[]*? in any path, and the txid that planned "[ab].json" would read a.json and b.json.
+        names = [F.lit(x) for p in paths for spelled in spellings(p) for x in (spelled, p)]
         spelled = F.try_element_at(F.create_map(*names), F.input_file_name()) if names else F.lit(None)
         return [glob_escaped(p) for p in paths], F.coalesce(spelled, F.input_file_name())
-    if not executors_here(spark):
-        return paths, F.input_file_name()
     jvm: Any = spark._jvm  # classic sessions only: py4j
     conf: Any = spark._jsc
     fs = jvm.org.apache.hadoop.fs.Path("/").getFileSystem(conf.hadoopConfiguration())
@@ -81,6 +83,15 @@ def pinned_files(spark: SparkSession, planned: Sequence[Mapping[str, Any]]) -> t
 def glob_escaped(path: str) -> str:
     """``path`` as Spark's reader takes it literally: it expands a path holding ``{}[]*?`` as a glob."""
     return "".join(f"\\{c}" if c in "{}[]*?\\" else c for c in path)
+
+
+def spellings(path: str) -> tuple[str, ...]:
+    """How ``input_file_name()`` may spell the file ``path`` names: a URL as Hadoop writes it; a
+    local name as ``file:///...`` or ``file:/...``."""
+    if "://" in path:
+        return (uri_text(path),)
+    url = uri_text("file://" + path)
+    return url, "file:" + url[len("file://"):]
 
 
 _URI_KEPT = frozenset("_-!.~'()*,;:$&+=/@")

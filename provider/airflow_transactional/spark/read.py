@@ -20,7 +20,7 @@ from ..sources.base import Record
 from ..sources.objectlanding import ObjectLanding
 from ..store.connection import connect
 from .handoff import StoreFile, is_remote, store_file
-from .pinned import executors_here, pinned_files
+from .pinned import executors_here, glob_escaped, pinned_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -254,7 +254,8 @@ def read_spooled(spark: SparkSession, files: list[str]) -> DataFrame:
     # Postgres ends rows with \n and writes NULL as an unquoted empty field (its text holds no NUL,
     # so NUL names NULL here); lineSep also keeps a quoted \r from being turned into \n.
     return (spark.read.schema(raw_schema()).option("multiLine", True).option("escape", '"').option("lineSep", "\n")
-            .option("nullValue", "\0").option("emptyValue", "").option("mode", "FAILFAST").csv(files))
+            .option("nullValue", "\0").option("emptyValue", "").option("mode", "FAILFAST")
+            .csv([glob_escaped(f) for f in files]))  # a temporary directory's name may hold [ or *
 
 
 def stream_log(spark: SparkSession, source: PostgresLogSource, chunks: list[tuple[int, int, int]], *, dsn: str,

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from airflow_transactional.model import FileBatch
 from airflow_transactional.sources import LandingDirectory
 from airflow_transactional.spark.fused import fuse, per_record
+from airflow_transactional.spark.pinned import glob_escaped
 from airflow_transactional.spark.read import EVENT_ID_COL, OFFSET_COL, TEXT, Records, read_landing
 from airflow_transactional.spark.stage import fold
 from airflow_transactional.spark.validate import prepare, validate
@@ -48,7 +49,7 @@ def main(work: str) -> None:
     with open(os.path.join(work, "events.json"), "w") as fh:
         fh.write("\n".join(json.dumps({"url": f"https://WWW.Example.org/{i % 7}", "n": i}) if i % 9 else "not json"
                            for i in range(300)))
-    text = spark.read.text(os.path.join(work, "events.json")).where(F.trim("value") != "")
+    text = spark.read.text(glob_escaped(os.path.join(work, "events.json"))).where(F.trim("value") != "")
     raw = text.select(F.input_file_name().alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
                       F.col("value").alias("payload"))
     from_text = validate(Records(raw, TEXT), SCHEMA, ["url"])  # as an event log's payloads are parsed
@@ -78,7 +79,7 @@ def main(work: str) -> None:
     assert per_url.limit(100).toArrow().num_rows == 7
     assert per_url.mapInArrow(_batch_sizes, "n long").agg(F.sum("n")).collect()[0][0] == 7
     good.write.parquet(os.path.join(work, "good.parquet"))
-    assert spark.read.parquet(os.path.join(work, "good.parquet")).count() == good_records
+    assert spark.read.parquet(glob_escaped(os.path.join(work, "good.parquet"))).count() == good_records
     checked.cached.unpersist()
     spark.stop()
 
