@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg2
@@ -43,6 +44,12 @@ DAGS = ("words", "kafka_words", "global_count", "landing_orders", "s3_orders", "
 S3_BUCKET, S3_PREFIX = "demo-landing", "orders"  # dags/s3_orders.py reads s3a://demo-landing/orders
 STALL_WATCH = "transactional_stall_watch"  # dags/stall_watch.py: checks every topology's stall rule
 DOMAINS = ["example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com", "news.ycombinator.com"]
+
+
+def now_text() -> str:
+    """A tweet's time as the jobs declare it (``ts string``): ISO 8601 text, never a JSON number, which
+    a string field quarantines."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _port(preferred: int) -> int | None:
@@ -79,7 +86,7 @@ class Producer(threading.Thread):
             return self.event_id(n), '{"url": truncated'
         domain = self.rng.choice(DOMAINS)
         url = f"https://{self.rng.choice(['', 'www.'])}{domain}/post/{self.rng.randint(1, 40)}"
-        return self.event_id(n), json.dumps({"url": url, "user": f"u{self.rng.randint(1, 500)}", "ts": time.time()})
+        return self.event_id(n), json.dumps({"url": url, "user": f"u{self.rng.randint(1, 500)}", "ts": now_text()})
 
     def run(self) -> None:
         tick = 0
@@ -128,7 +135,7 @@ class KafkaTweets(threading.Thread):
                 self.producer.begin_transaction()
                 for _ in range(self.per_tick):
                     url = f"https://{self.rng.choice(DOMAINS)}/post/{self.rng.randint(1, 40)}"
-                    tweet = {"url": url, "user": f"u{self.rng.randint(1, 500)}", "ts": time.time()}
+                    tweet = {"url": url, "user": f"u{self.rng.randint(1, 500)}", "ts": now_text()}
                     self.producer.produce(self.topic, value=json.dumps(tweet))
                 # Sent before the verdict: an abort right after produce() purges what librdkafka still
                 # holds, and the topic would show abort markers without aborted records.

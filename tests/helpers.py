@@ -129,14 +129,14 @@ def table(dsn: str, name: str) -> dict[Any, Any]:
 
 def counting_topology(topology_id: str = "clicks", *, log: str = "clicks", max_in_flight: int = 3,
                       max_batch_size: int = 50, opaque: bool = False, kind: str = "transactional",
-                      on_bad_record: str = "quarantine") -> TopologySpec:
+                      on_bad_record: str = "quarantine", max_quarantined: float | None = 0.5) -> TopologySpec:
     """Per-user click counts and a per-user sum of amounts: two states committed together."""
     return TopologySpec(
         topology_id, PostgresLogSource(log),
         [StateSpec(f"{topology_id}_count", {"user_id": "text"}, combiner="count", kind=kind),
          StateSpec(f"{topology_id}_amount", {"user_id": "text"}, combiner="sum", kind=kind)],
         max_in_flight=max_in_flight, max_batch_size=max_batch_size, opaque=opaque,
-        on_bad_record=on_bad_record)
+        on_bad_record=on_bad_record, max_quarantined=max_quarantined)
 
 
 def click_fn(rec: dict[str, Any]) -> list[tuple[str, tuple[Any, ...], Any]]:

@@ -131,6 +131,11 @@ class BadRecord(TransactionalError):
     """A record failed parsing or validation; it is quarantined unless the topology fails fast."""
 
 
+class QuarantineOverLimit(ConfigError):
+    """A txid quarantined more of its records than its topology's ``max_quarantined``: not committed
+    (a retry would meet the same records: the task fails for good, naming the fix)."""
+
+
 class ReplayBehindState(TransactionalError):
     """A state value already carries a txid later than the batch being applied."""
 

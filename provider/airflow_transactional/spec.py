@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import identifiers
+from . import identifiers, quarantine
 from .connections import Connections
 from .exceptions import ConfigError
 from .limits import value_range
@@ -230,8 +230,8 @@ class TopologySpec:
     ``outputs`` are the event logs its commit appends to (:class:`OutputSpec`), ``decisions`` the rules
     it applies request by request (:class:`DecisionSpec`), ``job`` its Spark application
     (:class:`SparkJob`), ``dag_id`` the one DAG that runs it (default: its id), ``stall_after_seconds``
-    how long it may go without a commit while its source holds records before it is stalled (None: never).
-    """
+    how long it may go without a commit while its source holds records before it is stalled (None: never),
+    ``max_quarantined`` the share of a txid's records it may set aside and commit (:mod:`.quarantine`)."""
 
     topology_id: str
     source: Source
@@ -245,6 +245,7 @@ class TopologySpec:
     job: SparkJob | None = None
     dag_id: str | None = None
     stall_after_seconds: int | None = None
+    max_quarantined: float | None = quarantine.DEFAULT_SHARE
 
     @property
     def dag(self) -> str:
@@ -274,14 +275,11 @@ class TopologySpec:
                 ("job", "a SparkJob", isinstance(self.job, (SparkJob, type(None)))),
                 ("dag_id", "a DAG id", self.dag_id is None or (isinstance(self.dag_id, str) and self.dag_id)),
                 ("stall_after_seconds", "a positive number of seconds", self.stall_after_seconds is None or (
-                    type(self.stall_after_seconds) is int and self.stall_after_seconds > 0))):
+                    type(self.stall_after_seconds) is int and self.stall_after_seconds > 0)),
+                ("on_bad_record", "'quarantine' or 'fail'", self.on_bad_record in ("quarantine", "fail"))):
             if not ok:
                 raise ConfigError(f"topology {self.topology_id!r}: {name} must be {want}, got {getattr(self, name)!r}")
-        if self.on_bad_record not in ("quarantine", "fail"):
-            raise ConfigError(
-                f"topology {self.topology_id!r}: on_bad_record must be 'quarantine' or 'fail', "
-                f"got {self.on_bad_record!r}"
-            )
+        object.__setattr__(self, "max_quarantined", quarantine.checked_share(self.topology_id, self.max_quarantined))
         self._check_outputs()
         self._check_decisions()
 
@@ -363,6 +361,7 @@ class TopologySpec:
             **({"job": self.job.to_config()} if self.job else {}),
             **({"dag_id": self.dag_id} if self.dag_id else {}),
             **({"stall_after_seconds": self.stall_after_seconds} if self.stall_after_seconds else {}),
+            **({"max_quarantined": self.max_quarantined} if self.max_quarantined != quarantine.DEFAULT_SHARE else {}),
         }
 
     @classmethod
@@ -381,6 +380,7 @@ class TopologySpec:
             job=SparkJob(**config["job"]) if config.get("job") else None,
             dag_id=config.get("dag_id"),
             stall_after_seconds=config.get("stall_after_seconds"),
+            max_quarantined=config.get("max_quarantined", quarantine.DEFAULT_SHARE),
         )
 
 

@@ -42,14 +42,15 @@ def land_past_the_limits(directory: Path) -> None:
 
 def landed_topology(directory: Path, *, max_files: int) -> TopologySpec:
     return TopologySpec("landed", LandingDirectory(str(directory), settle_seconds=0, max_files=max_files), [
-        StateSpec("hostile_amount", {"user_id": "text"}, combiner="sum", table="landed_amount")])
+        StateSpec("hostile_amount", {"user_id": "text"}, combiner="sum", table="landed_amount")],
+        max_quarantined=None)  # hostile batches: mostly bad records, by design
 
 
 def _topology(name: str) -> TopologySpec:
     return TopologySpec(name, PostgresLogSource(name), [
         StateSpec("hostile_count", {"user_id": "text"}, combiner="count", table=f"{name}_count"),
         StateSpec("hostile_amount", {"user_id": "text"}, combiner="sum", table=f"{name}_amount")],
-        max_batch_size=1000)
+        max_batch_size=1000, max_quarantined=None)  # hostile batches: mostly bad records, by design
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

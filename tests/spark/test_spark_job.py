@@ -20,7 +20,7 @@ import pytest
 from airflow_transactional import EventLog, PostgresLogSource, SparkJob, StateSpec, TopologySpec
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
-from airflow_transactional.exceptions import NotProcessed
+from airflow_transactional.exceptions import NotProcessed, QuarantineOverLimit
 from airflow_transactional.spark import cds as spark_cds
 from tests.helpers import declared, query, spark_submit
 
@@ -91,6 +91,44 @@ def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_r
     # The staged rows left are the delta history, rebased on what the rebuild recomputed: it adds up.
     assert dict(coord.state_as_of("words", "url_counts", coord.status("words").committed_txid)) == urls
     assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file]) == 0
+    coord.close()
+    log.close()
+
+
+def test_the_demos_tweets_count_and_an_upstream_that_sends_ts_as_a_number_is_refused(dsn: str,
+                                                                                     tmp_path: Path) -> None:
+    """Regression: the demo's producers sent ``ts`` as a JSON number to a job that declares it
+    ``string``, and every record was quarantined while the topology committed empty states. The
+    demo's own producer now counts (its malformed rate quarantined, nothing else), and a batch
+    quarantined whole is refused with the fix instead of committing nothing."""
+    from dev.demo import Producer
+
+    producer = Producer(dsn, tmp_path, rate=1, seed=7)
+    demo = [producer.tweet(n) for n in range(400)]
+    log = EventLog(dsn, "tweets")
+    log.create(2)
+    log.append(demo)
+    coord = Coordinator(dsn)
+    coord.register(_spec())
+    first = coord.plan("words", "demo").txid
+    assert _submit(dsn, "--txid", str(first)).returncode == 0
+    assert coord.commit("words", first).committed
+    counted = [json.loads(p)["url"] for _e, p in demo if p.startswith('{"url": "https')]
+    assert dict(query(dsn, "SELECT url, value FROM url_counts")) == Counter(counted) and counted
+    assert query(dsn, "SELECT count(*) FROM domain_counts")[0][0] > 0
+    assert coord.status("words").quarantined == producer.malformed == len(demo) - len(counted)
+
+    upstream = [(f"n{i}", json.dumps({"url": f"https://example.com/{i}", "user": "u", "ts": time.time()}))
+                for i in range(60)]
+    log.append(upstream)
+    second = coord.plan("words", "upstream").txid
+    assert _submit(dsn, "--txid", str(second)).returncode == 0
+    with pytest.raises(QuarantineOverLimit, match=r"quarantined 60 of its 60 records \(100%\).* 60 x field 'ts' "
+                                                  r"must be text \(the record schema declares it string\), got ….*"
+                                                  r"the producer sends 'ts' as something other than text: declare "
+                                                  r"it in the job's schema as what it sends \(e\.g\. 'ts double'\)"):
+        coord.commit("words", second)
+    assert coord.status("words").committed_txid == first
     coord.close()
     log.close()
 

@@ -102,6 +102,20 @@ def test_a_check_alerts_once_per_stall_with_what_airflow_says_the_next_txid_wait
     assert len(ALERTS) == 3 and ALERTS[2]["stalled_seconds"] == 700
 
 
+def test_a_topology_blocked_by_a_batch_over_its_quarantine_limit_alerts_once(watch: Any) -> None:
+    """A txid whose commit was refused for its quarantine share fails for good: the topology does not
+    move until someone acts, so the watch alerts on it as on a stall, with the refusal as the reason."""
+    refused = ("blocked by failed txid 8 (run scheduled__1): commit: topology 'orders' txid 8 attempt 1 "
+               "quarantined 600 of its 600 records (100%), over its max_quarantined of 50%: not committed")
+    watch.statuses["orders"] = dataclasses.replace(status("orders", stalled=False), blocked_by=refused)
+    ti = FakeTI()
+    watch.op.execute({"ti": ti})
+    assert [a["topology_id"] for a in ALERTS] == ["words", "orders"]
+    assert ALERTS[1]["reason"].startswith(refused) and ("transactional.orders.stalled", 1) in watch.gauges
+    watch.op.execute({"ti": FakeTI(previous=ti.pushed["stalled"])})
+    assert len(ALERTS) == 2  # the same block: no second alert
+
+
 def test_a_failed_check_of_the_shadow_audit_alerts_once_naming_txid_state_and_keys(watch: Any) -> None:
     watch.statuses["words"] = status("words", stalled=False)
     failed = {"txid": 5, "detail": {"differences": {"url_counts": {"samples": [{"key": "https://a/1"}]}}}}

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from airflow.sdk import DAG
 
+from .. import quarantine
 from ..exceptions import ConfigError
 from ..sources.base import Source
 from ..spark.submit import LOCAL_SPARK_CONF
@@ -88,6 +89,7 @@ def transactional_dag(
     max_batch_size: int = 100_000,
     opaque: bool = False,
     on_bad_record: str = "quarantine",
+    max_quarantined: float | None = quarantine.DEFAULT_SHARE,
     transactional_conn_id: str = "transactional_default",
     spark_conn_id: str = "spark_default",
     spark_conf: Mapping[str, Any] | None = None,
@@ -140,6 +142,10 @@ def transactional_dag(
         retention removed (counted, reported); a transactional one (the default) fails instead.
     :param on_bad_record: ``"quarantine"`` (the default) sets a record the job cannot take aside with
         its reason; ``"fail"`` fails the attempt instead.
+    :param max_quarantined: the share of a txid's records (of at least 20) it may set aside and still
+        commit; above it the commit is refused with the top reasons and the fix, and the topology
+        is blocked until the txid is processed again (:mod:`airflow_transactional.quarantine`).
+        ``None``: never refused, for a topology that expects most records to be set aside.
     :param transactional_conn_id: the Airflow connection of the state store (type ``transactional``).
     :param spark_conn_id: the Airflow connection ``spark-submit`` runs with (type ``spark``).
     :param spark_conf: Spark settings for ``spark-submit`` (a Spark Connect server keeps its own).
@@ -200,7 +206,7 @@ def transactional_dag(
     py_files = _resolve_py_files(py_files, _caller_dir())
     spec = TopologySpec(topology_id, source, states, max_in_flight=max_in_flight,
                         max_batch_size=max_batch_size, opaque=opaque, on_bad_record=on_bad_record, outputs=outputs,
-                        decisions=decisions,
+                        decisions=decisions, max_quarantined=max_quarantined,
                         job=SparkJob(_resolve_application(application, _caller_dir()), application_args,
                                      py_files),  # what the job imports besides itself: audit and rebuild ship it too
                         # One DAG runs a topology: a second one would claim its runs' txids.

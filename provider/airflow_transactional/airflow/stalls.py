@@ -2,7 +2,8 @@
 with no ``commit_deadline`` needed.
 
 A topology is *stalled* when it has not committed for its ``stall_after`` while its source holds
-records (:func:`airflow_transactional.core.liveness.stalled`). Its own tasks cannot say so when
+records (:func:`airflow_transactional.core.liveness.stalled`), or when a txid that failed for good
+blocks it (a batch quarantined over its ``max_quarantined`` among them). Its own tasks cannot say so when
 they are what is stuck -- a process task waiting for a pool slot that other DAGs hold, a run queued
 behind ``max_active_runs``, a paused DAG -- so a separate DAG looks from outside::
 
@@ -65,8 +66,11 @@ class Stall(NamedTuple):
 
 
 def stall_of(status: TopologyStatus, now: datetime) -> Stall | None:
-    """The topology's stall as its status says it (None: not stalled), since when it has not moved."""
-    if not status.stalled or not status.blocked_by:
+    """The topology's stall as its status says it (None: not stalled), since when it has not moved.
+    A topology blocked by a txid that failed for good (a batch quarantined over its
+    ``max_quarantined``, a job that fails every try) does not move either until someone acts: it
+    is stalled from its last commit on, the blocker its reason."""
+    if not status.blocked_by:
         return None
     nxt = next((f for f in status.in_flight if f.txid == status.committed_txid + 1), None)
     since = status.last_commit_at or (nxt.since if nxt else None) or now

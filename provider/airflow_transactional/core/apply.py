@@ -1,7 +1,8 @@
 """Applying one state's staged delta in the commit, under the value rules (``store/state.py``'s
 upsert): a replay behind the stored txid is refused, never applied; a key whose committed value
 plus the delta would leave the state's type is set aside in the quarantine, with the reason,
-instead of failing the commit on every try (:mod:`..limits`)."""
+instead of failing the commit on every try (:mod:`..limits`). Before any of it, an attempt that set
+aside more of its records than the topology allows is refused (:func:`quarantine_limit`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import psycopg2.errors
 import psycopg2.extensions
 from psycopg2 import sql
 
-from .. import limits
+from .. import limits, quarantine
 from ..exceptions import ReplayBehindState
 from ..limits import QUARANTINE_RECORD_CHARS
-from ..spec import StateSpec
+from ..model import Transaction
+from ..spec import StateSpec, TopologySpec
 from ..store import catalog, commits, history
 from ..store import state as q
 from ..store.rows import scalar
@@ -77,3 +79,17 @@ def set_aside_overflows(store: StateStore, cur: psycopg2.extensions.cursor, topo
     log.warning("state %s txid %d: %d keys set aside, their sums would leave %s", state.name, txid, len(rows),
                 state.value_type)
     return len(rows)
+
+
+def quarantine_limit(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySpec, txn: Transaction,
+                     attempt: int | None, records_read: int, quarantined: int) -> None:
+    """Refuse to commit an attempt that set aside more of its records than ``spec.max_quarantined``
+    (:mod:`..quarantine`), with its top reasons and the fix. Not judged: an empty batch, a correction or
+    a replay (their batches are chosen records), and an attempt a commit already pinned (applied elsewhere)."""
+    if attempt is None or txn.corrects or txn.pinned_attempt is not None or \
+            not quarantine.over(records_read, quarantined, spec.max_quarantined):
+        return
+    assert spec.max_quarantined is not None
+    reasons = commits.top_reasons(cur, store.schema, txn.topology_id, txn.txid, attempt)
+    raise quarantine.refusal(txn.topology_id, txn.txid, attempt, records_read, quarantined, spec.max_quarantined,
+                             reasons)

@@ -75,6 +75,7 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
                 f"but the committed checkpoint is {offsets}; re-plan it (opaque topologies do "
                 "this when processing it again)")
         chosen, row_counts, records_read, quarantined, code = choose_attempt(store, cur, txn, attempt)
+        apply.quarantine_limit(store, cur, spec, txn, chosen, records_read, quarantined)
         out_digests = verify_staged(store, cur, num, spec, txn, chosen, row_counts)
         faults.point("commit.after_verify", cur, scope=scope)
         # A correction applies the differences from what its txids applied: they replace its staged rows.

@@ -21,7 +21,7 @@ from ..store import attempts, transactions
 from ..store import state as q
 from ..store.rows import scalar
 from ..store.statements import query
-from . import commit, corrections, registration
+from . import apply, commit, corrections, registration
 from .context import StateStore
 
 
@@ -43,6 +43,7 @@ def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int 
             return done
         txn = store.txn(cur, topology_id, txid, lock=True)
         picked = commit.choose_attempt(store, cur, txn, attempt)
+        apply.quarantine_limit(store, cur, spec, txn, picked.attempt, picked.records_read, picked.quarantined)
         commit.verify_staged(store, cur, num, spec, txn, picked.attempt, picked.row_counts)
         chosen = picked.attempt
         if chosen is None:

@@ -102,6 +102,14 @@ def quarantine_counts(cur: Cursor, schema: str, topology_id: str) -> QuarantineC
     return only(cur, QuarantineCounts)
 
 
+def top_reasons(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int,
+                limit: int = 3) -> list[tuple[str, int]]:
+    """The most common kinds of reason an attempt's bad records were set aside for, with their counts."""
+    cur.execute(query("quarantine_top_reasons", schema),
+                {"topology": topology_id, "txid": txid, "attempt": attempt, "limit": limit})
+    return [(str(why), int(n)) for why, n in cur.fetchall()]
+
+
 def delete_orphan_quarantine(cur: Cursor, schema: str, topology_id: str) -> int:
     """Delete uncommitted bad records of attempts that are neither running nor complete."""
     cur.execute(query("quarantine_delete_orphans", schema), {"topology": topology_id})

@@ -50,6 +50,14 @@ SELECT count(*) FILTER (WHERE committed AND corrected_by IS NULL AND replayed_by
        count(*) FILTER (WHERE NOT committed) AS pending
 FROM {s}.quarantine WHERE topology_id = %(topology)s
 
+-- name: quarantine_top_reasons
+-- An attempt's bad records by the kind of their reason (the reason without the value it refused, as
+-- airflow_transactional.quarantine.template has it), the most common first.
+SELECT regexp_replace(regexp_replace(reason, '(, got |: got ).*$', '\1…'), '^([^:]+: [^''"]*): [''"].*$', '\1: …')
+       AS why, count(*) AS n
+FROM {s}.quarantine WHERE topology_id = %(topology)s AND txid = %(txid)s AND attempt = %(attempt)s
+GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT %(limit)s
+
 -- name: quarantine_delete_orphans
 -- Uncommitted bad records of attempts that are neither running nor complete.
 DELETE FROM {s}.quarantine q WHERE q.topology_id = %(topology)s AND NOT q.committed AND NOT EXISTS (
