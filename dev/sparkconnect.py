@@ -25,8 +25,11 @@ class ConnectServer:
     """``start()`` a server on ``port``, wait until it serves, ``stop()`` it; its log goes to ``log``."""
 
     def __init__(self, port: int, log: Path, *, master: str = "local[2]", token: str | None = None,
-                 jars: list[str] | None = None) -> None:
+                 jars: list[str] | None = None, umask: int = 0o077) -> None:
         self.port, self.log, self.master = port, log, master
+        # Under umask 077 every file the server writes -- the copies of what sessions upload, the
+        # state store's DSN among them -- is its own user's alone, whatever the caller's umask.
+        self.umask = umask
         self.jars = jars or []  # on the server's classpath: Spark's Kafka connector, for Kafka topologies
         self.token = token or secrets.token_urlsafe(32)
         self.proc: subprocess.Popen[bytes] | None = None
@@ -42,17 +45,19 @@ class ConnectServer:
 
     def start(self, env: dict[str, str] | None = None) -> ConnectServer:
         # Its scratch space (Spark's local dirs, the JVM's temp dir, where the server keeps its
-        # model cache) beside its log, not in the system temp directory.
+        # model cache, the copies of uploaded files) beside its log, not in the system temp
+        # directory, and private (mode 700).
         scratch = self.log.parent / "scratch"
         scratch.mkdir(parents=True, exist_ok=True)
+        scratch.chmod(0o777 & ~self.umask)
         base = {**(env if env is not None else os.environ), "PYSPARK_PYTHON": sys.executable,
                 "SPARK_LOCAL_IP": "127.0.0.1", "TMPDIR": str(scratch), "SPARK_LOCAL_DIRS": str(scratch),
                 "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={scratch}"}
         with open(files.open_private_log(self.log), "ab") as out:
             self.proc = subprocess.Popen(spark_connect_server_argv(self.port, self.master, self.jars, base),
                                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, env=spark_connect_server_env(self.token, base,
-                                                                                           keep=FAULT_ENV))
+                                         start_new_session=True, umask=self.umask,
+                                         env=spark_connect_server_env(self.token, base, keep=FAULT_ENV))
         return self
 
     def wait(self, timeout: float = 180) -> ConnectServer:

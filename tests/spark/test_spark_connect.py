@@ -24,7 +24,7 @@ from airflow_transactional.spark.warm import ROUNDS, warm_in_child, warm_server
 from dev.cluster import descendants
 from dev.embedded import free_port
 from dev.sparkconnect import ConnectServer
-from tests.helpers import fetch_blocks_as_nobody, listening_ports, query
+from tests.helpers import as_nobody, fetch_blocks_as_nobody, listening_ports, query
 
 MODEL_CACHE = "spark_connect_model_cache"  # what a Connect server makes in its JVM's temp dir
 
@@ -215,3 +215,46 @@ def test_a_landing_file_named_as_a_glob_is_read_literally_on_spark_connect(
         [sys.executable, WORDS, "--topology", "globs_sc", "--txid", str(t)],
         env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "SPARK_REMOTE": spark_remote},
         capture_output=True, text=True, timeout=300))
+
+
+def test_the_dsn_goes_only_to_a_server_that_keeps_uploaded_files_private(
+        dsn: str, spark_remote: str, connect_server: ConnectServer, tmp_path: Path) -> None:
+    """Regression: a server keeps its own copy of every uploaded file under its
+    ``java.io.tmpdir/artifacts-*``, made with its umask: one started under umask 022 in a temp
+    directory others may enter left the state store's DSN readable to ``nobody``. Such a server is
+    now refused before the DSN is sent; the server the project starts (umask 077, a private
+    scratch) takes it, and ``nobody`` reads none of its copies."""
+    import tempfile
+
+    open_dir = Path(tempfile.mkdtemp(prefix="airflow-txn-open-"))  # a temp directory every user may enter
+    open_dir.chmod(0o755)
+    careless = ConnectServer(free_port(), open_dir / "server.log", umask=0o022).start()
+    try:
+        careless.wait(120)
+        log = EventLog(dsn, "tweets_exposed")
+        log.create(1)
+        log.append([("t1", json.dumps({"url": "https://example.com/a"}))])
+        coord = Coordinator(dsn)
+        coord.register(TopologySpec("exposed_sc", PostgresLogSource("tweets_exposed"),
+                                    [StateSpec("exposed_urls", {"url": "text"}, combiner="count")]))
+        txid = coord.plan("exposed_sc", "r1").txid
+        refused = subprocess.run([sys.executable, WORDS, "--topology", "exposed_sc", "--txid", str(txid)],
+                                 env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "SPARK_REMOTE": careless.url},
+                                 capture_output=True, text=True, timeout=300)
+        assert refused.returncode != 0
+        assert "keeps the files a session uploads where other local users can read them" in refused.stderr
+        assert "umask 077 with a private java.io.tmpdir" in refused.stderr, refused.stderr[-3000:]
+        uploaded = [p.name for p in (open_dir / "scratch").rglob("airflow-txn-*") if p.is_file()]
+        assert uploaded and all(name.startswith("airflow-txn-probe-") for name in uploaded), uploaded  # no DSN
+        coord.close()
+        log.close()
+    finally:
+        careless.stop()
+        subprocess.run(["rm", "-rf", str(open_dir)], check=False)
+
+    # The project's own server: the DSN went up (the jobs above ran on it), and no copy is nobody's to read.
+    copies = [p for p in (connect_server.log.parent / "scratch").rglob("airflow-txn-dsn-*") if p.is_file()]
+    assert copies
+    for copy in copies:
+        denied = as_nobody(["/bin/cat", str(copy)])
+        assert denied.returncode != 0 and "Permission denied" in denied.stderr, copy

@@ -9,12 +9,23 @@ the DSN to a private file (mode 600, in a fresh mode-700 directory) and register
 one -- and the task carries only the file's name (:class:`StoreFile`). Each executor reads its own
 copy (``SparkFiles.get``), fetched over Spark's authenticated file server into the application's
 scratch directory (mode 700).
+
+A Spark Connect server keeps its own copy of each uploaded file, under
+``<java.io.tmpdir>/artifacts-<uuid>/<session>/files/``, made with the server's umask: a server run
+under umask 022 in the default temp directory leaves the DSN readable by every local user. So
+before the DSN goes up, a harmless probe file does, and a one-row job on the server's executors
+looks at every copy of it they can find (:func:`exposure`): a server whose copy another user could
+read is refused, naming the fix, and the DSN never reaches it.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
+import glob
 import hashlib
+import json
+import logging
 import os
 import shutil
 import tempfile
@@ -27,6 +38,8 @@ from ..exceptions import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 #: Per Spark session: the DSN's digest -> the file registered for it (a session takes each once).
 _registered: weakref.WeakKeyDictionary[Any, dict[str, StoreFile]] = weakref.WeakKeyDictionary()
@@ -73,6 +86,7 @@ def _register(spark: SparkSession, dsn: str, name: str) -> StoreFile:
         fh.write(dsn)
     if is_remote(spark):
         try:
+            _refuse_an_exposing_server(spark, home)
             spark.addArtifacts(str(path), file=True)  # uploaded over the session's gRPC channel
         finally:
             shutil.rmtree(home, ignore_errors=True)
@@ -81,3 +95,65 @@ def _register(spark: SparkSession, dsn: str, name: str) -> StoreFile:
         spark.sparkContext.addFile(str(path))
         atexit.register(shutil.rmtree, home, True)
     return StoreFile(name)
+
+
+def _refuse_an_exposing_server(spark: SparkSession, home: Path) -> None:
+    """Upload a probe file and have an executor look at the server's copies of it: a ConfigError
+    naming the fix when another local user could read one; a warning when none can be seen (the
+    executors run on other hosts than the server)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    probe = home / f"airflow-txn-probe-{os.urandom(6).hex()}"
+    os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    spark.addArtifacts(str(probe), file=True)
+    look = F.udf(functools.partial(exposure, probe.name), StringType())
+    [(found,)] = spark.range(1).select(look()).collect()
+    seen = json.loads(found)
+    if seen["exposed"]:
+        raise ConfigError(
+            "the Spark Connect server keeps the files a session uploads where other local users can read them "
+            f"({seen['exposed'][0]}, mode {seen['modes'][0]}): it would keep the state store's DSN there too, so it "
+            "was not sent. Start the server under umask 077 with a private java.io.tmpdir (a mode-700 directory: "
+            "SPARK_SUBMIT_OPTS=-Djava.io.tmpdir=DIR), as docs/guides/security.md shows")
+    if not seen["copies"]:
+        log.warning("the Spark Connect server's copy of an uploaded file could not be checked from its executors "
+                    "(they run on another host?): make sure its java.io.tmpdir is private (docs/guides/security.md)")
+
+
+def exposure(name: str) -> str:
+    """Executor side: the copies of the uploaded file ``name`` on this host (the executor's, the
+    server's under each temp directory its JVM may use), and those another user could read, as JSON."""
+    from pyspark import SparkFiles
+
+    roots = {tempfile.gettempdir(), "/tmp", *_jvm_tmpdirs()}
+    copies = {SparkFiles.get(name)} if os.path.exists(SparkFiles.get(name)) else set()
+    for root in roots:
+        copies.update(glob.glob(os.path.join(glob.escape(root), "artifacts-*", "*", "files", glob.escape(name))))
+    exposed = sorted(p for p in copies if _readable_by_others(p))
+    return json.dumps({"copies": sorted(copies), "exposed": exposed,
+                       "modes": [oct(os.stat(p).st_mode & 0o777) for p in exposed]})
+
+
+def _jvm_tmpdirs() -> list[str]:
+    """The ``java.io.tmpdir`` of this Python worker's JVM ancestors (a server's is on its command line)."""
+    found, pid = [], os.getppid()
+    for _ in range(8):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        found += [a.split(b"=", 1)[1].decode(errors="replace") for a in argv if a.startswith(b"-Djava.io.tmpdir=")]
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        if pid <= 1:
+            break
+    return found
+
+
+def _readable_by_others(path: str) -> bool:
+    """Whether a user other than the file's owner could read it: read for group or others on the file,
+    and search on every directory above it for the same class."""
+    mode = os.stat(path).st_mode
+    parents = [os.stat(str(p)).st_mode for p in Path(path).parents]
+    return any(mode & read and all(m & search for m in parents) for read, search in ((0o004, 0o001), (0o040, 0o010)))
