@@ -95,3 +95,19 @@ def test_the_master_runs_no_application_of_another_local_user(cluster: ClusterSt
     defaults = cluster.spark.conf_dir / "spark-defaults.conf"
     assert stat.S_IMODE(defaults.stat().st_mode) == 0o600
     assert stat.S_IMODE(cluster.spark.conf_dir.stat().st_mode) == 0o700
+
+
+def test_a_landing_file_named_as_a_glob_is_read_literally_by_the_clusters_executors(
+        cluster: ClusterStack, tmp_path: Path) -> None:
+    """Regression: executors on the standalone cluster opened the planned landing names as Spark
+    globs, and the txid that planned ``[ab].json`` read ``a.json`` and ``b.json`` instead."""
+    from airflow_transactional.spark.submit import provider_zip
+    from tests.spark.test_spark_connect import landing_glob_names
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    landing_glob_names(cluster.state_dsn, "globs_cluster", landing, lambda t: subprocess.run(
+        ["spark-submit", "--master", cluster.spark.url, "--conf", "spark.ui.enabled=false", "--py-files",
+         provider_zip(), WORDS, "--topology", "globs_cluster", "--txid", str(t)],
+        env={**cluster.spark.env(), "AIRFLOW_TXN_DSN": cluster.state_dsn}, capture_output=True, text=True,
+        timeout=300, cwd=tmp_path))

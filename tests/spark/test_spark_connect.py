@@ -201,7 +201,8 @@ def landing_glob_names(dsn: str, topology: str, directory: Path, run: Callable[[
     want = Counter(json.loads(x)["url"] for name in names for x in lines[name])
     assert dict(query(dsn, f"SELECT url, value FROM {topology}_urls")) == want
     # Each file's bad line quarantined once, under the very name planned.
-    assert sorted(query(dsn, "SELECT source_offset FROM airflow_txn.quarantine WHERE committed")) == \
+    assert sorted(query(dsn, "SELECT source_offset FROM airflow_txn.quarantine WHERE committed "
+                             f"AND topology_id = '{topology}'")) == \
         sorted((str(directory / name),) for name in names)
     coord.close()
 
