@@ -335,6 +335,8 @@ class LocalStack:
             argv = spark_connect_server_argv(self.spark_connect_port, self.spark_connect_master,
                                              jars=[str(j) for j in connector], env=env)
             env = spark_connect_server_env(self._secrets()["spark_connect"], env, keep=FAULT_ENV)  # none of our secrets
+            if self.s3 is not None:  # but the bucket's: a read on Spark Connect carries no credentials
+                env.update(self.s3.server_credentials())
         else:
             argv = ["airflow", name] + (["--port", str(self.port)] if name == "api-server" else [])
         self.procs[name] = spawn(argv, self.base_dir / f"{name}.log", env)

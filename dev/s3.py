@@ -64,6 +64,11 @@ class S3Server(Server):
                 "extra": {"endpoint_url": self.endpoint, "region_name": REGION,
                           "config_kwargs": {"s3": {"addressing_style": "path"}}}}
 
+    def server_credentials(self) -> dict[str, str]:
+        """This server's credentials as a Spark Connect server's environment holds them (s3a's
+        environment provider reads them): a read on Connect carries none of its own."""
+        return {"AWS_ACCESS_KEY_ID": self.identity, "AWS_SECRET_ACCESS_KEY": self.credential}
+
     def airflow_connection(self) -> str:
         """The connection as ``AIRFLOW_CONN_<ID>`` takes it (JSON)."""
         return json.dumps(self.connection())

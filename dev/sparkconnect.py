@@ -25,8 +25,13 @@ class ConnectServer:
     """``start()`` a server on ``port``, wait until it serves, ``stop()`` it; its log goes to ``log``."""
 
     def __init__(self, port: int, log: Path, *, master: str = "local[2]", token: str | None = None,
-                 jars: list[str] | None = None, umask: int = 0o077) -> None:
+                 jars: list[str] | None = None, umask: int = 0o077, conf: dict[str, str] | None = None,
+                 credentials: dict[str, str] | None = None) -> None:
         self.port, self.log, self.master = port, log, master
+        self.conf = conf or {}
+        # What the server reads stores with (AWS_ACCESS_KEY_ID, ...): a Connect client's read carries
+        # no secret (airflow_transactional.spark.handoff.reader_options), so the server holds its own.
+        self.credentials = credentials or {}
         # Under umask 077 every file the server writes -- the copies of what sessions upload, the
         # state store's DSN among them -- is its own user's alone, whatever the caller's umask.
         self.umask = umask
@@ -54,10 +59,11 @@ class ConnectServer:
                 "SPARK_LOCAL_IP": "127.0.0.1", "TMPDIR": str(scratch), "SPARK_LOCAL_DIRS": str(scratch),
                 "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={scratch}"}
         with open(files.open_private_log(self.log), "ab") as out:
-            self.proc = subprocess.Popen(spark_connect_server_argv(self.port, self.master, self.jars, base),
+            self.proc = subprocess.Popen(spark_connect_server_argv(self.port, self.master, self.jars, base, self.conf),
                                          stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, umask=self.umask,
-                                         env=spark_connect_server_env(self.token, base, keep=FAULT_ENV))
+                                         env={**spark_connect_server_env(self.token, base, keep=FAULT_ENV),
+                                              **self.credentials})
         return self
 
     def wait(self, timeout: float = 180) -> ConnectServer:

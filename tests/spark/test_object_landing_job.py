@@ -211,3 +211,65 @@ def test_a_corrupt_parquet_file_on_a_store_is_quarantined_by_name(dsn: str, stor
         (f"{store.url}/b.parquet", "unreadable Parquet file: no footer at its end"),
         (f"{store.url}/c.parquet", "unreadable Parquet file: it does not begin with PAR1")], quarantined
     coord.close()
+
+
+READ_AND_COUNT = """
+import os, sys
+from pyspark.sql import SparkSession
+from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.spark.read import read_landing
+coord = Coordinator(os.environ["AIRFLOW_TXN_DSN"])
+spark = SparkSession.builder.remote(os.environ["SPARK_REMOTE"]).getOrCreate()
+records = read_landing(spark, coord.spec(sys.argv[1]).source, coord.transaction(sys.argv[1], int(sys.argv[2])).batch,
+                       record_schema="url string, user string, ts string")
+print(records.df.count())
+"""
+
+
+def test_on_spark_connect_no_read_carries_the_stores_credentials(dsn: str, s3: Any, tmp_path: Path) -> None:
+    """Regression: a read on Spark Connect carried s3a's access key and secret as options, and the
+    server posted them -- every value in clear -- to its UI (``/connect/``) and its event log. A
+    read there now carries none; the server reads with the credentials it holds."""
+    import urllib.request
+
+    from dev.embedded import free_port
+    from dev.sparkconnect import ConnectServer
+
+    place = Place("s3", s3)
+    lines = _lines(0, 40)
+    place.put_lines("a.json", lines)
+    events, ui = tmp_path / "events", free_port()
+    events.mkdir()
+    server = ConnectServer(free_port(), tmp_path / "connect.log", jars=place.jars(),
+                           conf={"spark.ui.enabled": "true", "spark.ui.port": str(ui), "spark.eventLog.enabled": "true",
+                                 "spark.eventLog.dir": str(events), "spark.eventLog.compress": "false"},
+                           credentials=s3.server_credentials()).start()
+    try:
+        server.wait(120)
+        coord = Coordinator(dsn)
+        coord.register(TopologySpec("cwords", LandingDirectory(place.url, settle_seconds=0), [
+            StateSpec("url_counts", {"url": "text"}, combiner="count", table="curl_counts"),
+            StateSpec("domain_counts", {"domain": "text"}, combiner="count", table="cdomain_counts")]))
+        txid = coord.plan("cwords", "r1").txid
+        res = subprocess.run([sys.executable, WORDS, "--topology", "cwords", "--txid", str(txid)],
+                             env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "SPARK_REMOTE": server.url},
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert coord.commit("cwords", txid).committed
+        assert dict(query(dsn, "SELECT url, value FROM curl_counts")) == Counter(json.loads(x)["url"] for x in lines)
+        # The provider's reader of the batch, counted straight away: a plan shallow enough for the
+        # server to show its read, options and all.
+        counted = subprocess.run([sys.executable, "-c", READ_AND_COUNT, "cwords", str(txid)],
+                                 env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "SPARK_REMOTE": server.url},
+                                 capture_output=True, text=True, timeout=300)
+        assert counted.returncode == 0 and counted.stdout.split()[-1] == str(len(lines)), counted.stderr[-3000:]
+        coord.close()
+        base = f"http://127.0.0.1:{ui}"
+        pages = [urllib.request.urlopen(f"{base}/connect/", timeout=30).read().decode()]
+        for link in sorted(set(re.findall(r"/connect/(?:session|statement)/\?id=[^\"'&]+", pages[0]))):
+            pages.append(urllib.request.urlopen(base + link, timeout=30).read().decode())
+    finally:
+        server.stop()
+    shown = "".join(pages) + "".join(p.read_text(errors="replace") for p in events.rglob("*") if p.is_file())
+    assert "s3a://" in shown  # the plans are there ...
+    assert s3.credential not in shown and s3.identity not in shown  # ... and no credential in them

@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,29 @@ class StoreFile:
             raise ConfigError(f"the executor cannot read the state store's DSN file {path} ({exc.strerror}): Spark "
                               "hands it to every executor of the application; was it started by another session?"
                               ) from None
+
+
+#: Reader options whose value is a secret: a store's credentials, a Kafka SASL login.
+SECRET_OPTIONS = frozenset({"fs.s3a.access.key", "fs.s3a.secret.key", "fs.s3a.session.token",
+                            "fs.s3a.encryption.key", "kafka.sasl.jaas.config"})
+
+
+def reader_options(spark: SparkSession, options: Mapping[str, str]) -> dict[str, str]:
+    """``options`` as a read in ``spark`` may take them. A classic session keeps them in the driver's
+    process (its plans show them redacted by name). A Spark Connect server posts each operation's
+    plan, options and all, to its UI and event log, masking no value: there a read carries none of
+    :data:`SECRET_OPTIONS`, and the server reads with credentials of its own (its environment's
+    ``AWS_*``, its ``spark.hadoop.fs.s3a.*``, a JAAS file: ``docs/guides/security.md``)."""
+    if not is_remote(spark):
+        return dict(options)
+    kept = {k: v for k, v in options.items() if k not in SECRET_OPTIONS}
+    held = sorted(set(options) - set(kept))
+    if "fs.s3a.session.token" in held:  # the provider of those temporary credentials has nothing to give
+        kept.pop("fs.s3a.aws.credentials.provider", None)
+    if held:
+        log.info("on Spark Connect a read does not carry %s: the server uses the credentials it holds",
+                 ", ".join(held))
+    return kept
 
 
 def is_remote(spark: SparkSession) -> bool:

@@ -12,6 +12,7 @@ from ..exceptions import ConfigError
 from ..model import RETRACTS_HEADER, TopicBatch, planned_batch
 from ..sources import KafkaSource, Source
 from ..sources.kafka import RETRACTION_REFUSED
+from .handoff import reader_options
 from .read import EVENT_ID_COL, INVALID_COL, OFFSET_COL, TEXT, Records, raw_schema, reader
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], *,
     topic = batch.topic
     # Spark's redaction hides options by name: the JAAS line carries a password in its value.
     spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|secret|key\\.password")
-    df = (batch_reader(spark, topic, ranges).options(**kafka_options(source.config()))
+    df = (batch_reader(spark, topic, ranges).options(**reader_options(spark, kafka_options(source.config())))
           .option("includeHeaders", "true").load())
     offset = F.concat_ws(":", F.col("partition").cast("string"), F.col("offset").cast("string"))
     retracts = F.get(F.filter(F.col("headers"), lambda h: h["key"] == RETRACTS_HEADER), 0)["value"].cast("string")

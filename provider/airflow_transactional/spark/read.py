@@ -19,7 +19,7 @@ from ..sources import LandingDirectory, PostgresLogSource, Source, source_from_c
 from ..sources.base import Record
 from ..sources.objectlanding import ObjectLanding
 from ..store.connection import connect
-from .handoff import StoreFile, is_remote, store_file
+from .handoff import StoreFile, is_remote, reader_options, store_file
 from .pinned import executors_here, glob_escaped, pinned_files
 
 if TYPE_CHECKING:
@@ -289,9 +289,10 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
     if kind == "json" and not record_schema:
         raise ConfigError(NEEDS_SCHEMA)
     files, file_name = pinned_files(spark, batch.files)
-    # A store's settings (s3a's credentials among them) go to the reader as options: Spark hands them
-    # to the file system of this read alone, and redacts secrets wherever it shows a plan.
-    read = spark.read.options(**(source.spark_options() if isinstance(source, ObjectLanding) else {}))
+    # A store's settings go to the reader as options: Spark hands them to the file system of this
+    # read alone. Its credentials too -- except on Spark Connect, whose server shows every option.
+    read = spark.read.options(**reader_options(spark, source.spark_options() if isinstance(source, ObjectLanding)
+                                               else {}))
     if kind == "parquet":
         return Records(read.parquet(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if kind == "csv":

@@ -367,16 +367,17 @@ def spark_connect_url(port: int, token: str) -> str:
 
 
 def spark_connect_server_argv(port: int, master: str = "local[2]", jars: list[str] | None = None,
-                              env: Mapping[str, str] | None = None) -> list[str]:
+                              env: Mapping[str, str] | None = None, conf: Mapping[str, str] | None = None) -> list[str]:
     """``spark-submit`` of a Spark Connect server on 127.0.0.1:``port`` (Spark ships the server),
     with ``jars`` on its classpath (Spark's Kafka connector, for Kafka topologies), to run in
-    ``env``. Start it with :func:`spark_connect_server_env`: a server without a token serves any
-    local user (the token guards its gRPC port; Spark's authentication, its block manager)."""
+    ``env``, and ``conf`` besides. Start it with :func:`spark_connect_server_env`: a server without a
+    token serves any local user (the token guards its gRPC port; Spark's authentication, its block
+    manager)."""
     conf = with_quiet_driver_logs({**LOCAL_SPARK_CONF, "spark.driver.memory": "2g",
                                    # a long-lived JVM: let the JIT optimise fully
                                    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC",
                                    "spark.connect.grpc.binding.address": "127.0.0.1",
                                    "spark.connect.grpc.binding.port": str(port),
-                                   **({"spark.jars": ",".join(jars)} if jars else {})})
+                                   **({"spark.jars": ",".join(jars)} if jars else {}), **(conf or {})})
     return [*spark_submit_argv(master, conf, "--class", SPARK_CONNECT_SERVER, "--name", "spark-connect", env=env),
             "spark-internal"]
