@@ -54,7 +54,7 @@ def pinned_files(spark: SparkSession, planned: Sequence[Mapping[str, Any]]) -> t
         # A store's files (their versions are checked before and after), or local names opened by
         # executors elsewhere: each name escaped, so that Spark reads it and nothing else -- its reader
         # expands {}[]*? in any path, and the txid that planned "[ab].json" would read a.json and b.json.
-        names = [F.lit(x) for p in paths for spelled in spellings(p) for x in (spelled, p)]
+        names = [F.lit(x) for p in paths for spelled in spellings(p) for x in (spelled, recorded(p))]
         spelled = F.try_element_at(F.create_map(*names), F.input_file_name()) if names else F.lit(None)
         return [glob_escaped(p) for p in paths], F.coalesce(spelled, F.input_file_name())
     jvm: Any = spark._jvm  # classic sessions only: py4j
@@ -78,6 +78,14 @@ def pinned_files(spark: SparkSession, planned: Sequence[Mapping[str, Any]]) -> t
         pinned.append(by_fd)
         names += [F.lit(uri(by_fd)), F.lit(uri(path))]
     return pinned, F.coalesce(F.try_element_at(F.create_map(*names), F.input_file_name()), F.input_file_name())
+
+
+def recorded(path: str) -> str:
+    """The name a record of the planned file ``path`` carries (its offset, part of the attempt's read
+    digest): a URL as planned; a local name as a driver on ``local[N]`` has always recorded it,
+    ``file:///...`` (Hadoop's URL of it) -- so that the same batch reads alike on every master and on
+    Spark Connect, and a txid committed by one is verified, or processed again, by another."""
+    return path if "://" in path else spellings(path)[0]
 
 
 def glob_escaped(path: str) -> str:
