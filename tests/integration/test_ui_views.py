@@ -159,3 +159,31 @@ def test_a_commit_is_counted_by_what_it_did_not_by_what_it_staged(dsn: str) -> N
     # debits moves by the decision's grants alone: never shown as "debits: 0" beside them
     assert all(set(c["rows"]) == {"requests_seen"} for c in done)
     log.close()
+
+
+def test_the_run_page_groups_reasons_by_kind_and_pages_through_the_records(coordinator: Coordinator,
+                                                                           dsn: str) -> None:
+    """Regression: the reason filter listed one reason per record (each embeds the value it refused),
+    and a run page with thousands of quarantined records showed them all in one page."""
+    log = make_log(dsn, partitions=1)
+    coordinator.register(counting_topology(max_batch_size=1000, max_quarantined=None))  # expected here
+    priced = [(f"eur-{i}", json.dumps({"user": "u", "amount": f"{i} EUR"})) for i in range(250)]
+    log.append([*priced, ("no-user", json.dumps({"amount": 1})), click(1)])
+    assert run_one(coordinator, "clicks", "run-1") == 1
+    run = coordinator.run_view("clicks", "run-1")
+    assert run is not None
+    kinds = {r["reason"]: r["records"] for r in run["quarantine_reasons"]}
+    assert kinds == {"ValueError: invalid literal for int() with base 10: …": 250, "KeyError: 'user'": 1}
+    of_kind = coordinator.quarantined("clicks", 1, reason="ValueError: invalid literal for int() with base 10: …",
+                                      limit=1000)
+    assert len(of_kind) == 250 and {r["reason"] for r in of_kind} == {
+        f"ValueError: invalid literal for int() with base 10: '{i} EUR'" for i in range(250)}
+
+    first = pages.run("/t", "d", "run-1", run, of_kind[:pages.QUARANTINE_PAGE], None, at_page=0)
+    assert "records 1&#8211;200 of 251" in first and "page=1'>next &#8594;</a>" in first and "previous" not in first
+    assert first.count("<option") == 3  # all, and the two kinds: not one per record
+    second = pages.run("/t", "d", "run-1", run, of_kind[pages.QUARANTINE_PAGE:], "ValueError: invalid literal for "
+                       "int() with base 10: …", at_page=1)
+    assert "records 201&#8211;250 of 250" in second and "page=0'>&#8592; previous</a>" in second
+    assert "next" not in second
+    log.close()

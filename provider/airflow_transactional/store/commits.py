@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from psycopg2 import sql
 from psycopg2.extras import Json
 
 from ..model import Offsets
@@ -105,9 +106,14 @@ def quarantine_counts(cur: Cursor, schema: str, topology_id: str) -> QuarantineC
 def top_reasons(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int,
                 limit: int = 3) -> list[tuple[str, int]]:
     """The most common kinds of reason an attempt's bad records were set aside for, with their counts."""
-    cur.execute(query("quarantine_top_reasons", schema),
+    cur.execute(query("quarantine_top_reasons", schema, kind=reason_kind()),
                 {"topology": topology_id, "txid": txid, "attempt": attempt, "limit": limit})
     return [(str(why), int(n)) for why, n in cur.fetchall()]
+
+
+def reason_kind() -> sql.Composed:
+    """The SQL of a quarantined record's reason without the value it refused (a fragment on ``reason``)."""
+    return query("quarantine_reason_kind")
 
 
 def delete_orphan_quarantine(cur: Cursor, schema: str, topology_id: str) -> int:

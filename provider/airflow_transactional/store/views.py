@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from ..model import Offsets
+from .commits import reason_kind
 from .rows import Cursor, every
 from .statements import query
 
@@ -116,12 +117,15 @@ def commit_rate(cur: Cursor, schema: str, topology_id: str, minutes: int) -> flo
 
 def quarantined(cur: Cursor, schema: str, topology_id: str, txid: int, *, reason: str | None = None,
                 limit: int = 100, offset: int = 0) -> list[QuarantinedRow]:
-    """Bad records found by the attempts of ``txid`` (optionally of one reason), in source order."""
-    cur.execute(query("view_quarantined", schema), {"topology": topology_id, "txid": txid, "reason": reason,
-                                                    "limit": limit, "offset": offset})
+    """Bad records found by the attempts of ``txid`` (optionally of one kind of reason: a reason
+    without the value it refused, as :func:`quarantine_reasons` lists them), in source order."""
+    cur.execute(query("view_quarantined", schema, kind=reason_kind()),
+                {"topology": topology_id, "txid": txid, "reason": reason, "limit": limit, "offset": offset})
     return every(cur, QuarantinedRow)
 
 
 def quarantine_reasons(cur: Cursor, schema: str, topology_id: str, txid: int) -> list[ReasonCount]:
-    cur.execute(query("view_quarantine_reasons", schema), {"topology": topology_id, "txid": txid})
+    """The kinds of reason the attempts of ``txid`` set records aside for, with how many each."""
+    cur.execute(query("view_quarantine_reasons", schema, kind=reason_kind()),
+                {"topology": topology_id, "txid": txid})
     return every(cur, ReasonCount)

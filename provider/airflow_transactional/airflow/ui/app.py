@@ -367,11 +367,12 @@ def topology_page(request: Request, user: User, dag_id: str, backfill: int | Non
 
 @router.get("/dags/{dag_id}/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, user: User, dag_id: str, run_id: str, reason: str | None = None,
-             cleared: int | None = None) -> str:
+             cleared: int | None = None, page: Annotated[int, Query(ge=0, le=1_000_000)] = 0) -> str:
     readable(user, dag_id)
     with store() as coordinator:
         if _topology_of(coordinator, dag_id) is None:
             return pages.not_transactional(dag_id)
     txn = run(user, dag_id, run_id)[1]
-    records = quarantined(user, dag_id, run_id, reason, 200, 0) if txn and txn["quarantine_reasons"] else []
-    return pages.run(base(request), dag_id, run_id, txn, records, reason or None, cleared=cleared)
+    records = (quarantined(user, dag_id, run_id, reason, pages.QUARANTINE_PAGE, page * pages.QUARANTINE_PAGE)
+               if txn and txn["quarantine_reasons"] else [])
+    return pages.run(base(request), dag_id, run_id, txn, records, reason or None, cleared=cleared, at_page=page)

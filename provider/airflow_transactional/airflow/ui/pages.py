@@ -291,9 +291,28 @@ def full_log(base: str, dag_id: str, run_id: str, reason: str) -> str:
             "<span class=muted>(each try: the command line, the output, the whole error)</span></p>")
 
 
+#: Quarantined records a run page shows at a time.
+QUARANTINE_PAGE = 200
+
+
+def pager(here: str, reason: str | None, at_page: int, shown: int, total: int) -> str:
+    """Which of ``total`` records this page shows, with links to the pages beside it."""
+    first = at_page * QUARANTINE_PAGE
+
+    def link(to: int, label: str) -> str:
+        return f"<a href='{here}?{e(urlencode({**({'reason': reason} if reason else {}), 'page': to}))}'>{label}</a>"
+
+    around = [link(at_page - 1, "&#8592; previous")] if at_page > 0 else []
+    around += [link(at_page + 1, "next &#8594;")] if first + shown < total else []
+    span = (f"records {first + 1:,}&#8211;{first + shown:,} of {total:,}" if shown
+            else f"no record on this page of {total:,}")
+    return f"<p class=muted>{span}{' &#183; ' if around else ''}{' '.join(around)}</p>"
+
+
 def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records: list[dict[str, Any]],
-        reason: str | None, *, cleared: int | None = None) -> str:
-    """One DAG run's transaction: its batch, attempts, commit and quarantined records."""
+        reason: str | None, *, cleared: int | None = None, at_page: int = 0) -> str:
+    """One DAG run's transaction: its batch, attempts, commit and quarantined records (``page`` of
+    them at ``at_page``, :data:`QUARANTINE_PAGE` a page, of one kind of ``reason`` or all)."""
     here = f"{e(base)}{run_path(dag_id, run_id)}"
     notice = "" if cleared is None else (
         f"<p class=ok>Cleared {int(cleared)} task instance(s): Airflow runs them again.</p>")
@@ -339,7 +358,9 @@ def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records
                     [[str(r["attempt"]), e(r["source_offset"]), e(r["event_id"]), e(r["reason"]),
                       f"<pre>{e((r['record'] or '')[:RECORD_CHARS])}"
                       f"{'&#8230;' if len(r['record'] or '') > RECORD_CHARS else ''}</pre>",
-                      "yes" if r["committed"] else "no"] for r in records]))
+                      "yes" if r["committed"] else "no"] for r in records])
+            + pager(here, reason, at_page, len(records), sum(r["records"] for r in txn["quarantine_reasons"]
+                                                         if reason is None or r["reason"] == reason)))
     else:
         quarantine = "<p class=muted>No record of this batch was quarantined.</p>"
     corrects = txn.get("corrects") or {}

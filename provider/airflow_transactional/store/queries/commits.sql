@@ -50,11 +50,14 @@ SELECT count(*) FILTER (WHERE committed AND corrected_by IS NULL AND replayed_by
        count(*) FILTER (WHERE NOT committed) AS pending
 FROM {s}.quarantine WHERE topology_id = %(topology)s
 
+-- name: quarantine_reason_kind
+-- A fragment: a quarantined record's reason without the value it refused -- what records set aside
+-- for the same cause share (airflow_transactional.quarantine.template, the same two rules).
+regexp_replace(regexp_replace(reason, '(, got |: got ).*$', '\1…'), '^([^:]+: [^''"]*): [''"].*$', '\1: …')
+
 -- name: quarantine_top_reasons
--- An attempt's bad records by the kind of their reason (the reason without the value it refused, as
--- airflow_transactional.quarantine.template has it), the most common first.
-SELECT regexp_replace(regexp_replace(reason, '(, got |: got ).*$', '\1…'), '^([^:]+: [^''"]*): [''"].*$', '\1: …')
-       AS why, count(*) AS n
+-- An attempt's bad records by the kind of their reason, the most common first.
+SELECT {kind} AS why, count(*) AS n
 FROM {s}.quarantine WHERE topology_id = %(topology)s AND txid = %(txid)s AND attempt = %(attempt)s
 GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT %(limit)s
 

@@ -26,14 +26,16 @@ SELECT (SELECT count(*) FROM {s}.commits WHERE topology_id = %(topology)s
            AS minutes
 
 -- name: view_quarantined
--- Bad records of one txid (optionally of one reason), the latest attempt's first, in source order.
+-- Bad records of one txid (optionally of one kind of reason: {kind}), the latest attempt's first, in
+-- source order.
 SELECT id, txid, attempt, source_offset, event_id, reason, record, committed FROM {s}.quarantine
-WHERE topology_id = %(topology)s AND txid = %(txid)s AND reason = coalesce(%(reason)s, reason)
+WHERE topology_id = %(topology)s AND txid = %(txid)s AND (%(reason)s::text IS NULL OR {kind} = %(reason)s)
 ORDER BY attempt DESC, id LIMIT %(limit)s OFFSET %(offset)s
 
 -- name: view_quarantine_reasons
-SELECT reason, count(*) AS records FROM {s}.quarantine WHERE topology_id = %(topology)s AND txid = %(txid)s
-GROUP BY reason ORDER BY count(*) DESC, reason
+-- A txid's bad records by the kind of their reason ({kind}: not one entry per value refused).
+SELECT {kind} AS reason, count(*) AS records FROM {s}.quarantine WHERE topology_id = %(topology)s AND txid = %(txid)s
+GROUP BY 1 ORDER BY count(*) DESC, 1
 
 -- name: view_appended
 -- How many events each txid's commit appended to each output (an output's LSNs in a partition are
