@@ -56,7 +56,7 @@ def test_the_stall_watch_alerts_once_when_a_pool_starves_a_topology_and_sees_it_
     log, coord = start_topology(stack, client, DAG, "stl", 1)  # txid 1: empty, committed
     try:
         _slots(client, 0)
-        log.append([(f"stl{i}", "{}") for i in range(30)])
+        log.append([(f"stl{i}", json.dumps({"url": f"https://example.com/{i}"})) for i in range(30)])
         run = client.trigger(DAG, datetime(2025, 3, 2, tzinfo=UTC).isoformat(), "starved-2")["dag_run_id"]
         deadline = time.monotonic() + 180
         while not (st := coord.status(DAG)).stalled:
