@@ -160,7 +160,9 @@ def test_the_servers_environment_has_its_token_and_none_of_the_stores_secrets() 
             "AIRFLOW_CONN_TRANSACTIONAL_DEFAULT": '{"password": "s3cret"}', "AIRFLOW__API_AUTH__JWT_SECRET": "j",
             # Regression: the filter was a deny-list, and a secret under any other name passed.
             "PGPASSWORD": "s3cret", "AWS_SECRET_ACCESS_KEY": "s3cret", "REDIS_URL": "redis://:s3cret@h",
-            "SPARK_LOCAL_IP": "127.0.0.1", "LC_ALL": "C.UTF-8", "JAVA_HOME": "/jdk"}
+            "SPARK_LOCAL_IP": "127.0.0.1", "LC_ALL": "C.UTF-8", "JAVA_HOME": "/jdk",
+            # Regression: SPARK_* and PYSPARK_* passed by prefix, whatever they held.
+            "SPARK_ANYTHING_SECRET": "s3cret", "PYSPARK_TOKEN": "s3cret"}
     env = spark_connect_server_env("tok", base)
     assert env == {"PATH": "/usr/bin", "SPARK_CONNECT_AUTHENTICATE_TOKEN": "tok", "SPARK_LOCAL_IP": "127.0.0.1",
                    "LC_ALL": "C.UTF-8", "JAVA_HOME": "/jdk"}

@@ -343,8 +343,17 @@ CONNECT_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 #: server and read its environment, so a secret of the starter's must not pass by accident.
 CONNECT_SERVER_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "JAVA_HOME",
                                 "PYTHONPATH", "PYTHONHASHSEED", "HADOOP_CONF_DIR", "HADOOP_HOME", "YARN_CONF_DIR",
-                                "XDG_CACHE_HOME", "NO_PROXY", "AIRFLOW_TXN_CACHE_DIR"})
-CONNECT_SERVER_ENV_PREFIXES = ("LC_", "SPARK_", "PYSPARK_", "OPENBLAS_")
+                                "XDG_CACHE_HOME", "NO_PROXY", "AIRFLOW_TXN_CACHE_DIR",
+                                # Spark's and PySpark's own settings, each by name: a prefix would let
+                                # SPARK_ANYTHING_SECRET through to a server any client may read.
+                                "SPARK_HOME", "SPARK_CONF_DIR", "SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME",
+                                "SPARK_LOCAL_DIRS", "SPARK_LOG_DIR", "SPARK_PID_DIR", "SPARK_SUBMIT_OPTS",
+                                "SPARK_DAEMON_JAVA_OPTS", "SPARK_DAEMON_MEMORY", "SPARK_DRIVER_MEMORY",
+                                "SPARK_PUBLIC_DNS", "SPARK_SCALA_VERSION", "SPARK_DIST_CLASSPATH",
+                                "SPARK_NICENESS", "SPARK_IDENT_STRING", "SPARK_NO_DAEMONIZE",
+                                "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"})
+#: Variables kept by prefix: the locale's and the native math library's settings (no secret there).
+CONNECT_SERVER_ENV_PREFIXES = ("LC_", "OPENBLAS_")
 
 
 def spark_connect_server_env(token: str, base: Mapping[str, str] | None = None, *,
