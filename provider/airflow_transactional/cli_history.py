@@ -15,7 +15,7 @@ from typing import Any
 from .airflow.dagfile import declared_as_stored
 from .coordinator import Coordinator
 from .exceptions import ConfigError, NotYourTurn
-from .model import txid_range
+from .ranges import Round, txid_range
 from .spark.recompute import recompute
 
 Command = Callable[[argparse.Namespace, Coordinator], int]
@@ -205,11 +205,10 @@ def _print_verification(status: dict[str, Any], found: dict[str, Any]) -> None:
 
 
 def _round(text: str) -> str:
-    budget, _, every = text.partition(":")
-    if not (budget.isdigit() and int(budget) > 0 and (not every or (every.isdigit() and int(every) > 0))):
-        raise argparse.ArgumentTypeError(f"a round is N or N:K (up to N txids recomputed, 1 in K sampled), "
-                                         f"got {text!r}")
-    return text
+    try:
+        return str(Round.parse(text, "--round"))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _txid_or_zero(text: str) -> int:

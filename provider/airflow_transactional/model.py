@@ -6,13 +6,10 @@ layers read them without reaching into either."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
-
-from .exceptions import ConfigError
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -382,19 +379,3 @@ def read_digest(records: int, offset_crcs: int) -> str:
     """Which records an attempt read: how many, and the sum of the CRC-32s of their offsets (the same
     in the Spark helper and the pure-Python processor)."""
     return f"{records}:{offset_crcs}"
-
-
-_TXID_RANGE = re.compile(r"^\s*(\d+)\s*(?:(?:\.\.|-)\s*(\d+)\s*)?$")
-
-
-def txid_range(given: Any) -> tuple[int, int]:
-    """``"A..B"``, ``"A"``, ``[A, B]`` or ``{"txids": [A, B]}`` as (A, B)."""
-    if isinstance(given, Mapping):
-        given = given.get("txids")
-    if isinstance(given, str):
-        found = _TXID_RANGE.match(given)
-        if found:
-            return int(found[1]), int(found[2] or found[1])
-    elif isinstance(given, Sequence) and len(given) == 2 and all(type(t) is int for t in given):
-        return int(given[0]), int(given[1])
-    raise ConfigError(f"a correction names committed txids as 'A..B' (or 'A', or [A, B]), got {given!r}")

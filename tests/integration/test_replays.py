@@ -157,3 +157,13 @@ def test_a_withdrawn_replay_frees_its_records(dsn: str) -> None:
         assert coord.commit("clicks", taken.txid).committed
         assert _replay(coord, "again", {"ids": list(taken.batch.replay)}) == 3  # type: ignore[attr-defined]
         assert table(dsn, "clicks_amount")["eu"] == 10
+
+
+def test_a_replay_of_an_id_past_what_the_store_holds_is_refused_naming_the_form(coordinator: Coordinator,
+                                                                                 dsn: str) -> None:
+    """Regression: ``{"ids": [2**70]}`` reached Postgres and came back as NumericValueOutOfRange."""
+    make_log(dsn)
+    coordinator.register(counting_topology())
+    for ids in ([2**70], [0], [-1]):
+        with pytest.raises(ConfigError, match=r"a replay names quarantined records as \{'ids': \[ids\]\}"):
+            coordinator.plan_replay("clicks", "r-huge", {"ids": ids})

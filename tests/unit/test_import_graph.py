@@ -30,8 +30,8 @@ PACKAGE = REPO / "provider" / "airflow_transactional"
 P = "airflow_transactional"
 # The Airflow layer, imported lazily where the CLI and the package's public surface reach it.
 LAZY_OK = {f"{P}.airflow.dag", f"{P}.airflow.hooks", f"{P}.airflow.assets", f"{P}.airflow.stalls"}
-BOTTOM = {f"{P}.{m}" for m in ("exceptions", "identifiers", "values", "limits", "quarantine", "files", "faults",
-                                "model", "connections", "provenance")}
+BOTTOM = {f"{P}.{m}" for m in ("exceptions", "identifiers", "values", "limits", "quarantine", "ranges", "files",
+                                "faults", "model", "connections", "provenance")}
 DECLARATIONS = {f"{P}.spec", f"{P}.sources", f"{P}.sinks"}
 TOP = {f"{P}.{m}" for m in ("airflow", "spark", "processing", "cli", "cli_history", "spark_job")}
 # What each layer may import at run time, besides itself (a prefix matches a module and its children).

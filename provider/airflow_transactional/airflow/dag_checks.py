@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..exceptions import ConfigError
+from ..ranges import Round
 from ..spark.auth import check_no_secret_on_argv
 from ..spark.submit import check_kubernetes_secret
 from .callbacks import imported
@@ -94,12 +95,9 @@ def check_verify(verify: Any, pool: Any, lag: Any = 0) -> None:
             if value != unset:
                 raise ConfigError(f"{name} needs verify: say how many txids a round checks (e.g. verify=\"10\")")
         return
-    budget, _, every = verify.partition(":") if isinstance(verify, str) else ("", "", "")
-    if not (budget.isdigit() and int(budget) > 0 and (not every or (every.isdigit() and int(every) > 0))):
-        raise ConfigError(f"verify is a round of the shadow audit, \"N\" or \"N:K\" (up to N committed txids, 1 in "
-                          f"K of them; e.g. \"10\" or \"10:5\"), got {verify!r}")
-    if isinstance(lag, bool) or not isinstance(lag, int) or not 0 <= lag < int(budget):
+    budget = Round.parse(verify, "verify").budget
+    if isinstance(lag, bool) or not isinstance(lag, int) or not 0 <= lag < budget:
         raise ConfigError(f"verify_lag is how many txids to recompute a round may leave to a later one: a whole "
-                          f"number from 0 to {int(budget) - 1} (below the round's {budget}), got {lag!r}")
+                          f"number from 0 to {budget - 1} (below the round's {budget}), got {lag!r}")
     if pool is not None and not a_name(pool):
         raise ConfigError(f"verify_pool must name an Airflow pool (letters, digits, '_', '-', '.'), got {pool!r}")

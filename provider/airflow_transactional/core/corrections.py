@@ -28,7 +28,8 @@ from typing import Any, NamedTuple
 import psycopg2.extensions
 
 from ..exceptions import ConfigError, NonDeterministic, TooManyInFlight
-from ..model import FileBatch, LogBatch, Offsets, PlannedBatch, Range, TopicBatch, Transaction, txid_range
+from ..model import FileBatch, LogBatch, Offsets, PlannedBatch, Range, TopicBatch, Transaction
+from ..ranges import txid_range
 from ..sources.eventlog import SOURCE_KIND
 from ..spec import TopologySpec
 from ..store import attempts, catalog, outputs, transactions

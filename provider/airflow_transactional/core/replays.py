@@ -22,7 +22,8 @@ from typing import Any
 import psycopg2.extensions
 
 from ..exceptions import ConfigError
-from ..model import ReplayBatch, Transaction, txid_range
+from ..model import ReplayBatch, Transaction
+from ..ranges import MAX_ID, txid_range
 from ..sources.base import Record
 from ..spec import TopologySpec
 from ..store import corrections as cq
@@ -50,7 +51,8 @@ def plan_replay(store: StateStore, topology_id: str, run_key: str, selection: di
     unknown = set(selection) - set(SELECTORS)
     ids = selection.get("ids")
     if unknown or not selection or (ids is not None and (not isinstance(ids, list) or not ids
-                                                         or any(type(i) is not int for i in ids))):
+                                                         or any(type(i) is not int or not 1 <= i <= MAX_ID
+                                                                for i in ids))):
         raise ConfigError(f"a replay names quarantined records as {{'ids': [ids]}} or {{'txids': 'A..B', 'reason': "
                           f"'...'}} (either key alone too), got {selection!r}")
     with store.db.transaction() as cur:

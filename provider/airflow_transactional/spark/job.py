@@ -54,8 +54,9 @@ from typing import TYPE_CHECKING, Any
 from .. import faults, provenance
 from ..connections import Connections, redact
 from ..coordinator import Coordinator
-from ..exceptions import BadRecord, StaleAttempt, TransactionalError
-from ..model import DEFAULT_SCHEMA, OutputStaging, Staging, read_digest, txid_range
+from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
+from ..model import DEFAULT_SCHEMA, OutputStaging, Staging, read_digest
+from ..ranges import Round, txid_range
 from ..spec import TopologySpec
 from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
@@ -98,15 +99,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def verify_round(text: str) -> tuple[int, int]:
     """``N`` or ``N:K`` (a round of the shadow audit: up to N txids recomputed, 1 in K sampled) as
     (N, K) -- the type of the ``--verify`` argument."""
-    budget, _, every = str(text).partition(":")
     try:
-        found = int(budget), int(every or 1)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a verification round is N or N:K (up to N txids, 1 in K of them), "
-                                         f"got {text!r}") from None
-    if min(found) < 1:
-        raise argparse.ArgumentTypeError(f"a verification round checks at least 1 txid, 1 in at least 1: got {text!r}")
-    return found
+        return tuple(Round.parse(text, "--verify"))  # type: ignore[return-value]
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _session(app_name: str) -> SparkSession:

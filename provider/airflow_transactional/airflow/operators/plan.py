@@ -10,7 +10,8 @@ from typing import Any
 
 from ...coordinator import Coordinator
 from ...exceptions import NotYourTurn
-from ...model import Transaction, one_line, span_text, txid_range
+from ...model import Transaction, one_line, span_text
+from ...ranges import txid_range
 from ...spec import TopologySpec
 from ..watch import Watch
 from .base import WaitingTask

@@ -20,6 +20,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from ...ranges import Round
 from ...spark.submit import lowest_priority
 from .. import metrics
 from ..hooks import TransactionalHook
@@ -52,10 +53,10 @@ class VerifyOperator(TransactionalSparkSubmitOperator):
 
     def execute(self, context: Any) -> None:
         hook = TransactionalHook(self.transactional_conn_id)
-        budget, _, every = self.verify_round.partition(":")
+        budget, every = Round.parse(self.verify_round, "verify")
         with hook.coordinator() as coordinator:
             # The round's first half here: what needs no recompute is settled without a job.
-            found = coordinator.verify_triage(self.topology_id, budget=int(budget), every=int(every or 1),
+            found = coordinator.verify_triage(self.topology_id, budget=budget, every=every,
                                               lag=self.verify_lag)
             if found["recompute"]:
                 self.log.info("recomputing txids %s of %s (%d records)", ", ".join(map(str, found["recompute"])),

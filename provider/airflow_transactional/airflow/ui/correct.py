@@ -19,7 +19,7 @@ from fastapi import APIRouter, Body, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ...exceptions import ConfigError
-from ...model import txid_range
+from ...ranges import txid_range
 from . import actions
 from .actions import AirflowApi
 from .app import Bearer, User, _topology_of, airflow_as, base, confirmed, credential, readable, shown, store
