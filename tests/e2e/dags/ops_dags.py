@@ -84,3 +84,17 @@ ops_stalled = transactional_dag(
     spark_pool="starved",
     stall_after=timedelta(seconds=10),
 )
+
+# The quarantine limit's test (test_quarantine_limit.py): a batch nearly all bad is not committed.
+ops_quarantine = transactional_dag(
+    "ops_quarantine",
+    source=PostgresLogSource("qlm"),
+    states=[StateSpec("global_count", keys={"id": "text"}, combiner="count", table="ops_quarantine")],
+    application=str(REPO / "spark_jobs" / "global_count.py"),
+    schedule=SCHEDULE,
+    max_batch_size=400,
+    retries=1,
+    retry_delay=timedelta(seconds=3),
+    spark_connect_conn_id="spark_connect_default",
+    spark_pool="spark",
+)
