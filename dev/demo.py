@@ -27,6 +27,8 @@ from pathlib import Path
 
 import psycopg2
 
+from airflow_transactional import files
+from airflow_transactional.connections import settings_of
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import TransactionalError
 from airflow_transactional.model import TopologyStatus
@@ -219,7 +221,7 @@ class S3Orders(threading.Thread):
 def banner(stack: LocalStack, base: Path) -> str:
     """Where to look, and the commands to run -- none with a password in it: a command line shows in
     every local user's ``ps``. Clients read the state store's password from files of mode 600."""
-    client = stack.pg.client_files(base)
+    client = client_files(stack, base)
     s3_endpoint = stack.s3.endpoint if stack.s3 is not None else "-"
     env_line = "export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in {**client, **kafka_env(stack)}.items())
     return f"""
@@ -246,6 +248,19 @@ Payments     payments decides each request in its commit (and publishes them to 
              psql service=airflow_txn -c 'SELECT * FROM credits ORDER BY account'
 Logs         {base}/*.log    Ctrl-C stops everything.
 """ + (cluster_banner(stack) if isinstance(stack, ClusterStack) else "") + connect_banner(stack)
+
+
+def client_files(stack: LocalStack, base: Path) -> dict[str, Path]:
+    """The banner's private client files (mode 600): the state store's, and -- so that `airflow-txn
+    status s3_orders` can list the bucket -- the S3 connection (it holds a secret) kept beside the DSN
+    in its file, never exported into the shell's environment."""
+    client = stack.pg.client_files(base)
+    if stack.s3 is not None:
+        conn = stack.s3.connection()
+        aws = settings_of("aws", login=conn["login"], password=conn["password"], extra=conn["extra"])
+        files.write_private(client["AIRFLOW_TXN_DSN_FILE"], json.dumps(
+            {"dsn": stack.pg.dsn("airflow_txn"), "connections": {"aws_default": aws}}))
+    return client
 
 
 def connect_banner(stack: LocalStack) -> str:

@@ -24,7 +24,7 @@ import psycopg2
 
 from . import cli_history, provenance
 from .airflow.dagfile import declared_as_stored, declared_topologies
-from .connections import DSN_FILE_ENV, read_dsn_file, redact
+from .connections import DSN_FILE_ENV, Connections, dsn_and_connections, read_dsn_file, redact
 from .coordinator import Coordinator
 from .exceptions import ConfigError, TransactionalError
 from .model import DEFAULT_SCHEMA, TopologyStatus, duration
@@ -37,18 +37,29 @@ __all__ = ["main"]
 Command = Callable[[argparse.Namespace, Coordinator], int]
 
 
+def _store(args: argparse.Namespace) -> Coordinator:
+    """The state store the command works on; a DSN file's source connections are its to resolve."""
+    dsn, known = _given(args)
+    return Coordinator(dsn, schema=args.schema, connections=Connections(known=known) if known else None)
+
+
 def _dsn(args: argparse.Namespace) -> str:
+    return _given(args)[0]
+
+
+def _given(args: argparse.Namespace) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The state store's DSN, and the source connections a DSN file keeps with it."""
     dsn_file = args.dsn_file or os.environ.get(DSN_FILE_ENV)
     if dsn_file:
-        return read_dsn_file(dsn_file)
+        return dsn_and_connections(read_dsn_file(dsn_file))
     if args.dsn:
-        return str(args.dsn)
+        return str(args.dsn), {}
     if os.environ.get("AIRFLOW_TXN_DSN"):
-        return os.environ["AIRFLOW_TXN_DSN"]
+        return os.environ["AIRFLOW_TXN_DSN"], {}
     try:
         from .airflow.hooks import TransactionalHook
 
-        return TransactionalHook(args.conn_id).get_dsn()
+        return TransactionalHook(args.conn_id).get_dsn(), {}
     except Exception as exc:  # no Airflow configured here, or no such connection
         raise ConfigError(
             f"no state store given: set AIRFLOW_TXN_DSN (e.g. postgresql://user:password@host:5432/db), "
@@ -373,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "reset" and not args.yes:
             raise ConfigError(f"reset drops the state tables of {args.topology} and its progress: pause its DAG, "
                               f"then run 'airflow-txn reset {args.topology} --yes'")
-        with Coordinator(_dsn(args), schema=args.schema) as coord:
+        with _store(args) as coord:
             return int(args.func(args, coord))
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, and keep Python from complaining at exit.

@@ -17,8 +17,8 @@ import psycopg2.extensions
 
 from .exceptions import ConfigError
 
-__all__ = ["CONNECTION_ERRORS", "DSN_ENV", "DSN_FILE_ENV", "Connections", "from_environment", "read_dsn_file", "redact",
-           "safe_error", "settings_of", "store_dsn"]
+__all__ = ["CONNECTION_ERRORS", "DSN_ENV", "DSN_FILE_ENV", "Connections", "dsn_and_connections", "from_environment",
+           "read_dsn_file", "redact", "safe_error", "settings_of", "store_dsn"]
 
 #: Where the state store's DSN comes from when no one passes it: a file (mode 600) named by the
 #: first, else the second itself (what ``airflow-txn``, a driver run by hand and :func:`store_dsn` read).
@@ -117,15 +117,30 @@ def settings_of(conn_type: str | None, *, host: str | None = None, port: int | N
     return settings
 
 
+def dsn_and_connections(text: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """A DSN file's text as the DSN and the source connections' settings kept with it: a DSN alone,
+    or JSON ``{"dsn": ..., "connections": {id: settings}}`` (what a driver is handed, and what a
+    shell keeps to read the status of a topology whose source holds a secret)."""
+    if not text.lstrip().startswith("{"):
+        return text, {}
+    try:
+        held = json.loads(text)
+        return str(held["dsn"]), {str(k): dict(v) for k, v in (held.get("connections") or {}).items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ConfigError('the DSN file holds JSON that is not {"dsn": ..., "connections": {...}}') from None
+
+
 def from_environment(conn_id: str) -> dict[str, Any]:
     """A connection as Airflow reads it from the environment: ``AIRFLOW_CONN_<ID>`` in JSON
     (:func:`settings_of`)."""
     name = f"AIRFLOW_CONN_{conn_id.upper()}"
     raw = os.environ.get(name)
     if not raw:
-        raise ConfigError(f"no connection {conn_id!r}: define it in Airflow (a Kafka connection: type kafka, the "
-                          f"librdkafka settings in its extra), or set {name}='{{\"conn_type\": \"kafka\", \"extra\": "
-                          "{\"bootstrap.servers\": \"host:9092\"}}'")
+        raise ConfigError(f"no connection {conn_id!r}: define it in Airflow (of the type its source reads: kafka, "
+                          f"aws or webhdfs), set {name} to it in JSON (e.g. '{{\"conn_type\": \"kafka\", \"extra\": "
+                          "{\"bootstrap.servers\": \"host:9092\"}}'), or -- for one holding a secret -- keep it in the "
+                          f"mode-600 DSN file: {DSN_FILE_ENV}=FILE holding {{\"dsn\": ..., \"connections\": "
+                          f"{{\"{conn_id}\": {{...}}}}}}")
     try:
         conn = json.loads(raw)
         extra = conn.get("extra") or {}

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +97,36 @@ def test_cli_status_says_a_topology_is_stalled_and_how_long_its_next_txid_has_wa
     assert cli(["--dsn", dsn, "status", "clicks", "--json"]) == 2
     shown = json.loads(capsys.readouterr().out)
     assert shown["stalled"] is True and shown["in_flight"][0]["since"].startswith("20")
+
+
+def test_the_status_of_a_topology_on_s3_reads_its_connection_from_the_private_dsn_file(
+        coordinator: Coordinator, dsn: str, s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: in the demo's shell `airflow-txn status s3_orders` failed -- the S3 connection (it
+    holds a secret) was not exported -- and the error called aws_default a Kafka connection. A DSN
+    file (mode 600) may keep a source's connection beside the DSN, as a driver's does."""
+    from airflow_transactional import LandingDirectory, StateSpec, TopologySpec
+    from airflow_transactional.connections import Connections, settings_of
+
+    conn = s3_server.connection()
+    settings = settings_of("aws", login=conn["login"], password=conn["password"], extra=conn["extra"])
+    s3_server.create_bucket("clistatus")
+    spec = TopologySpec("s3_status", LandingDirectory("s3a://clistatus/in", conn_id="aws_cli"),
+                        [StateSpec("s3_status_counts", {"k": "text"}, combiner="count")])
+    Coordinator(dsn, connections=Connections(known={"aws_cli": settings})).register(spec)
+    monkeypatch.delenv("AIRFLOW_CONN_AWS_CLI", raising=False)
+
+    bare = tmp_path / "bare.dsn"
+    bare.write_text(dsn)
+    bare.chmod(0o600)
+    assert cli(["--dsn-file", str(bare), "status", "s3_status"]) == 1
+    said = capsys.readouterr().err
+    assert "no connection 'aws_cli'" in said and "Kafka connection" not in said
+    assert '{"dsn": ..., "connections": {"aws_cli": {...}}}' in said
+
+    kept = tmp_path / "state.dsn"
+    kept.write_text(json.dumps({"dsn": dsn, "connections": {"aws_cli": settings}}))
+    kept.chmod(0o600)
+    assert cli(["--dsn-file", str(kept), "status", "s3_status"]) == 0
+    out = capsys.readouterr().out
+    assert "s3_status" in out and "unknown" not in out.lower(), out

@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import psycopg2
 import pytest
@@ -88,8 +89,8 @@ def test_a_server_started_as_root_never_loosens_the_callers_directories(tmp_path
 
 
 def test_the_demo_prints_no_password_and_its_clients_connect_from_private_files(
-        pg: EmbeddedPostgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+        pg: EmbeddedPostgres, s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """Regression: the demo printed `psql "$AIRFLOW_TXN_DSN"` and the admin password; a psql with
     the password on its command line showed it to every local user (ps)."""
     from airflow_transactional.cli import main as cli
@@ -98,10 +99,13 @@ def test_the_demo_prints_no_password_and_its_clients_connect_from_private_files(
 
     (tmp_path / "demo").mkdir()
     stack = LocalStack(tmp_path / "demo", demo.DAGS_DIR)
-    stack.pg = pg
+    stack.pg, stack.s3 = pg, s3_server
     text = demo.banner(stack, tmp_path)
-    for secret in (pg.password, stack.admin_password, pg.superuser_password):
+    for secret in (pg.password, stack.admin_password, pg.superuser_password, s3_server.credential):
         assert secret and secret not in text
+    # The S3 connection (its secret) is kept beside the DSN in the private file, for `status s3_orders`.
+    kept = json.loads((tmp_path / "state.dsn").read_text())
+    assert kept["connections"]["aws_default"]["aws_secret_access_key"] == s3_server.credential
     assert "psql service=airflow_txn" in text and 'psql "$' not in text
     made = pg.client_files(tmp_path)
     for path in (*made.values(), tmp_path / "pgpass"):

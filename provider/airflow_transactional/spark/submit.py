@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import files
-from ..connections import DSN_ENV, DSN_FILE_ENV, read_dsn_file
+from ..connections import DSN_ENV, DSN_FILE_ENV, dsn_and_connections, read_dsn_file
 from ..exceptions import ConfigError, TransactionalError
 from ..model import FileBatch, planned_batch
 from .auth import spark_defaults, with_authentication
@@ -202,13 +202,7 @@ def driver_secrets(dsn_file: str | None) -> tuple[str, dict[str, dict[str, Any]]
         if not text:
             raise ConfigError(f"no state store DSN: the processing operator passes {DSN_FILE_ARG}; when running a "
                               f"job by hand set ${DSN_ENV} or ${DSN_FILE_ENV}")
-    if not text.lstrip().startswith("{"):
-        return text, {}
-    try:
-        held = json.loads(text)
-        return str(held["dsn"]), {str(k): dict(v) for k, v in (held.get("connections") or {}).items()}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise ConfigError('the DSN file holds JSON that is not {"dsn": ..., "connections": {...}}') from None
+    return dsn_and_connections(text)
 
 
 # -- the command line ---------------------------------------------------------------------
