@@ -123,6 +123,10 @@ class KafkaBroker(Server):
             return None
         for port in ports:
             with socket.socket() as s:
+                # As the broker binds (Java's server sockets reuse the address): a port whose last
+                # life's connections linger in TIME-WAIT after a quick restart is free to listen on
+                # again; one another process listens on is not.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
