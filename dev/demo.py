@@ -1,12 +1,9 @@
 """``make demo``: the example topologies committing real batches on a real local Airflow.
 
-Starts the embedded PostgreSQL, a Kafka broker and Airflow 3 (api-server, scheduler,
-dag-processor, triggerer), a producer appending tweets to the ``tweets`` event log (with a few
-malformed records and duplicate deliveries, so the quarantine and the dedupe have work), a Kafka
-producer writing tweets to the ``tweets`` topic in transactions (one in ten aborted: never
-counted), landing order files and appending payment requests (after one deposit per account) for
-the payments pipeline, then unpauses the example DAGs and prints where to look. Ctrl-C stops
-everything it started.
+Starts the embedded PostgreSQL, a Kafka broker, Airflow 3 (api-server, scheduler, dag-processor,
+triggerer) and the producers -- tweets to the ``tweets`` log (a few malformed, some delivered
+twice) and in Kafka transactions (one in ten aborted: never counted), order files, payment
+requests -- then unpauses the example DAGs and prints where to look. Ctrl-C stops it all.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from pathlib import Path
 import psycopg2
 
 from airflow_transactional import files
-from airflow_transactional.connections import settings_of
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import TransactionalError
 from airflow_transactional.model import TopologyStatus
@@ -49,8 +45,7 @@ DOMAINS = ["example.com", "apache.org", "postgresql.org", "spark.apache.org", "k
 
 
 def now_text() -> str:
-    """A tweet's time as the jobs declare it (``ts string``): ISO 8601 text, never a JSON number, which
-    a string field quarantines."""
+    """A tweet's time as the jobs declare it (``ts string``): text, never a number (quarantined)."""
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
@@ -73,8 +68,7 @@ class Producer(threading.Thread):
         self.rate = rate
         self.interval = interval
         self.rng = random.Random(seed)
-        # Event ids of this run of the producer: a restarted demo must not re-send ids the log holds
-        # (they would all be dropped as duplicates, and the topology would commit empty batches).
+        # This run's event ids: a restarted demo must not re-send ids the log holds (all duplicates).
         self.run_id = uuid.uuid4().hex[:8]
         self.stop_event = threading.Event()
         self.sent = self.appended = self.malformed = self.duplicates = 0
@@ -251,15 +245,11 @@ Logs         {base}/*.log    Ctrl-C stops everything.
 
 
 def client_files(stack: LocalStack, base: Path) -> dict[str, Path]:
-    """The banner's private client files (mode 600): the state store's, and -- so that `airflow-txn
-    status s3_orders` can list the bucket -- the S3 connection (it holds a secret) kept beside the DSN
-    in its file, never exported into the shell's environment."""
+    """Private client files (mode 600): the S3 connection (a secret) in the DSN's, for its status."""
     client = stack.pg.client_files(base)
     if stack.s3 is not None:
-        conn = stack.s3.connection()
-        aws = settings_of("aws", login=conn["login"], password=conn["password"], extra=conn["extra"])
         files.write_private(client["AIRFLOW_TXN_DSN_FILE"], json.dumps(
-            {"dsn": stack.pg.dsn("airflow_txn"), "connections": {"aws_default": aws}}))
+            {"dsn": stack.pg.dsn("airflow_txn"), "connections": {"aws_default": stack.s3.settings()}}))
     return client
 
 

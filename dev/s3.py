@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from airflow_transactional import files
+from airflow_transactional.connections import settings_of
 from airflow_transactional.spark.jars import JarSet
 from dev.embedded import free_port
 from dev.server import Server
@@ -63,6 +64,11 @@ class S3Server(Server):
         return {"conn_type": "aws", "login": self.identity, "password": self.credential,
                 "extra": {"endpoint_url": self.endpoint, "region_name": REGION,
                           "config_kwargs": {"s3": {"addressing_style": "path"}}}}
+
+    def settings(self) -> dict[str, Any]:
+        """This server's connection as a source reads it (the access key and secret among them)."""
+        conn = self.connection()
+        return settings_of("aws", login=conn["login"], password=conn["password"], extra=conn["extra"])
 
     def server_credentials(self) -> dict[str, str]:
         """This server's credentials as a Spark Connect server's environment holds them (s3a's

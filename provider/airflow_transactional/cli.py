@@ -37,16 +37,6 @@ __all__ = ["main"]
 Command = Callable[[argparse.Namespace, Coordinator], int]
 
 
-def _store(args: argparse.Namespace) -> Coordinator:
-    """The state store the command works on; a DSN file's source connections are its to resolve."""
-    dsn, known = _given(args)
-    return Coordinator(dsn, schema=args.schema, connections=Connections(known=known) if known else None)
-
-
-def _dsn(args: argparse.Namespace) -> str:
-    return _given(args)[0]
-
-
 def _given(args: argparse.Namespace) -> tuple[str, dict[str, dict[str, Any]]]:
     """The state store's DSN, and the source connections a DSN file keeps with it."""
     dsn_file = args.dsn_file or os.environ.get(DSN_FILE_ENV)
@@ -335,7 +325,7 @@ def _operating_commands(sub: Any) -> None:
 
 
 def repair_log(args: argparse.Namespace, _coord: Coordinator) -> int:
-    elog = EventLog(_dsn(args), args.log, schema=args.schema)
+    elog = EventLog(_given(args)[0], args.log, schema=args.schema)
     try:
         for p in [args.partition] if args.partition is not None else range(elog.partitions()):
             done = elog.repair(p)
@@ -384,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "reset" and not args.yes:
             raise ConfigError(f"reset drops the state tables of {args.topology} and its progress: pause its DAG, "
                               f"then run 'airflow-txn reset {args.topology} --yes'")
-        with _store(args) as coord:
+        dsn, known = _given(args)  # a DSN file's source connections are the store's to resolve
+        with Coordinator(dsn, schema=args.schema, connections=Connections(known=known) if known else None) as coord:
             return int(args.func(args, coord))
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, and keep Python from complaining at exit.
