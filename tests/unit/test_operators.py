@@ -187,6 +187,15 @@ def test_airflow_is_asked_at_most_every_interval() -> None:
      'echo "26/11/26 INFO ShutdownHookManager: Shutdown hook called"; exit 1',
      "spark-submit exited with code 1: pyspark.errors.exceptions.captured.ArithmeticException: "
      "[ARITHMETIC_OVERFLOW] long overflow"),
+    # The job said why in its own words (regression: its ERROR line matched no cause -- the pattern
+    # wanted "Error" -- and only the exit code was told, with a clear that fails again).
+    ('echo "2026-12-05 10:00:00,000 ERROR airflow_transactional.spark.job: topology \x27s3_orders\x27 txid 5: '
+     'landing file s3a://b/in/a.json can no longer be read: restore the data, or declare the topology '
+     'opaque=True"; echo "Traceback (most recent call last):"; '
+     'echo "airflow_transactional.exceptions.BatchUnavailable: landing file s3a://b/in/a.json"; '
+     'echo "26/12/05 INFO ShutdownHookManager: Shutdown hook called"; exit 1',
+     "spark-submit exited with code 1: topology 's3_orders' txid 5: landing file s3a://b/in/a.json can no longer "
+     "be read: restore the data, or declare the topology opaque=True"),
     # The launcher killed under it: bash's own line says why (regression: only the exit code was told).
     ('echo "/opt/spark/bin/spark-class: line 97: CMD: bad array subscript"; exit 1',
      "spark-submit exited with code 1: /opt/spark/bin/spark-class: line 97: CMD: bad array subscript"),

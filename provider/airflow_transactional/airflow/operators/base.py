@@ -37,14 +37,17 @@ _CAUSE = re.compile(r"(Error|Exception|error:|Killed|OutOfMemory"
                     # a shell's own complaint (the launcher scripts are bash): "spark-class: line 97: ...",
                     # a command or a file missing, a permission refused
                     r"|^\S+: line \d+: |command not found|No such file or directory|Permission denied)")
+#: The job's own account of why it failed: the line its logger wrote (the task's log keeps the rest).
+_OWN_WORDS = re.compile(r"\bERROR airflow_transactional\.[\w.]+: (.+)")
 _KILLED = {signal.SIGKILL: "killed by SIGKILL: out of memory (the OOM killer), or killed by someone",
            signal.SIGTERM: "stopped by SIGTERM"}
 
 
 def failure_reason(what: str, exc: BaseException) -> str:
     """Why a task's work failed, in one line an operator can act on: for a Spark job's process, its
-    exit code (a signal by name) and the line of its output that names the cause -- not its command
-    line; else the first line of the error that says something."""
+    exit code (a signal by name) and the job's own words on why (its logger's ERROR line, which names
+    the file, the txid and the way out), else the line of its output that names the cause -- not its
+    command line; else the first line of the error that says something."""
     text = str(exc)
     found = next((m for m in (p.match(text) for p in _EXITED) if m is not None), None)
     if found is None:
@@ -58,7 +61,8 @@ def failure_reason(what: str, exc: BaseException) -> str:
         pass
     lines = [line.strip() for line in tail.splitlines()
              if line.strip() and line.strip() != "Last spark-submit output:" and not line.strip().startswith("at ")]
-    cause = next((line for line in reversed(lines) if _CAUSE.search(line)), None)
+    own = next((m[1] for m in map(_OWN_WORDS.search, reversed(lines)) if m is not None), None)
+    cause = own or next((line for line in reversed(lines) if _CAUSE.search(line)), None)
     return f"{what} {how}" + (f": {one_line(cause)}" if cause else "")
 
 
