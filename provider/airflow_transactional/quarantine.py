@@ -5,7 +5,7 @@ few bad records but an upstream change (a producer that now sends a field as a n
 field): committed, it would advance the checkpoint and count nothing, for as long as nobody looks.
 So a topology's ``max_quarantined`` (a share of the records a txid read, :data:`DEFAULT_SHARE` unless
 declared) is a limit: a txid that read at least :data:`MIN_RECORDS` records and quarantined more
-than that share is not committed -- its attempt fails with the top reasons and the fix, and the
+than that share is not committed -- its commit fails with the top reasons and the fix, and the
 topology is blocked until the producer or the job's schema is fixed and the txid processed again
 (or the limit raised). ``max_quarantined=None`` opts out, for a topology that expects it.
 
