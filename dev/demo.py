@@ -22,8 +22,6 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psycopg2
-
 from airflow_transactional import files
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import TransactionalError
@@ -35,11 +33,11 @@ from dev import payments
 from dev.cluster import ClusterStack
 from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack
+from dev.s3 import S3_BUCKET, S3_PREFIX, S3Orders
 
 DAGS_DIR = Path(__file__).resolve().parents[1] / "dags"  # the repository's examples
 # settlement first: it keeps the credits table the payments decision reads (its headroom).
 DAGS = ("words", "kafka_words", "global_count", "landing_orders", "s3_orders", "settlement", "payments")
-S3_BUCKET, S3_PREFIX = "demo-landing", "orders"  # dags/s3_orders.py reads s3a://demo-landing/orders
 STALL_WATCH = "transactional_stall_watch"  # dags/stall_watch.py: checks every topology's stall rule
 DOMAINS = ["example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com", "news.ycombinator.com"]
 
@@ -172,46 +170,6 @@ class PaymentRequests(threading.Thread):
                 logging.warning("payments: append failed: %s", exc)
 
 
-class S3Orders(threading.Thread):
-    """Uploads order files to the S3 server, and now and then uploads new content under the name of a
-    file a txid already committed: a new version, counted in a later txid. ``ledger``: every version
-    uploaded, (key, its orders' total)."""
-
-    def __init__(self, stack: LocalStack, interval: float = 16.0, seed: int | None = None) -> None:
-        super().__init__(name="s3-orders", daemon=True)
-        assert stack.s3 is not None
-        self.client, self.dsn, self.interval = stack.s3.client(), stack.state_dsn, interval
-        self.rng = random.Random(seed)
-        self.stop_event = threading.Event()
-        self.ledger: list[tuple[str, int]] = []
-
-    def committed_key(self) -> str | None:
-        """The key of a file a txid of s3_orders committed, at random (None: none yet)."""
-        with psycopg2.connect(self.dsn) as conn, conn.cursor() as cur:
-            cur.execute("SELECT f.path FROM airflow_txn.landing_files f JOIN airflow_txn.topologies t "
-                        "USING (topology_id) WHERE t.topology_id = 's3_orders' AND f.seq <= "
-                        "(t.committed_offsets->>'seq')::bigint ORDER BY random() LIMIT 1")
-            row = cur.fetchone()
-        conn.close()
-        return None if row is None else str(row[0]).split(f"/{S3_BUCKET}/", 1)[1]
-
-    def run(self) -> None:
-        n = 0
-        while not self.stop_event.wait(self.interval):
-            n += 1
-            orders = [(f"u{self.rng.randint(1, 50)}", self.rng.randint(1, 500))
-                      for _ in range(self.rng.randint(50, 200))]
-            try:
-                key = self.committed_key() if n % 5 == 0 else None  # a re-upload: a new version
-                key = key or f"{S3_PREFIX}/{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{n:05d}.json"
-                self.client.put_object(Bucket=S3_BUCKET, Key=key,
-                                       Body="".join(json.dumps({"user": u, "amount": a}) + "\n"
-                                                    for u, a in orders).encode())
-                self.ledger.append((key, sum(a for _u, a in orders)))
-            except Exception as exc:  # the demo goes on
-                logging.warning("s3 producer: %s", exc)
-
-
 def banner(stack: LocalStack, base: Path) -> str:
     """Where to look, and the commands to run -- none with a password in it: a command line shows in
     every local user's ``ps``. Clients read the state store's password from files of mode 600."""
@@ -311,7 +269,7 @@ def start_producers(stack: LocalStack, landing: Path,
     requests.start()
     assert stack.s3 is not None
     stack.s3.create_bucket(S3_BUCKET)
-    s3_orders = S3Orders(stack)
+    s3_orders = S3Orders(stack.s3, stack.state_dsn)
     s3_orders.start()
     return producer, kafka_tweets, requests, s3_orders
 

@@ -12,11 +12,16 @@ that finds the server later). ``stop(remove=True)`` deletes it all.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import random
 import secrets
 import subprocess
+import threading
 import time
 from typing import Any
+
+import psycopg2
 
 from airflow_transactional import files
 from airflow_transactional.connections import settings_of
@@ -160,3 +165,50 @@ if __name__ == "__main__":  # python -m dev.s3 fetch: the server's jar, once per
     if sys.argv[1:] != ["fetch"]:
         raise SystemExit("usage: python -m dev.s3 fetch")
     print(f"S3Proxy {S3PROXY_VERSION}: {', '.join(p.name for p in SERVER.fetch())} in {SERVER.directory}")
+
+
+#: The demo's landing place: dags/s3_orders.py reads s3a://demo-landing/orders.
+S3_BUCKET, S3_PREFIX = "demo-landing", "orders"
+
+
+class S3Orders(threading.Thread):
+    """Uploads order files to the S3 server, and now and then uploads new content under the name of a
+    file a txid already committed: a new version, counted in a later txid. ``ledger``: every version
+    uploaded, (key, its orders' total)."""
+
+    def __init__(self, server: S3Server, dsn: str, interval: float = 16.0, seed: int | None = None) -> None:
+        super().__init__(name="s3-orders", daemon=True)
+        self.client, self.dsn, self.interval = server.client(), dsn, interval
+        self.rng = random.Random(seed)
+        self.stop_event = threading.Event()
+        self.ledger: list[tuple[str, int]] = []
+        self.rewritten: set[str] = set()  # keys uploaded again (once: never a third version)
+
+    def committed_key(self) -> str | None:
+        """A key all of whose registered versions are committed, never rewritten before (None: none): a
+        key whose newer version is still planned, rewritten, jammed its topology (S3Proxy keeps no versions)."""
+        with psycopg2.connect(self.dsn) as conn, conn.cursor() as cur:
+            cur.execute("SELECT f.path FROM airflow_txn.landing_files f JOIN airflow_txn.topologies t USING "
+                        "(topology_id) WHERE t.topology_id = 's3_orders' GROUP BY f.path, t.committed_offsets "
+                        "HAVING max(f.seq) <= (t.committed_offsets->>'seq')::bigint ORDER BY random()")
+            keys = [str(path).split(f"/{S3_BUCKET}/", 1)[1] for (path,) in cur.fetchall()]
+        conn.close()
+        key = next((k for k in keys if k not in self.rewritten), None)
+        self.rewritten |= {key} if key else set()
+        return key
+
+    def run(self) -> None:
+        n = 0
+        while not self.stop_event.wait(self.interval):
+            n += 1
+            orders = [(f"u{self.rng.randint(1, 50)}", self.rng.randint(1, 500))
+                      for _ in range(self.rng.randint(50, 200))]
+            try:
+                key = self.committed_key() if n % 5 == 0 else None  # a re-upload: a new version
+                key = key or f"{S3_PREFIX}/{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{n:05d}.json"
+                self.client.put_object(Bucket=S3_BUCKET, Key=key,
+                                       Body="".join(json.dumps({"user": u, "amount": a}) + "\n"
+                                                    for u, a in orders).encode())
+                self.ledger.append((key, sum(a for _u, a in orders)))
+            except Exception as exc:  # the demo goes on
+                logging.warning("s3 producer: %s", exc)

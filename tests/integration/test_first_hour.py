@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,3 +140,29 @@ def test_a_restarted_demo_broker_keeps_its_port(tmp_path: Path) -> None:
         assert again.create_topic("tweets", 1) is None  # a working broker on it
     finally:
         again.stop(remove=True)
+
+
+def test_the_demos_s3_producer_rewrites_only_keys_whose_every_version_committed(
+        coordinator: Coordinator, dsn: str, s3_server: Any, tmp_path: Path) -> None:
+    """Regression: the demo's S3 producer uploaded a committed key again while that key's newer
+    version was planned and not yet processed; S3Proxy keeps no versions, so the planned one could
+    no longer be read and two txids failed for good."""
+    from airflow_transactional import LandingDirectory, StateSpec, TopologySpec
+    from airflow_transactional.processing import process_batch
+    from dev.s3 import S3_BUCKET, S3_PREFIX, S3Orders
+
+    landing = tmp_path / S3_BUCKET / S3_PREFIX  # the producer's keys are the paths after the bucket
+    landing.mkdir(parents=True)
+    for name in ("a.json", "b.json"):
+        (landing / name).write_text(json.dumps({"user": "u"}) + "\n")
+    coordinator.register(TopologySpec("s3_orders", LandingDirectory(str(landing), settle_seconds=0, max_files=1),
+                                      [StateSpec("orders_seen", {"user": "text"}, combiner="count")]))
+    first = coordinator.plan("s3_orders", "r1").txid
+    process_batch(coordinator, "s3_orders", first, lambda r: [("orders_seen", (r["user"],), 1)])
+    assert coordinator.commit("s3_orders", first).committed
+    producer = S3Orders(s3_server, dsn)
+    assert producer.committed_key() == f"{S3_PREFIX}/a.json"  # never b.json, not committed yet
+    assert producer.committed_key() is None  # a.json was rewritten once: never a third version
+    (landing / "a.json").write_text(json.dumps({"user": "v"}) + "\n" * 2)  # that rewrite: a new version
+    coordinator.plan("s3_orders", "r2")  # registers it, beside b.json's
+    assert S3Orders(s3_server, dsn).committed_key() is None  # a.json's newest version is not committed
