@@ -49,7 +49,7 @@ def test_a_batch_quarantined_over_its_limit_blocks_the_topology_with_the_reason_
         driver = signed_in(chrome, stack)
         driver.get(f"{stack.url}/plugin/transactions")  # type: ignore[attr-defined]
         text = frame_text(driver, LIMIT)
-        assert "blocked by failed txid 2" in text, text
+        assert "blocked by failed txid 2" in text and "txid 2: staged, its commit failed for good" in text, text
         shot(driver, "ui-quarantine-limit.png", tmp_path)
     finally:
         coord.close()

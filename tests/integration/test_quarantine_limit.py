@@ -5,6 +5,7 @@ processed again, or the limit raised -- commits it, exactly once."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -42,6 +43,12 @@ def test_a_batch_quarantined_over_its_limit_is_refused_with_the_reason_and_the_f
     assert isinstance(refused.value, ConfigError)  # the task fails for good: a retry meets the same records
     st = coordinator.status("clicks")
     assert st.committed_txid == 0 and table(dsn, "clicks_count") == {}
+    # The commit task marks the txid failed for good (a ConfigError); the overview then says what it is.
+    coordinator.mark_failed("clicks", txn.txid, f"commit: {said}")
+    summary = coordinator.summary("clicks", dag_id="clicks", now=datetime.now(UTC))
+    assert [f["phase"] for f in summary["in_flight"]] == ["staged, its commit failed for good"]
+    assert "over its max_quarantined of 50%" in summary["blocked_by"]
+    coordinator.lift_failed("clicks", txn.txid)  # as a cleared commit task does
 
     # The limit raised (the owner re-registers the declaration): the same attempt commits, once.
     coordinator.register(counting_topology(max_batch_size=100, max_quarantined=None))

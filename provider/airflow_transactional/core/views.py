@@ -22,11 +22,14 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def phase(in_flight_phase: str, txid: int, committed_txid: int) -> str:
-    """An in-flight txid's phase in words: planned, processing, failed, or -- processed -- next to
-    commit or waiting for the txid before it."""
+def phase(in_flight_phase: str, txid: int, committed_txid: int, blocked_by: str | None = None) -> str:
+    """An in-flight txid's phase in words: planned, processing, failed, or -- processed -- its commit
+    failed for good (it is what blocks the topology: a batch over its quarantine limit), next to
+    commit, or waiting for the txid before it."""
     if in_flight_phase != "processed":
         return in_flight_phase
+    if blocked_by and blocked_by.startswith(f"blocked by failed txid {txid} "):
+        return "staged, its commit failed for good"
     nxt = committed_txid + 1
     return "staged, next to commit" if txid == nxt else f"staged, waiting for txid {nxt}"
 
@@ -46,7 +49,7 @@ def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) 
         "in_flight": [{"txid": f.txid, "run_id": f.run_key, "attempts": f.attempts, "error": f.error,
                        "failed_tries": f.failed_tries, "since": _iso(f.since),
                        "for_seconds": (now - f.since).total_seconds() if f.since else None,
-                       "phase": phase(f.phase, f.txid, st.committed_txid)} for f in st.in_flight],
+                       "phase": phase(f.phase, f.txid, st.committed_txid, st.blocked_by)} for f in st.in_flight],
         "lag_records": st.lag,
         "lag_unit": st.lag_unit,
         "lag_bytes": st.lag_bytes,
