@@ -150,8 +150,8 @@ def exposure(name: str) -> str:
     server's under each temp directory its JVM may use), and those another user could read, as JSON."""
     from pyspark import SparkFiles
 
-    roots = {tempfile.gettempdir(), "/tmp", *_jvm_tmpdirs()}
-    copies = {SparkFiles.get(name)} if os.path.exists(SparkFiles.get(name)) else set()
+    roots, own = {tempfile.gettempdir(), "/tmp", *_jvm_tmpdirs()}, SparkFiles.get(name)
+    copies = {own} if os.path.exists(own) else set()
     for root in roots:
         copies.update(glob.glob(os.path.join(glob.escape(root), "artifacts-*", "*", "files", glob.escape(name))))
     exposed = sorted(p for p in copies if _readable_by_others(p))

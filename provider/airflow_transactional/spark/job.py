@@ -100,7 +100,7 @@ def verify_round(text: str) -> tuple[int, int]:
     """``N`` or ``N:K`` (a round of the shadow audit: up to N txids recomputed, 1 in K sampled) as
     (N, K) -- the type of the ``--verify`` argument."""
     try:
-        return tuple(Round.parse(text, "--verify"))  # type: ignore[return-value]
+        return Round.parse(text, "--verify")
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

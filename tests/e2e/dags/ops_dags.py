@@ -21,8 +21,9 @@ SCHEDULE = os.environ.get("AIRFLOW_TXN_EXAMPLE_SCHEDULE") or "@daily"
 REPO = Path(__file__).resolve().parents[3]  # the symlink's target: tests/e2e/dags/ of the repository
 
 # topology -> (its log, opaque)
+# (ops_quarantine: test_quarantine_limit.py's, a batch nearly all bad that its commit refuses)
 OPS = {"ops_count": ("ops", False), "ops_opaque": ("opq", True), "ops_killed": ("kil", False),
-       "ops_deleted": ("dlt", False)}
+       "ops_deleted": ("dlt", False), "ops_quarantine": ("qlm", False)}
 
 for name, (log, opaque) in OPS.items():
     globals()[name] = transactional_dag(
@@ -83,18 +84,4 @@ ops_stalled = transactional_dag(
     spark_connect_conn_id="spark_connect_default",
     spark_pool="starved",
     stall_after=timedelta(seconds=10),
-)
-
-# The quarantine limit's test (test_quarantine_limit.py): a batch nearly all bad is not committed.
-ops_quarantine = transactional_dag(
-    "ops_quarantine",
-    source=PostgresLogSource("qlm"),
-    states=[StateSpec("global_count", keys={"id": "text"}, combiner="count", table="ops_quarantine")],
-    application=str(REPO / "spark_jobs" / "global_count.py"),
-    schedule=SCHEDULE,
-    max_batch_size=400,
-    retries=1,
-    retry_delay=timedelta(seconds=3),
-    spark_connect_conn_id="spark_connect_default",
-    spark_pool="spark",
 )
