@@ -377,6 +377,9 @@ def main(argv: list[str] | None = None) -> int:
         dsn, known = _given(args)  # a DSN file's source connections are the store's to resolve
         with Coordinator(dsn, schema=args.schema, connections=Connections(known=known) if known else None) as coord:
             return int(args.func(args, coord))
+    except KeyboardInterrupt:
+        print("error: interrupted; what finished before it stays (each step commits on its own)", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, and keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -38,6 +38,8 @@ def state(args: argparse.Namespace, coord: Coordinator) -> int:
 
 def changes(args: argparse.Namespace, coord: Coordinator) -> int:
     spec = coord.spec(args.topology)
+    if args.state:
+        spec.state(args.state)  # a state it does not declare is an error, not an empty answer
     found = coord.changes(args.topology, args.txid)
     for name, rows in found.items():
         if args.state and name != args.state:
@@ -67,10 +69,7 @@ def history(args: argparse.Namespace, coord: Coordinator) -> int:
 
 def quarantine(args: argparse.Namespace, coord: Coordinator) -> int:
     if args.edit is not None:
-        text = args.record
-        if args.record_file:
-            with open(args.record_file, encoding="utf-8") as fh:
-                text = fh.read().rstrip("\n")
+        text = _record_file(args.record_file) if args.record_file else args.record
         if text is None:
             raise ConfigError("--edit ID takes the record's new text: --record TEXT or --record-file FILE")
         coord.edit_quarantined(args.topology, args.edit, text)
@@ -90,18 +89,48 @@ def quarantine(args: argparse.Namespace, coord: Coordinator) -> int:
     return 0
 
 
+def _record_file(path: str) -> str:
+    """The text of ``--record-file`` (UTF-8, its last newline dropped), or a ConfigError naming the file."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8").rstrip("\n")
+    except OSError as exc:
+        raise ConfigError(f"--record-file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--record-file {path} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
+
+
+def _fixer(given: str) -> Callable[[str], Any]:
+    """The function ``--fixer module:function`` names, or a ConfigError saying what is missing."""
+    module, _, name = given.partition(":")
+    if not module or not name:
+        raise ConfigError(f"--fixer takes module:function (a function of the record's text), got {given!r}")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        raise ConfigError(f"--fixer {given}: no module {module!r} can be imported here ({exc}); put it on "
+                          "PYTHONPATH") from None
+    except AttributeError:
+        raise ConfigError(f"--fixer {given}: module {module!r} has no {name!r}") from None
+    if not callable(fn):
+        raise ConfigError(f"--fixer {given}: {name!r} is not a function")
+    return fn
+
+
 def _fix(args: argparse.Namespace, coord: Coordinator, rows: list[dict[str, Any]]) -> int:
     """Run ``--fixer module:function`` over the records not yet replayed: its text back is kept as the
-    record's edit (None: left as it is)."""
-    module, _, name = args.fixer.partition(":")
-    if not module or not name:
-        raise ConfigError(f"--fixer takes module:function (a function of the record's text), got {args.fixer!r}")
-    fn = getattr(importlib.import_module(module), name)
+    record's edit (None: left as it is). Each edit is its own commit: a fixer that fails on one
+    record (or is interrupted) keeps the edits made before it, and the error names the record."""
+    fn = _fixer(args.fixer)
     fixed = 0
     for r in rows:
         if r["corrected_by"] or r["replayed_by"]:
             continue
-        text = fn(r["edited_record"] if r["edited_record"] is not None else r["record"])
+        try:
+            text = fn(r["edited_record"] if r["edited_record"] is not None else r["record"])
+        except (Exception, KeyboardInterrupt) as exc:
+            raise ConfigError(f"--fixer {args.fixer} failed on record {r['id']} ({type(exc).__name__}: {exc}); "
+                              f"{fixed} record(s) edited before it are kept") from None
         if text is not None:
             coord.edit_quarantined(args.topology, r["id"], str(text))
             fixed += 1

@@ -200,6 +200,19 @@ def record_refusal(payload: str) -> str | None:
     return LONE_SURROGATE if escapes_lone_surrogate(payload) else None
 
 
+def edit_refusal(text: str) -> str | None:
+    """Why ``text`` cannot be a quarantined record's edit (None: it can): it would fail its insert
+    (a NUL, a lone surrogate) or be quarantined again by the replay that reads it -- said now, to
+    the person editing, not one replay later."""
+    if "\x00" in text:
+        return "the record holds a NUL byte (\\u0000), which PostgreSQL text cannot store"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the record holds a lone surrogate (U+D800-U+DFFF without its other half): no UTF-8 text can hold it"
+    return record_refusal(text) or nesting_refusal(text)
+
+
 def escapes_lone_surrogate(text: str) -> bool:
     """Whether JSON ``text`` escapes a lone surrogate (:data:`SURROGATE_PAIRS_AND_BACKSLASHES`);
     looked at only when it holds ``\\u`` at all."""

@@ -59,8 +59,12 @@ def test_a_plugin_library_in_the_connection_is_refused_before_any_client_loads_i
     ({"sasl.password": "p\n"}, "'sasl.password' holds a control character"),
     ({"bootstrap.servers": "b:9092\nx"}, "'bootstrap.servers' holds a control character"),
     ({"linger.ms": [1]}, "is not a librdkafka setting"),
+    ({"socket.timeout.ms": "soon"}, r"'socket\.timeout\.ms' must be a whole number .*got 'soon'"),
+    ({"linger.ms": 2.5}, r"'linger\.ms' must be a whole number"),
+    ({"retries": "99999999999"}, r"'retries' must be a whole number"),
+    ({"check.crcs": "yes"}, r"'check\.crcs' must be true or false"),
 ])
-def test_settings_that_run_code_or_break_out_are_refused_by_name_never_by_value(
+def test_settings_that_run_code_break_out_or_misread_are_refused_by_name(
         monkeypatch: pytest.MonkeyPatch, extra: dict[str, object], refusal: str) -> None:
     conn_id = _connection(monkeypatch, **extra)
     with pytest.raises(ConfigError, match=refusal) as refused:

@@ -167,3 +167,52 @@ def test_a_replay_of_an_id_past_what_the_store_holds_is_refused_naming_the_form(
     for ids in ([2**70], [0], [-1]):
         with pytest.raises(ConfigError, match=r"a replay names quarantined records as \{'ids': \[ids\]\}"):
             coordinator.plan_replay("clicks", "r-huge", {"ids": ids})
+
+
+def _raises_keyboard_interrupt(text: str) -> str:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(("argv", "refusal"), [
+    (["--edit", "{broken}", "--record-file", "{tmp}/nowhere.json"], r"--record-file .*nowhere\.json: No such file"),
+    (["--edit", "{broken}", "--record-file", "{tmp}/nul.json"], r"was not edited: the record holds a NUL byte"),
+    (["--edit", "{broken}", "--record-file", "{tmp}/latin1.json"], r"is not UTF-8 text \(byte 13\)"),
+    (["--edit", "{broken}", "--record-file", "{tmp}/large.json"], r"more than the 1,048,576 bytes allowed"),
+    (["--edit", "{broken}", "--record", '{{"user": "\\ud800"}}'], r"escaped lone surrogate"),
+    (["--edit", "{broken}", "--record", "\ud800"], r"lone surrogate \(U\+D800"),
+    (["--fixer", "txn_no_such_module:fn"], r"no module 'txn_no_such_module' can be imported here"),
+    (["--fixer", "json:no_such_function"], r"module 'json' has no 'no_such_function'"),
+    (["--fixer", "tests.integration.test_replays:_raises_keyboard_interrupt"],
+     r"failed on record \d+ \(KeyboardInterrupt: \); 0 record\(s\) edited before it are kept"),
+])
+def test_a_bad_edit_or_fixer_is_refused_in_one_line_and_edits_nothing(
+        dsn: str, tmp_path: Any, capsys: Any, argv: list[str], refusal: str) -> None:
+    """Regression: each of these was a traceback (a missing or non-UTF-8 file, a NUL, an unknown
+    fixer, a fixer interrupted) or an edit accepted now and quarantined again by its replay (2 MiB,
+    a lone surrogate)."""
+    (tmp_path / "nul.json").write_text('{"user": "x\x00", "amount": 1}')
+    (tmp_path / "latin1.json").write_bytes('{"user": "caf\xe9", "amount": 1}'.encode("latin-1"))
+    (tmp_path / "large.json").write_text('{"user": "' + "x" * (2 << 20) + '", "amount": 1}')
+    make_log(dsn).append(_events())
+    with Coordinator(dsn) as coord:
+        coord.register(counting_topology(max_batch_size=50))
+        run_one(coord, "clicks", "r0", strict)
+    [broken] = _ids(dsn, "event_id = 'broken'")
+    given = [a.format(broken=broken, tmp=tmp_path) for a in argv]
+    assert cli.main(["--dsn", dsn, "quarantine", "clicks", *given]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert __import__("re").search(refusal, err), err
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.quarantine WHERE edited_record IS NOT NULL") == [(0,)]
+
+
+def test_changes_of_a_state_the_topology_does_not_declare_is_an_error(dsn: str, capsys: Any) -> None:
+    """Regression: ``changes clicks 1 --state nosuch`` printed nothing and exited 0."""
+    make_log(dsn).append(_events())
+    with Coordinator(dsn) as coord:
+        coord.register(counting_topology(max_batch_size=50))
+        run_one(coord, "clicks", "r0", strict)
+    assert cli.main(["--dsn", dsn, "changes", "clicks", "1", "--state", "nosuch"]) == 1
+    assert "nosuch" in capsys.readouterr().err
+    assert cli.main(["--dsn", dsn, "changes", "clicks", "1", "--state", "clicks_count"]) == 0
+    assert "# state clicks_count: 3 keys changed by txid 1" in capsys.readouterr().out

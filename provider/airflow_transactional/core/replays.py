@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg2.extensions
 
+from .. import limits
 from ..exceptions import ConfigError
 from ..model import ReplayBatch, Transaction
 from ..ranges import MAX_ID, txid_range
@@ -117,6 +118,9 @@ def settle(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str,
 
 def edit(store: StateStore, topology_id: str, record_id: int, text: str) -> None:
     """Keep ``text`` as what a replay of quarantined record ``record_id`` reads in its place."""
+    why = limits.edit_refusal(text)
+    if why is not None:
+        raise ConfigError(f"record {record_id} of {topology_id!r} was not edited: {why}; fix it and edit again")
     with store.db.transaction() as cur:
         store.load(cur, topology_id)
         if not cq.edit(cur, store.schema, topology_id, record_id, text):

@@ -11,6 +11,7 @@ holding a control character (a newline would break out of the JAAS line Spark's 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +53,31 @@ ALLOWED = frozenset({
     *GROUP_KEYS,
 })
 
+#: Settings librdkafka reads as true or false.
+BOOLEANS = frozenset({"socket.keepalive.enable", "socket.nagle.disable", "api.version.request",
+                      "enable.ssl.certificate.verification", "check.crcs", "enable.auto.commit"})
+#: Settings librdkafka reads as a whole number (besides every ``*.ms``, ``*.bytes`` and ``*.kbytes``).
+_WHOLE = frozenset({"queued.min.messages", "queue.buffering.max.messages", "batch.num.messages", "batch.size",
+                    "compression.level", "message.send.max.retries", "retries",
+                    "sasl.kerberos.min.time.before.relogin"})
+#: The largest whole number librdkafka takes (its settings are C ints).
+_INT_MAX = 2**31 - 1
+
+
+def _value_refusal(name: str, value: Any) -> str | None:
+    """Why ``value`` is not what librdkafka reads ``name`` as (None: it is): refused here, by name,
+    instead of by the client's own ``KafkaException`` far from the connection that holds it."""
+    text = str(value).strip().lower()
+    if name in BOOLEANS:
+        ok = isinstance(value, bool) or text in ("true", "false")
+        return None if ok else "must be true or false"
+    if name in _WHOLE or name.endswith((".ms", ".bytes", ".kbytes")):
+        ok = (not isinstance(value, (bool, float)) and re.fullmatch(r"-?[0-9]{1,10}", text) is not None
+              and abs(int(text)) <= _INT_MAX)
+        return None if ok else f"must be a whole number (at most {_INT_MAX:,})"
+    return None
+
+
 #: Settings that run code or a command, refused with the reason (librdkafka's names).
 _RUNS_CODE = {
     "plugin.library.paths": "loads a shared library into the process",
@@ -83,4 +109,7 @@ def checked_settings(conn_id: str, extra: Mapping[Any, Any]) -> dict[str, Any]:
                               "does (where the brokers are, TLS, SASL, fetch and batch tuning)")
         if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
             raise ConfigError(f"{where}: setting {name!r} holds a control character (a newline?): remove it")
+        why = _value_refusal(name, value)
+        if why is not None:
+            raise ConfigError(f"{where}: setting {name!r} {why}, got {str(value)[:40]!r}: fix it in the connection")
     return {k: v for k, v in extra.items() if k not in GROUP_KEYS}
