@@ -156,6 +156,12 @@ class IdCollision(TransactionalError, LookupError):
         super().__init__(f"{event_id!r} is already in log {log!r} with another payload")
 
 
+class LogLocked(TransactionalError):
+    """A commit waited longer than it may for a partition of an output log that another transaction
+    holds (a producer that appended and left its transaction open): nothing is committed, the task
+    fails and Airflow retries it."""
+
+
 class ActionRefused(TransactionalError):
     """Airflow refused or could not do a request of the Transactions views: ``status`` is its HTTP
     status, ``detail`` its words."""

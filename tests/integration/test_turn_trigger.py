@@ -177,3 +177,50 @@ def test_what_airflow_stores_of_the_trigger_names_no_secret(store: Coordinator, 
     assert TurnTrigger(**kwargs).serialize() == (path, kwargs)
     text = repr(kwargs)
     assert "password" not in text and dsn not in text and "host=" not in text
+
+
+def test_a_commit_held_by_an_open_append_waits_a_bounded_time_on_threads_of_its_own(
+        coordinator: Coordinator, dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """Regression: an appender that left its transaction open on a topology's output log held six
+    commit triggers in the commit with no end (past their deadline), on all six threads of the event
+    loop's default executor: every other trigger's thread work in that triggerer stalled too."""
+    import psycopg2
+
+    from airflow_transactional.store import outputs
+    from tests.integration.test_output_logs import stage1, stage1_fn
+
+    monkeypatch.setattr(TransactionalHook, "get_dsn", lambda self: dsn)
+    monkeypatch.setattr(TransactionalHook, "state_schema", lambda self: coordinator.schema)
+    monkeypatch.setattr(outputs, "LOCK_WAIT", "2s")
+    log = make_log(dsn)
+    coordinator.register(stage1())
+    log.append([click(i, amount=9) for i in range(20)])
+    for run in ("run-1", "run-2"):
+        txn = coordinator.plan("stage1", run)
+        process_batch(coordinator, "stage1", txn.txid, stage1_fn)
+    assert coordinator.commit("stage1", 1).committed
+    holder = psycopg2.connect(dsn)  # the appender: it locked the output log's partitions and stays open
+    holder.cursor().execute("SELECT 1 FROM airflow_txn.log_partitions WHERE log_name = 'big' FOR UPDATE")
+
+    async def scenario() -> tuple[list[dict[str, Any]], float, float]:
+        started = time.monotonic()
+        waits = [asyncio.ensure_future(trigger(topology_id="stage1", dag_id="stage1", commit=True).run().__anext__())
+                 for _ in range(6)]
+        await asyncio.sleep(0.5)  # each is in its commit, waiting for the lock
+        canary = time.monotonic()
+        await asyncio.wait_for(asyncio.to_thread(lambda: None), 5)  # the loop's own threads are free
+        canary_took = time.monotonic() - canary
+        events = [e.payload for e in await asyncio.wait_for(asyncio.gather(*waits), 30)]
+        return events, canary_took, time.monotonic() - started
+
+    try:
+        events, canary_took, took = asyncio.run(scenario())
+    finally:
+        holder.close()
+    assert canary_took < 1.0
+    assert events == [{"status": "turn"}] * 6, events  # left to the task, which retries
+    assert took < 20, took  # each waited its 2 s for the lock in turn (the topology's commits queue)
+    said = "".join(capsys.readouterr())
+    assert "partition 0 of output log 'big' stayed locked by another transaction for more than 2s" in said
+    assert coordinator.commit("stage1", 2).committed  # the appender gone, the commit goes through
+    log.close()

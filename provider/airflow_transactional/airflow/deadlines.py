@@ -13,12 +13,12 @@ Airflow's REST API shows it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
 from . import metrics
 from .hooks import TransactionalHook
+from .triggers import blocking
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ async def late_commit(*, topology_id: str, context: dict[str, Any], conn_id: str
     """The default callback of a missed commit deadline."""
     run = context.get("dag_run") or {}
     deadline = (context.get("deadline") or {}).get("deadline_time")
-    stalled, why = await asyncio.to_thread(blocker, topology_id, conn_id)
+    stalled, why = await blocking(blocker, topology_id, conn_id)
     log.warning("topology %s: run %s (queued at %s) has not committed by its deadline %s: %s", topology_id,
                 run.get("dag_run_id"), run.get("queued_at"), deadline,
                 why or "see the topology's Transactions page for what it waits for")

@@ -14,17 +14,24 @@ more); the task then resumes to find it committed and tells the platform (asset 
 Any error of that commit leaves it to the task, which commits with every check a task makes.
 
 One ``LISTEN`` connection per triggerer process and state-store database serves every trigger
-there; each trigger holds one more connection for its own checks.
+there; each trigger holds one more connection for its own checks. Their blocking work (a look at
+the store, a commit) runs on threads of the provider's own (:data:`THREADS`), never on the event
+loop's default executor that every trigger of the triggerer shares: a commit kept waiting by a lock
+(bounded: :data:`~airflow_transactional.store.outputs.LOCK_WAIT`) holds none of another
+provider's threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg2.extensions
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -38,6 +45,17 @@ from .hooks import TransactionalHook
 from .watch import Watch, run_state
 
 log = logging.getLogger(__name__)
+
+#: The threads the provider's triggers run their blocking work on (see the module's docstring).
+THREADS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="airflow-txn-trigger")
+T = TypeVar("T")
+
+
+async def blocking(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on one of :data:`THREADS` (with this task's context, as ``asyncio.to_thread``)."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(THREADS, call)
+
 
 #: What a trigger waits for.
 COMMIT = "commit"  # txid-1 to commit
@@ -82,7 +100,7 @@ class TurnTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = TransactionalHook(self.conn_id)
-        coordinator = await asyncio.to_thread(hook.coordinator)  # Airflow's connections: a commit's outputs
+        coordinator = await blocking(hook.coordinator)  # Airflow's connections: a commit's outputs
         watch = Watch(self.topology_id, self._run_state, blocked_grace=self.blocked_grace,
                       check_interval=self.check_interval, log=self.log)
         try:
@@ -91,7 +109,7 @@ class TurnTrigger(BaseTrigger):
                     await woken.listen()  # again, if the listener lost its connection
                     woken.clear()  # a notice from here on wakes the wait below
                     try:
-                        event = await asyncio.to_thread(self.look, coordinator, watch)
+                        event = await blocking(self.look, coordinator, watch)
                     except CONNECTION_ERRORS as exc:  # the store restarting: look again, do not fail the task
                         self.log.warning("cannot look at the state store (%s); trying again", redact(str(exc)))
                         event = None
@@ -105,7 +123,7 @@ class TurnTrigger(BaseTrigger):
                     except TimeoutError:
                         pass
         finally:
-            await asyncio.to_thread(coordinator.close)
+            await blocking(coordinator.close)
 
     def look(self, coordinator: Coordinator, watch: Watch) -> dict[str, Any] | None:
         """One look at the state store (and at Airflow, every ``check_interval``): the event to
@@ -159,7 +177,7 @@ class _Listener:
             if self.conn is not None:
                 return
             try:
-                conn = await asyncio.to_thread(self._connect)
+                conn = await blocking(self._connect)
             except Exception as exc:
                 if not self.warned:
                     log.warning("not listening for commits (%s): waits poll every few seconds instead",

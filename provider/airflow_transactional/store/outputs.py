@@ -4,8 +4,12 @@ is in the log exactly when the txid that emitted it is committed.
 
 Appending takes the log's partition locks in (log, partition) order, as every producer of the
 log does (:mod:`..sources.eventlog`), so LSNs of a partition still become visible strictly in
-order and a reader's planning still sees only safe points. Event ids are unique per log: an
-event whose id the log already holds (or held, before retention) is not appended again.
+order and a reader's planning still sees only safe points. A commit waits at most
+:data:`LOCK_WAIT` for a partition's lock: another transaction holding it longer (an appender
+that left its transaction open) fails the commit with :class:`LogLocked`, to be retried, instead
+of holding the topology's commits -- and the triggerer's thread -- for as long as it likes.
+Event ids are unique per log: an event whose id the log already holds (or held, before
+retention) is not appended again.
 """
 
 from __future__ import annotations
@@ -13,13 +17,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+import psycopg2.errors
 from psycopg2 import sql
 
-from ..exceptions import IdCollision
+from ..exceptions import IdCollision, LogLocked
 from ..model import RETRACTED
 from .history import DIGEST_MODULUS
 from .rows import Cursor, every
 from .statements import query
+
+#: The longest a commit waits for an output log's partition lock (a PostgreSQL interval).
+LOCK_WAIT = "20s"
 
 #: Columns of a topology's output staging table, in COPY order. An event with a ``request`` is
 #: appended only if that request of ``decision`` got the verdict ``granted`` (true or false);
@@ -76,10 +84,17 @@ def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Ta
     cur.execute(query("output_staged_partitions", staging=staging), {"txid": txid, "attempt": attempt})
     staged = sorted((log_of[output], int(p), output) for output, p in cur.fetchall() if output in log_of)
     appended = dict.fromkeys(log_of, 0)
+    cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_WAIT)))
     for log, p, output in staged:  # (log, partition) order: every appender locks in this order
         where = {"log": log, "p": p}
-        cur.execute(query("output_append", schema, staging=staging, only_verdicts=only_verdicts),
-                    {**where, "txid": txid, "attempt": attempt, "output": output})
+        try:
+            cur.execute(query("output_append", schema, staging=staging, only_verdicts=only_verdicts),
+                        {**where, "txid": txid, "attempt": attempt, "output": output})
+        except psycopg2.errors.LockNotAvailable:
+            raise LogLocked(f"txid {txid}: partition {p} of output log {log!r} stayed locked by another transaction "
+                            f"for more than {LOCK_WAIT} (an appender that left its transaction open?); nothing is "
+                            "committed and the commit is retried. pg_stat_activity shows who holds it: a producer "
+                            "must commit or roll back right after append_events") from None
         first, handed_out, inserted, clash = cur.fetchone()
         if first is None:
             raise LookupError(f"log {log!r} has no partition {p}")
@@ -90,6 +105,7 @@ def append(cur: Cursor, schema: str, staging: sql.Composed, targets: Iterable[Ta
             cur.execute(query("output_range_record", schema), {**where, "topology": topology_id, "txid": txid,
                                                                "output": output, "first": int(first),
                                                                "last": int(first) + int(handed_out) - 1})
+    cur.execute("SET LOCAL lock_timeout TO DEFAULT")
     return appended
 
 
