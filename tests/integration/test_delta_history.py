@@ -19,7 +19,6 @@ from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources.pglog import PostgresLogSource
 from airflow_transactional.spec import StateSpec, TopologySpec
-from airflow_transactional.store import migrations
 from tests.helpers import click, click_fn, counting_topology, make_log, query, run_one, table
 
 pytestmark = pytest.mark.integration
@@ -157,7 +156,7 @@ def test_the_command_line_shows_the_history(dsn: str, capsys: Any) -> None:
     assert "txid 9 is not committed" in capsys.readouterr().err
 
 
-def test_each_states_history_is_a_sql_view_made_for_topologies_registered_before_too(dsn: str, capsys: Any) -> None:
+def test_each_states_history_is_a_sql_view_made_at_registration(dsn: str, capsys: Any) -> None:
     make_log(dsn).append([click(i) for i in range(30)])
     with Coordinator(dsn) as coord:
         coord.register(counting_topology(max_batch_size=10))
@@ -171,13 +170,6 @@ def test_each_states_history_is_a_sql_view_made_for_topologies_registered_before
             assert sorted(query(dsn, f"SELECT user_id, delta FROM {view} WHERE txid = {t}")) == want
         as_of = dict(query(dsn, f"SELECT user_id, sum(delta) FROM {view} WHERE txid <= 2 GROUP BY 1"))
         assert as_of == dict(coord.state_as_of("clicks", "clicks_amount", 2))
-        # A store migrated from before the views gets them from its migration.
-        schema_sql = next(m for v, _n, m in migrations.MIGRATIONS if v == 6)
-        with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-            cur.execute(f"DROP VIEW {view}")
-            cur.execute(psycopg2.sql.SQL(schema_sql).format(s=psycopg2.sql.Identifier("airflow_txn")))
-        conn.close()
-        assert sorted(query(dsn, f"SELECT user_id, delta FROM {view} WHERE txid = 3")) == changes[3]
         coord.reset("clicks")  # a reset drops the views with the staging tables
         assert query(dsn, f"SELECT to_regclass('{view}')") == [(None,)]
 

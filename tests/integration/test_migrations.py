@@ -123,3 +123,17 @@ def test_a_schema_of_an_unreleased_development_version_is_refused_naming_the_fix
             migrate(db, "old")
     finally:
         db.close()
+
+
+def test_a_schema_made_by_the_migration_files_folded_since_is_refused_naming_the_fix(dsn: str) -> None:
+    """Versions 2-9 were folded into the first file before the first release: a store they made
+    has every table, but not the checks the folded file adds (verified_through within the commits)."""
+    query(dsn, "CREATE SCHEMA old; CREATE TABLE old.schema_migrations (version integer PRIMARY KEY, name text, "
+               "applied_at timestamptz DEFAULT now())")
+    query(dsn, "INSERT INTO old.schema_migrations (version, name) VALUES (1, 'first release'), (9, 'verification')")
+    db = Database(dsn)
+    try:
+        with pytest.raises(ConfigError, match=r"unreleased version.*migrations 9 \(verification\).*recreate it"):
+            migrate(db, "old")
+    finally:
+        db.close()

@@ -153,6 +153,13 @@ def test_the_runtime_role_cannot_change_a_declaration_or_a_logs_retention(roles:
         roles.refused("runtime", statement)
 
 
+def test_the_runtime_role_cannot_move_the_verified_mark_past_the_commits(roles: Roles) -> None:
+    """Regression: ``UPDATE topologies SET verified_through = 999`` (3 committed) was accepted, and
+    the owner's whole-history audit then started from txid 999."""
+    roles.refused("runtime", "UPDATE airflow_txn.topologies SET verified_through = 999")
+    roles.refused("runtime", "UPDATE airflow_txn.topologies SET verified_through = -1")
+
+
 def test_a_producer_cannot_move_its_logs_counters_or_write_past_the_door(roles: Roles) -> None:
     """Regression: with UPDATE on log_partitions and INSERT on log_events, a producer set
     truncated_through (the consumer failed, an opaque one skipped real events), rewound next_lsn,

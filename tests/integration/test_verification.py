@@ -72,6 +72,28 @@ def test_a_state_row_changed_by_hand_is_caught_within_one_round_naming_state_and
     coord.close()
 
 
+def test_a_hand_made_update_hidden_in_the_delta_history_is_caught_and_steps_the_mark_back(dsn: str) -> None:
+    """Regression: the run-time role changed a state row and rewrote the txid's history row to
+    match; the state added up to the history, the next round verified everything, and ``state
+    --as-of`` agreed with the forgery. The history is checked against the commit's digest."""
+    coord = _committed(dsn, 3)
+    assert verify(coord, "clicks", click_fn)["verified_through"] == 3
+    query(dsn, "UPDATE clicks_amount SET value = value + 1 WHERE user_id = 'u3'")
+    query(dsn, "UPDATE airflow_txn.stg_1_clicks_amount SET value = value + 1 WHERE user_id = 'u3' AND txid = 2")
+    found = verify(coord, "clicks", click_fn)
+    assert found["settled"] == {2: "failed"}, found
+    assert coord.verify_status("clicks")["verified_through"] == 1  # stepped back before the forged txid
+    [check] = [c for c in coord.verify_status("clicks")["checks"] if c["txid"] == 2]
+    assert "its delta history is no longer what its commit applied" in check["detail"]["reason"]
+    assert list(check["detail"]["states"]) == ["clicks_amount"]
+    # Put back as committed and checked again: verified, the mark moves on.
+    query(dsn, "UPDATE clicks_amount SET value = value - 1 WHERE user_id = 'u3'")
+    query(dsn, "UPDATE airflow_txn.stg_1_clicks_amount SET value = value - 1 WHERE user_id = 'u3' AND txid = 2")
+    coord.verify_recheck("clicks", 2, 2)
+    assert verify(coord, "clicks", click_fn)["verified_through"] == 3
+    coord.close()
+
+
 def test_an_event_changed_in_the_log_after_its_commit_fails_its_txid_naming_the_keys(dsn: str) -> None:
     coord = _committed(dsn, 3)
     query(dsn, "UPDATE airflow_txn.log_events SET payload = %s WHERE event_id = 'ev-14'",

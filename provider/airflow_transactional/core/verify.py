@@ -143,9 +143,9 @@ def _plan(store: StateStore, topology_id: str, budget: int, every: int, code: Ma
     settled: dict[int, str] = {}
     with store.db.transaction() as cur:
         num, spec, committed, _o = store.load(cur, topology_id)
+        if drift:  # first: a rewritten history steps the mark back
+            settled.update(dict.fromkeys(_drifted(store, cur, num, spec, committed), "failed"))
         at = v.mark(cur, store.schema, topology_id).verified_through
-        if drift and _drifted(store, cur, num, spec, committed):
-            settled[committed] = "failed"
         for c in v.candidates(cur, store.schema, topology_id, at, SCAN):
             if len(tasks) >= budget:
                 break
@@ -203,26 +203,41 @@ def _code(record: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _drifted(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec,
-             committed: int) -> bool:
-    """Fail the committed txid when a state no longer adds up to its delta history (whether it
-    did; a failure stays until the txid is checked again)."""
+             committed: int) -> list[int]:
+    """Fail the committed txid when a state no longer adds up to its delta history, and the first
+    txid whose history is no longer what its commit applied (a history row rewritten to match a
+    state written outside the commits: the history agrees with the state then, not with the
+    commit's digest); the txids failed. A failure stays until the txid is checked again."""
     history = h.mark(cur, store.schema, spec.topology_id)
-    if committed == 0 or not history.history_base:
-        return False  # no history from a snapshot to add up
+    if committed == 0:
+        return []
     found: dict[str, Any] = {}
+    rewritten: dict[int, dict[str, Any]] = {}
     for state in spec.recomputable_states:
         if state.database is not None:
             continue  # kept in another database: not reachable from here
-        rows = v.drift(cur, store.schema, spec.topology_id, state, store.staging(num, state),
-                       history.history_from_txid, SAMPLES)
+        staging = store.staging(num, state)
+        for txid, recorded, now in v.rewritten(cur, store.schema, spec.topology_id, state, staging,
+                                               history.history_from_txid):
+            rewritten.setdefault(txid, {})[state.name] = {"committed": recorded, "history": now}
+        if not history.history_base:
+            continue  # no history from a snapshot to add up
+        rows = v.drift(cur, store.schema, spec.topology_id, state, staging, history.history_from_txid, SAMPLES)
         if rows:
             found[state.name] = {"samples": [{"key": k, "stored": s, "history": f, "last_txid": t}
                                              for k, s, f, t in rows]}
+    if rewritten:
+        first = min(rewritten)
+        v.forget(cur, store.schema, spec.topology_id, first, first)  # the mark steps back before it
+        v.record(cur, store.schema, spec.topology_id, first, "failed",
+                 {"reason": "its delta history is no longer what its commit applied (rewritten outside the "
+                            f"commits; {len(rewritten)} txid(s) in all: {sorted(rewritten)[:SAMPLES]})",
+                  "states": rewritten[first]})
     if found:
         v.record(cur, store.schema, spec.topology_id, committed, "failed",
                  {"reason": "a state does not add up to what the commits applied (written outside them)",
                   "states": found})
-    return bool(found)
+    return sorted({*([min(rewritten)] if rewritten else []), *([committed] if found else [])})
 
 
 def judge(store: StateStore, topology_id: str, task: Task, *, quarantined: int | None = None,

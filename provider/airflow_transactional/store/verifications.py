@@ -149,6 +149,20 @@ def drift(cur: Cursor, schema: str, topology_id: str, state: StateSpec, staging:
     return [(str(k), s, f, None if t is None else int(t)) for k, s, f, t in cur.fetchall()]
 
 
+def rewritten(cur: Cursor, schema: str, topology_id: str, state: StateSpec, staging: sql.Composed, from_txid: int,
+              ) -> list[tuple[int, str, str]]:
+    """The committed txids after ``from_txid`` whose kept history rows of ``state`` no longer digest
+    to what their commit recorded: (txid, recorded, now), in txid order."""
+    cur.execute(query("verify_rewritten", schema, table=staging, keys=q.key_list(state)),
+                {"topology": topology_id, "state": state.name, "from_txid": from_txid})
+    found = []
+    for txid, recorded, rows, total in cur.fetchall():
+        now = f"{int(rows)}:{int(total) % h.DIGEST_MODULUS:016x}"
+        if now != recorded:
+            found.append((int(txid), str(recorded), now))
+    return found
+
+
 def quarantined_through(cur: Cursor, schema: str, topology_id: str, txid: int) -> int:
     """The records txids through ``txid`` set aside, and no replay or correction took since."""
     cur.execute(query("verify_quarantined_through", schema), {"topology": topology_id, "txid": txid})

@@ -17,7 +17,7 @@ CREATE TABLE IF NOT EXISTS {table} (txid bigint NOT NULL, attempt integer NOT NU
                                     value {value_type}, PRIMARY KEY (txid, attempt, {keys}))
 
 -- name: state_history_view
--- A state's delta history as a view (migration 0006 made those of the topologies before it).
+-- A state's delta history as a view, made with its staging table at registration.
 CREATE OR REPLACE VIEW {view} AS SELECT s.txid, {keys}, s.value AS delta FROM {table} s
 JOIN {s}.commits c ON c.topology_id = {topology} AND c.txid = s.txid AND c.attempt = s.attempt
 

@@ -108,3 +108,16 @@ SELECT {keys}, sum(s.value) FROM {table} s
 JOIN {s}.commits c ON c.topology_id = %(topology)s AND c.txid = s.txid AND c.attempt = s.attempt
 WHERE s.txid BETWEEN %(from_txid)s AND %(txid)s GROUP BY {keys}
 ON CONFLICT ({keys}) DO UPDATE SET value = a.value + EXCLUDED.value
+
+-- name: verify_rewritten
+-- Each committed txid after the history's start, with the digest its commit recorded for a state
+-- and the digest its kept rows have now (rows, hash): they differ when a history row was rewritten,
+-- added or removed since -- by whoever may write the staging tables.
+WITH d AS (SELECT txid, count(*) AS rows, sum(hashtextextended(ROW({keys}, value)::text, 0)::numeric) AS hash
+           FROM {table} WHERE (txid, attempt) IN (SELECT txid, attempt FROM {s}.commits
+                                                  WHERE topology_id = %(topology)s AND txid > %(from_txid)s)
+           GROUP BY txid)
+SELECT c.txid, c.digests ->> %(state)s, coalesce(d.rows, 0), coalesce(d.hash, 0)
+FROM {s}.commits c LEFT JOIN d USING (txid)
+WHERE c.topology_id = %(topology)s AND c.txid > %(from_txid)s AND c.digests ? %(state)s
+ORDER BY c.txid

@@ -1,5 +1,7 @@
--- The provider's schema, version 1. ``{s}`` is the schema (quoted); every other name is fixed.
--- Never edit a released version: add the next file (0002_what_it_does.sql).
+-- The provider's schema. ``{s}`` is the schema (quoted); every other name is fixed.
+-- Until the first release this is the one schema file: a change edits it (tests/unit/test_schema.py
+-- keeps it so). From the first release on it is never edited: each change is the next file
+-- (0002_what_it_does.sql), applied in order by store/migrations.py.
 
 -- One row per topology: its declaration (written by the schema's owner only: docs/guides/security.md),
 -- its checkpoint (committed txid and offsets), and the mark of a running rebuild. Its row lock
@@ -21,7 +23,17 @@ CREATE TABLE {s}.topologies (
     -- What a Kafka topology's committed batches skipped: offsets that held no committed record for a
     -- read_committed reader (aborted transactions' records, transaction markers) -- the offsets a
     -- batch's plan spans less the records its commit read.
-    offsets_skipped   bigint NOT NULL DEFAULT 0
+    offsets_skipped   bigint NOT NULL DEFAULT 0,
+    -- The delta history (store/history.py): a commit keeps its attempt's staged rows (the per-key
+    -- deltas it applied) in the state's staging table; the rows of a (txid, attempt) that has a commit
+    -- row are the history. It has every txid after history_from_txid; history_base: whether the rows
+    -- at history_from_txid are a snapshot of each state as of that txid (0: the empty state).
+    history_from_txid bigint NOT NULL DEFAULT 0,
+    history_base      boolean NOT NULL DEFAULT true,
+    -- The shadow audit's mark (core/verify.py): the last txid of the contiguous run of passing txids
+    -- from the first. Never past the committed txid, whoever writes it.
+    verified_through  bigint NOT NULL DEFAULT 0,
+    CHECK (verified_through BETWEEN 0 AND committed_txid)
 );
 
 -- One row per planned transaction (one DAG run): its batch as exact source offsets. A txid that
@@ -53,6 +65,10 @@ CREATE TABLE {s}.transactions (
     failed_tries    integer NOT NULL DEFAULT 0,
     last_try_failure text,
     last_try_failed_at timestamptz,
+    -- A correction: a transaction that re-processes committed txids under the current code and
+    -- commits the difference (corrects names the txids), or replays quarantined records (it names
+    -- the records and the txids they came from); null for a batch of new records.
+    corrects        jsonb,
     PRIMARY KEY (topology_id, txid),
     UNIQUE (topology_id, run_key)
 );
@@ -73,6 +89,9 @@ CREATE TABLE {s}.attempts (
     error        text,
     -- What the attempt read: how many records, the sum of the CRC-32s of their offsets.
     read_digest  text,
+    -- What produced it: the digests of the Spark application, the provider and the declaration it
+    -- ran with, and the Airflow DAG version of its run (provenance.py).
+    code         jsonb,
     PRIMARY KEY (topology_id, txid, attempt),
     FOREIGN KEY (topology_id, txid) REFERENCES {s}.transactions ON DELETE CASCADE
 );
@@ -92,6 +111,11 @@ CREATE TABLE {s}.commits (
     committer         text,
     commit_started_at timestamptz NOT NULL,
     committed_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+    -- The code of its attempt; per state, the rows it applied and a hash of them ("rows:hash", the
+    -- same for the same deltas whatever their order) and per output its events'; what it corrects.
+    code              jsonb,
+    digests           jsonb,
+    corrects          jsonb,
     PRIMARY KEY (topology_id, txid)
 );
 
@@ -114,7 +138,14 @@ CREATE TABLE {s}.quarantine (
     -- run again after its COPY committed copies its slice again; the commit keeps one writer's
     -- rows per slice. (Two rows of one writer are two records, even with equal text.)
     slice         text,
-    writer        bigint
+    writer        bigint,
+    -- A record counted by a correction names it (corrected_by): it is counted at most once. A replay
+    -- takes its records when it is planned (replayed_by): each is replayed at most once, as it is or
+    -- as edited (edited_record); one that fails again is quarantined anew, by the replay.
+    corrected_by  bigint,
+    replayed_by   bigint,
+    edited_record text,
+    edited_at     timestamptz
 );
 CREATE INDEX ON {s}.quarantine (topology_id, txid, attempt);
 
@@ -320,9 +351,16 @@ CREATE TABLE {s}.landing_files (
     -- Whether every line is within the record limit and escapes no surrogate: Spark's JSON reader may
     -- read the file as it is (null: not looked at, read as text and judged line by line).
     plain         boolean,
+    -- On object storage and HDFS (sources/objectlanding.py) a file is known by the version its store
+    -- gives it -- an S3 object's version id or ETag, an HDFS file's file id -- besides its size and
+    -- modification time (null for a file on a local disk, known by its inode and SHA-256).
+    version       text,
     PRIMARY KEY (topology_id, seq)
 );
 CREATE INDEX ON {s}.landing_files (topology_id, path, seq);
+-- The greatest name registered in byte order (an S3 listing's and an HDFS directory's order), where
+-- an incremental listing starts: found at the end of this index, whatever the number of files.
+CREATE INDEX ON {s}.landing_files (topology_id, path COLLATE "C");
 
 -- Decisions in commit order (store/decisions.py). COLLATE "C" and few indexes: a completion
 -- writes a row per request, and each extra index or foreign-key check costs every request
@@ -456,4 +494,79 @@ CREATE TABLE {s}.publications (
 -- granted UPDATE here (the owner, the run-time role) can lock these rows.
 CREATE TABLE {s}.turns (
     name text PRIMARY KEY
+);
+
+-- When a landing directory listed incrementally (only the names after the last one registered) last
+-- listed all of its files: a full listing now and then finds names that sorted earlier and overwrites.
+CREATE TABLE {s}.landing_listings (
+    topology_id text PRIMARY KEY REFERENCES {s}.topologies ON DELETE CASCADE,
+    full_at     timestamptz NOT NULL
+);
+
+-- Compensating events (core/corrections.py): a correction of a topology with output logs appends,
+-- for each event its txids appended that the fixed code no longer emits as it was, a retraction
+-- ('<origin>~retracted@<txid>', the retracted event's payload, in its partition), and for each
+-- event the fixed code emits anew or otherwise, a new version ('<origin>~v<txid>' when the origin's
+-- id is taken, else the origin's own id). Each is recorded here in the same transaction as its
+-- append: a reader of the log (sources/pglog.py) knows a retraction by this row and applies it
+-- negated; origin is the log's id of the event it retracts or versions.
+CREATE TABLE {s}.log_versions (
+    log_name    text NOT NULL,
+    event_id    text NOT NULL,
+    origin      text NOT NULL,
+    retraction  boolean NOT NULL,
+    topology_id text NOT NULL,
+    txid        bigint NOT NULL,
+    PRIMARY KEY (log_name, event_id)
+);
+CREATE INDEX ON {s}.log_versions (log_name, origin);
+
+-- The last preview of a correction of each range (core/corrections.py preview: the topology's job
+-- re-processed txids first..last under the code deployed then, committing nothing): what the
+-- Transactions view's correction page shows beside what the range applied.
+CREATE TABLE {s}.correction_previews (
+    topology_id  text NOT NULL REFERENCES {s}.topologies ON DELETE CASCADE,
+    first_txid   bigint NOT NULL,
+    last_txid    bigint NOT NULL,
+    result       jsonb NOT NULL,
+    previewed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (topology_id, first_txid, last_txid)
+);
+
+-- A replay takes a quarantined record that retracts an upstream event back, negated: found by the
+-- record's event id.
+CREATE INDEX ON {s}.log_versions (event_id);
+
+-- Where a publisher put a correction's retractions in its Kafka topic (core/publish.py), recorded
+-- with the txid's publication: a topology of this store reading that topic takes each back,
+-- negated, as a reader of the log does (sources/kafka.py), where a reader that does not know it
+-- quarantines the record by its header. The cluster and topic ids are those a reader's batch
+-- names: a topic of the same name on another cluster, or recreated, is not this one.
+CREATE TABLE {s}.published_retractions (
+    cluster_id   text NOT NULL,
+    topic_id     text NOT NULL,
+    partition    integer NOT NULL,
+    kafka_offset bigint NOT NULL,
+    topic        text NOT NULL,
+    origin       text NOT NULL,
+    topology_id  text NOT NULL,
+    txid         bigint NOT NULL,
+    PRIMARY KEY (cluster_id, topic_id, partition, kafka_offset)
+);
+
+-- The shadow audit (core/verify.py, docs/guides/verification.md): what checking each committed txid
+-- found -- verified (recomputed from its source by the same code: the same deltas), failed (other
+-- deltas, or a state that no longer adds up to its history: the detail names the states and keys),
+-- unverifiable (its input gone before it was checked, or committed under code no longer deployed:
+-- the detail says which), superseded (committed under other code, its range corrected since: it
+-- passes once that correction is verified) or skipped (not sampled). A committed txid without a row
+-- is pending.
+CREATE TABLE {s}.verifications (
+    topology_id text NOT NULL,
+    txid        bigint NOT NULL,
+    status      text NOT NULL CHECK (status IN ('verified', 'failed', 'unverifiable', 'superseded', 'skipped')),
+    detail      jsonb NOT NULL DEFAULT jsonb_build_object(),
+    checked_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (topology_id, txid),
+    FOREIGN KEY (topology_id, txid) REFERENCES {s}.commits ON DELETE CASCADE
 );
