@@ -96,7 +96,7 @@ def register(args: argparse.Namespace, coord: Coordinator) -> int:
 
 def grant(args: argparse.Namespace, coord: Coordinator) -> int:
     statements = coord.grant(runtime_role=args.runtime_role, producer_role=args.producer_role, logs=args.log,
-                             apply=not args.print)
+                             readable=args.readable, apply=not args.print)
     if args.print:
         print("\n".join(f"{stmt};" for stmt in statements))
     else:
@@ -305,6 +305,8 @@ def _operating_commands(sub: Any) -> None:
     one.add_argument("--runtime-role", required=True, help="the role Airflow's tasks connect as")
     one.add_argument("--producer-role", help="a role that may only append to the logs given with --log")
     one.add_argument("--log", action="append", default=[], help="a log the producer role may append to")
+    one.add_argument("--readable", action="append", default=[], metavar="SCHEMA.TABLE",
+                     help="a table besides their states the declarations read (a decision's headroom)")
     one.add_argument("--print", action="store_true", help="print the SQL instead of running it")
     _command(sub, "reset", reset, "forget a topology's progress and drop its state tables: its next run starts "
              "over from the beginning of its source (after a changed declaration)").add_argument(

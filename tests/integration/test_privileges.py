@@ -367,3 +367,24 @@ def test_a_producer_sees_only_its_own_rows_of_the_log_writers(roles: Roles) -> N
     assert producer.append([click(1)], partition=0).appended == 1
     producer.close()
     assert len(query(roles.dsn_of("runtime"), "SELECT * FROM airflow_txn.log_writers")) == 3
+
+
+def test_a_decisions_headroom_is_readable_only_when_grant_names_it(roles: Roles,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Regression: a headroom naming any table of the database (``public.owner_secret``) became
+    SELECT for the run-time role at ``grant``, without a word: a declaration opened the table."""
+    from airflow_transactional import DecisionSpec
+
+    owner = roles.dsn_of("owner")
+    query(owner, "CREATE TABLE owner_secret (account text PRIMARY KEY, value bigint)")
+    query(owner, "INSERT INTO owner_secret VALUES ('root', 42)")
+    with Coordinator(owner) as coord:
+        coord.register(TopologySpec("payer", PostgresLogSource("other"), [
+            StateSpec("debits", {"account": "text"}, table="payer_debits")],
+            decisions=[DecisionSpec("pay", state="debits", headroom="public.owner_secret")]))
+    grant = ["--dsn", owner, "grant", "--runtime-role", roles.names["runtime"]]
+    assert cli(grant) == 1
+    assert "read public.owner_secret (a decision's headroom)" in capsys.readouterr().err
+    roles.refused("runtime", "SELECT * FROM public.owner_secret")
+    assert cli([*grant, "--readable", "public.owner_secret"]) == 0
+    assert query(roles.dsn_of("runtime"), "SELECT value FROM public.owner_secret") == [(42,)]

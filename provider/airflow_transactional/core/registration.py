@@ -191,9 +191,10 @@ def ensure_state_table(store: StateStore, cur: psycopg2.extensions.cursor, topol
 
 
 def grant(store: StateStore, *, runtime_role: str, producer_role: str | None = None, logs: Sequence[str] = (),
-          apply: bool = True) -> list[str]:
+          readable: Sequence[str] = (), apply: bool = True) -> list[str]:
     """Grant the run-time role (and a producer of ``logs``) what they need and no more
     (:mod:`..store.privileges`); returns the statements (run unless ``apply`` is False).
+    ``readable``: the tables besides their states the declarations may read (decisions' headroom).
 
     Run as the schema's owner, after registering. A role that does not exist, a superuser or one
     that bypasses row-level security, the owner itself, or a role the owner is part of is refused:
@@ -219,7 +220,7 @@ def grant(store: StateStore, *, runtime_role: str, producer_role: str | None = N
         for _num, spec in registered:  # registered before this check existed
             check_tables_outside(store.schema, spec)
         statements = privileges.grant_statements(store.schema, registered, runtime_role=runtime_role,
-                                                 producer_role=producer_role, logs=logs)
+                                                 producer_role=producer_role, logs=logs, readable=readable)
         if apply:
             for stmt in statements:
                 cur.execute(stmt)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from psycopg2 import sql
 
 from .. import identifiers
+from ..exceptions import ConfigError
 from . import decisions, outputs
 from . import state as q
 
@@ -64,9 +65,18 @@ OWN_ROWS_POLICY = "txn_own_rows"
 
 
 def grant_statements(schema: str, topologies: Sequence[tuple[int, TopologySpec]], *, runtime_role: str,
-                     producer_role: str | None = None, logs: Sequence[str] = ()) -> list[sql.Composed]:
+                     producer_role: str | None = None, logs: Sequence[str] = (),
+                     readable: Sequence[str] = ()) -> list[sql.Composed]:
     """Everything the run-time role (and a producer of ``logs``) needs, and no more, for the
-    registered ``topologies`` (number, declaration)."""
+    registered ``topologies`` (number, declaration). A table the run-time role may read that is no
+    state of theirs -- a decision's headroom -- must be among ``readable`` ("schema.table"): a
+    declaration alone must not open any table of the database to it."""
+    unnamed = sorted({f"{h[0]}.{h[1]}" for _num, spec in topologies for d in spec.decisions
+                      if (h := d.headroom_table) is not None} - {_qualified(t) for t in readable})
+    if unnamed:
+        raise ConfigError(f"the declarations registered make the run-time role read {', '.join(unnamed)} (a "
+                          "decision's headroom), which is no state of theirs: grant it only if it is meant to be "
+                          "read -- add " + " ".join(f"--readable {t}" for t in unnamed))
     s = sql.Identifier(identifiers.name("schema name", schema))
     runtime = sql.Identifier(identifiers.name("role name", runtime_role))
     out = [*_revoke_all(s, runtime),
@@ -115,6 +125,11 @@ def _revoke_all(s: sql.Identifier, role: sql.Identifier) -> list[sql.Composed]:
     return [sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(s, role),
             sql.SQL("REVOKE ALL ON ALL SEQUENCES IN SCHEMA {} FROM {}").format(s, role),
             sql.SQL("REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {} FROM {}").format(s, role)]
+
+
+def _qualified(table: str) -> str:
+    found = identifiers.qualified_table(table, "public")
+    return f"{found[0]}.{found[1]}"
 
 
 def _topology_grants(schema: str, num: int, spec: TopologySpec, runtime: sql.Identifier) -> list[sql.Composed]:
