@@ -134,3 +134,9 @@ def test_a_user_sees_and_acts_on_the_topologies_of_their_team_only(teams_stack: 
     assert body["effect"].startswith("Nothing to clear")
     code, body = _post(stack, "/transactional/api/dags/alpha/reprocess", operator.token(), {"dry_run": True})
     assert code == 200 and body["problem"] and body["runs"] == [], body
+    # The correction page offers its Trigger button to whoever may trigger the DAG's runs only
+    # (regression: a Viewer was offered it, and Airflow then refused).
+    code, page = _get(stack, "/transactional/dags/alpha/correct?txids=1..1", reader.token())
+    assert code == 200 and "Trigger the correction" not in page and "your role does not have" in page, page
+    code, page = _get(stack, "/transactional/dags/alpha/correct?txids=1..1", operator.token())
+    assert code == 200 and "Trigger the correction of txids 1..1" in page, page

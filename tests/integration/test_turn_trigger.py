@@ -224,3 +224,19 @@ def test_a_commit_held_by_an_open_append_waits_a_bounded_time_on_threads_of_its_
     assert "partition 0 of output log 'big' stayed locked by another transaction for more than 2s" in said
     assert coordinator.commit("stage1", 2).committed  # the appender gone, the commit goes through
     log.close()
+
+
+def test_a_trigger_of_another_dags_topology_is_blocked_and_commits_nothing(store: Coordinator) -> None:
+    """Regression: a trigger names its topology, and a task of any DAG (another team's) could park a
+    commit trigger on a topology it does not run -- and have the triggerer commit it."""
+    store.commit("clicks", 1)
+
+    async def scenario() -> dict[str, Any]:
+        events = trigger(dag_id="someone_elses", commit=True).run()
+        event = await asyncio.wait_for(events.__anext__(), 10)
+        await events.aclose()
+        return event.payload
+
+    payload = asyncio.run(scenario())
+    assert payload["status"] == "blocked" and "is run by DAG 'clicks', not by DAG 'someone_elses'" in payload["reason"]
+    assert store.status("clicks").committed_txid == 1

@@ -101,6 +101,13 @@ class TurnTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = TransactionalHook(self.conn_id)
         coordinator = await blocking(hook.coordinator)  # Airflow's connections: a commit's outputs
+        owner = await blocking(self._owner, coordinator)
+        if owner != self.dag_id:  # a trigger names its topology: only that topology's DAG may wait on it
+            await blocking(coordinator.close)
+            yield TriggerEvent({"status": "blocked", "reason": (
+                f"topology {self.topology_id!r} is run by DAG {owner!r}, not by DAG {self.dag_id!r}: a task waits "
+                "for (and commits) the txids of its own DAG's topology only")})
+            return
         watch = Watch(self.topology_id, self._run_state, blocked_grace=self.blocked_grace,
                       check_interval=self.check_interval, log=self.log)
         try:
@@ -124,6 +131,14 @@ class TurnTrigger(BaseTrigger):
                         pass
         finally:
             await blocking(coordinator.close)
+
+    def _owner(self, coordinator: Coordinator) -> str | None:
+        """The DAG that runs the trigger's topology (None: no such topology, or the store is away --
+        then the waits below find out and say so)."""
+        try:
+            return coordinator.spec(self.topology_id).dag
+        except Exception:
+            return self.dag_id
 
     def look(self, coordinator: Coordinator, watch: Watch) -> dict[str, Any] | None:
         """One look at the state store (and at Airflow, every ``check_interval``): the event to

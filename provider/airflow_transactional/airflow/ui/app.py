@@ -125,6 +125,16 @@ def readable(user: Any, dag_id: str) -> None:
         raise HTTPException(403, "Forbidden")
 
 
+def may_trigger(user: Any, dag_id: str) -> bool:
+    """Whether ``user`` may trigger runs of DAG ``dag_id`` (a page offers the button only then)."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+    from airflow.models.dag import DagModel
+
+    details = DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
+    return bool(auth_manager().is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN, details=details,
+                                                 user=user))
+
+
 def _topology_of(coordinator: Coordinator, dag_id: str) -> str | None:
     for spec in coordinator.topologies():
         if spec.dag == dag_id:

@@ -22,7 +22,19 @@ from ...exceptions import ConfigError
 from ...ranges import txid_range
 from . import actions
 from .actions import AirflowApi
-from .app import Bearer, User, _topology_of, airflow_as, base, confirmed, credential, readable, shown, store
+from .app import (
+    Bearer,
+    User,
+    _topology_of,
+    airflow_as,
+    base,
+    confirmed,
+    credential,
+    may_trigger,
+    readable,
+    shown,
+    store,
+)
 from .pages import dag_path, e, page, run_path, table, when
 from .previews import confirm_form
 
@@ -76,7 +88,9 @@ def render(here: str, plan: dict[str, Any], token: str | None) -> str:
                "version of each it emits otherwise.</p>") if plan["outputs"] else ""
     body = (f"{head}{reread}<h2>What txids {e(span)} applied</h2>{applied}{outputs}{_previewed(plan)}"
             + (confirm_form(e(f"{here}{dag_path(plan['dag_id'])}/correct?txids={quote(span)}"), token,
-                            f"Trigger the correction of txids {span}") if token else "")
+                            f"Trigger the correction of txids {span}") if token else
+               "<p class=muted>Triggering the correction takes the permission to trigger this DAG's runs, which "
+               "your role does not have.</p>")
             + back)
     return page(f"Correct {plan['dag_id']}", body)
 
@@ -126,7 +140,8 @@ def correct_page(request: Request, user: User, bearer: Bearer, dag_id: str, txid
     def make() -> str:
         cred = credential(request, bearer)
         plan = correction_plan(user, dag_id, txids)
-        token = None if plan["refused"] else actions.form_token(cred, "correct", dag_id, _target(plan))
+        token = (actions.form_token(cred, "correct", dag_id, _target(plan))
+                 if not plan["refused"] and may_trigger(user, dag_id) else None)
         return render(base(request), plan, token)
     return shown(request, make)
 
