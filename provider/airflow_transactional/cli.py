@@ -305,8 +305,7 @@ def _operating_commands(sub: Any) -> None:
     one.add_argument("--runtime-role", required=True, help="the role Airflow's tasks connect as")
     one.add_argument("--producer-role", help="a role that may only append to the logs given with --log")
     one.add_argument("--log", action="append", default=[], help="a log the producer role may append to")
-    one.add_argument("--readable", action="append", default=[], metavar="SCHEMA.TABLE",
-                     help="a table besides their states the declarations read (a decision's headroom)")
+    one.add_argument("--readable", action="append", default=[], help="a decision's headroom table they may read")
     one.add_argument("--print", action="store_true", help="print the SQL instead of running it")
     _command(sub, "reset", reset, "forget a topology's progress and drop its state tables: its next run starts "
              "over from the beginning of its source (after a changed declaration)").add_argument(
@@ -380,8 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         with Coordinator(dsn, schema=args.schema, connections=Connections(known=known) if known else None) as coord:
             return int(args.func(args, coord))
     except KeyboardInterrupt:
-        print("error: interrupted; what finished before it stays (each step commits on its own)", file=sys.stderr)
-        return 130
+        return print("error: interrupted; what finished before it stays", file=sys.stderr) or 130
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, and keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
