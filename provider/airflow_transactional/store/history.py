@@ -70,6 +70,11 @@ def digest(cur: Cursor, state: StateSpec, staging: sql.Composed, txid: int, atte
     """``rows:hash`` of what ``(txid, attempt)`` staged: equal for equal deltas, in any order."""
     cur.execute(query("history_digest", **_parts(state, staging)), {"txid": txid, "attempt": attempt})
     rows, total = cur.fetchone()
+    return as_digest(rows, total)
+
+
+def as_digest(rows: Any, total: Any) -> str:
+    """``rows:hash`` from a row count and the sum of the rows' hashes (as ``history_digest`` sums them)."""
     return f"{int(rows)}:{int(total) % DIGEST_MODULUS:016x}"
 
 

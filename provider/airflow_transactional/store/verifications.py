@@ -157,7 +157,7 @@ def rewritten(cur: Cursor, schema: str, topology_id: str, state: StateSpec, stag
                 {"topology": topology_id, "state": state.name, "from_txid": from_txid})
     found = []
     for txid, recorded, rows, total in cur.fetchall():
-        now = f"{int(rows)}:{int(total) % h.DIGEST_MODULUS:016x}"
+        now = h.as_digest(rows, total)
         if now != recorded:
             found.append((int(txid), str(recorded), now))
     return found
