@@ -44,6 +44,10 @@ MAX_ID_BYTES = 512
 MAX_NESTING = 512
 #: The most bytes (UTF-8) of one record: Kafka's default largest message (``message.max.bytes``).
 MAX_RECORD_BYTES = 1 << 20
+#: The largest landed file a plan reads through (local or on a store): a larger one is known by its
+#: stat or its store's version alone (no digest: touched, it is a new version) and read as text, each
+#: line judged, by Spark -- a plan never reads gigabytes before planning.
+SCAN_MAX_BYTES = 256 << 20
 #: How much of a bad record's raw text the quarantine keeps (its full length is kept beside it).
 QUARANTINE_RECORD_CHARS = 4096
 

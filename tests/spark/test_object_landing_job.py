@@ -105,11 +105,11 @@ def test_the_store_lost_under_a_read_and_back_costs_an_attempt_at_most(
     # the driver reads the batch, and started again on its ports and data two seconds later. The
     # attempt either rides it out (s3a and the HDFS client retry) or fails; a retry then counts
     # exactly the planned versions, once.
-    from airflow_transactional.sources import objectlanding
+    from airflow_transactional import limits
 
     # Files past the plan's read-through cap (here 500 kB, for files of 1 MB): registered by their
     # version alone, read as text by Spark, each line judged.
-    monkeypatch.setattr(objectlanding, "SCAN_MAX_BYTES", 500_000)
+    monkeypatch.setattr(limits, "SCAN_MAX_BYTES", 500_000)
     oracle: Counter[str] = Counter()
     for k in range(4):
         lines = _lines(10_000 * k, 20_000)

@@ -132,15 +132,17 @@ def not_planned(fd: int, planned: Mapping[str, Any]) -> str | None:
             "inode, other bytes, under its name): it is a new version, read by a later txid")
 
 
-def identify(path: str, longest: int) -> tuple[Identity, Scan] | None:
-    """The identity and :func:`scan` of the regular file named ``path``, from one descriptor; None
-    when there is no such file (gone, a link, not regular)."""
+def identify(path: str, longest: int, most: int) -> tuple[Identity, Scan | None] | None:
+    """The identity and :func:`scan` of the regular file named ``path``, from one descriptor (no
+    scan of a file of more than ``most`` bytes: it is not read); None when there is no such file
+    (gone, a link, not regular)."""
     try:
         fd = open_landed(path)
     except NotLanded:
         return None
     try:
-        return identity(fd), scan(fd, longest)
+        ident = identity(fd)
+        return ident, (scan(fd, longest) if ident.size <= most else None)
     finally:
         os.close(fd)
 

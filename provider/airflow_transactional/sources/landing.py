@@ -60,11 +60,14 @@ def _stat(path: str) -> LandedFile | None:
 
 
 def _identified(path: str) -> LandedFile | None:
-    """The file named ``path`` with its digest, all from one descriptor (None: no such file)."""
-    found = landed.identify(path, limits.MAX_RECORD_BYTES)
+    """The file named ``path`` with its digest, all from one descriptor (None: no such file); a
+    file over :data:`~airflow_transactional.limits.SCAN_MAX_BYTES` with its stat alone, unread."""
+    found = landed.identify(path, limits.MAX_RECORD_BYTES, limits.SCAN_MAX_BYTES)
     if found is None:
         return None
     ident, scan = found
+    if scan is None:
+        return LandedFile(path, ident.size, ident.mtime_ns, ident.inode)
     return LandedFile(path, ident.size, ident.mtime_ns, ident.inode, scan.sha256, plain=scan.plain)
 
 
@@ -231,7 +234,7 @@ class LandingDirectory(Source):
         return _identified(listed.path)
 
     def _same_content(self, old: LandedFile, new: LandedFile) -> bool:
-        return old.sha256 == new.sha256
+        return old.sha256 is not None and old.sha256 == new.sha256  # no digest (a file over the scan cap): unknown
 
     def _matches(self, known: LandedFile, listed: LandedFile) -> bool:
         """Whether a listed file is the version ``known`` without reading it (its stat)."""

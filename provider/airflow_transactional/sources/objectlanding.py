@@ -47,9 +47,6 @@ DEFAULT_CONN = {"s3a": "aws_default", "hdfs": None}
 LISTINGS = ("full", "incremental")
 #: New files a plan reads at once (to know them: their digest, and whether Spark's JSON reader may read them).
 SCANS = 8
-#: The largest new file a plan reads through: a larger one is registered by its version alone and
-#: read as text, each line judged, by Spark (a plan never downloads gigabytes before planning).
-SCAN_MAX_BYTES = 256 << 20
 
 
 def object_store(url: str, settings: Mapping[str, Any], conn_id: str | None = None) -> ObjectStore:
@@ -174,13 +171,13 @@ class ObjectLanding(LandingDirectory):
             return list(pool.map(self._identify, listed))
 
     def _identify(self, listed: LandedFile) -> LandedFile | None:
-        """The listed version, read once through (JSON files up to :data:`SCAN_MAX_BYTES`): its
-        digest, and whether Spark's JSON reader may read it as it is (:class:`.landed.Scan`, as for a
-        local file) -- else it is read as text and judged line by line. None when the name holds
-        another version by now."""
+        """The listed version, read once through (JSON files up to
+        :data:`~airflow_transactional.limits.SCAN_MAX_BYTES`): its digest, and whether Spark's JSON
+        reader may read it as it is (:class:`.landed.Scan`, as for a local file) -- else it is read as
+        text and judged line by line. None when the name holds another version by now."""
         if self.format != "json" or not listed.size:
             return replace(listed, plain=self.format == "json")
-        if listed.size > SCAN_MAX_BYTES:
+        if listed.size > limits.SCAN_MAX_BYTES:
             return listed  # plain None: read as text, each line judged
         try:
             scan = landed.scan_blocks(self.store.blocks(_stored(listed)), limits.MAX_RECORD_BYTES)

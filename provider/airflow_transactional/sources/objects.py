@@ -13,6 +13,7 @@ with the pinned version, and a read itself is conditional on it where the store 
 from __future__ import annotations
 
 import io
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, NamedTuple
@@ -20,7 +21,8 @@ from urllib.parse import urlsplit
 
 from ..exceptions import ConfigError
 
-__all__ = ["SCHEMES", "ObjectStore", "StoredFile", "parent", "parquet_problem", "split_url"]
+__all__ = ["SCHEMES", "ObjectStore", "StoredFile", "checked_endpoint", "checked_host", "checked_port", "parent",
+           "parquet_problem", "said", "split_url"]
 
 #: The URL schemes of a landing directory not on a local disk, as Spark reads them.
 SCHEMES = ("s3a", "hdfs")
@@ -52,6 +54,53 @@ def split_url(url: str) -> tuple[str, str, str]:
     if parts.scheme == "hdfs" and not path:
         raise ConfigError(f"landing directory {url!r}: name a directory of the file system (hdfs://host:port/path)")
     return parts.scheme, parts.netloc, path
+
+
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST = re.compile(rf"{_LABEL}(?:\.{_LABEL})*\.?|\[[0-9A-Fa-f:.]+\]")
+
+
+def checked_host(host: Any, conn_id: str | None, field: str = "host") -> str:
+    """A connection's ``host``: a host name or an IP address, nothing else (no path, port, user,
+    query: a host field that carries ``/internal/error?x=`` would have the provider fetch any URL)."""
+    if not isinstance(host, str) or not _HOST.fullmatch(host):
+        raise ConfigError(f"connection {conn_id!r}: its {field} {str(host)[:80]!r} is not a host name or IP address; "
+                          "set the host alone (the port in its own field, no path)")
+    return host
+
+
+def checked_port(port: Any, conn_id: str | None) -> int:
+    """A connection's ``port``: a whole number from 1 to 65535."""
+    if isinstance(port, bool) or not isinstance(port, (int, str)) or not str(port).isdigit() \
+            or not 0 < int(port) < 65536:
+        raise ConfigError(f"connection {conn_id!r}: its port {str(port)[:20]!r} is not a port number (1 to 65535)")
+    return int(port)
+
+
+def checked_endpoint(url: Any, conn_id: str | None) -> str:
+    """A connection's ``endpoint_url``: ``http(s)://host[:port]``, nothing else -- no path, query, user
+    or fragment (credentials are sent to it: it names a server, not a URL on one)."""
+    parts = urlsplit(url) if isinstance(url, str) and url.isprintable() and " " not in url else None
+    try:
+        port = parts.port if parts is not None else None
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") \
+            or parts.query or parts.fragment or "@" in parts.netloc or not _HOST.fullmatch(parts.netloc.rsplit(
+                ":", 1)[0] if port is not None else parts.netloc):
+        raise ConfigError(f"connection {conn_id!r}: its endpoint_url {str(url)[:80]!r} is not http(s)://host[:port]; "
+                          "name the S3 server alone (no path, query or user)")
+    return url.rstrip("/")
+
+
+_JAVA_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
+
+
+def said(name: Any) -> str:
+    """What a store's error may show of its answer: the error's kind when it is a plain name (a
+    Java exception's, an S3 error code), never its text -- an answer is not echoed to whoever reads
+    the error (the overview shows it to every viewer)."""
+    return name if isinstance(name, str) and len(name) <= 120 and _JAVA_NAME.fullmatch(name) else "an error"
 
 
 def parent(path: str) -> str:

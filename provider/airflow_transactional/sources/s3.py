@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
-from .objects import ObjectStore, StoredFile, split_url
+from .objects import ObjectStore, StoredFile, checked_endpoint, said, split_url
 
 __all__ = ["S3A_ALLOWED", "S3Store", "s3a_options"]
 
@@ -57,7 +57,8 @@ def s3a_options(settings: Mapping[str, Any], conn_id: str | None = None) -> dict
             opts["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
     endpoint = settings.get("endpoint_url")
     if endpoint:
-        opts["fs.s3a.endpoint"] = str(endpoint)
+        endpoint = checked_endpoint(endpoint, conn_id)
+        opts["fs.s3a.endpoint"] = endpoint
         opts["fs.s3a.connection.ssl.enabled"] = "false" if str(endpoint).startswith("http://") else "true"
     if settings.get("region_name"):
         opts["fs.s3a.endpoint.region"] = str(settings["region_name"])
@@ -203,7 +204,7 @@ class S3Store(ObjectStore):
                          if self.owner else "")
                 raise ConfigError(f"{where}: refused ({code}) -- check the connection's access key and secret, and "
                                   f"that they may list and read the bucket{owned}") from None
-            raise SourceUnreachable(f"{where}: {code or status}: {exc}") from None
+            raise SourceUnreachable(f"{where}: answered {status or 'no status'} ({said(code)})") from None
         except BotoCoreError as exc:
             raise SourceUnreachable(f"{where} did not answer ({type(exc).__name__}): check the server is up and the "
                                     "connection's endpoint_url") from None

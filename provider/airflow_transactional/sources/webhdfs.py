@@ -5,7 +5,11 @@ Spark ships (``hdfs://``).
 The connection is Airflow's ``webhdfs`` type: the NameNode's HTTP host and port (default: the
 ``hdfs://`` URL's host, port 9870) and the HDFS user as its login (simple authentication; a
 Kerberos-secured cluster is not supported by the planner yet). Its extra may say
-``{"use_ssl": true}`` for an HTTPS NameNode.
+``{"use_ssl": true}`` for an HTTPS NameNode, and ``{"datanodes": ["dn1", "dn2:9864",
+"*.dn.example"]}``: the hosts (host:port, or the hosts under a domain) a read may be redirected to
+besides the NameNode's. A read follows the NameNode's redirect only to one of those, and only to
+the same file's WebHDFS address: a host field is a host (no path), and an answer's text never
+reaches an error (the overview shows errors to every viewer).
 
 A file's version is its file id (a new one for every file created under a name, whatever
 replaced it), its length and its modification time (an append changes both): a file appended
@@ -17,10 +21,10 @@ from __future__ import annotations
 import getpass
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
-from .objects import ObjectStore, StoredFile, split_url
+from .objects import ObjectStore, StoredFile, checked_host, checked_port, said, split_url
 
 __all__ = ["WebHdfsStore"]
 
@@ -37,10 +41,15 @@ class WebHdfsStore(ObjectStore):
     def __init__(self, root: str, settings: Mapping[str, Any], conn_id: str | None = None) -> None:
         super().__init__(root, settings, conn_id)
         _scheme, authority, self.directory = split_url(root)
-        host = str(settings.get("host") or authority.rsplit(":", 1)[0])
-        port = int(settings.get("port") or DEFAULT_HTTP_PORT)
+        host = checked_host(settings.get("host") or authority.rsplit(":", 1)[0], conn_id)
+        port = checked_port(settings.get("port") or DEFAULT_HTTP_PORT, conn_id)
         scheme = "https" if str(settings.get("use_ssl", "")).lower() in ("true", "1") else "http"
         self.base = f"{scheme}://{host}:{port}/webhdfs/v1"
+        datanodes = settings.get("datanodes") or []
+        if not isinstance(datanodes, list):
+            raise ConfigError(f"connection {conn_id!r}: its extra's datanodes must be a list of hosts (or host:port)")
+        #: Where a read may be redirected: the NameNode's host, and the declared DataNodes.
+        self.redirects = {host.lower(), *(self._datanode(d, conn_id) for d in datanodes)}
         self.user = str(settings.get("login") or getpass.getuser())
         self.prefix = f"hdfs://{authority}"
         self._session: Any = None
@@ -53,25 +62,72 @@ class WebHdfsStore(ObjectStore):
             self._session = requests.Session()
         return self._session
 
+    @staticmethod
+    def _datanode(entry: Any, conn_id: str | None) -> str:
+        host, _, port = str(entry).rpartition(":") if str(entry).count(":") == 1 else (str(entry), "", "")
+        checked_host(host.removeprefix("*."), conn_id, "extra's datanodes entry")
+        return f"{host.lower()}:{checked_port(port, conn_id)}" if port else host.lower()
+
+    def _allowed(self, host: str, port: int | None) -> bool:
+        """Whether a read may be redirected to ``host:port``: a listed host (or host:port), or a host
+        under a listed ``*.domain``."""
+        return host in self.redirects or f"{host}:{port}" in self.redirects or any(
+            d.startswith("*.") and host.endswith(d[1:]) for d in self.redirects)
+
     def _get(self, path: str, op: str, *, stream: bool = False, **params: Any) -> Any:
-        """A WebHDFS call on ``path`` (a path of the file system); None when it names nothing."""
+        """A WebHDFS call on ``path`` (a path of the file system); None when it names nothing. A
+        redirect (an OPEN's, to a DataNode) is followed once, to an allowed host and the same file."""
         import requests
 
         where = f"HDFS at {self.base.rsplit('/webhdfs', 1)[0]} (connection {self.conn_id!r})"
-        try:
-            r = self.session.get(f"{self.base}{quote(path)}", params={"op": op, "user.name": self.user, **params},
-                                 timeout=_TIMEOUT, stream=stream)
-        except requests.RequestException as exc:
-            raise SourceUnreachable(f"{where} did not answer ({type(exc).__name__}): check the NameNode is up and the "
-                                    "connection's host and port (its HTTP address)") from None
+        url = f"{self.base}{quote(path)}"
+        query: dict[str, Any] | None = {"op": op, "user.name": self.user, **params}
+        for _hop in range(2):
+            try:
+                r = self.session.get(url, params=query, timeout=_TIMEOUT, stream=stream, allow_redirects=False)
+            except requests.RequestException as exc:
+                raise SourceUnreachable(f"{where} did not answer ({type(exc).__name__}): check the NameNode is up and "
+                                        "the connection's host and port (its HTTP address)") from None
+            if not r.is_redirect:
+                break
+            url, query = self._redirect(where, r.headers.get("Location", ""), path), None
+            r.close()
+        else:
+            raise SourceUnreachable(f"{where}: {op} {path} was redirected twice; a NameNode redirects a read once")
         if r.status_code == 404:
             return None
         if r.status_code in (401, 403):
             raise ConfigError(f"{where}: user {self.user!r} may not {op} {path} -- give it read access, or set the "
                               "connection's login to a user that has it")
         if not r.ok:
-            raise SourceUnreachable(f"{where}: {op} {path} answered {r.status_code}: {r.text[:300]}")
+            raise SourceUnreachable(f"{where}: {op} {path} answered {r.status_code} ({self._exception(r)})")
         return r
+
+    def _redirect(self, where: str, location: str, path: str) -> str:
+        """Where a redirect may take a read: the same file's WebHDFS address on an allowed host."""
+        to = urlsplit(location)
+        try:
+            port = to.port
+        except ValueError:
+            port = None
+        host = (to.hostname or "").lower()
+        # The NameNode spells the path its own way (Hadoop encodes a '%' twice): the same file, decoded.
+        same = f"/webhdfs/v1{path}" in (unquote(to.path), unquote(unquote(to.path)))
+        if to.scheme not in ("http", "https") or not same or to.username \
+                or not self._allowed(host, port):
+            raise ConfigError(f"{where}: a read of {path} was redirected to "
+                              f"{to.scheme}://{to.netloc[:80]}{to.path[:80]}, not the file on an allowed host; if "
+                              "that host is one of the cluster's DataNodes, add it to the connection's extra: "
+                              '{"datanodes": ["host"]}')
+        return location
+
+    @staticmethod
+    def _exception(r: Any) -> str:
+        """The kind of a WebHDFS error (its RemoteException's class), never its text."""
+        try:
+            return said(r.json()["RemoteException"]["exception"])
+        except Exception:
+            return "an error"
 
     def _file(self, directory: str, status: Mapping[str, Any]) -> StoredFile:
         name = f"{directory}/{status['pathSuffix']}" if status.get("pathSuffix") else directory
