@@ -8,7 +8,9 @@ in-process by :func:`inject`, or when a process starts, by ``AIRFLOW_TXN_FAULT_E
 (:func:`inject`) or for a child process via ``AIRFLOW_TXN_FAULTS="commit.after_apply=exit"``
 (several separated by commas). Actions:
 
-* ``exit``      -- the process dies on the spot (``os._exit``), like a SIGKILL;
+* ``exit``      -- the process dies on the spot (``os._exit``), like a SIGKILL -- except in Airflow's
+  triggerer, which runs every DAG's triggers: there it raises (the chaos harness loses a
+  triggerer by killing it, as a host that is gone);
 * ``terminate`` -- the server drops this connection (``pg_terminate_backend``);
 * ``raise``     -- an InjectedFault exception;
 * ``pause:S``   -- sleep S seconds (to hold a transaction open while others run);
@@ -128,6 +130,10 @@ def point(name: str, cur: Any = None, scope: tuple[str, ...] = ()) -> None:
     if entry is None or not _should_fire(entry):
         return
     action = entry[0]
+    if action == "exit" and in_triggerer():
+        # The triggerer runs every DAG's triggers: a commit's crash there would take them all. The
+        # commit fails instead, and its task commits (and may crash) in its own process.
+        raise InjectedFault(f"fault point {name}: exit, in the triggerer (raised instead)")
     if action == "exit":
         sys.stdout.flush()
         sys.stderr.flush()
@@ -166,6 +172,12 @@ def inject(name: str, action: str) -> Iterator[None]:
         yield
     finally:
         _armed.pop(name, None)
+
+
+def in_triggerer() -> bool:
+    """Whether this process is Airflow's triggerer (``airflow triggerer``: its supervisor, or the
+    trigger runner it forks)."""
+    return "triggerer" in sys.argv[1:3]
 
 
 def child_env(env: dict[str, str] | None = None, **armed: str) -> dict[str, str]:

@@ -39,6 +39,14 @@ def test_the_engine_installed_at_start_up_fires_a_scoped_point() -> None:
     assert other_txid.returncode == 0
 
 
+def test_an_exit_in_the_triggerer_raises_instead_of_taking_every_trigger() -> None:
+    as_triggerer = PROBE.replace("faults.point", "import sys; sys.argv[1:] = ['triggerer']; faults.point")
+    probe = [sys.executable, "-c", as_triggerer]
+    out = subprocess.run(probe, env=faults.child_env(_without_engine(), faults="probe.here=exit"), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1 and "InjectedFault" in out.stderr and "in the triggerer" in out.stderr, out.stderr
+
+
 def test_inject_arms_a_point_in_process_for_a_block_only() -> None:
     with faults.inject("probe.inline", "raise@1"), pytest.raises(faults.InjectedFault):
         points.point("probe.inline")
