@@ -51,7 +51,7 @@ class Round(NamedTuple):
     every: int = 1
 
     @classmethod
-    def parse(cls, given: Any, what: str = "a round of the shadow audit") -> Round:
+    def parse(cls, given: Any, what: str = "the round") -> Round:
         """``given`` (``"N"`` or ``"N:K"``, whole numbers from 1) as a Round, else a ConfigError that says
         ``what`` it was given as and how to write one."""
         found = _ROUND.fullmatch(given) if isinstance(given, str) else None
