@@ -162,3 +162,26 @@ def test_no_measured_figure_is_typed_into_the_docs() -> None:
              for p in pages for m in MEASURED.finditer(prose(p.read_text()))]
     assert typed == []
     assert MEASURED.search(prose("ours took 0.94x the peer's 14.9 CPU-s")) and not MEASURED.search(prose("`2x`"))
+
+
+def _table_rows_without_a_header(text: str) -> list[str]:
+    """The first line of each run of table rows (lines starting with '|') whose second line is not
+    a header's separator: Markdown renders those as plain text. Code blocks are skipped."""
+    found, run, fenced = [], [], False
+    for line in [*text.splitlines(), ""]:
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if not fenced and line.startswith("|"):
+            run.append(line)
+            continue
+        if run and (len(run) < 2 or not re.fullmatch(r"\|(\s*:?-{3,}:?\s*\|)+", run[1].replace(" ", ""))):
+            found.append(run[0][:80])
+        run = []
+    return found
+
+
+def test_every_table_of_the_docs_has_its_header() -> None:
+    assert _table_rows_without_a_header("| a | b |\n| --- | --- |\n| 1 | 2 |\n\ntext\n| 3 | 4 |\n") == ["| 3 | 4 |"]
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    bad = {str(p.relative_to(REPO)): rows for p in pages if (rows := _table_rows_without_a_header(p.read_text()))}
+    assert not bad, bad
