@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +188,29 @@ def test_the_run_page_groups_reasons_by_kind_and_pages_through_the_records(coord
     assert "records 201&#8211;250 of 250" in second and "page=0'>&#8592; previous</a>" in second
     assert "next" not in second
     log.close()
+
+
+def test_a_landing_topology_counts_its_txids_in_records_read_and_its_plans_in_files(
+        coordinator: Coordinator, tmp_path: Path) -> None:
+    # A landing directory plans files: the table's records column said "2" for two files of 30
+    # records, and the run page "Batch: 2 records, files: ...".
+    from airflow_transactional.sources import LandingDirectory
+    from airflow_transactional.sources.landed import write_json_lines
+    from airflow_transactional.spec import StateSpec, TopologySpec
+
+    coordinator.register(TopologySpec("files", LandingDirectory(str(tmp_path), max_files=2, settle_seconds=0),
+                                      [StateSpec("file_counts", {"user_id": "text"}, combiner="count")]))
+    for name in ("a.json", "b.json", "c.json"):
+        write_json_lines(str(tmp_path), name, [{"user": f"u{i}"} for i in range(15)])
+    t1, t2 = coordinator.plan("files", "r1"), coordinator.plan("files", "r2")
+    process_batch(coordinator, "files", t1.txid, lambda r: [("file_counts", (r["user"],), 1)])
+    coordinator.commit("files", t1.txid)
+    now = datetime.now(UTC)
+    html = pages.topology("/transactional", coordinator.summary("files", dag_id="files", now=now),
+                          coordinator.timeline("files"), now)
+    cells = re.findall(r"<td class=n>([^<]*)</td>", html)
+    assert "30" in cells and "1 file" in cells and "2" not in cells, cells  # txid 1 read 30, txid 2 plans 1 file
+    run = coordinator.run_view("files", t1.run_key)
+    page = pages.run("/transactional", "files", t1.run_key, run, [], None)
+    assert "Batch: 2 files: " in page and "records, files" not in page
+    assert t2.txid == 2

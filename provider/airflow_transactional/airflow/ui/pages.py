@@ -234,6 +234,16 @@ def _waited(summary: dict[str, Any]) -> str:
     return f" (the oldest waiting {age(waited).removesuffix(' ago')})" if summary["lag_records"] and waited else ""
 
 
+def read_count(t: dict[str, Any], unit: str | None) -> str:
+    """What a txid read: the records its commit read; before its commit, its planned batch in the
+    source's unit (a landing directory plans files, not records)."""
+    c = t.get("commit")
+    if c and c.get("records_read") is not None:
+        return f"{c['records_read']:,}"
+    n = int(t["planned_records"])
+    return f"{n:,}" if unit in (None, "records") else plural(n, e(unit).removesuffix("s"))
+
+
 def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now: datetime, *,
              backfill: int | None = None) -> str:
     """A transactional DAG's page: where it stands, its timeline and its commit log."""
@@ -249,7 +259,7 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
     checking = summary.get("verified_through") is not None  # the shadow audit ran: each txid's check
     log_rows = [[f"<a href='{e(base)}/dags/{quote(dag, safe='')}/runs/{quote(t['run_id'], safe='')}'>"
                  f"{t['txid']}</a>", e(t["run_id"]) + corrects(t), e(txn_status(t)),
-                 f"{t['planned_records']:,}", tries(t),
+                 read_count(t, summary.get("lag_unit")), tries(t),
                  when(t["commit"]["committed_at"]) if t["commit"] else "-",
                  committed(t["commit"]) if t["commit"] else "-",
                  f"{t['commit']['quarantined']:,}" if t["commit"] else "-",
@@ -323,8 +333,9 @@ def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records
                                                "has not run, or failed before it took a batch).</p>" + action)
     if txn["commit"] is not None:
         action = ""
-    batch = (f"files: {', '.join(e(f) for f in txn['files'])}" if txn["files"] else
-             f"offsets {spans(txn['start_offsets'] or {}, txn['end_offsets'] or {})}")
+    offsets = spans(txn["start_offsets"] or {}, txn["end_offsets"] or {})
+    batch = (f"{plural(len(txn['files']), 'file')}: {', '.join(e(f) for f in txn['files'])}" if txn["files"] else
+             f"{txn['planned_records']:,} records, offsets {offsets}")
     attempts = table(
         ["attempt", "status", "started", "finished", "records read", "rows staged", "quarantined", "error"],
         [[str(a["attempt"]), e(a["status"]), when(a["started_at"]), when(a["finished_at"]),
@@ -369,6 +380,6 @@ def run(base: str, dag_id: str, run_id: str, txn: dict[str, Any] | None, records
         batch = (f"<b>a correction of txids {int(first)}..{int(last)}</b>: their records, read again under the "
                  "code deployed now; its commit applies the difference from what they applied")
     body = (f"<h1>Run {e(run_id)}: txid {txn['txid']}</h1>{notice}{failure}{action}"
-            f"<p>Batch: {txn['planned_records']:,} records, {batch}; planned at {when(txn['planned_at'])}.</p>"
+            f"<p>Batch: {batch}; planned at {when(txn['planned_at'])}.</p>"
             f"<h2>Attempts</h2>{attempts}<h2>Commit</h2>{commit}<h2>Quarantined records</h2>{quarantine}")
     return page(f"txid {txn['txid']}", body)
