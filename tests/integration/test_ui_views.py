@@ -214,3 +214,11 @@ def test_a_landing_topology_counts_its_txids_in_records_read_and_its_plans_in_fi
     page = pages.run("/transactional", "files", t1.run_key, run, [], None)
     assert "Batch: 2 files: " in page and "records, files" not in page
     assert t2.txid == 2
+
+
+def test_an_outputs_digest_is_told_as_what_was_staged_not_appended() -> None:
+    # The payments run page showed `out:ledger 94` beside "ledger: 46 events appended", under "what it applied".
+    c = {"rows": {}, "appended": {"ledger": 46}, "digests": {"out:ledger": "94:5f2a", "balances": "46:9c1d"}}
+    html = pages.committed(c) + pages.provenance(c)
+    assert "ledger: 46 events appended" in html and "out:ledger <code>94:5f2a</code>" in html
+    assert "the events its attempt staged for an output" in html and "may pass the events appended" in html

@@ -78,8 +78,9 @@ def provenance(c: dict[str, Any]) -> str:
              for k in ("application", "provider", "declaration", "dag_version") if code.get(k)]
     digests = ", ".join(f"{e(k)} <code>{e(v)}</code>" for k, v in sorted((c.get("digests") or {}).items()))
     return ((f"<p class=muted>Code: {'; '.join(parts)}.</p>" if parts else "")
-            + (f"<p class=muted>Digests of what it applied (count:hash; a state's deltas, an output's "
-               f"events as out:name): {digests}.</p>" if digests else ""))
+            + (f"<p class=muted>Digests of what it applied (count:hash): a state's deltas; as out:name, the "
+               "events its attempt staged for an output -- a decision's output stages one for each verdict it "
+               f"could give, so the count may pass the events appended: {digests}.</p>" if digests else ""))
 
 
 def spans(start: dict[str, Any], end: dict[str, Any]) -> str:
