@@ -251,6 +251,9 @@ class LocalStack:
             "TMPDIR": str(self.scratch_dir),
             "SPARK_LOCAL_DIRS": str(self.scratch_dir),
             "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={self.scratch_dir}",
+            # The DSN files handed to drivers, with the scratch: one a killed task left goes with
+            # the stack, not into the user's ~/.cache.
+            "AIRFLOW_TXN_SECRETS_DIR": str(self.scratch_dir / "secrets"),
         }
         if self.kafka is not None:
             env["AIRFLOW_CONN_KAFKA_DEFAULT"] = self.kafka.airflow_connection()
@@ -356,6 +359,7 @@ class LocalStack:
             self.pg.remove()
         else:
             self.pg.stop()
+        shutil.rmtree(self.scratch_dir / "secrets", ignore_errors=True)  # no driver runs now
 
     def __enter__(self) -> LocalStack:
         return self.start()

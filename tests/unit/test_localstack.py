@@ -41,6 +41,7 @@ def test_every_component_and_spark_driver_keeps_its_scratch_files_in_the_stacks_
     scratch = str((base / "stack" / "tmp").resolve())
     assert env["TMPDIR"] == env["SPARK_LOCAL_DIRS"] == scratch  # Python's tempfile; Spark's local dirs
     assert env["SPARK_SUBMIT_OPTS"] == f"-Djava.io.tmpdir={scratch}"  # the driver JVM's own temp files
+    assert env["AIRFLOW_TXN_SECRETS_DIR"] == f"{scratch}/secrets"  # a killed task's DSN file goes with the stack
 
 
 @pytest.mark.parametrize("now", ["2026-11-26T23:52:10+00:00", "2026-11-27T11:30:00+00:00", "2026-12-31T12:00:59+00:00"])

@@ -164,6 +164,16 @@ def test_sparks_routine_warnings_stay_out_of_the_task_log_but_not_out_of_a_failu
     assert any("NativeCodeLoader" in line for line in hook._last_submit_log_lines)  # kept for a failure's message
 
 
+def test_a_dsn_file_goes_where_the_secrets_directory_says(monkeypatch: pytest.MonkeyPatch, cache: Path,
+                                                          tmp_path: Path) -> None:
+    from airflow_transactional.spark.submit import SECRETS_DIR_ENV, write_dsn_file
+
+    monkeypatch.setenv(SECRETS_DIR_ENV, str(tmp_path / "stack" / "secrets"))
+    written = write_dsn_file(DSN)
+    assert written.parent == tmp_path / "stack" / "secrets" and written.read_text() == DSN
+    assert written.stat().st_mode & 0o777 == 0o600 and written.parent.stat().st_mode & 0o777 == 0o700
+
+
 def test_a_dsn_file_left_by_a_killed_task_is_removed_once_stale(cache: Path) -> None:
     from airflow_transactional.spark.submit import STALE_DSN_FILE_SECONDS, write_dsn_file
 

@@ -92,6 +92,9 @@ DSN_FILE_ARG = "--dsn-file"
 YARN_DSN_NAME = "airflow_txn_dsn"
 #: A DSN file older than this belongs to no running job (a killed task could not remove it).
 STALE_DSN_FILE_SECONDS = 7 * 24 * 3600
+#: Where a driver's DSN files go when set (a stack's own directory, removed with it), else the
+#: cache directory's ``dsn/``.
+SECRETS_DIR_ENV = "AIRFLOW_TXN_SECRETS_DIR"
 K8S_SECRET_CONF = f"spark.kubernetes.driver.secretKeyRef.{DSN_ENV}"
 _K8S_SECRET_REF = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?:[-._a-zA-Z0-9]+")
 #: Kubernetes' limits: a secret's name is a DNS subdomain (253 characters), a key at most 253.
@@ -120,8 +123,9 @@ def secrets_text(dsn: str, connections: Mapping[str, Mapping[str, Any]] | None =
 
 def write_dsn_file(dsn: str) -> Path:
     """A new file, mode 0600 from creation, holding ``dsn`` (see :func:`secrets_text`), in the
-    provider's private directory."""
-    home = files.private_dir(files.cache_dir() / "dsn")
+    provider's private directory (:data:`SECRETS_DIR_ENV`)."""
+    configured = os.environ.get(SECRETS_DIR_ENV)
+    home = files.private_dir(Path(configured) if configured else files.cache_dir() / "dsn")
     stale = time.time() - STALE_DSN_FILE_SECONDS
     for old in home.glob("dsn-*"):  # left by a job whose task was killed before it could remove it
         if old.stat().st_mtime < stale:
