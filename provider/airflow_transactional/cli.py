@@ -51,9 +51,8 @@ def _given(args: argparse.Namespace) -> tuple[str, dict[str, dict[str, Any]]]:
 
         return TransactionalHook(args.conn_id).get_dsn(), {}
     except Exception as exc:  # no Airflow configured here, or no such connection
-        raise ConfigError(
-            f"no state store given: set AIRFLOW_TXN_DSN (e.g. postgresql://user:password@host:5432/db), "
-            f"pass --dsn-file FILE, or name an Airflow connection with --conn-id ({redact(str(exc))})") from None
+        raise ConfigError(f"no state store given: set AIRFLOW_TXN_DSN (e.g. postgresql://user:password@host:5432/db), "
+                          f"pass --dsn-file FILE, or an Airflow connection's --conn-id ({redact(str(exc))})") from None
 
 
 # -- the subcommands -------------------------------------------------------------------------
@@ -234,7 +233,8 @@ def _print_status(st: TopologyStatus) -> None:
     size = f", {st.lag_bytes:,} bytes" if st.lag_bytes is not None else ""
     print(f"lag             {st.lag} {st.lag_unit}{size}{waited}" if st.source_error is None
           else f"lag             unknown: {st.source_error}")
-    print(f"quarantined     {st.quarantined} committed, {st.quarantined_pending} pending")
+    print(f"quarantined     {st.quarantined} committed, {st.quarantined_pending} pending"
+          + (f"\n  warning       {st.quarantine_warning}" if st.quarantine_warning else ""))
     if st.lost_records:
         print(f"lost to retention {st.lost_records} records (opaque re-plans)")
     if st.lag_unit == "offsets":

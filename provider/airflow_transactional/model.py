@@ -252,6 +252,7 @@ class TopologyStatus:
     lag_unit: str = "records"  # what ``lag`` counts: records, files (a landing directory), offsets (Kafka)
     offsets_skipped: int = 0  # committed Kafka offsets that held no committed record (aborted, markers)
     lag_bytes: int | None = None  # what the waiting files hold (a landing directory on S3 or HDFS)
+    quarantine_warning: str | None = None  # the latest txids set aside half their max_quarantined or more
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -271,6 +272,7 @@ class TopologyStatus:
             "lag_unit": self.lag_unit,
             "offsets_skipped": self.offsets_skipped,
             "lag_bytes": self.lag_bytes,
+            "quarantine_warning": self.quarantine_warning,
         }
 
 

@@ -49,6 +49,20 @@ def over(records: int, quarantined: int, share: float | None) -> bool:
     return share is not None and records >= MIN_RECORDS and quarantined > share * records
 
 
+#: How many of the latest committed txids the warning below looks at.
+RECENT = 10
+
+
+def rising(records: int, quarantined: int, share: float | None) -> str | None:
+    """A warning when the latest txids set aside half their limit or more (``records`` read,
+    ``quarantined`` of them): an upstream change on its way, before a txid's commit is refused."""
+    if share is None or records < MIN_RECORDS or not quarantined or quarantined < share / 2 * records:
+        return None
+    return (f"quarantining {quarantined / records:.0%} of what its latest txids read ({quarantined:,} of "
+            f"{records:,} records), past half its max_quarantined of {share:.0%}: a txid over {share:.0%} is not "
+            "committed -- look at the quarantine's reasons now")
+
+
 def template(reason: str) -> str:
     """``reason`` without the value it refused: what records quarantined for the same cause share."""
     for pattern, kept in _VALUE:

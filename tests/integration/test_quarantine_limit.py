@@ -72,6 +72,41 @@ def test_a_few_bad_records_and_small_batches_commit_as_before(coordinator: Coord
     log.close()
 
 
+def test_a_quarantine_share_rising_towards_the_limit_is_a_warning_before_it_is_a_refusal(
+        coordinator: Coordinator, dsn: str) -> None:
+    # A producer's change reaching part of its fleet: 30% of a batch set aside commits (under the
+    # limit of 50%), and nothing said so -- the overview said "blocked by: nothing".
+    from airflow_transactional.airflow.ui import pages
+
+    log = make_log(dsn, "clicks", partitions=1)
+    coordinator.register(counting_topology(max_batch_size=100))
+    log.append([_ts_as_number(i) for i in range(9)] + [click(i) for i in range(21)])
+    txn = coordinator.plan("clicks", "r1")
+    process_batch(coordinator, "clicks", txn.txid, click_fn)
+    assert coordinator.commit("clicks", txn.txid).committed
+    st = coordinator.status("clicks")
+    assert st.blocked_by is None and st.quarantine_warning is not None
+    assert "quarantining 30% of what its latest txids read (9 of 30 records), past half its max_quarantined of " \
+           "50%" in st.quarantine_warning
+    summary = coordinator.summary("clicks", dag_id="clicks", now=datetime.now(UTC))
+    overview = pages.transactions("/transactional", [summary])
+    assert "quarantining 30%" in overview and "<span class=ok>nothing</span>" not in overview
+    assert "Warning: quarantining 30%" in pages.topology("/transactional", summary, [], datetime.now(UTC))
+
+    log.append([click(i) for i in range(100, 160)])  # the producer fixed: the share falls, so does the warning
+    txn = coordinator.plan("clicks", "r2")
+    process_batch(coordinator, "clicks", txn.txid, click_fn)
+    coordinator.commit("clicks", txn.txid)
+    assert coordinator.status("clicks").quarantine_warning is None  # 9 of 90
+    coordinator.register(counting_topology(max_batch_size=100, max_quarantined=None))
+    log.append([_ts_as_number(i) for i in range(200, 280)])
+    txn = coordinator.plan("clicks", "r3")
+    process_batch(coordinator, "clicks", txn.txid, click_fn)
+    coordinator.commit("clicks", txn.txid)
+    assert coordinator.status("clicks").quarantine_warning is None  # opted out: it expects it
+    log.close()
+
+
 @pytest.mark.parametrize("share", [0, -0.1, 1.5, "half", True])
 def test_max_quarantined_is_a_share_of_a_batch(share: object) -> None:
     with pytest.raises(ConfigError, match=r"max_quarantined must be a share of a batch's records above 0 and at "

@@ -39,10 +39,11 @@ class FakeTI:
     states: dict[str, dict[str, str]] = field(default_factory=dict)
     pushed: dict[str, Any] = field(default_factory=dict)
     alerted: dict[str, list[int]] | None = None  # the failed checks the previous check alerted on
+    warned: list[str] | None = None  # the topologies the previous check warned of a rising quarantine
 
     def xcom_pull(self, **kwargs: Any) -> Any:
         assert kwargs["include_prior_dates"] and kwargs["map_indexes"] == -1  # one value: the latest check's
-        return self.previous if kwargs["key"] == "stalled" else self.alerted
+        return {"stalled": self.previous, "quarantine_rising": self.warned}.get(kwargs["key"], self.alerted)
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.pushed[key] = value
@@ -185,3 +186,20 @@ def test_a_wrong_callback_or_topology_list_is_refused_when_the_dag_is_parsed() -
         stall_watch_dag(topologies="words")
     dag = stall_watch_dag(on_stall=f"{__name__}.record_alert", topologies=["words"])
     assert dag.max_active_runs == 1 and not dag.catchup and [t.task_id for t in dag.tasks] == ["check"]
+
+
+def test_a_rising_quarantine_share_is_alerted_once_until_it_falls(watch: Any) -> None:
+    warning = "quarantining 34% of what its latest txids read (340 of 1,000 records), past half ..."
+    watch.statuses["orders"] = dataclasses.replace(watch.statuses["orders"], quarantine_warning=warning)
+    ti = FakeTI()
+    watch.op.execute({"ti": ti})
+    assert [(a["topology_id"], a["reason"], a["stalled_seconds"]) for a in ALERTS if a["topology_id"] == "orders"] \
+        == [("orders", warning, 0.0)]
+    assert ti.pushed["quarantine_rising"] == ["orders"]
+    ALERTS.clear()
+    watch.op.execute({"ti": FakeTI(warned=["orders"])})  # still rising: warned before, no second alert
+    assert not [a for a in ALERTS if a["topology_id"] == "orders"]
+    watch.statuses["orders"] = dataclasses.replace(watch.statuses["orders"], quarantine_warning=None)
+    fell = FakeTI(warned=["orders"])
+    watch.op.execute({"ti": fell})
+    assert fell.pushed["quarantine_rising"] == []  # fell: a rise after this alerts again

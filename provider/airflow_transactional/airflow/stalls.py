@@ -19,6 +19,10 @@ stays so (the previous check's verdicts, each stall's start, are its XCom).
 ``on_stall(*, topology_id, reason, stalled_seconds, context)`` runs in the watch's worker: page
 someone, post to a channel. A topology that commits again is logged as recovered.
 
+It warns, and calls ``on_stall`` once (``stalled_seconds`` 0), when a topology's latest txids set
+aside half their ``max_quarantined`` or more -- an upstream change on its way, before a txid is
+refused -- and again after the share fell and rose anew.
+
 It also alerts on the shadow audit (``docs/guides/verification.md``): a committed txid whose check
 failed is logged, sent as the gauge ``verification_failures``, and given to ``on_stall`` once (its
 reason names the txid, the states and the keys; ``stalled_seconds`` 0) -- whichever task found it.
@@ -46,6 +50,8 @@ __all__ = ["StallWatchOperator", "stall_watch_dag"]
 XCOM_KEY = "stalled"
 #: ... and of the failed checks of the shadow audit it has alerted on: ``{topology_id: [txid, ...]}``.
 FAILED_KEY = "failed_checks"
+#: The XCom key of the topologies warned of a rising quarantine share (alerted once until it falls).
+RISING_KEY = "quarantine_rising"
 #: A topology's tasks, in the order a transaction runs them.
 TASK_ORDER = ("plan", "process", "commit", "publish")
 #: What a task in each Airflow state is waiting for.
@@ -140,6 +146,13 @@ class StallWatchOperator(BaseOperator):
             if is_new(stall, previous.get(topology_id), status):
                 self.alert(stall, reason, now, context)
         ti.xcom_push(key=XCOM_KEY, value={s.topology_id: s.since.isoformat() for s in stalls.values()})
+        warned = ti.xcom_pull(task_ids=self.task_id, key=RISING_KEY, include_prior_dates=True, map_indexes=-1) or []
+        rising = {t: s.quarantine_warning for t, s in statuses.items() if s.quarantine_warning and t not in stalls}
+        for topology_id, warning in rising.items():
+            self.log.warning("topology %s: %s", topology_id, warning)
+            if topology_id not in warned:
+                self.alert(Stall(topology_id, warning, now), warning, now, context)
+        ti.xcom_push(key=RISING_KEY, value=sorted(rising))
         alerted = ti.xcom_pull(task_ids=self.task_id, key=FAILED_KEY, include_prior_dates=True, map_indexes=-1) or {}
         ti.xcom_push(key=FAILED_KEY, value=self.failed_checks(alerted, context))
 

@@ -13,6 +13,7 @@ import psycopg2.errors
 import psycopg2.extensions
 from psycopg2 import sql
 
+from .. import quarantine
 from ..exceptions import SourceUnreachable
 from ..model import InFlight, Offsets, PlannedBatch, RecoverResult, TopologyStatus
 from ..sources.base import Source
@@ -47,6 +48,8 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
             in_flight.append(InFlight(int(row.txid), row.run_key, phase, int(row.plan_version), int(row.attempts),
                                       error, int(row.failed_tries), row.since))
         quarantined = commit_log.quarantine_counts(cur, store.schema, topology_id)
+        warning = quarantine.rising(*commit_log.recent_quarantine(cur, store.schema, topology_id, quarantine.RECENT),
+                                    spec.max_quarantined)
         if not spec.source.remote:
             lag, lag_seconds, source_error, lag_bytes = _local_lag(spec.source, cur, store.schema, topology_id,
                                                                    offsets)
@@ -60,7 +63,8 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
     st = TopologyStatus(topology_id, committed, offsets, progress.last_commit_at, in_flight, int(lag),
                         blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
                         lag_seconds, source_error, lag_unit=spec.source.lag_unit,
-                        offsets_skipped=int(progress.offsets_skipped), lag_bytes=lag_bytes)
+                        offsets_skipped=int(progress.offsets_skipped), lag_bytes=lag_bytes,
+                        quarantine_warning=warning)
     stall = None if blocked else liveness.stalled(st, spec.stall_after_seconds, datetime.now(UTC))
     return replace(st, blocked_by=stall, stalled=True) if stall else st  # nothing failed, and nothing moves
 

@@ -60,6 +60,7 @@ def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) 
         "commits_per_minute": rate,
         "quarantined": st.quarantined,
         "quarantined_pending": st.quarantined_pending,
+        "quarantine_warning": st.quarantine_warning,
         "lost_records": st.lost_records,
         "offsets_skipped": st.offsets_skipped,
         "blocked_by": st.blocked_by,

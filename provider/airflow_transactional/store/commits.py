@@ -103,6 +103,13 @@ def quarantine_counts(cur: Cursor, schema: str, topology_id: str) -> QuarantineC
     return only(cur, QuarantineCounts)
 
 
+def recent_quarantine(cur: Cursor, schema: str, topology_id: str, txids: int) -> tuple[int, int]:
+    """(records read, records set aside) by the latest ``txids`` committed txids, corrections aside."""
+    cur.execute(query("recent_quarantine", schema), {"topology": topology_id, "txids": txids})
+    records, quarantined = cur.fetchone()
+    return int(records), int(quarantined)
+
+
 def top_reasons(cur: Cursor, schema: str, topology_id: str, txid: int, attempt: int,
                 limit: int = 3) -> list[tuple[str, int]]:
     """The most common kinds of reason an attempt's bad records were set aside for, with their counts."""

@@ -107,6 +107,7 @@ def transactions(base: str, topologies: list[dict[str, Any]]) -> str:
     for t in topologies:
         flight = "<br>".join(flight_line(f) for f in t["in_flight"]) or "none"
         blocked = (f"<span class=blocked>{e(t['blocked_by'])}</span>" if t["blocked_by"]
+                   else f"<span class=blocked>{e(t['quarantine_warning'])}</span>" if t.get("quarantine_warning")
                    else "<span class=ok>nothing</span>")
         rows.append([f"<a href='{e(base)}/dags/{quote(t['dag_id'], safe='')}'>{e(t['topology_id'])}</a>",
                      str(t["committed_txid"]), flight, lag_text(t), when(t["last_commit_at"]),
@@ -202,9 +203,11 @@ def flight_line(f: dict[str, Any]) -> str:
 
 
 def _blocked(base: str, summary: dict[str, Any]) -> str:
-    """What blocks a topology: a failed txid (with the way out), or the stall rule."""
+    """What blocks a topology: a failed txid (with the way out), or the stall rule -- or what is
+    about to (a quarantine share rising towards its limit)."""
     if not summary["blocked_by"]:
-        return ""
+        warning = summary.get("quarantine_warning")
+        return f"<p class=blocked>Warning: {e(warning)}</p>" if warning else ""
     if summary.get("stalled"):
         return f"<p class=blocked>Stalled: {e(summary['blocked_by'].removeprefix('stalled: '))}</p>"
     return (f"<p class=blocked>Blocked: {e(summary['blocked_by'])}</p>"

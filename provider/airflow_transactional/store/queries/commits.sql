@@ -43,6 +43,12 @@ DELETE FROM {s}.quarantine q WHERE q.topology_id = %(topology)s AND q.txid = %(t
                     AND o.txid = q.txid AND o.attempt = q.attempt AND o.slice = q.slice);
 UPDATE {s}.quarantine SET committed = true WHERE topology_id = %(topology)s AND txid = %(txid)s
 
+-- name: recent_quarantine
+-- What the latest %(txids)s committed txids (no correction) read and set aside, summed.
+SELECT coalesce(sum(records_read), 0) AS records, coalesce(sum(quarantined), 0) AS quarantined
+FROM (SELECT records_read, quarantined FROM {s}.commits WHERE topology_id = %(topology)s AND corrects IS NULL
+      ORDER BY txid DESC LIMIT %(txids)s) latest;
+
 -- name: quarantine_counts
 -- Records set aside: committed ones a correction or a replay has not taken (counted, or quarantined
 -- again by the replay), and pending ones of attempts not committed yet.
