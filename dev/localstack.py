@@ -251,8 +251,7 @@ class LocalStack:
             "TMPDIR": str(self.scratch_dir),
             "SPARK_LOCAL_DIRS": str(self.scratch_dir),
             "SPARK_SUBMIT_OPTS": f"-Djava.io.tmpdir={self.scratch_dir}",
-            # The DSN files handed to drivers, with the scratch: one a killed task left goes with
-            # the stack, not into the user's ~/.cache.
+            # Drivers' DSN files: one a killed task left goes with the stack, not into ~/.cache.
             "AIRFLOW_TXN_SECRETS_DIR": str(self.scratch_dir / "secrets"),
         }
         if self.kafka is not None:
