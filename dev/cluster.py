@@ -300,7 +300,11 @@ class ClusterStack(LocalStack):
         env.update({
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
             "AIRFLOW__CELERY__BROKER_URL": self.redis.url(0),
-            "AIRFLOW__CELERY__RESULT_BACKEND": self.redis.url(1),
+            # Task states in the metadata database, not in Redis: the scheduler reads them at every
+            # heartbeat, and a read that fails (the broker restarting) ends the scheduler. With the
+            # broker alone in Redis, a restart of it costs a send at most, which Airflow retries.
+            "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + self.pg.uri("airflow").replace(
+                "postgresql://", "postgresql+psycopg2://"),
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(self.worker_concurrency),
             # A task whose worker's host died is failed, and retried on another worker, 30 s after
             # its last heartbeat (Airflow's default, 300 s, is the production value: a busy

@@ -48,6 +48,31 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterStack]:
     assert not set(system_temp.glob(SPARK_SCRATCH)) - before
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[FAILED] = True
+    return report
+
+
+FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _no_run_left_stuck(request: pytest.FixtureRequest, cluster: ClusterStack) -> Iterator[None]:
+    """The tier shares one stack: a test that failed with a run of it stuck deletes that run (the
+    next plan takes its batch over), so the next tests see their own failures, not this one's."""
+    yield
+    if not request.node.stash.get(FAILED, False):
+        return
+    client = cluster.client()
+    for dag_id in ("words", "connect_words"):
+        for run in client.runs(dag_id):
+            if run["state"] not in ("success", "failed"):
+                client.delete_run(dag_id, run["dag_run_id"])
+
+
 def until(check: Callable[[], Any], timeout: float, what: str) -> Any:
     """What ``check`` returns once it is truthy; fails the test saying ``what`` after ``timeout`` s."""
     found = wait_for(check, timeout)

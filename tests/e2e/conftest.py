@@ -198,7 +198,9 @@ def wait_for_runs(stack: LocalStack, dag_id: str, run_ids: list[str], timeout: f
             break
         time.sleep(1)  # a look is one cheap GET per run: every second of waiting here is the suite's
     else:
-        raise AssertionError(f"runs of {dag_id} did not finish in {timeout:.0f}s: {states}")
+        stuck = [r for r, s in states.items() if s not in ("success", "failed")]
+        raise AssertionError(f"runs of {dag_id} did not finish in {timeout:.0f}s: {states}\n"
+                             + _unfinished(stack, dag_id, stuck))
     if not allow_failed and any(s == "failed" for s in states.values()):
         details = []
         for r, s in states.items():
@@ -209,6 +211,21 @@ def wait_for_runs(stack: LocalStack, dag_id: str, run_ids: list[str], timeout: f
                     details.append(f"--- {r} {ti['task_id']}:\n{task_log(stack, dag_id, r, ti['task_id'])[-4000:]}")
         raise AssertionError(f"runs of {dag_id} failed: {states}\n" + "\n".join(details))
     return states
+
+
+def _unfinished(stack: LocalStack, dag_id: str, run_ids: list[str]) -> str:
+    """What each task of runs that did not finish is doing, and the end of the log of each one
+    not done: what a run stuck for good waits on."""
+    client, lines = stack.client(), []
+    for r in run_ids:
+        for ti in client.task_instances(dag_id, r):
+            lines.append(f"--- {r} {ti['task_id']}: {ti['state']} (try {ti.get('try_number')})")
+            if ti["state"] not in ("success", "failed", "skipped", "upstream_failed", None):
+                try:
+                    lines.append(task_log(stack, dag_id, r, ti["task_id"])[-3000:])
+                except Exception as exc:  # the log may not exist yet: say so, keep the rest
+                    lines.append(f"(no log: {exc})")
+    return "\n".join(lines)
 
 
 @pytest.fixture(scope="package")
