@@ -38,6 +38,7 @@ from .core import (
     planning,
     rebuild,
     registration,
+    replayed,
     replays,
     verify,
     views,
@@ -189,6 +190,9 @@ class Coordinator:
     status = Operation(status_.status)
     verdicts = Operation(status_.verdicts)
     committed_batch = Operation(status_.committed_batch)
+    committed_replays = Operation(replayed.committed)
+    replay_copies = Operation(replayed.copies)
+    fold_in_replays = Operation(replayed.fold_in)
     audit_tables = Operation(status_.audit_tables)
     diff_audit = Operation(status_.diff_audit)
     commits = Operation(status_.commits)

@@ -48,6 +48,8 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
                               checks=checks, states_only=True)
             n_bad = read.bad_records + len(unreadable) + stage_states(spec, read, coordinator.dsn, copies, ())
             read.keep.unpersist()
+        n_bad += with_replays(spark, coordinator, spec, "audit", base.get("txid", 0), st.committed_txid, transform,
+                              schema=schema, required=required, checks=checks)
         if base:
             coordinator.add_audit_base(topology_id, num, base["txid"])
             n_bad += base["quarantined"]
@@ -65,6 +67,24 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
     raise TransactionalError(f"topology {topology_id!r} kept committing during the audit: pause it and rerun")
 
 
+def with_replays(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, purpose: str, after: int,
+                 through: int, transform: Transform, *, schema: str | None, required: Sequence[str],
+                 checks: Mapping[str, str] | None) -> int:
+    """Fold into the recomputation of ``purpose`` what the replays committed after txid ``after``
+    through ``through`` counted -- the records they took, each as edited (``core/replayed.py``) --
+    and return the bad records that adds: those still bad, less the records the replays took."""
+    batch = coordinator.committed_replays(spec.topology_id, after + 1, through)
+    if batch is None:
+        return 0
+    copies = coordinator.replay_copies(spec.topology_id, purpose)
+    read = read_batch(spark, coordinator, spec, batch, transform, schema=schema, required=required, checks=checks,
+                      states_only=True)
+    n_bad = read.bad_records + stage_states(spec, read, coordinator.dsn, copies, ())
+    read.keep.unpersist()
+    coordinator.fold_in_replays(spec.topology_id, purpose)
+    return n_bad - len(batch.replay)
+
+
 def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
             *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
           ) -> dict[str, Any]:
@@ -79,6 +99,8 @@ def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, tra
                      required=required, checks=checks, states_only=True)
         stage_states(spec, read, coordinator.dsn, coordinator.rebuild_copies(topology_id), ())
         read.keep.unpersist()
+        with_replays(spark, coordinator, spec, "rebuild", 0, started.through_txid, transform, schema=schema,
+                     required=required, checks=checks)
         faults.point("rebuild.loaded", scope=(topology_id,))
         return coordinator.swap_rebuild(started)
     except BaseException:

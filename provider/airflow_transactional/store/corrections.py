@@ -26,6 +26,12 @@ def committed_txns(cur: Cursor, schema: str, topology_id: str, first: int, last:
     return every(cur, Transaction)
 
 
+def committed_replay_ids(cur: Cursor, schema: str, topology_id: str, first: int, last: int) -> list[int]:
+    """The quarantined records the replays committed as txids ``first``..``last`` took."""
+    cur.execute(query("committed_replay_ids", schema), {"topology": topology_id, "first": first, "last": last})
+    return [int(i) for (i,) in cur.fetchall()]
+
+
 class Planned(NamedTuple):
     """A correction or a replay planned: its txid, what it corrects, how many of its records were edited."""
 

@@ -192,8 +192,15 @@ def audit_diff(state: StateSpec, recomputed: sql.Composed) -> sql.Composed:
     """Keys whose stored value differs from the recomputed one: (key as text, stored, recomputed)."""
     key_text = sql.SQL(" || ',' || ").join(
         sql.SQL("coalesce(a.{c}, s.{c})::text").format(c=sql.Identifier(c)) for c in state.key_columns)
+    additive = Combiner(state.combiner) in (Combiner.SUM, Combiner.COUNT)
     return query("state_audit_diff", key_text=key_text, recomputed=recomputed, target=state_table(state),
-                 a_is_s=same_keys(state, "a", "s"))
+                 a_is_s=same_keys(state, "a", "s"), zero=sql.SQL("0" if additive else "NULL"))
+
+
+def fold_recomputed(state: StateSpec, target: sql.Composed, extra: sql.Composed) -> sql.Composed:
+    """Fold ``extra``'s rows into the recomputation ``target``, each key's values combined by the state's rule."""
+    return query("state_fold_recomputed", target=target, extra=extra, keys=key_list(state),
+                 combined=combine_sql(Combiner(state.combiner), sql.SQL("t.value"), sql.SQL("EXCLUDED.value")))
 
 
 def rebuild_shadow(state: StateSpec, shadow: sql.Identifier, recomputed: sql.Composed) -> list[sql.Composed]:

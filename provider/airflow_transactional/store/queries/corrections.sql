@@ -6,6 +6,13 @@
 SELECT {columns} FROM {s}.transactions WHERE topology_id = %(topology)s AND txid BETWEEN %(first)s AND %(last)s
     AND status = 'committed' ORDER BY txid
 
+-- name: committed_replay_ids
+-- The quarantined records the replays committed as txids first..last took (each once).
+SELECT DISTINCT r.id::bigint FROM {s}.transactions t, jsonb_array_elements_text(t.batch -> 'replay') AS r(id)
+WHERE t.topology_id = %(topology)s AND t.txid BETWEEN %(first)s AND %(last)s AND t.status = 'committed'
+    AND t.batch ? 'replay'
+ORDER BY 1
+
 -- name: correction_ranges
 -- Every correction and replay planned (through a txid, when given), what it corrects, and how many
 -- of the records it replays were edited by hand.

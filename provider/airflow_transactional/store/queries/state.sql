@@ -78,9 +78,15 @@ DROP TABLE IF EXISTS {table};
 CREATE UNLOGGED TABLE {table} ({key_defs}, value {value_type}, PRIMARY KEY ({keys}))
 
 -- name: state_audit_diff
--- Keys whose stored value differs from the recomputed one: (key as text, stored, recomputed).
+-- Keys whose stored value differs from the recomputed one: (key as text, stored, recomputed). For
+-- a count or a sum, a key at 0 and a key never seen are the same value ({zero}: 0, else NULL).
 SELECT {key_text}, s.value::text, a.value::text FROM {recomputed} a FULL JOIN {target} s ON {a_is_s}
-WHERE a.value IS DISTINCT FROM s.value ORDER BY 1
+WHERE coalesce(a.value, {zero}) IS DISTINCT FROM coalesce(s.value, {zero}) ORDER BY 1
+
+-- name: state_fold_recomputed
+-- A recomputation's second part (what committed replays counted) folded into its first.
+INSERT INTO {target} AS t ({keys}, value) SELECT {keys}, value FROM {extra}
+ON CONFLICT ({keys}) DO UPDATE SET value = {combined}
 
 -- name: state_shadow_create
 -- A rebuild's copy of the state table, filled with the recomputed values as of txid.
