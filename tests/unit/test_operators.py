@@ -298,3 +298,21 @@ def test_the_commit_task_keeps_the_delta_history_to_its_retention(monkeypatch: p
     for txid in range(1, 41):
         CommitOperator.keep_history(op, coordinator, txid)  # type: ignore[arg-type]
     assert folded == [("words", 20)] * 20  # every second commit: a tenth of 20
+
+
+def test_a_refused_replay_or_correction_fails_the_plan_task_at_once() -> None:
+    # A retry would be refused the same way: no retries spent, no minutes lost before the run fails.
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_transactional.exceptions import ConfigError
+
+    def refused(*args: object) -> None:
+        raise ConfigError("topology 'words' has no quarantined record left to replay")
+
+    coord = SimpleNamespace(plan_replay=refused, plan_correction=refused, plan=lambda *a: "planned")
+    for conf in ({"replay": {"ids": [3]}}, {"correct": "1..2"}, {"correct": "2..1"}):
+        with pytest.raises(AirflowFailException, match="plan: "):
+            plan().plan_run(coord, {"run_id": "r", "dag_run": SimpleNamespace(conf=conf)})  # type: ignore[arg-type]
+    assert plan().plan_run(coord, {"run_id": "r", "dag_run": SimpleNamespace(conf={})}) == "planned"  # type: ignore[arg-type]

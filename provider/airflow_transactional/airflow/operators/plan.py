@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from airflow.sdk.exceptions import AirflowFailException
+
 from ...coordinator import Coordinator
-from ...exceptions import NotYourTurn
+from ...exceptions import ConfigError, NotYourTurn
 from ...model import Transaction, one_line, span_text
 from ...ranges import txid_range
 from ...spec import TopologySpec
@@ -55,16 +57,20 @@ class PlanOperator(WaitingTask):
         """The run's transaction: a batch of new records; or, for a run triggered with the conf
         ``{"correct": "A..B"}``, a correction of committed txids A..B (``core/corrections.py``); or,
         with ``{"replay": {"ids": [...]}}`` (or ``{"txids": "A..B", "reason": "..."}``), a replay of
-        quarantined records (``core/replays.py``)."""
+        quarantined records (``core/replays.py``). A replay or a correction refused (nothing left to
+        replay, a bad range) fails the task at once: a retry would be refused the same way."""
         conf = run_conf(context)
-        if conf.get(REPLAY_CONF) is not None:
-            selection = conf[REPLAY_CONF]
-            return coordinator.plan_replay(self.topology_id, context["run_id"],
-                                           dict(selection) if isinstance(selection, Mapping) else {"?": selection})
-        asked = correction_asked(context)
-        if asked is None:
-            return coordinator.plan(self.topology_id, context["run_id"])
-        return coordinator.plan_correction(self.topology_id, context["run_id"], *asked)
+        try:
+            if conf.get(REPLAY_CONF) is not None:
+                selection = conf[REPLAY_CONF]
+                return coordinator.plan_replay(self.topology_id, context["run_id"],
+                                               dict(selection) if isinstance(selection, Mapping) else {"?": selection})
+            asked = correction_asked(context)
+            if asked is not None:
+                return coordinator.plan_correction(self.topology_id, context["run_id"], *asked)
+        except ConfigError as exc:
+            raise AirflowFailException(f"{self.task_id}: {exc}") from exc
+        return coordinator.plan(self.topology_id, context["run_id"])
 
     def _commit_empty(self, coordinator: Coordinator, txn: Transaction) -> Transaction:
         """The empty batch ``txn``, committed now if its turn has come (its metrics sent), else as it was."""
