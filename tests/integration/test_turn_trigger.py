@@ -240,3 +240,65 @@ def test_a_trigger_of_another_dags_topology_is_blocked_and_commits_nothing(store
     payload = asyncio.run(scenario())
     assert payload["status"] == "blocked" and "is run by DAG 'clicks', not by DAG 'someone_elses'" in payload["reason"]
     assert store.status("clicks").committed_txid == 1
+
+
+def test_a_slow_answer_from_airflow_does_not_hold_a_commit_whose_turn_came(
+        store: Coordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the look asked Airflow about the predecessor's run inside itself; the triggerer
+    relays that question through its supervisor (seconds, under load), and the commit whose turn
+    came meanwhile waited for the answer."""
+    def slow(self: TurnTrigger, run_id: str) -> str:
+        time.sleep(4.0)
+        return "running"
+
+    monkeypatch.setattr(TurnTrigger, "_run_state", slow)
+    payload, waited = asyncio.run(first_event(trigger(commit=True), after=lambda: store.commit("clicks", 1)))
+    assert payload["status"] == "committed" and payload["txid"] == 2
+    assert waited < 1.5, waited  # the NOTIFY's look, not the answer 3 s later
+
+
+def test_a_predecessor_that_commits_while_airflow_is_asked_is_no_false_alarm(
+        store: Coordinator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: the look saw txid 1 pending, txid 1 committed and its run ended, then Airflow
+    answered "success": "blocked by txid 1: its Airflow run finished without committing txid 1
+    (marked success by hand?)" in every waiting commit's log -- and with no grace, a failed task."""
+    def committed_then_success(self: TurnTrigger, run_id: str) -> str:
+        store.commit("clicks", 1)  # the run's commit task, then the run's end
+        return "success"
+
+    monkeypatch.setattr(TurnTrigger, "_run_state", committed_then_success)
+
+    async def scenario() -> dict[str, Any]:
+        events = trigger(commit=True, check_interval=0.2).run()
+        event = await asyncio.wait_for(events.__anext__(), 20)
+        await events.aclose()
+        return event.payload
+
+    payload = asyncio.run(scenario())
+    assert payload["status"] == "committed" and payload["txid"] == 2, payload
+    assert "without committing" not in caplog.text
+    assert store.status("clicks").committed_txid == 2
+
+
+def test_a_commit_during_the_first_look_wakes_the_trigger(store: Coordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trigger listens before it first looks, and clears its wake-up before each look: a
+    predecessor committed just after a look read the store wakes it (not its 60-s poll)."""
+    looked = TurnTrigger.look
+
+    def look_then_commit(self: TurnTrigger, coordinator: Coordinator, watch: Any) -> dict[str, Any] | None:
+        event = looked(self, coordinator, watch)
+        if event is None and store.status("clicks").committed_txid == 0:
+            store.commit("clicks", 1)
+        return event
+
+    monkeypatch.setattr(TurnTrigger, "look", look_then_commit)
+
+    async def scenario() -> tuple[dict[str, Any], float]:
+        started = time.monotonic()
+        events = trigger().run()
+        event = await asyncio.wait_for(events.__anext__(), 20)
+        await events.aclose()
+        return event.payload, time.monotonic() - started
+
+    payload, took = asyncio.run(scenario())
+    assert payload == {"status": "turn"} and took < 5.0

@@ -316,3 +316,49 @@ def test_a_refused_replay_or_correction_fails_the_plan_task_at_once() -> None:
         with pytest.raises(AirflowFailException, match="plan: "):
             plan().plan_run(coord, {"run_id": "r", "dag_run": SimpleNamespace(conf=conf)})  # type: ignore[arg-type]
     assert plan().plan_run(coord, {"run_id": "r", "dag_run": SimpleNamespace(conf={})}) == "planned"  # type: ignore[arg-type]
+
+
+class CommittingCoordinator(FakeCoordinator):
+    """Its predecessor commits (and its run finishes) while Airflow is asked about that run."""
+
+    def __init__(self) -> None:
+        super().__init__(pending=(7, "run-7"))
+        self.looks = 0
+
+    def first_pending(self, topology_id: str, before_txid: int) -> tuple[int, str] | None:
+        self.looks += 1
+        return self.pending if self.looks == 1 else None
+
+
+def test_a_predecessor_that_committed_while_airflow_was_asked_is_no_blocker() -> None:
+    """Regression: txid 7 was seen pending, then committed and its run finished before Airflow
+    answered "success": the waiting commit logged "finished without committing txid 7 (marked
+    success by hand?)" -- and, with no grace, failed."""
+    coord = CommittingCoordinator()
+    assert watch(FakeTI("success")).still_blocked(coord, 9) is None
+    assert coord.marked == []
+
+
+def test_airflow_asked_on_an_executor_leaves_the_look_at_once() -> None:
+    """In the triggerer a question to Airflow can take seconds: the look goes on without it, and
+    the answer counts at the first look after it arrived."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    asked, answer = threading.Event(), threading.Event()
+
+    def slow(run_id: str) -> str:
+        asked.set()
+        answer.wait(10)
+        return "failed"
+
+    coord = FakeCoordinator(pending=(7, "run-7"))
+    with ThreadPoolExecutor(1) as pool:
+        w = Watch("words", slow, blocked_grace=0.0, check_interval=0.0, log=plan().log, asks_on=pool)
+        assert w.still_blocked(coord, 9) is None  # asked, not answered: the look goes on
+        assert asked.wait(5) and w.still_blocked(coord, 9) is None
+        answer.set()
+        pool.shutdown(wait=True)
+        blocked = w.still_blocked(coord, 9)
+    assert blocked is not None and blocked.startswith("blocked by txid 7 (run run-7): its Airflow run failed")
+    assert [t for t, _ in coord.marked] == [7]

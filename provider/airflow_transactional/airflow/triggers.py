@@ -18,7 +18,9 @@ there; each trigger holds one more connection for its own checks. Their blocking
 the store, a commit) runs on threads of the provider's own (:data:`THREADS`), never on the event
 loop's default executor that every trigger of the triggerer shares: a commit kept waiting by a lock
 (bounded: :data:`~airflow_transactional.store.outputs.LOCK_WAIT`) holds none of another
-provider's threads.
+provider's threads. Airflow is asked about a predecessor's run on those threads too, beside the
+look, never inside it: the triggerer relays that question through its supervisor, which can take
+seconds, and a commit whose turn came meanwhile goes ahead without the answer.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ class TurnTrigger(BaseTrigger):
                 "for (and commits) the txids of its own DAG's topology only")})
             return
         watch = Watch(self.topology_id, self._run_state, blocked_grace=self.blocked_grace,
-                      check_interval=self.check_interval, log=self.log)
+                      check_interval=self.check_interval, log=self.log, asks_on=THREADS)
         try:
             async with notified(coordinator.dsn, coordinator.schema, self.topology_id) as woken:
                 while True:

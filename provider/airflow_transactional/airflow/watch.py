@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, Future
+from contextvars import copy_context
 from typing import Any
 
 from ..coordinator import Coordinator
@@ -42,20 +44,27 @@ class Watch:
     Airflow is asked at most every ``check_interval`` seconds. A blocker must hold for
     ``blocked_grace`` seconds before it counts: that covers a cleared or backfilled predecessor
     whose tasks have not started yet (starting lifts the failed mark).
+
+    With ``asks_on`` (the triggerer's threads), Airflow is asked there, beside the wait: an answer
+    can take seconds (the triggerer relays it through its supervisor), and a commit whose turn
+    came in the meantime must not wait for it. A look then uses the last answer that arrived.
     """
 
     def __init__(self, topology_id: str, run_state: Callable[[str], str | None], *, blocked_grace: float,
-                 check_interval: float, log: logging.Logger | Any) -> None:
+                 check_interval: float, log: logging.Logger | Any, asks_on: Executor | None = None) -> None:
         self.topology_id = topology_id
         self.run_state = run_state
         self.blocked_grace = blocked_grace
         self.check_interval = check_interval
         self.log = log
+        self.asks_on = asks_on
         self.since: float | None = None  # when the current blocker was first seen
         self._checked_at: float | None = None
         self._verdict: str | None = None
         self._state: str | None = None
+        self._asking: tuple[int, str, Future[str | None]] | None = None  # (pred, run id, Airflow's answer)
         self._orphans_checked_at: float | None = None
+        self._orphans: Future[list[tuple[int, str]]] | None = None
 
     def still_blocked(self, coordinator: Coordinator, txid: int) -> str | None:
         """The blocker of ``txid`` once it has held for ``blocked_grace`` (else None).
@@ -87,16 +96,35 @@ class Watch:
         :meth:`.operators.plan.PlanOperator.adopt_orphan`). A failed, finished or deleted run is also recorded as
         failed in Postgres, so ``airflow-txn status`` names it.
         """
+        if self._asking is not None:
+            pred, run_id, answer = self._asking
+            if not answer.done():
+                return self._verdict
+            self._asking = None
+            return self._judge(coordinator, txid, pred, run_id, answer.result())
         now = time.monotonic()
         if self._checked_at is not None and now - self._checked_at < self.check_interval:
             return self._verdict
-        self._checked_at, self._verdict, self._state = now, None, None
+        self._checked_at = now
         pending = coordinator.first_pending(self.topology_id, txid)
         if pending is None:
+            self._verdict = self._state = None
             return None
         pred, run_id = pending
-        state = self._state = self.run_state(run_id)
-        if state in (None, "running"):
+        if self.asks_on is not None:
+            self._asking = (pred, run_id, self.asks_on.submit(copy_context().run, self.run_state, run_id))
+            return self._verdict
+        return self._judge(coordinator, txid, pred, run_id, self.run_state(run_id))
+
+    def _judge(self, coordinator: Coordinator, txid: int, pred: int, run_id: str, state: str | None) -> str | None:
+        """The verdict on ``pred`` given its run's ``state``, asked after ``pred`` was seen pending.
+
+        The run's end is read before the commit is looked at again: a run ends after its commit,
+        so a predecessor that committed while Airflow was asked is seen committed here -- never
+        "finished without committing".
+        """
+        self._verdict, self._state = None, state
+        if state in (None, "running") or coordinator.first_pending(self.topology_id, txid) != (pred, run_id):
             return None
         attempt_error = coordinator.last_error(self.topology_id, pred) if state == "failed" else None
         why = {"failed": attempt_error or "its Airflow run failed without recording why (a task killed on its "
@@ -114,9 +142,22 @@ class Watch:
 
     def deleted_runs(self, run_ids: Iterable[tuple[int, str]]) -> list[tuple[int, str]]:
         """The (txid, run id) pairs whose Airflow run is gone, on Airflow's word (HTTP 404), never on
-        silence; asked at most every ``check_interval`` seconds (else no answer: [])."""
+        silence; asked at most every ``check_interval`` seconds (else no answer: []). With
+        ``asks_on``, the answer of the last asking, once it has arrived."""
+        if self._orphans is not None:
+            if not self._orphans.done():
+                return []
+            answer, self._orphans = self._orphans.result(), None
+            return answer
         now = time.monotonic()
         if self._orphans_checked_at is not None and now - self._orphans_checked_at < self.check_interval:
             return []
         self._orphans_checked_at = now
-        return [(txid, run_id) for txid, run_id in run_ids if self.run_state(run_id) == DELETED]
+        pairs = list(run_ids)
+        if self.asks_on is not None:
+            self._orphans = self.asks_on.submit(copy_context().run, self._deleted, pairs)
+            return []
+        return self._deleted(pairs)
+
+    def _deleted(self, pairs: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        return [(txid, run_id) for txid, run_id in pairs if self.run_state(run_id) == DELETED]
