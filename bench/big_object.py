@@ -25,7 +25,7 @@ from airflow_transactional import LandingDirectory, SparkJob, StateSpec, Topolog
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.spark.jars import s3a_connector
 from airflow_transactional.spark.submit import provider_zip, spark_submit_argv, with_quiet_driver_logs
-from bench.measure import execute, git_commit, machine, run_measured
+from bench.measure import dirty_result, execute, git_commit, machine, run_measured
 from dev.embedded import EmbeddedPostgres
 from dev.s3 import S3Server
 
@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gib", type=float, default=5.0, help="the big object's size in GiB (default 5)")
     parser.add_argument("--json", help="also write the result here")
     args = parser.parse_args(argv)
+    if dirty := dirty_result(args.json):
+        parser.error(dirty)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     started = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": git_commit(), "machine": machine(),
                "command": " ".join(["python", "-m", "bench.big_object", *(sys.argv[1:] if argv is None else argv)])}

@@ -32,7 +32,7 @@ import psutil
 
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import TransactionalError
-from bench.measure import git_commit
+from bench.measure import dirty_result, git_commit
 from dev.demo import DAGS
 from dev.embedded import free_port
 
@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default="var/demo-soak", help="the demo's directory (a fresh one is best)")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
+    if dirty := dirty_result(args.json):
+        parser.error(dirty)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     report = Soak(args).run()
     print(table(report))

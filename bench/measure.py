@@ -133,6 +133,24 @@ def git_commit() -> str:
     return (out.stdout.strip() or "?") + ("+changes" if dirty.stdout.strip() else "")
 
 
+#: Where the committed results live: each names the commit it measured, so it must be a clean one.
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+
+
+def is_clean(commit: str | None) -> bool:
+    """Whether a result names a commit it can be reproduced from (no ``+changes``, not unknown)."""
+    return bool(commit) and commit != "?" and "+" not in str(commit)
+
+
+def dirty_result(path: str | None) -> str | None:
+    """Why a results file may not be written to ``path`` from this tree (a committed result measured
+    on uncommitted changes, which no one can reproduce), or None."""
+    if not path or RESULTS not in Path(path).resolve().parents or is_clean(git_commit()):
+        return None
+    return (f"{path} is a committed result: measure a clean commit (commit or stash your changes), or write "
+            "the report elsewhere (--json /tmp/report.json)")
+
+
 @dataclass
 class Report:
     started: str

@@ -38,7 +38,17 @@ from pathlib import Path
 
 from airflow_transactional.sources import EventLog
 from bench.harness import Harness
-from bench.measure import BACKENDS, BIG_BATCH_CONF, CLUSTER_DAG, SCHEMA, Report, Sizes, git_commit, machine
+from bench.measure import (
+    BACKENDS,
+    BIG_BATCH_CONF,
+    CLUSTER_DAG,
+    SCHEMA,
+    Report,
+    Sizes,
+    dirty_result,
+    git_commit,
+    machine,
+)
 from bench.sections import (
     cluster,
     commit,
@@ -170,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot and importlib.util.find_spec("matplotlib") is None:  # before the run, not after it
         parser.error("--plot needs matplotlib: pip install -c requirements/constraints.txt -e '.[bench]' (make "
                      "bench does), or pass --plot ''")
+    if dirty := dirty_result(args.json):
+        parser.error(dirty)
     pg_settings = dict(x.split("=", 1) for x in args.pg_setting)
     sizes = Sizes.quick() if args.quick else Sizes()
     if args.backends:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.measure import git_commit, machine
+from bench.measure import dirty_result, git_commit, machine
 
 from .config import (
     BACKENDS,
@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if dirty := dirty_result(args.json):
+        parser.error(dirty)
     started = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(), "machine": machine(),
                "command": shlex.join(["python", "-m", "bench.chaos", *(sys.argv[1:] if argv is None else argv)])}
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
