@@ -224,7 +224,11 @@ CREATE TRIGGER log_partition_guard BEFORE UPDATE ON {s}.log_partitions
 -- visible in order, docs/design.md trap 6), drops ids the log holds or held (and repeats within
 -- the call), and refuses -- returning them -- ids longer than 512 bytes and ids in the id space
 -- of a topology that appends to this log (its events are '<topology>:<origin>'), and payloads
--- over the record limit (limits.MAX_RECORD_BYTES).
+-- over the record limit (limits.MAX_RECORD_BYTES). The partition locks it takes are held until
+-- the caller's transaction ends, and a topology's commit appending to the same log waits for
+-- them: the caller's transaction is ended once idle for 5 s (a SET LOCAL of
+-- idle_in_transaction_session_timeout, undone when that transaction ends), so a producer that
+-- appends and forgets to commit holds no commit for longer than that.
 CREATE FUNCTION {s}.append_events(log text, partitions integer[], ids text[], payloads text[],
                                   OUT appended bigint, OUT duplicates bigint, OUT refused text[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $body$
@@ -243,6 +247,7 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'the schema''s owner grants it: airflow-txn grant --producer-role ROLE --log LOG';
     END IF;
+    PERFORM pg_catalog.set_config('idle_in_transaction_session_timeout', '5s', true);
     SELECT l.partitions INTO known FROM {s}.logs l WHERE l.log_name = append_events.log;
     IF known IS NULL THEN
         RAISE EXCEPTION 'log % does not exist', append_events.log USING ERRCODE = 'undefined_object';
