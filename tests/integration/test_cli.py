@@ -1,4 +1,4 @@
-"""cli.py, ``airflow-txn``: one-line errors without secrets, the DSN from a private file, the
+"""cli/, ``airflow-txn``: one-line errors without secrets, the DSN from a private file, the
 commit log as a table or JSON."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ LAZY_OK = {f"{P}.airflow.dag", f"{P}.airflow.hooks", f"{P}.airflow.assets", f"{P
 BOTTOM = {f"{P}.{m}" for m in ("exceptions", "identifiers", "values", "limits", "quarantine", "ranges", "files",
                                 "faults", "model", "connections", "provenance")}
 DECLARATIONS = {f"{P}.spec", f"{P}.sources", f"{P}.sinks"}
-TOP = {f"{P}.{m}" for m in ("airflow", "spark", "processing", "cli", "cli_history", "spark_job")}
+TOP = {f"{P}.{m}" for m in ("airflow", "spark", "processing", "cli", "spark_job")}
 # What each layer may import at run time, besides itself (a prefix matches a module and its children).
 ALLOWED = {
     "bottom": BOTTOM,

@@ -1,0 +1,117 @@
+"""What runs Spark over a whole topology -- an audit, a rebuild -- and Spark's set-up on a machine
+(its class-data-sharing archive, the connectors' jars), which needs no state store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from ..airflow.dagfile import declared_as_stored
+from ..coordinator import Coordinator
+from ..exceptions import TransactionalError
+from ..spark import cds, jars
+from ..spark.recompute import recompute
+
+
+def _committed_records(coord: Coordinator, topology_id: str) -> int:
+    """The records the topology's commits read: what a recomputation reads again."""
+    return sum(int(c.get("records_read") or 0) for c in coord.commits(topology_id))
+
+
+def audit(args: argparse.Namespace, coord: Coordinator) -> int:
+    spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "audit")
+    result = recompute(coord.dsn, coord.schema, spec, "audit", master=args.master, conf=args.conf,
+                       records=_committed_records(coord, args.topology))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    elif not result.get("auditable"):
+        print(f"cannot audit {args.topology}: {result.get('reason')}")
+    else:
+        print(f"audit of {args.topology} at committed txid {result['committed_txid']}: "
+              f"{result['differences']} difference(s)")
+        if result.get("from_verified_txid") is not None:
+            print(f"  txids 1..{result['from_verified_txid']} from their delta history (verified before the source's "
+                  "retention removed their input), the later ones recomputed from the source")
+        for name, st in result["states"].items():
+            print(f"  {name:<24} {st['keys']} keys, {st['differences']} differ")
+        print(f"  quarantine               {result['quarantined_committed']} committed, "
+              f"{result['quarantined_recomputed']} recomputed")
+        for line in result["samples"]:
+            print(f"  {line}")
+    return 0 if result.get("auditable") and not result.get("differences") else 1
+
+
+def rebuild(args: argparse.Namespace, coord: Coordinator) -> int:
+    if args.abort:
+        print(f"rebuild of {args.topology} aborted; its journal was freed" if coord.abort_rebuild(
+            args.topology, force=args.force) else f"{args.topology} has no rebuild to abort")
+        return 0
+    spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "rebuild")
+    result = recompute(coord.dsn, coord.schema, spec, "rebuild", master=args.master, conf=args.conf,
+                       records=_committed_records(coord, args.topology))
+    print(f"rebuilt {args.topology} from its source as of txid {result['rebuilt_at_txid']}, replayed "
+          f"{result['journal_txids']} txids committed meanwhile (now at txid {result['caught_up_to_txid']})")
+    return 0
+
+
+def spark_cds(args: argparse.Namespace) -> int:
+    """Build the class-data-sharing archive (no state store needed)."""
+    if not cds.enabled():
+        print(f"{cds.SWITCH_ENV} is off: Spark drivers start without a class-data-sharing archive")
+        return 0
+    found = None if args.force else cds.current()
+    try:
+        path = found or cds.build(force=args.force)
+    except TransactionalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: cannot write the archive under {cds.cache_dir()} ({exc.strerror}): set "
+              f"{cds.DIR_ENV} to a writable directory", file=sys.stderr)
+        return 1
+    print(f"class-data-sharing archive {'already built' if found else 'built'}: {path}")
+    return 0
+
+
+def fetch_jars(args: argparse.Namespace) -> int:
+    """Fetch the jars the Spark jobs of Kafka and S3 topologies need (Spark's Kafka connector,
+    Hadoop's s3a), with Maven."""
+    for what, connector in (("Spark's Kafka connector", jars.kafka_connector()),
+                            ("Hadoop's s3a file system", jars.s3a_connector())):
+        found = connector.find()
+        fetched = found if found is not None else connector.fetch()
+        size = sum(p.stat().st_size for p in fetched) / 2**20
+        print(f"{what} {'already fetched' if found is not None else 'fetched'}: {len(fetched)} jars, "
+              f"{size:.1f} MiB in {connector.directory}")
+    return 0
+
+
+def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Audit and rebuild, and Spark's set-up on this machine, with ``command(name, func, help,
+    topology=True)`` (the CLI's subparser factory)."""
+    master = os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]")
+    made = {}
+    for name, func, text in (("audit", audit, "recompute the state from the source in one Spark pass and diff it"),
+                             ("rebuild", rebuild, "recompute the state from the source and swap it in, live")):
+        one = made[name] = command(name, func, text)
+        one.add_argument("--dag-file", help="the DAG file that declares the topology: its Spark job is run from it "
+                         "(a store whose declaration differs is refused)" +
+                         (" (not needed with --abort)" if name == "rebuild" else ""))
+        one.add_argument("--master", default=master, help="Spark master (default local[2]; e.g. spark://host:7077)")
+        one.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    made["audit"].add_argument("--json", action="store_true")
+    made["rebuild"].add_argument("--abort", action="store_true", help="forget a rebuild that died half-way")
+    made["rebuild"].add_argument("--force", action="store_true", help="with --abort: abort a rebuild still running")
+    command("spark-cds", spark_cds, "build the class-data-sharing archive that saves a small batch's "
+            "spark-submit about a fifth of its CPU and time (once per machine; needs no state store)",
+            topology=False).add_argument("--force", action="store_true",
+                                         help="build it again even if a verified one exists")
+    command("fetch-jars", fetch_jars, "fetch Spark's Kafka connector and Hadoop's s3a for the installed Spark "
+            "with Maven (once per machine; needs no state store)", topology=False)
+
+
+#: Commands that need no state store.
+NO_STORE = (spark_cds, fetch_jars)
