@@ -43,6 +43,7 @@ from .core import (
     verify,
     views,
 )
+from .core import audit_base as verified
 from .core import commit as commit_
 from .core import publish as publish_
 from .core import status as status_
@@ -203,8 +204,8 @@ class Coordinator:
     verify_judge = Operation(verify.judge)
     verify_status = Operation(verify.status)
     verify_recheck = Operation(verify.recheck)
-    audit_base = Operation(verify.audit_base)
-    add_audit_base = Operation(verify.add_audit_base)
+    audit_base = Operation(verified.audit_base)
+    add_audit_base = Operation(verified.add_audit_base)
 
     # -- what each commit changed (core/history.py) ---------------------------------------------
     changes = Operation(history.changes)

@@ -66,11 +66,21 @@ def _modules() -> dict[str, str]:
     return {str(p.relative_to(REPO)): p.read_text() for root in CODE for p in (REPO / root).rglob("*.py")}
 
 
+#: The most lines a module may have, and the headroom a package module keeps below it.
+MOST_LINES, HEADROOM = 400, 10
+SPLIT = ("becomes a package, a module per part (as cli/ and spec/ are), before it grows: a module squeezed "
+         "under the limit keeps duplicates alive (docs/contributing/tests.md)")
+
+
 def test_every_module_reads_in_one_sitting() -> None:
-    """No module over 400 lines; the commit protocol under 200."""
+    """No module over 400 lines, none of the package within 10 lines of that (the next change must
+    not have to squeeze it); the commit protocol under 200."""
     sizes = {name: len(text.splitlines()) for name, text in _modules().items()}
     assert len([n for n in sizes if n.startswith("provider/")]) > 40
-    assert {name: n for name, n in sizes.items() if n > 400} == {}
+    over = {name: n for name, n in sizes.items() if n > MOST_LINES}
+    assert over == {}, f"over {MOST_LINES} lines: {over}; each {SPLIT}"
+    near = {name: n for name, n in sizes.items() if name.startswith("provider/") and n > MOST_LINES - HEADROOM}
+    assert near == {}, f"within {HEADROOM} lines of the limit: {near}; each {SPLIT}"
     assert sizes["provider/airflow_transactional/core/commit.py"] < 200
 
 

@@ -31,7 +31,7 @@ def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, trans
     """Recompute every state from the source over the committed offsets and diff the tables. Where
     the source no longer holds what committed txids read, from the verified-through mark: the states
     as of it from their delta history (every txid through it checked before its input went), and the
-    txids after it recomputed from the source (``core/verify.audit_base``)."""
+    txids after it recomputed from the source (``core/audit_base.audit_base``)."""
     for _ in range(3):
         spec = coordinator.spec(topology_id)
         st = coordinator.status(topology_id)

@@ -1,196 +1,25 @@
-"""Declarations of a topology: its source, its state tables, its limits. Plain data, no I/O.
-
-Everything is validated when the object is built, so a wrong declaration fails at DAG-parse
-time with a message that names the fix, long before a database is touched.
-"""
+"""A topology: its source, states, outputs, decisions, Spark job and limits. Plain data, validated
+when built."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import identifiers, quarantine
-from .connections import Connections
-from .exceptions import ConfigError
-from .limits import value_range
-from .sources import KafkaSource, PostgresLogSource, Source, source_from_config
-from .values import Combiner, ValueKind
-
-DEFAULT_STATE_SCHEMA = "public"
+from .. import identifiers, quarantine
+from ..connections import Connections
+from ..exceptions import ConfigError
+from ..limits import value_range
+from ..sources import PostgresLogSource, Source, source_from_config
+from ..values import Combiner, ValueKind
+from .effects import DecisionSpec, OutputSpec
+from .states import StateSpec
 
 # Upper bounds that catch a typo before it costs anything: each transaction in flight holds an
 # Airflow run slot, and one batch is read, parsed and staged as a whole.
 MAX_IN_FLIGHT = 100_000
 MAX_BATCH_SIZE = 100_000_000
-
-
-@dataclass(frozen=True)
-class StateSpec:
-    """A keyed state table updated by the commit phase.
-
-    ``keys`` maps key column names to SQL types (``{"url": "text"}``); the provider adds
-    ``value`` (of ``value_type``), ``txid`` and, for opaque values, ``prev_value``. The table is
-    ``table`` (default: the state's name) in ``schema`` (default ``public``; ``table`` may also
-    say ``"schema.table"``) -- apart from the provider's own bookkeeping in ``airflow_txn``.
-    ``database`` names another Postgres (see ``Coordinator(external_dsns=...)``): such a state
-    is not atomic with the checkpoint and relies on the per-value txid rule to stay idempotent.
-    """
-
-    name: str
-    keys: Mapping[str, str]
-    combiner: Combiner | str = Combiner.SUM
-    value_type: str = "bigint"
-    kind: ValueKind | str = ValueKind.TRANSACTIONAL
-    table: str | None = None
-    database: str | None = None
-    schema: str | None = None
-
-    def __post_init__(self) -> None:
-        identifiers.name("state name", self.name)
-        if not isinstance(self.keys, Mapping):
-            raise ConfigError(f"state {self.name!r}: keys must map each key column to its SQL type, e.g. "
-                              f"keys={{'url': 'text'}}, not {type(self.keys).__name__} {self.keys!r}")
-        if not self.keys:
-            raise ConfigError(
-                f"state {self.name!r} has no key columns: give keys={{'column': 'text'}} "
-                "(a single global value uses a constant key, e.g. {'id': 'text'} with key 'all')"
-            )
-        keys = {identifiers.column(c): identifiers.sql_type(t) for c, t in dict(self.keys).items()}
-        object.__setattr__(self, "keys", keys)
-        combiner = Combiner.parse(self.combiner)
-        object.__setattr__(self, "combiner", combiner)
-        value_type = identifiers.sql_type(self.value_type)
-        if combiner.numeric and value_type not in ("bigint", "integer", "numeric", "double precision"):
-            raise ConfigError(
-                f"state {self.name!r}: combiner {combiner.value!r} needs a numeric value_type "
-                f"(bigint, integer, numeric, double precision), not {value_type!r}"
-            )
-        object.__setattr__(self, "value_type", value_type)
-        object.__setattr__(self, "kind", ValueKind.parse(self.kind))
-        if self.schema is not None:
-            identifiers.name("schema name", self.schema)
-            if "." in (self.table or ""):
-                raise ConfigError(f"state {self.name!r}: give the schema once, as schema={self.schema!r} or in "
-                                  f"table='schema.table', not both")
-        self.schema_and_table  # noqa: B018 -- validates the table name now, at parse time
-        if self.database is not None:
-            identifiers.name("database name", self.database)
-
-    @property
-    def schema_and_table(self) -> tuple[str, str]:
-        return identifiers.qualified_table(self.table or self.name, self.schema or DEFAULT_STATE_SCHEMA)
-
-    @property
-    def key_columns(self) -> list[str]:
-        return list(self.keys)
-
-    def to_config(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "keys": dict(self.keys),
-            "combiner": Combiner.parse(self.combiner).value,
-            "value_type": self.value_type,
-            "kind": ValueKind.parse(self.kind).value,
-            "table": self.table,
-            "database": self.database,
-            **({"schema": self.schema} if self.schema else {}),  # absent from older declarations
-        }
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> StateSpec:
-        return cls(**config)
-
-
-#: The most partitions an output log may be declared with.
-MAX_OUTPUT_PARTITIONS = 1024
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """An event log the commit appends to: the topology's output, a next topology's source.
-
-    The transform emits events for it by ``name``; they are staged per (txid, attempt) like
-    state deltas and appended by the commit, in its one Postgres transaction, in txid order.
-    ``log`` is the :class:`~airflow_transactional.EventLog` (default: ``name``), kept in the state
-    store's schema; it is created with ``partitions`` when missing (an existing log keeps its
-    own). An event goes to the partition of its key (``partition_of``), or of its id.
-
-    ``kafka_topic``: the committed events are also published to that Kafka topic (through the
-    ``kafka_conn_id`` connection), each txid's in one Kafka transaction, in txid order, after its
-    commit (docs/guides/kafka.md, "Publishing to Kafka").
-    """
-
-    name: str
-    log: str | None = None
-    partitions: int = 1
-    kafka_topic: str | None = None
-    kafka_conn_id: str = "kafka_default"
-
-    def __post_init__(self) -> None:
-        identifiers.name("output name", self.name)
-        object.__setattr__(self, "log", identifiers.name("log name", self.log or self.name))
-        if (not isinstance(self.partitions, int) or isinstance(self.partitions, bool)
-                or not 1 <= self.partitions <= MAX_OUTPUT_PARTITIONS):
-            raise ConfigError(f"output {self.name!r}: partitions must be an integer from 1 to "
-                              f"{MAX_OUTPUT_PARTITIONS}, got {self.partitions!r}")
-        if self.kafka_topic is not None:  # a topic's and a connection's names, checked as a source's
-            KafkaSource(self.kafka_topic, kafka_conn_id=self.kafka_conn_id)
-
-    @property
-    def log_name(self) -> str:
-        return self.log or self.name
-
-    def to_config(self) -> dict[str, Any]:
-        published = {"kafka_topic": self.kafka_topic, "kafka_conn_id": self.kafka_conn_id} if self.kafka_topic else {}
-        return {"name": self.name, "log": self.log_name, "partitions": self.partitions, **published}
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> OutputSpec:
-        return cls(**config)
-
-
-@dataclass(frozen=True)
-class DecisionSpec:
-    """A rule the commit applies to requests one by one -- per key, in source order, on the
-    committed state -- where parallel processing cannot: may this account pay?
-
-    ``state`` is a ``sum`` state of the topology that only this rule updates: each key's balance.
-    A request's ``amount`` is added to it when the request is granted: always when the amount is
-    not negative, else only if the balance stays at or above ``floor``. ``headroom`` may name a
-    table or view (``"schema.table"``) with the state's key columns and a ``value`` column that
-    is added to the balance -- e.g. an opening balance plus an overdraft limit plus the credits
-    another topology committed. Outside this commit it may only ever grow, or a grant could
-    break the floor. A request id is decided once: a request sent again is not decided again.
-    The verdicts are kept (``Coordinator.verdicts``); events the transform emits for a request
-    ``when`` it is granted (or declined) are appended with the commit's other output events.
-    """
-
-    name: str
-    state: str
-    floor: int | float = 0
-    headroom: str | None = None
-
-    def __post_init__(self) -> None:
-        identifiers.name("decision name", self.name)
-        identifiers.name("state name", self.state)
-        if (not isinstance(self.floor, (int, float)) or isinstance(self.floor, bool)
-                or not math.isfinite(self.floor)):
-            raise ConfigError(f"decision {self.name!r}: floor must be a finite number, got {self.floor!r}")
-        if self.headroom is not None:
-            identifiers.qualified_table(self.headroom, DEFAULT_STATE_SCHEMA)
-
-    @property
-    def headroom_table(self) -> tuple[str, str] | None:
-        return None if self.headroom is None else identifiers.qualified_table(self.headroom, DEFAULT_STATE_SCHEMA)
-
-    def to_config(self) -> dict[str, Any]:
-        return {"name": self.name, "state": self.state, "floor": self.floor, "headroom": self.headroom}
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> DecisionSpec:
-        return cls(**config)
 
 
 @dataclass(frozen=True)
@@ -231,7 +60,7 @@ class TopologySpec:
     it applies request by request (:class:`DecisionSpec`), ``job`` its Spark application
     (:class:`SparkJob`), ``dag_id`` the one DAG that runs it (default: its id), ``stall_after_seconds``
     how long it may go without a commit while its source holds records before it is stalled (None: never),
-    ``max_quarantined`` the share of a txid's records it may set aside and commit (:mod:`.quarantine`)."""
+    ``max_quarantined`` the share of a txid's records it may set aside and commit (:mod:`..quarantine`)."""
 
     topology_id: str
     source: Source
