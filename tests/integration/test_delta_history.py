@@ -217,3 +217,19 @@ def test_a_rebuild_makes_what_it_recomputed_the_snapshot_the_history_starts_at(d
         assert dict(coord.changes("clicks", 3)["clicks_count"]) == third
         with pytest.raises(ConfigError, match="txid 2 is no longer there"):
             coord.changes("clicks", 2)
+
+
+def test_an_empty_txid_records_the_code_that_committed_it(dsn: str) -> None:
+    """Regression: a txid with nothing to read (a run with nothing new, a withdrawn correction)
+    committed with no code at all; it records the provider and the declaration that committed it."""
+    make_log(dsn).append([click(i) for i in range(5)])
+    with Coordinator(dsn) as coord:
+        coord.register(counting_topology())
+        run_one(coord, "clicks", "r1")
+        empty = coord.plan("clicks", "r2")
+        assert empty.empty and coord.commit("clicks", empty.txid).committed
+        first, second = coord.commits("clicks")
+        declared = provenance.declaration_digest(coord.spec("clicks").to_config())
+    assert not second["attempt"] and second["records_read"] == 0
+    assert second["code"] == {"provider": provenance.provider_digest(), "declaration": declared}
+    assert {k: first["code"][k] for k in ("provider", "declaration")} == second["code"]

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import psycopg2.errors
 import psycopg2.extensions
 
-from .. import faults
+from .. import faults, provenance
 from ..exceptions import (
     NotProcessed,
     SourceChanged,
@@ -74,7 +74,7 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
                 f"topology {topology_id!r}: the plan of txid {txid} starts at {txn.start_offsets} "
                 f"but the committed checkpoint is {offsets}; re-plan it (opaque topologies do "
                 "this when processing it again)")
-        chosen, row_counts, records_read, quarantined, code = choose_attempt(store, cur, txn, attempt)
+        chosen, row_counts, records_read, quarantined, code = choose_attempt(store, cur, spec, txn, attempt)
         apply.quarantine_limit(store, cur, spec, txn, chosen, records_read, quarantined)
         out_digests = verify_staged(store, cur, num, spec, txn, chosen, row_counts)
         faults.point("commit.after_verify", cur, scope=scope)
@@ -143,9 +143,10 @@ def check_order(store: StateStore, cur: psycopg2.extensions.cursor, topology_id:
     return None
 
 
-def choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Transaction,
+def choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySpec, txn: Transaction,
                    requested: int | None) -> Chosen:
-    """The attempt to commit and what it staged, or NotProcessed."""
+    """The attempt to commit and what it staged, or NotProcessed. An empty batch has no attempt: its
+    code is what commits it -- this provider and the declaration (no application ran)."""
     if txn.pinned_attempt is not None:
         # A commit that began applying states elsewhere must finish with the same attempt.
         row = attempts.outcome(cur, store.schema, txn.topology_id, txn.txid, txn.pinned_attempt)
@@ -153,7 +154,7 @@ def choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, txn: Tran
         row = attempts.latest_outcome(cur, store.schema, txn.topology_id, txn.txid, txn.plan_version)
         if row is None:
             if txn.empty and requested is None:
-                return Chosen(None, {}, 0, 0)
+                return Chosen(None, {}, 0, 0, provenance.code(spec.to_config()))
             raise NotProcessed(
                 f"topology {txn.topology_id!r} txid {txn.txid} has no complete processing attempt of "
                 f"its current plan (version {txn.plan_version}): run its processing task, then commit")

@@ -42,7 +42,7 @@ def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int 
         if done is not None:
             return done
         txn = store.txn(cur, topology_id, txid, lock=True)
-        picked = commit.choose_attempt(store, cur, txn, attempt)
+        picked = commit.choose_attempt(store, cur, spec, txn, attempt)
         apply.quarantine_limit(store, cur, spec, txn, picked.attempt, picked.records_read, picked.quarantined)
         commit.verify_staged(store, cur, num, spec, txn, picked.attempt, picked.row_counts)
         chosen = picked.attempt
