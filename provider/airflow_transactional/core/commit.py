@@ -145,8 +145,7 @@ def check_order(store: StateStore, cur: psycopg2.extensions.cursor, topology_id:
 
 def choose_attempt(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySpec, txn: Transaction,
                    requested: int | None) -> Chosen:
-    """The attempt to commit and what it staged, or NotProcessed. An empty batch has no attempt: its
-    code is what commits it -- this provider and the declaration (no application ran)."""
+    """The attempt to commit and what it staged, or NotProcessed (an empty batch: its committer's code)."""
     if txn.pinned_attempt is not None:
         # A commit that began applying states elsewhere must finish with the same attempt.
         row = attempts.outcome(cur, store.schema, txn.topology_id, txn.txid, txn.pinned_attempt)
