@@ -18,13 +18,11 @@ from ..model import DEFAULT_SCHEMA
 from . import corrections, history, operating, quarantine, spark
 from .args import Command, given
 
-#: The first line of ``airflow-txn --help``.
-DESCRIPTION = "inspect and repair topologies from the command line."
-
 
 def parser() -> argparse.ArgumentParser:
     """The command line: global options, and one subparser per command (its function as ``func``)."""
-    p = argparse.ArgumentParser(prog="airflow-txn", description=f"``airflow-txn``: {DESCRIPTION}")
+    first_line = (sys.modules[__package__].__doc__ or "").splitlines()[0]  # the package's docstring says it
+    p = argparse.ArgumentParser(prog="airflow-txn", description=first_line)
     p.add_argument("--dsn-file", help=f"a file (mode 600) holding the state store's DSN/URI (default: ${DSN_FILE_ENV})")
     p.add_argument("--dsn", help="state store DSN/URI (default: $AIRFLOW_TXN_DSN); shows in ps and shell history: "
                    "prefer $AIRFLOW_TXN_DSN or --dsn-file")
