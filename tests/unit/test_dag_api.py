@@ -322,7 +322,7 @@ def test_py_files_resolve_against_the_dag_file_reach_audits_and_a_spark_connect_
     """A job's own modules (``py_files``) are found wherever the job runs: spark-submit's
     --py-files (relative paths taken from the DAG file, like ``application``), the record that
     audit and rebuild ship with the job, and a Spark Connect client's import path."""
-    from airflow_transactional.airflow.operators.process import client_path
+    from airflow_transactional.spark.recompute import client_path
 
     dag = _dag(py_files="../../spark_jobs/words.py, s3://bucket/lib.zip")
     process = dag.get_task("process")

@@ -58,7 +58,35 @@ def print_rows(rows: list[tuple[Any, ...]], columns: list[str], as_json: bool) -
 def spark_options(one: argparse.ArgumentParser) -> None:
     """The options of a command that runs the topology's Spark job, and its --json."""
     one.add_argument("--dag-file", help="the DAG file that declares the topology: its Spark job is run from it")
-    one.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"),
-                     help="Spark master (default local[2])")
-    one.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+    spark_target(one)
     one.add_argument("--json", action="store_true")
+
+
+def spark_target(one: argparse.ArgumentParser) -> None:
+    """Where a command runs the topology's Spark job: a spark-submit driver on --master, or a
+    client of the Spark Connect server of an Airflow connection."""
+    one.add_argument("--master", default=os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]"),
+                     help="Spark master of a spark-submit driver (default local[2]; e.g. spark://host:7077)")
+    one.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value (spark-submit only)")
+    one.add_argument("--spark-connect", metavar="CONN_ID",
+                     help="run the job as a client of the Spark Connect server of this Airflow connection (as a "
+                          "DAG's spark_connect_conn_id), instead of a spark-submit driver")
+
+
+def on_spark(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`~airflow_transactional.spark.recompute.recompute`'s arguments of where the job runs."""
+    remote = None
+    if args.spark_connect:
+        if "://" in args.spark_connect:
+            raise ConfigError("--spark-connect takes an Airflow connection id, not a URL (a URL's token shows in ps): "
+                              "e.g. AIRFLOW_CONN_MY_SPARK='{\"conn_type\": \"spark_connect\", \"host\": \"sc://host\", "
+                              "\"port\": 15002, \"password\": \"TOKEN\"}' and --spark-connect my_spark")
+        try:
+            from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+            remote = SparkConnectHook(args.spark_connect).get_connection_url()
+        except Exception as exc:  # no Airflow configured here, or no such connection
+            raise ConfigError(f"no Spark Connect server from the Airflow connection {args.spark_connect!r} "
+                              f"({redact(str(exc))}): define it (conn_type spark_connect: host, port, the token "
+                              "as its password) or drop --spark-connect") from None
+    return {"master": args.master, "conf": args.conf, "remote": remote}

@@ -13,7 +13,7 @@ from ..coordinator import Coordinator
 from ..exceptions import ConfigError, NotYourTurn
 from ..ranges import Round, txid_range
 from ..spark.recompute import recompute
-from .args import spark_options, txid_or_zero
+from .args import on_spark, spark_options, txid_or_zero
 
 
 def correct(args: argparse.Namespace, coord: Coordinator) -> int:
@@ -27,7 +27,7 @@ def correct(args: argparse.Namespace, coord: Coordinator) -> int:
         raise ConfigError("name the committed txids to preview (A..B), or --withdraw TXID")
     first, last = txid_range(args.txids)
     spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "correct")
-    result = recompute(coord.dsn, coord.schema, spec, "preview", master=args.master, conf=args.conf,
+    result = recompute(coord.dsn, coord.schema, spec, "preview", **on_spark(args),
                        mode_value=f"{first}..{last}")
     if args.json:
         print(json.dumps(result, indent=2, default=str))
@@ -76,7 +76,7 @@ def verify(args: argparse.Namespace, coord: Coordinator) -> int:
     found: dict[str, Any] = {}
     if not args.status:
         spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "verify")
-        found = recompute(coord.dsn, coord.schema, spec, "verify", master=args.master, conf=args.conf,
+        found = recompute(coord.dsn, coord.schema, spec, "verify", **on_spark(args),
                           mode_value=args.round)
     status = coord.verify_status(args.topology)
     if args.json:

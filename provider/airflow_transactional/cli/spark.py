@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 
@@ -14,6 +13,7 @@ from ..coordinator import Coordinator
 from ..exceptions import TransactionalError
 from ..spark import cds, jars
 from ..spark.recompute import recompute
+from .args import on_spark, spark_target
 
 
 def _committed_records(coord: Coordinator, topology_id: str) -> int:
@@ -23,7 +23,7 @@ def _committed_records(coord: Coordinator, topology_id: str) -> int:
 
 def audit(args: argparse.Namespace, coord: Coordinator) -> int:
     spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "audit")
-    result = recompute(coord.dsn, coord.schema, spec, "audit", master=args.master, conf=args.conf,
+    result = recompute(coord.dsn, coord.schema, spec, "audit", **on_spark(args),
                        records=_committed_records(coord, args.topology))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
@@ -50,7 +50,7 @@ def rebuild(args: argparse.Namespace, coord: Coordinator) -> int:
             args.topology, force=args.force) else f"{args.topology} has no rebuild to abort")
         return 0
     spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "rebuild")
-    result = recompute(coord.dsn, coord.schema, spec, "rebuild", master=args.master, conf=args.conf,
+    result = recompute(coord.dsn, coord.schema, spec, "rebuild", **on_spark(args),
                        records=_committed_records(coord, args.topology))
     print(f"rebuilt {args.topology} from its source as of txid {result['rebuilt_at_txid']}, replayed "
           f"{result['journal_txids']} txids committed meanwhile (now at txid {result['caught_up_to_txid']})")
@@ -92,7 +92,6 @@ def fetch_jars(args: argparse.Namespace) -> int:
 def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """Audit and rebuild, and Spark's set-up on this machine, with ``command(name, func, help,
     topology=True)`` (the CLI's subparser factory)."""
-    master = os.environ.get("AIRFLOW_TXN_SPARK_MASTER", "local[2]")
     made = {}
     for name, func, text in (("audit", audit, "recompute the state from the source in one Spark pass and diff it"),
                              ("rebuild", rebuild, "recompute the state from the source and swap it in, live")):
@@ -100,8 +99,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
         one.add_argument("--dag-file", help="the DAG file that declares the topology: its Spark job is run from it "
                          "(a store whose declaration differs is refused)" +
                          (" (not needed with --abort)" if name == "rebuild" else ""))
-        one.add_argument("--master", default=master, help="Spark master (default local[2]; e.g. spark://host:7077)")
-        one.add_argument("--conf", action="append", default=[], help="extra Spark conf key=value")
+        spark_target(one)
     made["audit"].add_argument("--json", action="store_true")
     made["rebuild"].add_argument("--abort", action="store_true", help="forget a rebuild that died half-way")
     made["rebuild"].add_argument("--force", action="store_true", help="with --abort: abort a rebuild still running")

@@ -26,15 +26,13 @@ from ...sources.base import connections_for
 from ...spark import cds
 from ...spark.auth import with_authentication
 from ...spark.jars import jars_for
-from ...spark.job import REMOTE_ENV
+from ...spark.recompute import connect_client_env
 from ...spark.submit import (
-    DSN_ENV,
     SHORT_JIT,
     DsnDelivery,
     check_deploy_mode,
     deliver_dsn,
     provider_zip,
-    secrets_text,
     with_jit_for_batch,
     with_quiet_driver_logs,
 )
@@ -220,12 +218,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 
         url = SparkConnectHook(conn_id).get_connection_url()
-        env = {**os.environ, **(self.env_vars or {}), REMOTE_ENV: url,
-               DSN_ENV: secrets_text(dsn, connections_for(source) if (source := self.source()) else None),
-               "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-        path = client_path(self.py_files)  # what spark-submit's --py-files would put on the driver's path
-        if path:
-            env["PYTHONPATH"] = os.pathsep.join([*path, *filter(None, [env.get("PYTHONPATH")])])
+        env = connect_client_env(url, dsn, self.source(), self.py_files, {**os.environ, **(self.env_vars or {})})
         argv = [sys.executable, self.application, *(self.application_args or [])]
         self._client = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                         stdin=subprocess.DEVNULL, start_new_session=True)
@@ -251,19 +244,6 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         super().on_kill()
 
 
-
-
-def client_path(py_files: str | None) -> list[str]:
-    """The import path a job's ``py_files`` give a Spark Connect client on this machine: the folder
-    of each ``.py`` file, each archive itself (URLs are the server's business)."""
-    out: list[str] = []
-    for item in filter(None, (p.strip() for p in (py_files or "").split(","))):
-        if "://" in item:
-            continue
-        entry = os.path.dirname(item) if item.endswith(".py") else item
-        if entry not in out:
-            out.append(entry)
-    return out
 
 
 def dag_version(context: Any) -> str | None:
