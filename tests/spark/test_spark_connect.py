@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,30 +27,10 @@ from dev.embedded import free_port
 from dev.sparkconnect import ConnectServer
 from tests.helpers import as_nobody, fetch_blocks_as_nobody, listening_ports, query, spark_submit
 
-MODEL_CACHE = "spark_connect_model_cache"  # what a Connect server makes in its JVM's temp dir
-
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = str(REPO / "spark_jobs" / "words.py")
-
-
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    cache = Path("/tmp") / MODEL_CACHE  # the JVM's default temp dir, whatever $TMPDIR says
-    before = cache.exists()
-    server = ConnectServer(free_port(), tmp_path_factory.mktemp("spark-connect") / "server.log").start()
-    try:
-        yield server.wait(120)
-    finally:
-        server.stop()
-    # The server kept its scratch (Spark's local dirs, its model cache) beside its log.
-    assert before or not cache.exists(), f"the Spark Connect server left {cache}"
-
-
-@pytest.fixture(scope="module")
-def spark_remote(connect_server: ConnectServer) -> str:
-    return connect_server.url
 
 
 def _client(dsn: str, remote: str, txid: int) -> subprocess.CompletedProcess[str]:
