@@ -13,6 +13,7 @@ import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,11 +83,28 @@ def test_words_commits_in_txid_order_exactly_once_and_pipelines(stack: LocalStac
                          "ON a.topology_id = c.topology_id AND a.txid > c.txid "
                          "WHERE a.topology_id = 'words' AND a.started_at < c.commit_started_at")[0][0]
     assert overlap > 0
-    # Empty batches cost no spark-submit: the task says why it skipped.
+    _check_the_tasks_of_an_empty_and_a_processed_batch(stack, client, commits)
+    coord.close()
+    log.close()
+
+
+def _check_the_tasks_of_an_empty_and_a_processed_batch(stack: LocalStack, client: RestClient,
+                                                       commits: list[dict[str, Any]]) -> None:
+    # Empty batches cost no spark-submit, and one its plan committed not even a slot of the Spark
+    # pool: the plan skips its process task at once; any other skips itself, saying why.
+    run = client.trigger("words", None)["dag_run_id"]  # nothing new to read, every txid committed
+    wait_for_runs(stack, "words", [run])
+    ti = {t["task_id"]: t for t in client.task_instances("words", run)}
+    assert ti["process"]["state"] == "skipped" and ti["process"]["queued_when"] is None, ti["process"]
+    assert "process skipped (no spark-submit, no Spark pool slot)" in task_log(stack, "words", run, "plan")
+    assert ti["commit"]["state"] == "success", ti["commit"]
     empty = next(c for c in commits if not c["records_read"])
     ti = {t["task_id"]: t for t in client.task_instances("words", empty["run_key"])}
     assert ti["process"]["state"] == "skipped"
-    assert "empty batch: no spark-submit" in task_log(stack, "words", empty["run_key"], "process")
+    if "process skipped (no spark-submit, no Spark pool slot)" in task_log(stack, "words", empty["run_key"], "plan"):
+        assert ti["process"]["queued_when"] is None and ti["process"]["start_date"] is None, ti["process"]
+    else:
+        assert "empty batch: no spark-submit" in task_log(stack, "words", empty["run_key"], "process")
     # The process task starts its driver JVM from the class-data-sharing archive `make test` built.
     archive = spark_cds.current()
     processed = next(c for c in commits if c["records_read"])
@@ -95,8 +113,6 @@ def test_words_commits_in_txid_order_exactly_once_and_pipelines(stack: LocalStac
     # The task log is the job's, not Spark's routine warnings; a commit says so once.
     assert "FutureWarning" not in said and not re.search(r"\d\d:\d\d:\d\d WARN ", said)
     assert task_log(stack, "words", processed["run_key"], "commit").count(f"committed txid {processed['txid']} ") == 1
-    coord.close()
-    log.close()
 
 
 def test_the_transactions_views_show_what_postgres_holds(stack: LocalStack, client: RestClient) -> None:

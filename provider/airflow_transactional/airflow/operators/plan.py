@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from airflow.sdk.bases.skipmixin import SkipMixin
 from airflow.sdk.exceptions import AirflowFailException
 
 from ...coordinator import Coordinator
@@ -17,9 +18,10 @@ from ...ranges import txid_range
 from ...spec import TopologySpec
 from ..watch import Watch
 from .base import WaitingTask
+from .process import TransactionalSparkSubmitOperator
 
 
-class PlanOperator(WaitingTask):
+class PlanOperator(WaitingTask, SkipMixin):
     """Give this run its txid and fix its batch (idempotent: a replay gets the stored plan).
 
     Registers the topology first (creates/migrates tables; idempotent). When ``max_in_flight``
@@ -29,9 +31,11 @@ class PlanOperator(WaitingTask):
     says which.
 
     A batch with nothing in it whose predecessor has committed is committed here, at once
-    (``commit_empty``, the default): there is nothing to process, and its commit task then only
-    finds it committed and sends its asset events. Any other empty batch, or any error of that
-    commit, is left to the commit task.
+    (``commit_empty``, the default): there is nothing to process -- the processing task right after
+    this one is skipped from here, so it never waits for a slot of the Spark pool only to skip --
+    and its commit task then only finds it committed and sends its asset events. Any other empty
+    batch, or any error of that commit, is left to the commit task (and the processing task skips
+    itself).
     """
 
     default_wait_timeout = timedelta(minutes=30)
@@ -51,7 +55,16 @@ class PlanOperator(WaitingTask):
         state = "committed" if txn.committed else "planned"
         self.log.info("run %s is txid %d of topology %s (%s, %d records; %s)", context["run_id"], txn.txid,
                       self.topology_id, state, txn.planned_records, span_text(txn.start_offsets, txn.end_offsets))
-        return {"txid": txn.txid, "records": txn.planned_records, "status": txn.status}
+        result = {"txid": txn.txid, "records": txn.planned_records, "status": txn.status}
+        processing = [t for t in (self.downstream_list if self.has_dag() else [])  # a task outside a DAG: none
+                      if isinstance(t, TransactionalSparkSubmitOperator)]
+        if txn.empty and txn.committed and processing:
+            # Skipped now, the processing never waits for a slot of the Spark pool only to skip.
+            context["ti"].xcom_push(key="return_value", value=result)  # what returning it would push
+            self.log.info("txid %d is an empty batch, committed: %s skipped (no spark-submit, no Spark pool slot)",
+                          txn.txid, ", ".join(t.task_id for t in processing))
+            self.skip(context["ti"], processing)
+        return result
 
     def plan_run(self, coordinator: Coordinator, context: Mapping[str, Any]) -> Transaction:
         """The run's transaction: a batch of new records; or, for a run triggered with the conf
