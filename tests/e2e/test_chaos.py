@@ -30,7 +30,7 @@ def test_chaos_keeps_every_event_exactly_once_and_in_order(stack: LocalStack) ->
     report = Chaos(stack, CHAOS_CI).run()
     injected = exactly_once(report, CHAOS_CI)
     assert sum(report.faults[k] for k in injected) >= CHAOS_CI.faults and len(injected) >= 4, report.table()
-    assert set(injected) <= set(KINDS + CORRECTION_KINDS)
+    assert set(injected) <= set(KINDS + CORRECTION_KINDS + CONNECT_KINDS)
     assert report.malformed_injected > 0 and report.duplicate_deliveries > 0, report.table()
     # The operator's correction of a committed txid, under every other fault: committed once, in
     # order, changing nothing (the job is deterministic), and the state still the oracle's.

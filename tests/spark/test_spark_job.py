@@ -52,7 +52,7 @@ def _tweets(n: int) -> list[tuple[str, str]]:
 
 
 def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_repairs(
-        dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark_connect_conn: str) -> None:
     log = EventLog(dsn, "tweets")
     log.create(3)
     good = _tweets(2000)
@@ -75,11 +75,13 @@ def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_r
         coord.commit("words", t)
 
     _counts_are_exact(dsn, good)
-    # A damaged derived view: the audit finds it ...
+    # A damaged derived view: the audit finds it (its job a client of the tier's Spark Connect
+    # server: the batches above and the rebuild below are the spark-submit story) ...
     query(dsn, "UPDATE url_counts SET value = value * 10 WHERE url LIKE '%p1%'")
     query(dsn, "DELETE FROM domain_counts WHERE domain = 'example.com'")
     query(dsn, "INSERT INTO url_counts VALUES ('https://bogus/', 5, 1)")
-    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file]) == 1
+    on_connect = ["--spark-connect", spark_connect_conn]
+    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file, *on_connect]) == 1
 
     # ... and a rebuild recomputes it from the log while the topology keeps committing.
     outcome, seen, late = _rebuild_while_committing(dsn, log, coord, dag_file, tmp_path, monkeypatch)
@@ -90,7 +92,7 @@ def test_words_job_commits_exactly_what_the_log_holds_audit_agrees_and_rebuild_r
     assert query(dsn, "SELECT rebuild_from_txid FROM airflow_txn.topologies") == [(None,)]
     # The staged rows left are the delta history, rebased on what the rebuild recomputed: it adds up.
     assert dict(coord.state_as_of("words", "url_counts", coord.status("words").committed_txid)) == urls
-    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file]) == 0
+    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file, *on_connect]) == 0
     coord.close()
     log.close()
 
