@@ -32,10 +32,12 @@ from typing import IO
 REPO = Path(__file__).resolve().parents[1]
 #: Spark-tier modules run in the e2e lane, after the e2e tier: without them the other lane took 42
 #: minutes and the e2e lane 33 (clean-clone CI, once the cluster's chaos mix left it); these stories
-#: of the recompute commands even the lanes out. All but the payments one are clients of the spark
-#: tier's Spark Connect server, which each lane starts once for its share of them.
+#: of the recompute commands, and the Kafka job's (on the broker the e2e stack already has), even the
+#: lanes out. The recompute stories are clients of the spark tier's Spark Connect server, which each
+#: lane starts once for its share of them.
 E2E_LANE_SPARK = ("tests/spark/test_verify_job.py", "tests/spark/test_payments_job.py",
-                  "tests/spark/test_correction_preview.py", "tests/spark/test_recompute_with_replays.py")
+                  "tests/spark/test_correction_preview.py", "tests/spark/test_recompute_with_replays.py",
+                  "tests/spark/test_kafka_job.py")
 #: lane -> its pytest selection (paths in the order they run, and a marker expression)
 LANES = {"e2e": ("tests/e2e", *E2E_LANE_SPARK, "-m", "e2e or spark"),
          "others": ("tests", *(f"--ignore={m}" for m in E2E_LANE_SPARK), "-m", "not e2e")}
