@@ -42,12 +42,13 @@ def spark_submit(dsn: str, application: str, *args: str, env: dict[str, str] | N
                                      **(env or {})}, capture_output=True, text=True, timeout=300)
 
 
-
 def connect_job(dsn: str, remote: str, application: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """A job as a client of the Spark Connect server at ``remote`` (plain ``python``, the URL and
-    the DSN in its environment), as the process task runs it on a ``spark_connect_conn_id``."""
+    """A job as a client of the Spark Connect server at ``remote``, in the environment the process
+    task gives it on a ``spark_connect_conn_id``."""
+    from airflow_transactional.spark.recompute import connect_client_env
+
     return subprocess.run([sys.executable, application, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "SPARK_REMOTE": remote})
+                          env=connect_client_env(remote, dsn, None, None, os.environ))
 
 #: Another local user's Python: the virtualenv's may sit where ``nobody`` cannot enter.
 NOBODY_PYTHON = "/usr/bin/python3"

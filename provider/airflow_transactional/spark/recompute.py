@@ -57,7 +57,7 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
             env = connect_client_env(remote, dsn, spec.source, job.py_files, os.environ)
             proc = subprocess.run([sys.executable, *app], env=env, capture_output=True, text=True, check=False)
         else:
-            proc = _submitted(dsn, spec, master, conf, records, app)
+            proc = _submitted(dsn, spec, master, conf, records, job.py_files, app)
         if not os.path.exists(result_file):  # what it said, wherever it said it
             said = "\n".join(filter(None, (proc.stderr[-4000:].strip(), proc.stdout[-2000:].strip())))
             raise TransactionalError(f"the {mode} job failed ({proc.returncode}):\n{redact(said)}")
@@ -66,8 +66,9 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
 
 
 def _submitted(dsn: str, spec: TopologySpec, master: str, conf: list[str], records: int | None,
-               app: list[str]) -> subprocess.CompletedProcess[str]:
-    """``app`` (the job and its arguments) run under ``spark-submit`` on ``master``."""
+               job_py_files: str | None, app: list[str]) -> subprocess.CompletedProcess[str]:
+    """``app`` (the job and its arguments) run under ``spark-submit`` on ``master``, the job's own
+    modules (``job_py_files``) beside the provider's."""
     settings = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
                                        **dict(c.split("=", 1) for c in conf)})
     if records is not None and master.startswith("local"):
@@ -78,7 +79,7 @@ def _submitted(dsn: str, spec: TopologySpec, master: str, conf: list[str], recor
     argv = spark_submit_argv(master, settings)
     connector = jars_for(spec.source, settings)
     argv += ["--jars", ",".join(connector)] if connector else []
-    py_files = ",".join(filter(None, [provider_zip(), spec.job.py_files if spec.job else None]))
+    py_files = ",".join(filter(None, [provider_zip(), job_py_files]))
     argv += ["--py-files", py_files, *app, *delivery.app_args]
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     env.pop(DSN_ENV, None)
