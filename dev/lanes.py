@@ -12,7 +12,8 @@ The cluster's chaos mix is not a test: its faults are asserted one at a time by 
 
 Each lane is its own pytest session with its own temporary directory (``TMPDIR``, so the lanes'
 Spark scratch and pytest's ``tmp_path`` never meet), its output streamed with the lane's name in
-front of each line and kept in ``var/lanes/<lane>.log``. The exit code is 0 only if every lane's
+front of each line and kept in ``var/lanes/<lane>.log`` (its JUnit XML beside it: at the end each
+lane's slowest files are listed with their minutes). The exit code is 0 only if every lane's
 is (pytest's 5, no test collected, is a failure too); Ctrl-C stops both lanes.
 """
 
@@ -28,6 +29,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
+from xml.etree import ElementTree
 
 REPO = Path(__file__).resolve().parents[1]
 #: Spark-tier modules run in the e2e lane, after the e2e tier: without them the other lane took 42
@@ -70,6 +72,23 @@ def failure_summary(log: Path, most: int = 40) -> list[str]:
     return found[:most] + ([f"... and {len(found) - most} more"] if len(found) > most else [])
 
 
+def slowest_files(junit: Path, most: int = 12) -> list[tuple[str, float]]:
+    """The lane's test files that took longest, each with its tests' seconds in all (set-up and
+    tear-down included), from the lane's JUnit XML: where a lane's minutes go, file by file."""
+    try:
+        cases = ElementTree.parse(junit).getroot().iter("testcase")
+    except (OSError, ElementTree.ParseError):
+        return []
+    spent: dict[str, float] = {}
+    for case in cases:
+        parts = case.get("classname", "").split(".")
+        while len(parts) > 1 and parts[-1][:1].isupper():  # a test class's name, after its module's
+            parts.pop()
+        path = "/".join(parts) + ".py"
+        spent[path] = spent.get(path, 0.0) + float(case.get("time") or 0)
+    return sorted(spent.items(), key=lambda kv: -kv[1])[:most]
+
+
 def run(args: Sequence[str], base: Path = REPO / "var" / "lanes") -> int:
     base.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -81,7 +100,8 @@ def run(args: Sequence[str], base: Path = REPO / "var" / "lanes") -> int:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         log = open(base / f"{name}.log", "w")  # closed by its pump
-        proc = subprocess.Popen(lane_argv(name, args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        argv = lane_argv(name, [*args, f"--junitxml={base / f'{name}.xml'}"])  # for slowest_files
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, start_new_session=True,
                                 env={**os.environ, "TMPDIR": str(tmp)})
         assert proc.stdout is not None
@@ -105,6 +125,8 @@ def run(args: Sequence[str], base: Path = REPO / "var" / "lanes") -> int:
             signal.signal(s, handler)
     minutes = (time.monotonic() - started) / 60
     for name, code in codes.items():
+        for path, seconds in slowest_files(base / f"{name}.xml"):
+            print(f"[{name}] {seconds / 60:5.1f} min  {path}")
         if code != 0:
             for line in failure_summary(base / f"{name}.log"):
                 print(f"[{name}] {line}")

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=BACKENDS, default="spark-submit",
                         help="spark-submit: a driver a batch; connect: batches run on a Spark Connect server (the "
                         "stack's; on a cluster an application of it), with its own fault "
-                        f"({', '.join(CONNECT_KINDS)}); the words, kafka and s3 modes")
+                        f"({', '.join(CONNECT_KINDS)})")
     parser.add_argument("--quick", action="store_true",
                         help="the size CI runs: 6 transactions, 5 faults (payments: 3 and 3; kafka and s3: 6 "
                         "and 6; on a cluster 8 and 6: each cluster kind once, and a clear)")

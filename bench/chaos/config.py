@@ -15,6 +15,7 @@ DAG_FILE = REPO / "bench" / "dags" / "chaos_words.py"
 TOPOLOGY = DAG_FILE.stem
 LOG = "chaos_tweets"
 PAYMENTS_DAG_FILE = REPO / "dags" / "payments.py"
+PAYMENTS_CONNECT_DAG_FILE = REPO / "bench" / "dags" / "chaos_payments.py"  # the example on Spark Connect
 KAFKA_DAG_FILE = REPO / "bench" / "dags" / "chaos_kafka.py"
 KAFKA_TOPIC = "chaos-tweets"
 S3_DAG_FILE = REPO / "bench" / "dags" / "chaos_s3.py"
@@ -82,9 +83,8 @@ class ChaosConfig:
             raise ValueError(f"unknown chaos mode {self.mode!r}: one of {', '.join(sorted(MODES))}")
         if self.stack not in STACKS:
             raise ValueError(f"unknown stack {self.stack!r}: one of {', '.join(STACKS)}")
-        if self.backend not in BACKENDS or (self.backend == "connect" and self.mode == "payments"):
-            raise ValueError(f"backend {self.backend!r}: one of {', '.join(BACKENDS)} (connect in the words and "
-                             "kafka modes)")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: one of {', '.join(BACKENDS)}")
         self.kinds = self.kinds or self.known_kinds
         if unknown := set(self.kinds) - set(self.known_kinds):
             raise ValueError(f"fault kinds {sorted(unknown)} need what this run lacks: the Kafka kinds strike "
@@ -276,14 +276,14 @@ class ChaosReport:
 
 def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
     """Deploy the run's topologies into ``dags_dir``: a symlink to their DAG file (and for
-    ``words`` and ``kafka`` the run's parameters beside it; the payments example reads
-    :func:`dag_env`)."""
-    if cfg.mode == "payments":
-        link = dags_dir / PAYMENTS_DAG_FILE.name
-        if not link.is_symlink():
-            os.symlink(PAYMENTS_DAG_FILE, link)
-        return
+    ``words``, ``kafka`` and ``s3`` the run's parameters beside it; the payments example reads
+    :func:`dag_env`, and on Spark Connect is deployed as ``bench/dags/chaos_payments.py``)."""
     target = dag_file(cfg)
+    if cfg.mode == "payments":
+        link = dags_dir / target.name
+        if not link.is_symlink():
+            os.symlink(target, link)
+        return
     link = dags_dir / target.name
     if not link.is_symlink():
         os.symlink(target, link)
@@ -295,7 +295,9 @@ def write_dag(dags_dir: Path, cfg: ChaosConfig) -> None:
 
 def dag_file(cfg: ChaosConfig) -> Path:
     """The DAG file that declares the run's topologies (what ``airflow-txn audit`` runs them from)."""
-    return {"payments": PAYMENTS_DAG_FILE, "kafka": KAFKA_DAG_FILE, "s3": S3_DAG_FILE}.get(cfg.mode, DAG_FILE)
+    if cfg.mode == "payments":
+        return PAYMENTS_CONNECT_DAG_FILE if cfg.backend == "connect" else PAYMENTS_DAG_FILE
+    return {"kafka": KAFKA_DAG_FILE, "s3": S3_DAG_FILE}.get(cfg.mode, DAG_FILE)
 
 
 def dag_env(cfg: ChaosConfig) -> dict[str, str]:

@@ -45,8 +45,9 @@ def test_chaos_keeps_every_event_exactly_once_and_in_order(stack: LocalStack) ->
 
 def test_chaos_payments_keep_every_invariant_across_both_stages(stack: LocalStack) -> None:
     # Stage 1 runs are triggered over REST; every stage 2 run but the first comes from stage 1's
-    # ledger asset events. Faults (kills of either stage's Spark driver or commit, clears of
-    # committed runs of either) strike both; every invariant of dev/payments.py must hold.
+    # ledger asset events. Faults (kills of either stage's Spark Connect client or commit, clears
+    # of committed runs of either, the server lost under a batch) strike both; every invariant of
+    # dev/payments.py must hold.
     report = Chaos(stack, CHAOS_PAYMENTS_CI).run()
     print(report.table())
     assert report.violations == 0, report.table()

@@ -258,13 +258,36 @@ def test_the_connect_backend_adds_the_server_s_loss_and_runs_the_topology_on_it(
     quick = ChaosConfig.quick(seed=7, stack="cluster", backend="connect")
     plain = ChaosConfig.quick(seed=7, stack="cluster")
     assert quick.kinds == (*plain.kinds, "spark_connect_kill") and quick.faults == plain.faults + 1
-    with pytest.raises(ValueError, match="connect in the words and kafka modes"):
-        ChaosConfig(mode="payments", backend="connect")
     assert "kafka_kill_processing" in ChaosConfig(mode="kafka", backend="connect").kinds
     with pytest.raises(ValueError, match="need what this run lacks"):
         ChaosConfig(kinds=("spark_connect_kill",))  # a spark-submit run has no server to lose
     write_dag(tmp_path, cfg)
     assert json.loads((tmp_path / "chaos_words.json").read_text())["connect"] is True
+
+
+def test_the_payments_example_runs_on_spark_connect_from_a_file_of_its_own(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """On Spark Connect the payments run deploys ``bench/dags/chaos_payments.py`` in place of the
+    example: both stages' batches on the stack's server, from the example's own declarations."""
+    import runpy
+
+    from airflow_transactional.spark.submit import SPARK_CONNECT_CONN_ENV
+    from bench.chaos.config import write_dag
+
+    monkeypatch.setenv(SPARK_CONNECT_CONN_ENV, "")  # restored afterwards: the file sets it for its parse
+    cfg = ChaosConfig.quick(seed=7, mode="payments", backend="connect")
+    assert cfg.kinds[-1] == "spark_connect_kill"
+    write_dag(tmp_path, cfg)
+    assert [p.name for p in tmp_path.iterdir()] == ["chaos_payments.py"]
+    found = runpy.run_path(str(tmp_path / "chaos_payments.py"))
+    for dag_id in ("payments", "settlement"):
+        process = found[dag_id].get_task("process")
+        assert (found[dag_id].dag_id, process.spark_connect_conn_id) == (dag_id, "spark_connect_default")
+        assert process.application.endswith(f"spark_jobs/{dag_id}.py")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write_dag(plain, ChaosConfig.quick(seed=7, mode="payments"))
+    assert [p.resolve().name for p in plain.iterdir()] == ["payments.py"]
 
 
 def test_an_audit_refused_for_records_the_harness_deleted_is_not_a_difference(tmp_path: Path) -> None:

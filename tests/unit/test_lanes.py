@@ -84,3 +84,15 @@ def test_each_test_is_in_its_folders_tier() -> None:
         everything, marked = pool.map(collected, selections)
     assert everything and marked == everything
     assert "tests/unit/test_queries.py" in {i.split("::")[0] for i in marked}
+
+
+def test_a_lanes_minutes_are_told_file_by_file_from_its_junit_xml(tmp_path: Path) -> None:
+    junit = tmp_path / "e2e.xml"
+    junit.write_text('<testsuites><testsuite name="pytest">'
+                     '<testcase classname="tests.e2e.test_chaos" name="test_a" time="120.5"/>'
+                     '<testcase classname="tests.e2e.test_chaos" name="test_b" time="60"/>'
+                     '<testcase classname="tests.unit.test_x.TestY" name="test_c" time="0.25"/>'
+                     '</testsuite></testsuites>')
+    assert lanes.slowest_files(junit) == [("tests/e2e/test_chaos.py", 180.5), ("tests/unit/test_x.py", 0.25)]
+    assert lanes.slowest_files(junit, most=1) == [("tests/e2e/test_chaos.py", 180.5)]
+    assert lanes.slowest_files(tmp_path / "none.xml") == []  # a lane that wrote none (killed early)
