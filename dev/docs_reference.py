@@ -197,7 +197,8 @@ def _sql(text: str) -> str:
 
 
 #: The connection each ``*conn_id`` parameter names: its type, and what the provider reads of it.
-CONNECTION_KINDS = {"transactional_conn_id": "transactional", "kafka_conn_id": "kafka", "spark_conn_id": "spark",
+CONNECTION_KINDS = {"transactional_conn_id": "transactional", "verify_conn_id": "transactional",
+                    "kafka_conn_id": "kafka", "spark_conn_id": "spark",
                     "spark_connect_conn_id": "spark_connect"}
 
 

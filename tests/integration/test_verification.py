@@ -50,7 +50,7 @@ def test_each_txid_is_verified_in_order_and_the_mark_follows_the_commits(dsn: st
     assert verify(coord, "clicks", click_fn, budget=3)["verified_through"] == 5
     assert _statuses(coord) == dict.fromkeys(range(1, 6), "verified")
     # Nothing of the recomputations stays behind: only the committed attempts' rows (the history).
-    assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_clicks_count WHERE attempt < 0") == [(0,)]
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.vfy_1_clicks_count WHERE attempt < 0") == [(0,)]
     run_one(coord, "clicks", "r-late", click_fn)  # nothing new in the log: an empty txid, verified as such
     assert verify(coord, "clicks", click_fn)["settled"] == {6: "verified"}
     assert coord.verify_status("clicks")["verified_through"] == 6
@@ -133,7 +133,7 @@ def test_a_round_killed_halfway_resumes_without_skipping_or_counting_twice(dsn: 
                            capture_output=True, text=True, timeout=120)
     assert child.returncode != 0, child.stdout + child.stderr  # it died judging txid 3
     assert _statuses(coord) == {1: "verified", 2: "verified", 3: "pending", 4: "pending"}
-    assert query(dsn, "SELECT count(*) FROM airflow_txn.stg_1_clicks_count WHERE attempt < 0")[0][0] > 0
+    assert query(dsn, "SELECT count(*) FROM airflow_txn.vfy_1_clicks_count WHERE attempt < 0")[0][0] > 0
     found = verify(coord, "clicks", click_fn, budget=4)
     assert [(c["txid"], c["status"]) for c in found["checked"]] == [(3, "verified"), (4, "verified")]
     assert found["verified_through"] == 4

@@ -26,6 +26,12 @@ def test_a_verify_task_checks_after_the_commit_in_a_pool_of_its_own_last_in_line
     assert verify.job_args(7, "airflow_txn") == ["--topology", "t_words", "--verify", "5:2", "--schema", "airflow_txn"]
     assert verify.verify_lag == 0 and _dag(verify="5", verify_lag=4).get_task("verify").verify_lag == 4
     assert "verify" not in _dag().task_ids
+    # With an auditor's connection the verify task alone connects with it; the others as before.
+    audited = _dag(verify="5", verify_conn_id="txn_auditor")
+    assert {t.task_id: t.transactional_conn_id for t in audited.tasks} == {
+        "plan": "transactional_default", "process": "transactional_default", "commit": "transactional_default",
+        "verify": "txn_auditor"}
+    assert verify.transactional_conn_id == "transactional_default"
 
 
 @pytest.mark.parametrize(("overrides", "fix"), [
@@ -38,6 +44,8 @@ def test_a_verify_task_checks_after_the_commit_in_a_pool_of_its_own_last_in_line
     ({"verify": "10", "verify_lag": -1}, "verify_lag is how many txids"),
     ({"verify": "10:2", "verify_lag": 9, "verify_pool": "audit"}, None),
     ({"verify": "10", "verify_pool": "a pool"}, "verify_pool must name an Airflow pool"),
+    ({"verify_conn_id": "txn_auditor"}, "verify_conn_id needs verify"),
+    ({"verify": "10", "verify_conn_id": "an auditor"}, "verify_conn_id must name an Airflow connection"),
     ({"verify": "10:5", "verify_pool": "audit"}, None),
 ])
 def test_a_bad_round_or_pool_is_refused_at_parse_time_naming_the_fix(overrides: dict[str, object],

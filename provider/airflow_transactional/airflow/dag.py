@@ -110,6 +110,7 @@ def transactional_dag(
     verify: str | None = None,
     verify_pool: str | None = None,
     verify_lag: int = 0,
+    verify_conn_id: str | None = None,
     commit_deadline: timedelta | None = None,
     on_late_commit: Callable[..., Any] | str | None = None,
     start_date: datetime = DEFAULT_START,
@@ -188,6 +189,9 @@ def transactional_dag(
         task starts its job once more than ``L`` wait, and the job recomputes them together -- one
         driver start for all of them instead of one each -- while the mark trails the commits by at
         most ``L`` txids to recompute. Less than the round's ``N``.
+    :param verify_conn_id: the connection the verify task connects with (default:
+        ``transactional_conn_id``) -- an auditor role's, granted with ``airflow-txn grant
+        --auditor-role``: it alone then writes the verdicts and the mark, not the role that commits.
     :param commit_deadline: an Airflow deadline alert on every run: not committed within this long of
         being queued, it calls ``on_late_commit`` in the triggerer. Not on by default: Airflow 3.3
         fails to clear a run whose queued-at deadline has not passed yet (apache/airflow#70368).
@@ -219,7 +223,7 @@ def transactional_dag(
         raise ConfigError("on_late_commit needs commit_deadline: say how long a run may take to commit")
     check_names(transactional_conn_id=transactional_conn_id, spark_conn_id=spark_conn_id, spark_pool=spark_pool,
                  start_date=start_date, commit_deadline=commit_deadline)
-    check_verify(verify, verify_pool, verify_lag)
+    check_verify(verify, verify_pool, verify_lag, verify_conn_id)
     check_settings(retries=retries, defer_after=defer_after, retry_delay=retry_delay,
                     commit_timeout=commit_timeout, plan_timeout=plan_timeout, deferrable=deferrable,
                     emit_assets=emit_assets, tags=tags,
@@ -245,7 +249,7 @@ def transactional_dag(
                spark_connect_conn_id=spark_connect_conn_id, kubernetes_dsn_secret=kubernetes_dsn_secret,
                reuse_staged_output=reuse_staged_output, commit_timeout=commit_timeout, plan_timeout=plan_timeout,
                deferrable=deferrable, defer_after=defer_after, emit_assets=emit_assets, verify=verify,
-               verify_pool=verify_pool, verify_lag=verify_lag)
+               verify_pool=verify_pool, verify_lag=verify_lag, verify_conn_id=verify_conn_id)
     try:
         dag.timetable.validate()  # a bad cron string is otherwise accepted here and fails in the scheduler
     except Exception as exc:
@@ -259,7 +263,7 @@ def _add_tasks(dag: DAG, spec: TopologySpec, config: dict[str, Any], *, transact
                py_files: str | None, spark_pool: str | None, spark_connect_conn_id: str | None,
                kubernetes_dsn_secret: str | None, reuse_staged_output: bool, commit_timeout: timedelta,
                plan_timeout: timedelta, deferrable: bool, defer_after: timedelta, emit_assets: bool,
-               verify: str | None, verify_pool: str | None, verify_lag: int) -> None:
+               verify: str | None, verify_pool: str | None, verify_lag: int, verify_conn_id: str | None) -> None:
     """plan >> process >> commit (>> publish, >> verify), in ``dag``."""
     topology_id = spec.topology_id
     # Asset-triggered runs (the later stages of a pipeline) are not starved by other DAGs' scheduled runs.
@@ -285,7 +289,8 @@ def _add_tasks(dag: DAG, spec: TopologySpec, config: dict[str, Any], *, transact
         commit >> VerifyOperator(task_id="verify", name=f"txn-{topology_id}-verify", verify_round=verify,
                                  verify_lag=verify_lag, priority_weight=1,
                                  **({"pool": verify_pool} if verify_pool else {}), **job,
-                                 **{**common, "weight_rule": "absolute"})
+                                 **{**common, "weight_rule": "absolute",
+                                    "transactional_conn_id": verify_conn_id or transactional_conn_id})
 
 
 def stall_rule(schedule: Any, stall_after: Any) -> int | None:

@@ -87,11 +87,12 @@ def check_late_commit(callback: Callable[..., Any] | str) -> None:
                           f"got {callback!r}")
 
 
-def check_verify(verify: Any, pool: Any, lag: Any = 0) -> None:
+def check_verify(verify: Any, pool: Any, lag: Any = 0, conn_id: Any = None) -> None:
     """``verify`` is a round, ``"N"`` or ``"N:K"``; ``verify_pool`` a pool's name; ``verify_lag``
-    a whole number below N."""
+    a whole number below N; ``verify_conn_id`` a connection's name."""
     if verify is None:
-        for name, value, unset in (("verify_pool", pool, None), ("verify_lag", lag, 0)):
+        for name, value, unset in (("verify_pool", pool, None), ("verify_lag", lag, 0),
+                                   ("verify_conn_id", conn_id, None)):
             if value != unset:
                 raise ConfigError(f"{name} needs verify: say how many txids a round checks (e.g. verify=\"10\")")
         return
@@ -101,3 +102,6 @@ def check_verify(verify: Any, pool: Any, lag: Any = 0) -> None:
                           f"number from 0 to {budget - 1} (below the round's {budget}), got {lag!r}")
     if pool is not None and not a_name(pool):
         raise ConfigError(f"verify_pool must name an Airflow pool (letters, digits, '_', '-', '.'), got {pool!r}")
+    if conn_id is not None and not a_name(conn_id):
+        raise ConfigError(f"verify_conn_id must name an Airflow connection (letters, digits, '_', '-', '.'): the "
+                          f"auditor role's (docs/guides/security.md), got {conn_id!r}")

@@ -56,11 +56,11 @@ def register(args: argparse.Namespace, coord: Coordinator) -> int:
 
 def grant(args: argparse.Namespace, coord: Coordinator) -> int:
     statements = coord.grant(runtime_role=args.runtime_role, producer_role=args.producer_role, logs=args.log,
-                             readable=args.readable, apply=not args.print)
+                             readable=args.readable, auditor_role=args.auditor_role, apply=not args.print)
     if args.print:
         print("\n".join(f"{stmt};" for stmt in statements))
     else:
-        print(f"granted {args.runtime_role}" + (f" and {args.producer_role}" if args.producer_role else ""))
+        print("granted " + " and ".join(r for r in (args.runtime_role, args.producer_role, args.auditor_role) if r))
     return 0
 
 
@@ -175,6 +175,8 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     one.add_argument("--producer-role", help="a role that may only append to the logs given with --log")
     one.add_argument("--log", action="append", default=[], help="a log the producer role may append to")
     one.add_argument("--readable", action="append", default=[], help="a decision's headroom table they may read")
+    one.add_argument("--auditor-role", help="the role the verify tasks connect as (verify_conn_id): it alone then "
+                     "writes the shadow audit's verdicts and mark, not the run-time role")
     one.add_argument("--print", action="store_true", help="print the SQL instead of running it")
     command("reset", reset, "forget a topology's progress and drop its state tables: its next run starts "
             "over from the beginning of its source (after a changed declaration)").add_argument(

@@ -18,7 +18,16 @@ from ..exceptions import (
     StaleAttempt,
 )
 from ..limits import QUARANTINE_RECORD_CHARS, printable
-from ..model import Attempt, OutputStaging, PlannedBatch, ReplayBatch, StagedEvent, Transaction, failure_text
+from ..model import (
+    VERIFY_ATTEMPT,
+    Attempt,
+    OutputStaging,
+    PlannedBatch,
+    ReplayBatch,
+    StagedEvent,
+    Transaction,
+    failure_text,
+)
 from ..sources.base import Record, Versions
 from ..store import attempts, commits, decisions, outputs, transactions
 from ..store import corrections as cq
@@ -167,7 +176,8 @@ def stage(store: StateStore, attempt: Attempt, state_name: str, rows: Iterable[S
             buf.write(prefix + copy_line(row))
             n += 1
         buf.seek(0)
-        cur.copy_expert(q.copy_into(store.staging(num, state), q.staging_columns(state)).as_string(cur), buf)
+        table = store.staging_of(num, state, attempt.attempt)
+        cur.copy_expert(q.copy_into(table, q.staging_columns(state)).as_string(cur), buf)
     return n
 
 
@@ -192,16 +202,19 @@ def quarantine_copy(store: StateStore) -> str:
         return commits.quarantine_copy(cur, store.schema)
 
 
-def staging_copies(store: StateStore, topology_id: str) -> dict[str, str]:
-    """The COPY statement (CSV) that stages each state's partials (txid, attempt, keys..., value), by state."""
+def staging_copies(store: StateStore, topology_id: str, *, verify: bool = False) -> dict[str, str]:
+    """The COPY statement (CSV) that stages each state's partials (txid, attempt, keys..., value), by
+    state; with ``verify``, a round of the shadow audit's (into its own tables)."""
+    attempt = VERIFY_ATTEMPT if verify else 0
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
-        return {s.name: q.copy_into(store.staging(num, s), q.staging_columns(s), csv=True).as_string(cur)
+        return {s.name: q.copy_into(store.staging_of(num, s, attempt), q.staging_columns(s), csv=True).as_string(cur)
                 for s in spec.states}
 
 
-def output_staging(store: StateStore, topology_id: str) -> OutputStaging:
-    """The COPY statements (CSV) that stage output events and requests, and each output's partitions."""
+def output_staging(store: StateStore, topology_id: str, *, verify: bool = False) -> OutputStaging:
+    """The COPY statements (CSV) that stage output events and requests, and each output's partitions;
+    with ``verify``, the events' COPY is a round of the shadow audit's (into its own table)."""
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
         requests = {d.name: q.copy_into(store.decision_staging(num, d), decisions.columns(spec.state(d.state)),
@@ -209,7 +222,8 @@ def output_staging(store: StateStore, topology_id: str) -> OutputStaging:
         if not spec.outputs:
             return OutputStaging("", {}, requests)
         logs = event_logs.partition_counts(cur, store.schema, [o.log_name for o in spec.outputs])
-        return OutputStaging(q.copy_into(store.out_staging(num), list(outputs.COLUMNS), csv=True).as_string(cur),
+        table = store.out_staging_of(num, VERIFY_ATTEMPT if verify else 0)
+        return OutputStaging(q.copy_into(table, list(outputs.COLUMNS), csv=True).as_string(cur),
                              {o.name: logs[o.log_name] for o in spec.outputs}, requests)
 
 
@@ -227,7 +241,8 @@ def stage_events(store: StateStore, attempt: Attempt, events: Iterable[StagedEve
             counts[event[0]] += 1
         if any(counts.values()):
             buf.seek(0)
-            cur.copy_expert(q.copy_into(store.out_staging(num), list(outputs.COLUMNS)).as_string(cur), buf)
+            table = store.out_staging_of(num, attempt.attempt)
+            cur.copy_expert(q.copy_into(table, list(outputs.COLUMNS)).as_string(cur), buf)
     return counts
 
 

@@ -15,7 +15,7 @@ from psycopg2 import sql
 from .. import identifiers
 from ..connections import Connections
 from ..exceptions import ConfigError, UnknownTopology, UnknownTransaction
-from ..model import Offsets, Transaction
+from ..model import VERIFY_ATTEMPT, Offsets, Transaction
 from ..spec import DecisionSpec, StateSpec, TopologySpec
 from ..store import decisions, outputs, topologies, transactions, turns
 from ..store import state as q
@@ -59,6 +59,14 @@ class StateStore:
         """The staging table of a state of topology number ``num``."""
         return q.staging_table(self.schema, num, state)
 
+    def verify_staging(self, num: int, state: StateSpec) -> sql.Composed:
+        """Where a round of the shadow audit stages its recomputation of a state (attempt -1)."""
+        return q.verify_table(self.schema, num, state)
+
+    def staging_of(self, num: int, state: StateSpec, attempt: int) -> sql.Composed:
+        """Where ``attempt`` of a state is staged: a verification's apart (:meth:`verify_staging`)."""
+        return self.verify_staging(num, state) if attempt == VERIFY_ATTEMPT else self.staging(num, state)
+
     def decision_staging(self, num: int, decision: DecisionSpec) -> sql.Composed:
         """The staging table of the requests of a decision of topology number ``num``."""
         return decisions.staging_table(self.schema, num, decision)
@@ -70,6 +78,13 @@ class StateStore:
     def out_staging(self, num: int) -> sql.Composed:
         """The staging table of the output events of topology number ``num``."""
         return outputs.staging_table(self.schema, num)
+
+    def out_verify(self, num: int) -> sql.Composed:
+        """Where a round of the shadow audit stages the output events it recomputed (attempt -1)."""
+        return outputs.verify_table(self.schema, num)
+
+    def out_staging_of(self, num: int, attempt: int) -> sql.Composed:
+        return self.out_verify(num) if attempt == VERIFY_ATTEMPT else self.out_staging(num)
 
     def external_db(self, name: str) -> Database:
         """The database of states declared with ``database=name``."""

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 import psycopg2.errors
 import psycopg2.extensions
+from psycopg2 import sql
 
 from .. import identifiers
 from ..exceptions import (
@@ -83,13 +84,15 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
                 cur.execute(q.create_staging_table(store.staging(num, state), state))
                 cur.execute(q.create_history_view(q.history_view(store.schema, num, state), store.staging(num, state),
                                                   state, store.schema, spec.topology_id))
+            cur.execute(q.create_staging_table(store.verify_staging(num, state), state))  # if not there
         if spec.outputs:
             known_logs = event_logs.partition_counts(cur, store.schema, [o.log_name for o in spec.outputs])
             for o in spec.outputs:
                 if known_logs.get(o.log_name, 0) < o.partitions:
                     event_logs.ensure(cur, store.schema, o.log_name, o.partitions)
-            if not catalog.exists(cur, store.out_staging(num)):
-                cur.execute(outputs.create_staging_table(store.out_staging(num)))
+            for table in (store.out_staging(num), store.out_verify(num)):
+                if not catalog.exists(cur, table):
+                    cur.execute(outputs.create_staging_table(table))
         for d in spec.decisions:
             decisions.check_headroom(cur, d, spec.state(d.state))
             if not catalog.exists(cur, store.decision_staging(num, d)):
@@ -101,11 +104,16 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
 
 def _tables_exist(store: StateStore, cur: psycopg2.extensions.cursor, num: int, spec: TopologySpec) -> bool:
     """Whether every table of the registered ``spec`` (number ``num``) is there."""
-    tables = [store.staging(num, s) for s in spec.states]
+    return all(catalog.exists(cur, t) for t in _tables(store, num, spec))
+
+
+def _tables(store: StateStore, num: int, spec: TopologySpec) -> list[sql.Composed]:
+    """The provider's tables of topology number ``num`` (its states' tables in this database too)."""
+    tables = [t for s in spec.states for t in (store.staging(num, s), store.verify_staging(num, s))]
     tables += [q.state_table(s) for s in spec.states if s.database is None]
     tables += [t for d in spec.decisions for t in (store.decision_staging(num, d), store.decision_runs(num, d))]
-    tables += [store.out_staging(num)] if spec.outputs else []
-    return all(catalog.exists(cur, t) for t in tables)
+    tables += [store.out_staging(num), store.out_verify(num)] if spec.outputs else []
+    return tables
 
 
 def reset(store: StateStore, topology_id: str) -> Reset:
@@ -122,10 +130,12 @@ def reset(store: StateStore, topology_id: str) -> Reset:
     dropped, kept = [], []
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id, lock=True)
-        tables = [store.out_staging(num), *(store.decision_staging(num, d) for d in spec.decisions),
+        tables = [store.out_staging(num), store.out_verify(num),
+                  *(store.decision_staging(num, d) for d in spec.decisions),
                   *(store.decision_runs(num, d) for d in spec.decisions)]
         for state in spec.states:
-            tables += [store.staging(num, state), q.audit_table(store.schema, num, state, purpose="rebuild")]
+            tables += [store.staging(num, state), store.verify_staging(num, state),
+                       q.audit_table(store.schema, num, state, purpose="rebuild")]
         for state in spec.states:
             if state.database is None and catalog.exists(cur, q.state_table(state)):
                 if catalog.comment(cur, q.state_table(state)) == q.state_marker(topology_id, state):
@@ -191,19 +201,27 @@ def ensure_state_table(store: StateStore, cur: psycopg2.extensions.cursor, topol
 
 
 def grant(store: StateStore, *, runtime_role: str, producer_role: str | None = None, logs: Sequence[str] = (),
-          readable: Sequence[str] = (), apply: bool = True) -> list[str]:
-    """Grant the run-time role (and a producer of ``logs``) what they need and no more
-    (:mod:`..store.privileges`); returns the statements (run unless ``apply`` is False).
+          readable: Sequence[str] = (), auditor_role: str | None = None, apply: bool = True) -> list[str]:
+    """Grant the run-time role (and a producer of ``logs``, and an auditor) what they need and no
+    more (:mod:`..store.privileges`); returns the statements (run unless ``apply`` is False).
     ``readable``: the tables besides their states the declarations may read (decisions' headroom).
 
     Run as the schema's owner, after registering. A role that does not exist, a superuser or one
     that bypasses row-level security, the owner itself, or a role the owner is part of is refused:
-    a run-time or producer role with any of those rights would be the owner in all but name.
+    a role with any of those rights would be the owner in all but name. So is one role for two
+    parts: an auditor that commits, or appends, checks itself.
     """
     with store.db.transaction() as cur:
-        for kind, name in (("--runtime-role", runtime_role), ("--producer-role", producer_role)):
+        named = (("--runtime-role", runtime_role), ("--producer-role", producer_role), ("--auditor-role", auditor_role))
+        for kind, name in named:
             if name is not None:
                 _check_role(cur, kind, name)
+        for kind, other in (("run-time", runtime_role), ("producer", producer_role)):
+            if auditor_role is not None and other is not None and catalog.shares_rights(cur, auditor_role, other):
+                raise ConfigError(f"--auditor-role {auditor_role!r} is the {kind} role, or a member of it or it of "
+                                  "the auditor: an auditor checks what the run-time role committed from what the "
+                                  "producers appended, so it must be a role of its own, in neither (CREATE ROLE "
+                                  "txn_auditor LOGIN PASSWORD '...')")
         if producer_role is not None:
             if producer_role == runtime_role:
                 raise ConfigError("the producer role and the run-time role must be two roles: a producer appends "
@@ -220,7 +238,8 @@ def grant(store: StateStore, *, runtime_role: str, producer_role: str | None = N
         for _num, spec in registered:  # registered before this check existed
             check_tables_outside(store.schema, spec)
         statements = privileges.grant_statements(store.schema, registered, runtime_role=runtime_role,
-                                                 producer_role=producer_role, logs=logs, readable=readable)
+                                                 producer_role=producer_role, logs=logs, readable=readable,
+                                                 auditor_role=auditor_role)
         if apply:
             for stmt in statements:
                 cur.execute(stmt)

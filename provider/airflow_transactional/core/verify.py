@@ -8,8 +8,9 @@ no longer the code deployed (unverifiable, saying which -- looked at again each 
 correction of its range is committed, which supersedes it: it passes once that correction is
 verified -- or its code is deployed again). The others, up to ``budget``, the caller recomputes
 with the topology's own code -- the Spark job's ``--verify`` or the pure-Python
-``processing.verify`` -- staging each under attempt :data:`~..store.verifications.ATTEMPT` beside
-the committed rows, and :func:`judge` compares: the recomputed deltas' digest per state and events'
+``processing.verify`` -- staging each under attempt :data:`~..store.verifications.ATTEMPT` in the
+round's own tables (``vfy_*``: with an auditor role, only it writes them, its verdicts and the mark),
+and :func:`judge` compares: the recomputed deltas' digest per state and events'
 digest per output against the commit's (a correction: its range's states recomputed against what
 the range and its corrections applied, as its commit computed them), its bad records against the
 commit's, what it read against what the txid read. A round also checks that every state still
@@ -149,8 +150,8 @@ def _plan(store: StateStore, topology_id: str, budget: int, every: int, code: Ma
                 break
             task, status, detail = _triage(store, cur, spec, c, every, code)
             if task is not None:
-                for table in [store.staging(num, s) for s in spec.recomputable_states] + (
-                        [store.out_staging(num)] if spec.outputs else []):  # what a round killed halfway staged
+                for table in [store.verify_staging(num, s) for s in spec.recomputable_states] + (
+                        [store.out_verify(num)] if spec.outputs else []):  # what a round killed halfway staged
                     v.clear(cur, table, c.txid)
                 tasks.append(task)
             else:
@@ -247,14 +248,14 @@ def judge(store: StateStore, topology_id: str, task: Task, *, quarantined: int |
         candidate = v.candidate(cur, store.schema, topology_id, task.txid)
         problems: dict[str, Any] = {}
         for state in spec.recomputable_states:
-            staging = store.staging(num, state)
-            found = (_range_check(store, cur, topology_id, state, staging, task) if task.kind == "range"
-                     else _batch_check(cur, state, staging, task, candidate))
+            staging, recomputed = store.staging(num, state), store.verify_staging(num, state)
+            found = (_range_check(store, cur, topology_id, state, staging, recomputed, task) if task.kind == "range"
+                     else _batch_check(cur, state, staging, recomputed, task, candidate))
             if found:
                 problems[state.name] = found
-            v.clear(cur, staging, task.txid)
+            v.clear(cur, recomputed, task.txid)
         if task.kind == "batch":
-            problems.update(_events_check(cur, store.out_staging(num), spec, task, candidate))
+            problems.update(_events_check(cur, store.out_verify(num), spec, task, candidate))
             if quarantined is not None and quarantined != candidate.quarantined:
                 problems["quarantine"] = {"committed": candidate.quarantined, "recomputed": quarantined}
             if read_digest and candidate.read_digest and read_digest != candidate.read_digest:
@@ -285,25 +286,25 @@ def _events_check(cur: psycopg2.extensions.cursor, staging: sql.Composed, spec: 
     return found
 
 
-def _batch_check(cur: psycopg2.extensions.cursor, state: Any, staging: sql.Composed, task: Task,
-                 committed: v.Candidate) -> dict[str, Any] | None:
-    got = v.digest(cur, state, staging, task.txid)
+def _batch_check(cur: psycopg2.extensions.cursor, state: Any, staging: sql.Composed, recomputed: sql.Composed,
+                 task: Task, committed: v.Candidate) -> dict[str, Any] | None:
+    got = v.digest(cur, state, recomputed, task.txid)
     want = (committed.digests or {}).get(state.name, h.EMPTY_DIGEST)
     if got == want:
         return None
     return {"committed": want, "recomputed": got,
             "samples": [{"key": k, "committed": c, "recomputed": r}
-                        for k, c, r in v.diff(cur, state, staging, task.txid, task.attempt, SAMPLES)]}
+                        for k, c, r in v.diff(cur, state, staging, recomputed, task.txid, task.attempt, SAMPLES)]}
 
 
 def _range_check(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str, state: Any,
-                 staging: sql.Composed, task: Task) -> dict[str, Any] | None:
-    """A correction: its range recomputed against what the range's txids and its corrections through
-    this one applied (the sum its commit made the state's values add up to)."""
+                 staging: sql.Composed, recomputed: sql.Composed, task: Task) -> dict[str, Any] | None:
+    """A correction: its range recomputed (in ``recomputed``) against what the range's txids and its
+    corrections through this one applied (the sum its commit made the state's values add up to)."""
     originals, corrected = old_txids(cur, store.schema, topology_id, task.first, task.last, task.txid + 1)
-    recomputed = sql.SQL("(SELECT {keys}, value FROM {staging} WHERE txid = {txid} AND attempt = {attempt})").format(
-        keys=q.key_list(state), staging=staging, txid=sql.Literal(task.txid), attempt=sql.Literal(v.ATTEMPT))
-    found = cq.preview(cur, store.schema, topology_id, state, staging, recomputed,
+    rows = sql.SQL("(SELECT {keys}, value FROM {table} WHERE txid = {txid} AND attempt = {attempt})").format(
+        keys=q.key_list(state), table=recomputed, txid=sql.Literal(task.txid), attempt=sql.Literal(v.ATTEMPT))
+    found = cq.preview(cur, store.schema, topology_id, state, staging, rows,
                        sorted(originals + corrected), SAMPLES)
     if not found.changed:
         return None

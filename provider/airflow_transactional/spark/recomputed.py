@@ -136,8 +136,8 @@ def verify(spark: SparkSession, coordinator: Coordinator, topology_id: str, tran
     folded by this code, staged under the verification attempt and judged against its commit."""
     spec = coordinator.spec(topology_id)
     code = provenance.code(spec.to_config(), application=provenance.application_digest(transform))
-    copies = coordinator.staging_copies(topology_id)
-    out_copy = coordinator.output_staging(topology_id).copy if spec.outputs else ""
+    copies = coordinator.staging_copies(topology_id, verify=True)  # the round's own tables
+    out_copy = coordinator.output_staging(topology_id, verify=True).copy if spec.outputs else ""
     checked = []
     phases = phases or Phases()
     with coordinator.verifying(topology_id, budget=budget, every=every, code=code) as rnd:

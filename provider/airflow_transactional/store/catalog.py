@@ -56,6 +56,12 @@ def role(cur: Cursor, name: str) -> Role | None:
     return one(cur, Role)
 
 
+def shares_rights(cur: Cursor, a: str, b: str) -> bool:
+    """Whether role ``a`` is a member of role ``b`` or ``b`` of ``a`` (or they are one role)."""
+    cur.execute(query("catalog_shares_rights"), {"a": a, "b": b})
+    return bool(scalar(cur))
+
+
 def now(cur: Cursor) -> datetime:
     """The database's clock: one time for everything a step records."""
     cur.execute(query("catalog_now"))

@@ -48,6 +48,12 @@ def staging_table(schema: str, topology_num: int) -> sql.Composed:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"out_{topology_num}"))
 
 
+def verify_table(schema: str, topology_num: int) -> sql.Composed:
+    """Where a round of the shadow audit stages the output events it recomputed (as the states'
+    :func:`.state.verify_table`)."""
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"vfy_out_{topology_num}"))
+
+
 def preview_table(schema: str, topology_num: int) -> sql.Composed:
     """Where a correction's preview stages the events it recomputed (every output's); dropped after."""
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"preview_out_{topology_num}"))

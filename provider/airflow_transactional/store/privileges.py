@@ -9,7 +9,12 @@
 * a **producer** role appends to the logs it is given through one door, ``append_events`` (a
   function that runs with the owner's rights, checks who calls it, and refuses ids in a
   topology's id space), and can do nothing else: read no state, move no counter, touch no
-  other log.
+  other log;
+* an optional **auditor** role (what the verify tasks connect as, ``verify_conn_id``) runs the
+  shadow audit: it alone then writes its verdicts (``verifications``), moves the mark
+  ``verified_through`` and stages what a round recomputes (the ``vfy_*`` tables), so a role that
+  commits cannot also say that what it committed was checked. Without one, the run-time role
+  does that too.
 
 :func:`grant_statements` returns the statements; the owner runs them (``airflow-txn grant``)
 after registering its topologies, and again after adding one. They begin by revoking what the
@@ -34,8 +39,7 @@ if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
 #: What the run-time role may change in the provider's own tables, beyond reading them all:
 #: (table, privileges). A column list limits an UPDATE to those columns.
 RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
-    ("topologies", "UPDATE (committed_txid, committed_offsets, last_commit_at, lost_records, offsets_skipped, "
-                   "verified_through)"),
+    ("topologies", "UPDATE (committed_txid, committed_offsets, last_commit_at, lost_records, offsets_skipped)"),
     ("transactions", "INSERT, UPDATE"),
     ("attempts", "INSERT, UPDATE"),
     ("commits", "INSERT"),
@@ -48,11 +52,17 @@ RUNTIME_WRITES: tuple[tuple[str, str], ...] = (
     ("decision_runs", "INSERT"),
     ("output_ranges", "INSERT"),  # the commit records where it appended
     ("log_versions", "INSERT"),  # a correction's commit records its retractions and new versions
-    ("correction_previews", "INSERT, UPDATE"),  # a correction's preview records what it found
     ("publications", "INSERT, UPDATE"),  # the publish task records how far it published
     ("published_retractions", "INSERT"),  # ... and where a correction's retractions went
     ("turns", "INSERT, UPDATE"),  # decisions, publishers and verifiers take turns by its rows' locks
-    ("verifications", "INSERT, UPDATE, DELETE"),  # the shadow audit records what it found
+)
+#: What a round of the shadow audit writes -- the auditor role's, or the run-time role's without one
+#: (besides each topology's ``vfy_*`` tables, where it stages what it recomputed). A correction's
+#: preview creates tables: the owner's alone, and so are the previews it records.
+AUDIT_WRITES: tuple[tuple[str, str], ...] = (
+    ("topologies", "UPDATE (verified_through)"),  # never past the committed txid (a CHECK)
+    ("verifications", "INSERT, UPDATE, DELETE"),
+    ("turns", "INSERT, UPDATE"),  # one round at a time per topology
 )
 APPEND_FUNCTION = "append_events(text, integer[], text[], text[])"
 #: The commit's door into a log (output events): the run-time role writes no log table itself.
@@ -66,11 +76,11 @@ OWN_ROWS_POLICY = "txn_own_rows"
 
 def grant_statements(schema: str, topologies: Sequence[tuple[int, TopologySpec]], *, runtime_role: str,
                      producer_role: str | None = None, logs: Sequence[str] = (),
-                     readable: Sequence[str] = ()) -> list[sql.Composed]:
-    """Everything the run-time role (and a producer of ``logs``) needs, and no more, for the
-    registered ``topologies`` (number, declaration). A table the run-time role may read that is no
-    state of theirs -- a decision's headroom -- must be among ``readable`` ("schema.table"): a
-    declaration alone must not open any table of the database to it."""
+                     readable: Sequence[str] = (), auditor_role: str | None = None) -> list[sql.Composed]:
+    """Everything the run-time role (and a producer of ``logs``, and an auditor) needs, and no more,
+    for the registered ``topologies`` (number, declaration). A table the run-time role may read
+    that is no state of theirs -- a decision's headroom -- must be among ``readable``
+    ("schema.table"): a declaration alone must not open any table of the database to it."""
     unnamed = sorted({f"{h[0]}.{h[1]}" for _num, spec in topologies for d in spec.decisions
                       if (h := d.headroom_table) is not None} - {_qualified(t) for t in readable})
     if unnamed:
@@ -84,19 +94,26 @@ def grant_statements(schema: str, topologies: Sequence[tuple[int, TopologySpec]]
            sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(s, runtime),
            sql.SQL("GRANT USAGE ON SEQUENCE {}.quarantine_id_seq TO {}").format(s, runtime),
            sql.SQL("GRANT EXECUTE ON FUNCTION {}." + OUTPUTS_FUNCTION + " TO {}").format(s, runtime)]
-    out += [sql.SQL("GRANT " + rights + " ON {}.{} TO {}").format(s, sql.Identifier(table), runtime)
-            for table, rights in RUNTIME_WRITES]
+    auditor = runtime if auditor_role is None else sql.Identifier(identifiers.name("role name", auditor_role))
+    if auditor_role is not None:
+        out += [*_revoke_all(s, auditor),
+                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, auditor),
+                sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(s, auditor)]
+    out += [sql.SQL("GRANT " + rights + " ON {}.{} TO {}").format(s, sql.Identifier(table), role)
+            for writes, role in ((RUNTIME_WRITES, runtime), (AUDIT_WRITES, auditor)) for table, rights in writes]
     for num, spec in topologies:
-        out += _topology_grants(schema, num, spec, runtime)
+        out += _topology_grants(schema, num, spec, runtime, auditor)
     logs_table = sql.SQL("{}.logs").format(s)
-    policy = sql.Identifier(f"txn_{runtime_role}")
     writers_table = sql.SQL("{}.log_writers").format(s)
-    out += [sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(logs_table),
-            sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(policy, logs_table),
-            sql.SQL("CREATE POLICY {} ON {} TO {} USING (true)").format(policy, logs_table, runtime),
-            # Which roles write which logs: a producer sees its own rows only (it listed every
-            # producer role and the logs each may write).
-            sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(writers_table),
+    out.append(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(logs_table))
+    for name, role in {runtime_role: runtime, auditor_role or runtime_role: auditor}.items():  # both read every log
+        policy = sql.Identifier(f"txn_{name}")
+        out += [sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(policy, logs_table),
+                sql.SQL("CREATE POLICY {} ON {} TO {} USING (true)").format(policy, logs_table, role)]
+    # Which roles write which logs: a producer sees its own rows only (it listed every producer role
+    # and the logs each may write).
+    policy = sql.Identifier(f"txn_{runtime_role}")
+    out += [sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(writers_table),
             sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(policy, writers_table),
             sql.SQL("CREATE POLICY {} ON {} TO {} USING (true)").format(policy, writers_table, runtime),
             sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(sql.Identifier(OWN_ROWS_POLICY), writers_table),
@@ -132,21 +149,32 @@ def _qualified(table: str) -> str:
     return f"{found[0]}.{found[1]}"
 
 
-def _topology_grants(schema: str, num: int, spec: TopologySpec, runtime: sql.Identifier) -> list[sql.Composed]:
+def _topology_grants(schema: str, num: int, spec: TopologySpec, runtime: sql.Identifier,
+                     auditor: sql.Identifier) -> list[sql.Composed]:
     """The run-time role on one topology's tables: its staging (write, delete), its state tables
-    (read, insert, update: the commit's upsert) and the headroom its decisions read."""
+    (read, insert, update: the commit's upsert) and the headroom its decisions read; the auditor
+    (who may be the run-time role) on the tables a round stages in (made here for a topology
+    registered before them), and its states (read: a round adds them up against their history)."""
     staging = [q.staging_table(schema, num, st) for st in spec.states]
     staging += [decisions.staging_table(schema, num, d) for d in spec.decisions]
     staging += [decisions.runs_table(schema, num, d) for d in spec.decisions]
+    verified = [q.verify_table(schema, num, st) for st in spec.states]
+    out = [q.create_staging_table(t, st) for t, st in zip(verified, spec.states, strict=True)]
     if spec.outputs:
         staging.append(outputs.staging_table(schema, num))
-    out = [sql.SQL("GRANT SELECT, INSERT, DELETE ON {} TO {}").format(t, runtime) for t in staging]
+        verified.append(outputs.verify_table(schema, num))
+        out.append(outputs.create_staging_table(verified[-1]))  # IF NOT EXISTS, as the states'
+    out += [sql.SQL("GRANT SELECT, INSERT, DELETE ON {} TO {}").format(t, runtime) for t in staging]
+    out += [sql.SQL("GRANT SELECT, INSERT, DELETE ON {} TO {}").format(t, auditor) for t in verified]
     for state in spec.states:
         if state.database is not None:
             continue
         state_schema, _table = state.schema_and_table
         out += [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(state_schema), runtime),
                 sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(q.state_table(state), runtime)]
+        if auditor != runtime:
+            out += [sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(state_schema), auditor),
+                    sql.SQL("GRANT SELECT ON {} TO {}").format(q.state_table(state), auditor)]
     for d in spec.decisions:
         if d.headroom_table is not None:
             h_schema, h_table = d.headroom_table

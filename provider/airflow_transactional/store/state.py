@@ -26,6 +26,13 @@ def staging_table(schema: str, topology_num: int, state: StateSpec) -> sql.Compo
                                    sql.Identifier(f"stg_{topology_num}_{state.name}"))
 
 
+def verify_table(schema: str, topology_num: int, state: StateSpec) -> sql.Composed:
+    """Where a round of the shadow audit stages what it recomputed of a state (the staging table's
+    shape, attempt -1): apart from the staging table, so that with an auditor role the role that
+    stages attempts cannot write what the auditor's round judges."""
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"vfy_{topology_num}_{state.name}"))
+
+
 def history_view(schema: str, topology_num: int, state: StateSpec) -> sql.Composed:
     """A state's delta history as a view: (txid, key..., delta) of every committed txid."""
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"dlt_{topology_num}_{state.name}"))

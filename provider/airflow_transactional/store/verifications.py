@@ -120,19 +120,21 @@ def covering(cur: Cursor, schema: str, topology_id: str, txid: int) -> int | Non
 
 
 def clear(cur: Cursor, staging: sql.Composed, txid: int) -> None:
-    """Delete a recomputation's staged rows of ``txid``."""
+    """Delete a recomputation's staged rows of ``txid`` (from a round's own table)."""
     cur.execute(query("verify_clear", table=staging), {"txid": txid, "attempt": ATTEMPT})
 
 
 def digest(cur: Cursor, state: StateSpec, staging: sql.Composed, txid: int) -> str:
-    """The recomputation's ``rows:hash``, made as the commit made the committed attempt's."""
+    """The recomputation's ``rows:hash`` (in a round's own table), made as the commit made the
+    committed attempt's."""
     return h.digest(cur, state, staging, txid, ATTEMPT)
 
 
-def diff(cur: Cursor, state: StateSpec, staging: sql.Composed, txid: int, committed: int,
+def diff(cur: Cursor, state: StateSpec, staging: sql.Composed, recomputed: sql.Composed, txid: int, committed: int,
          samples: int) -> list[tuple[str, str | None, str | None]]:
-    """Keys whose recomputed delta differs from the committed one: (key, committed, recomputed)."""
-    cur.execute(query("verify_diff", table=staging, keys=q.key_list(state)),
+    """Keys whose recomputed delta (in ``recomputed``) differs from the committed one (in
+    ``staging``): (key, committed, recomputed)."""
+    cur.execute(query("verify_diff", table=staging, recomputed=recomputed, keys=q.key_list(state)),
                 {"txid": txid, "attempt": ATTEMPT, "committed": committed, "samples": samples})
     return [(str(k), c, r) for k, c, r in cur.fetchall()]
 

@@ -23,6 +23,10 @@ WHERE a.attrelid = to_regclass(%(name)s) AND a.attnum > 0 AND NOT a.attisdropped
 SELECT rolsuper AS superuser, rolbypassrls AS bypasses_rls, pg_has_role(rolname, current_user, 'MEMBER') AS is_me
 FROM pg_roles WHERE rolname = %(name)s
 
+-- name: catalog_shares_rights
+-- Whether either role is a member of the other (it has, or may take, the other's rights).
+SELECT pg_has_role(%(a)s, %(b)s, 'MEMBER') OR pg_has_role(%(b)s, %(a)s, 'MEMBER')
+
 -- name: catalog_now
 -- clock_timestamp(), not now(): one time for everything a step records, even inside a long transaction.
 SELECT clock_timestamp()

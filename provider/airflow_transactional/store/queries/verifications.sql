@@ -76,9 +76,9 @@ WHERE t.topology_id = %(topology)s AND t.txid > %(txid)s AND t.corrects ? 'txids
 DELETE FROM {table} WHERE txid = %(txid)s AND attempt = %(attempt)s
 
 -- name: verify_diff
--- Keys whose recomputed delta (attempt -1) differs from the committed one: (key as text, committed,
--- recomputed), up to %(samples)s.
-WITH r AS (SELECT {keys}, value FROM {table} WHERE txid = %(txid)s AND attempt = %(attempt)s),
+-- Keys whose recomputed delta (attempt -1, in the round's own table) differs from the committed one:
+-- (key as text, committed, recomputed), up to %(samples)s.
+WITH r AS (SELECT {keys}, value FROM {recomputed} WHERE txid = %(txid)s AND attempt = %(attempt)s),
      k AS (SELECT {keys}, value FROM {table} WHERE txid = %(txid)s AND attempt = %(committed)s)
 SELECT concat_ws(',', {keys}), k.value::text, r.value::text FROM r FULL JOIN k USING ({keys})
 WHERE r.value IS DISTINCT FROM k.value ORDER BY 1 LIMIT %(samples)s
