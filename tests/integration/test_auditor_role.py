@@ -76,6 +76,13 @@ def test_only_the_auditor_writes_the_verdicts_the_mark_and_a_rounds_recomputatio
                         "DELETE FROM airflow_txn.log_events"):
         roles.refused("auditor", commit_like)  # and it commits nothing, appends nothing
 
+    # Nor can it point a committed txid at other records (another txid's, counted twice) whose
+    # recomputation would match what it committed: a committed plan stays as its commit left it.
+    for moved in ("batch = '{}'", "start_offsets = '{}'", "end_offsets = '{}'", "planned_records = 0",
+                  "read_digest = 'x'", "corrects = '{\"txids\": [1, 1]}'", "status = 'planned'",
+                  "plan_version = plan_version + 1"):
+        roles.refused("runtime", f"UPDATE airflow_txn.transactions SET {moved} WHERE txid = 1")
+    query(roles.dsn_of("runtime"), "UPDATE airflow_txn.transactions SET failed_tries = failed_tries WHERE txid = 1")
     # The run-time role commits txid 2, then rewrites a state row and its delta history to agree.
     producer.append([click(i) for i in range(30, 45)])
     assert _commit_one(runtime, "r2") == 2

@@ -74,6 +74,26 @@ CREATE TABLE {s}.transactions (
 );
 CREATE INDEX ON {s}.transactions (topology_id, status, txid);
 
+-- A committed txid's plan is what the shadow audit recomputes and what a correction re-reads: once
+-- committed, what it read (offsets, batch, records, read digest) and what it corrects stay as its
+-- commit left them, whoever writes. Else a role that updates plans could point a committed txid at
+-- other records -- another txid's, counted twice -- whose recomputation matches what it committed.
+CREATE FUNCTION {s}.committed_plan_guard() RETURNS trigger
+LANGUAGE plpgsql AS $body$
+BEGIN
+    IF (NEW.status, NEW.plan_version, NEW.start_offsets, NEW.end_offsets, NEW.batch, NEW.planned_records,
+        NEW.read_digest, NEW.corrects) IS DISTINCT FROM (OLD.status, OLD.plan_version, OLD.start_offsets,
+        OLD.end_offsets, OLD.batch, OLD.planned_records, OLD.read_digest, OLD.corrects) THEN
+        RAISE EXCEPTION 'topology % txid % is committed: its plan, what it read and what it corrects stay as its '
+                        'commit left them', OLD.topology_id, OLD.txid
+            USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END
+$body$;
+CREATE TRIGGER committed_plan_guard BEFORE UPDATE ON {s}.transactions
+    FOR EACH ROW WHEN (OLD.status = 'committed') EXECUTE FUNCTION {s}.committed_plan_guard();
+
 CREATE TABLE {s}.attempts (
     topology_id  text NOT NULL,
     txid         bigint NOT NULL,
