@@ -76,8 +76,9 @@ CREATE INDEX ON {s}.transactions (topology_id, status, txid);
 
 -- A committed txid's plan is what the shadow audit recomputes and what a correction re-reads: once
 -- committed, what it read (offsets, batch, records, read digest) and what it corrects stay as its
--- commit left them, whoever writes. Else a role that updates plans could point a committed txid at
--- other records -- another txid's, counted twice -- whose recomputation matches what it committed.
+-- commit left them, whoever writes (short of the table's owner turning the trigger off). Else a role
+-- that updates plans could point a committed txid at other records -- another txid's, counted twice
+-- -- whose recomputation matches what it committed.
 CREATE FUNCTION {s}.committed_plan_guard() RETURNS trigger
 LANGUAGE plpgsql AS $body$
 BEGIN
