@@ -8,7 +8,8 @@ longer one.
 
 The cluster's chaos mix is not a test: its faults are asserted one at a time by the cluster tier
 (tests/cluster/test_lost_nodes.py), and the mix itself is ``python -m bench.chaos --stack cluster``
-(docs/chaos.md; it took nine minutes of the e2e lane).
+(docs/chaos.md; it took nine minutes of the e2e lane). Nor is the S3 mode's: each of its faults has
+a test of its own in the tiers, and the mix is ``python -m bench.chaos --mode s3``.
 
 Each lane is its own pytest session with its own temporary directory (``TMPDIR``, so the lanes'
 Spark scratch and pytest's ``tmp_path`` never meet), its output streamed with the lane's name in
