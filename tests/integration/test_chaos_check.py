@@ -192,12 +192,10 @@ def test_kafka_check_holds_the_committed_records_less_only_what_a_deletion_skipp
     assert 0 < report.skipped_records <= coord.status(mode.TOPOLOGY).lost_records
     # A skip nobody caused (a range claimed lost beyond the deletion) and a count off by one are caught.
     # (A committed plan is frozen by a trigger: the damage is made past it, as only its owner can.)
-    guard = "TRIGGER committed_plan_guard"
-    query(dsn, f"ALTER TABLE airflow_txn.transactions DISABLE {guard}; "
+    query(dsn, "ALTER TABLE airflow_txn.transactions DISABLE TRIGGER committed_plan_guard; "
                "UPDATE airflow_txn.transactions SET batch = jsonb_set(batch, '{lost,ranges}', "
-               "jsonb_build_array(jsonb_build_array(0, 0, 100000))) WHERE topology_id = %s AND txid = %s",
-          (mode.TOPOLOGY, second))
-    query(dsn, f"ALTER TABLE airflow_txn.transactions ENABLE {guard}")
+               "jsonb_build_array(jsonb_build_array(0, 0, 100000))) WHERE topology_id = %s AND txid = %s; "
+               "ALTER TABLE airflow_txn.transactions ENABLE TRIGGER committed_plan_guard", (mode.TOPOLOGY, second))
     query(dsn, f"UPDATE {mode.TOPOLOGY}_url_counts SET value = value + 1 "
                f"WHERE url = (SELECT min(url) FROM {mode.TOPOLOGY}_url_counts)")
     damaged = check()
