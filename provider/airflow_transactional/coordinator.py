@@ -38,21 +38,22 @@ from .core import (
     planning,
     rebuild,
     registration,
-    replayed,
     replays,
     verify,
     views,
 )
-from .core import audit_base as verified
 from .core import commit as commit_
 from .core import publish as publish_
+from .core import recompute as recompute_
 from .core import status as status_
 from .core.context import StateStore
 from .core.lag import PATIENT as PATIENT_LAG_WAIT
+from .core.recompute import Audit, CorrectionPreview, Fold, Folded, Rebuild, Target, VerificationRound
 from .model import DEFAULT_SCHEMA, CommitResult
 from .store import catalog
 
-__all__ = ["PATIENT_LAG_WAIT", "Coordinator", "Operation"]
+__all__ = ["PATIENT_LAG_WAIT", "Audit", "Coordinator", "CorrectionPreview", "Fold", "Folded", "Operation", "Rebuild",
+           "Target", "VerificationRound"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -152,7 +153,6 @@ class Coordinator:
     plan_correction = Operation(corrections.plan_correction)
     correction_batch = Operation(corrections.range_batch)
     withdraw_correction = Operation(corrections.withdraw)
-    preview_correction = Operation(corrections.preview)
     correction_summary = Operation(corrections.summary)
     plan_replay = Operation(replays.plan_replay)
     edit_quarantined = Operation(replays.edit)
@@ -167,6 +167,7 @@ class Coordinator:
     stage = Operation(attempts.stage)
     stage_events = Operation(attempts.stage_events)
     stage_requests = Operation(attempts.stage_requests)
+    copy_rows = Operation(attempts.copy_rows)
     output_staging = Operation(attempts.output_staging)
     quarantine_copy = Operation(attempts.quarantine_copy)
     staging_copies = Operation(attempts.staging_copies)
@@ -191,21 +192,17 @@ class Coordinator:
     status = Operation(status_.status)
     verdicts = Operation(status_.verdicts)
     committed_batch = Operation(status_.committed_batch)
-    committed_replays = Operation(replayed.committed)
-    replay_copies = Operation(replayed.copies)
-    fold_in_replays = Operation(replayed.fold_in)
-    audit_tables = Operation(status_.audit_tables)
-    diff_audit = Operation(status_.diff_audit)
     commits = Operation(status_.commits)
+
+    # -- recomputing committed txids with the topology's code: audit, rebuild, preview, verify ---
+    # (core/recompute.py: one engine, a kind and a processor's fold handed in)
+    recompute = Operation(recompute_.recompute)
 
     # -- the shadow audit: committed txids checked as they come (core/verify.py) ----------------
     verifying = Operation(verify.verifying)
     verify_triage = Operation(verify.triage)
-    verify_judge = Operation(verify.judge)
     verify_status = Operation(verify.status)
     verify_recheck = Operation(verify.recheck)
-    audit_base = Operation(verified.audit_base)
-    add_audit_base = Operation(verified.add_audit_base)
 
     # -- what each commit changed (core/history.py) ---------------------------------------------
     changes = Operation(history.changes)
@@ -215,10 +212,7 @@ class Coordinator:
     history_sizes = Operation(history.sizes)
     history_views = Operation(history.views)
 
-    # -- rebuilding the states from the source while the topology commits (core/rebuild.py) ----
-    begin_rebuild = Operation(rebuild.begin)
-    rebuild_copies = Operation(rebuild.load_copies)
-    swap_rebuild = Operation(rebuild.swap)
+    # -- a rebuild (core/rebuild.py; run through recompute) left half done, ended by hand -------
     abort_rebuild = Operation(rebuild.abort)
 
     # -- what the Transactions pages of the Airflow UI show (JSON-ready; core/views.py) --------

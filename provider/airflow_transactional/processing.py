@@ -21,13 +21,14 @@ import logging
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from . import limits, provenance
-from .coordinator import Coordinator
+from .coordinator import Audit, Coordinator, CorrectionPreview, Fold, Folded, Rebuild, Target, VerificationRound
 from .exceptions import BadRecord, ConfigError
-from .model import RETRACTED, VERIFY_ATTEMPT, Attempt, StagedEvent, Transaction, event_id, read_digest
+from .model import RETRACTED, Attempt, PlannedBatch, StagedEvent, Transaction, event_id, read_digest
 from .sources.base import Record, Versions
 from .sources.eventlog import partition_of, payload_refusal
 from .sources.kafka import RETRACTION_REFUSED
@@ -275,6 +276,49 @@ def _fold(coordinator: Coordinator, spec: TopologySpec, txn: Transaction, fn: Re
     return batch, bad, read, crcs
 
 
+def python_fold(coordinator: Coordinator, spec: TopologySpec, fn: RecordFn,
+                parse: Callable[[str], Any] = json.loads) -> Fold:
+    """The recompute engine's fold in plain Python: the batch read and folded by ``fn`` as
+    :func:`process_batch` would, its states -- and its output events, when the target asks for them
+    -- staged through the target's COPY statements."""
+    def fold(batch: PlannedBatch, target: Target) -> Folded:
+        key = target.events.prefix if target.events is not None else target.prefix
+        txn = Transaction(spec.topology_id, int(key[0]) if key else 0, "", 0, {}, {}, batch, 0, "committed",
+                          datetime.now(UTC), None, None)
+        folded, bad, read, crcs = _fold(coordinator, spec, txn, fn, parse)
+        for state in spec.recomputable_states:
+            coordinator.copy_rows(target.states[state.name],
+                                  ((*target.prefix, *k, v) for k, v in folded.partials[state.name].items()))
+        if target.events is not None:
+            coordinator.copy_rows(target.events.copy, ((*target.events.prefix, *e) for e in folded.events))
+        return Folded(len(bad), read_digest(read, crcs))
+
+    return fold
+
+
+def audit(coordinator: Coordinator, topology_id: str, fn: RecordFn, *,
+          parse: Callable[[str], Any] = json.loads) -> dict[str, Any]:
+    """Every state recomputed with ``fn`` from the source over the committed offsets (and the
+    committed replays' records) and diffed against the tables (``core/recompute.py``'s Audit)."""
+    return coordinator.recompute(Audit(topology_id), python_fold(coordinator, coordinator.spec(topology_id), fn, parse))
+
+
+def rebuild(coordinator: Coordinator, topology_id: str, fn: RecordFn, *,
+            parse: Callable[[str], Any] = json.loads) -> dict[str, Any]:
+    """Every state recomputed with ``fn`` and swapped in while the topology keeps committing."""
+    return coordinator.recompute(Rebuild(topology_id), python_fold(coordinator, coordinator.spec(topology_id), fn,
+                                                                   parse))
+
+
+def preview(coordinator: Coordinator, topology_id: str, fn: RecordFn, first: int, last: int, *,
+            parse: Callable[[str], Any] = json.loads) -> dict[str, Any]:
+    """What a correction of committed txids first..last with ``fn`` would change; nothing committed."""
+    spec = coordinator.spec(topology_id)
+    code = provenance.code(spec.to_config(), application=provenance.function_digest(fn))
+    return coordinator.recompute(CorrectionPreview(topology_id, first, last, code), python_fold(coordinator, spec, fn,
+                                                                                               parse))
+
+
 def verify(coordinator: Coordinator, topology_id: str, fn: RecordFn, *, budget: int = 10, every: int = 1,
            parse: Callable[[str], Any] = json.loads) -> dict[str, Any]:
     """A round of the shadow audit (``core/verify.py``) with ``fn``: each committed txid it takes
@@ -282,18 +326,5 @@ def verify(coordinator: Coordinator, topology_id: str, fn: RecordFn, *, budget: 
     against its commit. What the round found: the mark, the txids settled, each check's verdict."""
     spec = coordinator.spec(topology_id)
     code = provenance.code(spec.to_config(), application=provenance.function_digest(fn))
-    checked = []
-    with coordinator.verifying(topology_id, budget=budget, every=every, code=code) as rnd:
-        for task in rnd.tasks:
-            txn = replace(coordinator.transaction(topology_id, task.txid), batch=task.batch)
-            batch, bad, read, crcs = _fold(coordinator, spec, txn, fn, parse)
-            attempt = Attempt(topology_id, task.txid, VERIFY_ATTEMPT, 0)
-            for state in spec.recomputable_states:
-                coordinator.stage(attempt, state.name, ((*k, v) for k, v in batch.partials[state.name].items()))
-            if spec.outputs and task.kind == "batch":  # a correction's events are its compensation: not checked
-                coordinator.stage_events(attempt, batch.events)
-            checked.append(coordinator.verify_judge(topology_id, task, quarantined=len(bad),
-                                                    read_digest=read_digest(read, crcs)))
-    mark = checked[-1]["verified_through"] if checked else coordinator.verify_status(topology_id)["verified_through"]
-    return {"topology": topology_id, "busy": rnd.busy, "settled": rnd.settled, "checked": checked,
-            "verified_through": mark}
+    return coordinator.recompute(VerificationRound(topology_id, budget, every, code),
+                                 python_fold(coordinator, spec, fn, parse))

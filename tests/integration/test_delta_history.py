@@ -15,6 +15,7 @@ import pytest
 
 from airflow_transactional import cli, provenance
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import rebuild
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.processing import process_batch
 from airflow_transactional.sources.pglog import PostgresLogSource
@@ -202,16 +203,16 @@ def test_a_rebuild_makes_what_it_recomputed_the_snapshot_the_history_starts_at(d
         coord.register(counting_topology(max_batch_size=20))
         run_one(coord, "clicks", "r0")
         run_one(coord, "clicks", "r1")
-        rebuild = coord.begin_rebuild("clicks")
+        started = rebuild.begin(coord.store, "clicks")  # as the engine's Rebuild begins (core/recompute.py)
         run_one(coord, "clicks", "r2")  # committed while the rebuild runs: its journal
         recomputed = {s: {k: 2 * v for k, v in coord.state_as_of("clicks", s, 2)} for s in ("clicks_count",
                                                                                            "clicks_amount")}
-        for name, copy in coord.rebuild_copies("clicks").items():  # what the rebuild's Spark job loads
+        for name, copy in rebuild.load_copies(coord.store, "clicks").items():  # what the rebuild's Spark job loads
             text = "".join(f"{k},{v}\n" for k, v in recomputed[name].items())
             with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
                 cur.copy_expert(copy, io.StringIO(text))
         third = dict(coord.changes("clicks", 3)["clicks_count"])
-        coord.swap_rebuild(rebuild)
+        rebuild.swap(coord.store, started)
         assert dict(coord.state_as_of("clicks", "clicks_count", 2)) == recomputed["clicks_count"]
         assert dict(coord.state_as_of("clicks", "clicks_count", 3)) == table(dsn, "clicks_count")
         assert dict(coord.changes("clicks", 3)["clicks_count"]) == third

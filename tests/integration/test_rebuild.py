@@ -8,6 +8,7 @@ import time
 import pytest
 
 from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.core import rebuild
 from airflow_transactional.exceptions import RebuildInProgress
 from tests.helpers import click, counting_topology, make_log, run_one
 
@@ -33,16 +34,16 @@ def test_an_aborted_rebuild_can_never_swap_and_a_live_one_is_not_aborted_by_acci
     try:
         owner.register(counting_topology())
         run_one(owner, "clicks", "r1")
-        mine = owner.begin_rebuild("clicks")
+        mine = rebuild.begin(owner.store, "clicks")
         with pytest.raises(RebuildInProgress, match=r"still running.*--force"):
             operator.abort_rebuild("clicks")
         with pytest.raises(RebuildInProgress, match="has a rebuild running"):
-            operator.begin_rebuild("clicks")
+            rebuild.begin(operator.store, "clicks")
         assert operator.abort_rebuild("clicks", force=True)
         with pytest.raises(Exception, match=f"rebuild {mine.rebuild_id} .* was aborted or replaced"):
-            owner.swap_rebuild(mine)
+            rebuild.swap(owner.store, mine)
         assert not owner.abort_rebuild("clicks", started=mine)  # its own clean-up touches nothing else
-        theirs = operator.begin_rebuild("clicks")  # the lock is free again
+        theirs = rebuild.begin(operator.store, "clicks")  # the lock is free again
         assert theirs.rebuild_id != mine.rebuild_id
         operator.close()  # its process died: the lock goes with the session
         assert _abort_once_the_session_is_gone(owner)  # no --force needed for a dead rebuild
@@ -65,7 +66,7 @@ def test_a_reader_whose_snapshot_predates_the_swap_still_sees_the_old_state(dsn:
         owner.register(counting_topology())
         run_one(owner, "clicks", "r1")
         before = query(dsn, "SELECT user_id, value FROM clicks_count ORDER BY 1")
-        mine = owner.begin_rebuild("clicks")
+        mine = rebuild.begin(owner.store, "clicks")
         # The recomputation (here: the same values, one of them changed, one key gone).
         load = "airflow_txn.rebuild_1_clicks_count"
         query(dsn, f"INSERT INTO {load} SELECT user_id, value FROM clicks_count")
@@ -75,7 +76,7 @@ def test_a_reader_whose_snapshot_predates_the_swap_still_sees_the_old_state(dsn:
         reader.set_session(isolation_level="REPEATABLE READ")
         with reader.cursor() as cur:
             cur.execute("SELECT 1")  # the snapshot is taken; the state table not touched yet
-            owner.swap_rebuild(mine)
+            rebuild.swap(owner.store, mine)
             cur.execute("SELECT user_id, value FROM clicks_count ORDER BY 1")
             assert cur.fetchall() == before
         reader.rollback()

@@ -35,7 +35,7 @@ from ..store import logs as event_logs
 from ..store import state as q
 from ..store.attempts import Finished
 from ..store.connection import Database
-from ..store.copy import copy_line
+from ..store.copy import copy_line, csv_line
 from ..store.rows import Cursor
 from . import corrections, planning, replays
 from .context import StateStore
@@ -178,6 +178,23 @@ def stage(store: StateStore, attempt: Attempt, state_name: str, rows: Iterable[S
         buf.seek(0)
         table = store.staging_of(num, state, attempt.attempt)
         cur.copy_expert(q.copy_into(table, q.staging_columns(state)).as_string(cur), buf)
+    return n
+
+
+def copy_rows(store: StateStore, copy: str, rows: Iterable[Sequence[Any]]) -> int:
+    """COPY ``rows`` through ``copy`` -- a ``COPY ... FROM STDIN WITH (FORMAT csv)`` this store made
+    for a recomputation's target, as Spark's executors are handed -- in one transaction; the count."""
+    if not copy.startswith("COPY ") or "FORMAT csv" not in copy:
+        raise ConfigError(f"not a COPY of a recomputation's target: {copy[:80]!r}")
+    buf = io.StringIO()
+    n = 0
+    for row in rows:
+        buf.write(csv_line(row))
+        n += 1
+    if n:
+        buf.seek(0)
+        with store.db.transaction() as cur:
+            cur.copy_expert(copy, buf)
     return n
 
 

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Where PySpark's client finds its Spark Connect server (a URL, which may hold a token).
+REMOTE_ENV = "SPARK_REMOTE"
+
 #: Per Spark session: the DSN's digest -> the file registered for it (a session takes each once).
 _registered: weakref.WeakKeyDictionary[Any, dict[str, StoreFile]] = weakref.WeakKeyDictionary()
 

@@ -1,5 +1,5 @@
 """The job entry point (:func:`run`) and its modes: process one txid; audit, rebuild, preview
-(``spark/recomputed.py``).
+(``spark/recompute.py``).
 
 A job author writes ``transform(records) -> {state: DataFrame}``; a job file in ``spark_jobs/`` is::
 
@@ -61,9 +61,10 @@ from ..spec import TopologySpec
 from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
 from .batch import Read, Transform, folded, read_batch
+from .handoff import REMOTE_ENV
 from .profile import Phases
 from .read import readable_batch
-from .recomputed import audit, preview, rebuild, verify
+from .recompute import audit, preview, rebuild, verify
 from .stage import copy_dataframe, decision_requests, output_events, stage_fold
 from .submit import DSN_FILE_ARG, driver_secrets, provider_zip
 from .watch import watched
@@ -72,8 +73,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-REMOTE_ENV = "SPARK_REMOTE"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -1,6 +1,16 @@
-"""The owner's recomputations, ``airflow-txn audit`` and ``rebuild``: the topology's own Spark job
-in its ``--audit`` or ``--rebuild`` mode -- under ``spark-submit``, or as a client of a Spark Connect
-server (a process of this machine, as the process task runs it) -- its summary read back."""
+"""The recompute engine (``core/recompute.py``) on Spark, both ends of it.
+
+In the job: ``--audit`` (every state over the committed offsets, diffed against the tables),
+``--rebuild`` (the same, swapped in while the topology keeps committing), ``--preview`` (txids A..B
+under the code deployed now: what a correction of them would change, and whether the same code
+computes the same -- its determinism) and ``--verify`` (a round of the shadow audit) are each a kind
+of the engine, run through the coordinator's ``recompute``; what is Spark's is only
+:func:`spark_fold`, the engine's one operation: a planned batch read, parsed, validated and folded
+by the job's transform, and staged by the executors.
+
+From ``airflow-txn`` (the owner's recomputations, :func:`recompute`): the topology's own job in one
+of those modes -- under ``spark-submit``, or as a client of a Spark Connect server (a process of
+this machine, as the process task runs it) -- its summary read back."""
 
 from __future__ import annotations
 
@@ -9,17 +19,25 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+from .. import provenance
 from ..connections import redact
+from ..coordinator import Audit, Coordinator, CorrectionPreview, Fold, Folded, Rebuild, Target, VerificationRound
 from ..exceptions import TransactionalError
+from ..model import PlannedBatch, Staging, read_digest
 from ..sources import Source
 from ..sources.base import connections_for
 from ..spec import TopologySpec
 from . import cds
+from .admit import SetAside
+from .batch import Read, Transform, read_batch, stage_states
+from .handoff import REMOTE_ENV
 from .jars import jars_for
-from .job import REMOTE_ENV
+from .profile import Phases
+from .read import readable_batch
+from .stage import output_events, stage_fold
 from .submit import (
     DSN_ENV,
     deliver_dsn,
@@ -29,6 +47,9 @@ from .submit import (
     with_jit_for_batch,
     with_quiet_driver_logs,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: str, conf: list[str],
@@ -113,3 +134,88 @@ def client_path(py_files: str | None) -> list[str]:
         if entry not in out:
             out.append(entry)
     return out
+
+
+# -- in the job: the engine's fold on Spark, and each kind run with it ------------------------------
+
+Kind = Audit | Rebuild | CorrectionPreview | VerificationRound
+
+
+def spark_fold(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, transform: Transform, *,
+               schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None,
+               phases: Phases | None = None) -> Fold:
+    """The engine's fold on Spark: the batch read (less its unreadable files, counted as set aside)
+    and folded by ``transform`` as the process task does, its states -- and its output events, when
+    the target asks for them -- staged by the executors."""
+    def fold(batch: PlannedBatch, target: Target) -> Folded:
+        batch, unreadable = readable_batch(batch, spec.source)
+        read = read_batch(spark, coordinator, spec, batch, transform, schema=schema, required=required,
+                          checks=checks, states_only=target.events is None)
+        if phases is not None:
+            phases.lap("read, parse, validate, fold")
+        set_aside = 0
+        if target.events is not None:
+            read, set_aside = _stage_events(coordinator, spec, read, target.events)
+        set_aside += stage_states(spec, read, coordinator.dsn, target.states, target.prefix)
+        read.keep.unpersist()
+        if phases is not None:
+            phases.lap("stage")
+        return Folded(read.bad_records + len(unreadable) + set_aside,
+                      read_digest(read.records, read.prepared.offset_crcs()))
+
+    return fold
+
+
+def run(kind: Kind, spark: SparkSession, coordinator: Coordinator, transform: Transform, *, schema: str | None,
+        required: Sequence[str], checks: Mapping[str, str] | None = None, phases: Phases | None = None
+        ) -> dict[str, Any]:
+    """Run the recomputation ``kind`` with the job's transform."""
+    spec = coordinator.spec(kind.topology_id)
+    fold = spark_fold(spark, coordinator, spec, transform, schema=schema, required=required, checks=checks,
+                      phases=phases)
+    return coordinator.recompute(kind, fold, phases.lap if phases is not None else None)
+
+
+def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+          *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
+          ) -> dict[str, Any]:
+    return run(Audit(topology_id), spark, coordinator, transform, schema=schema, required=required, checks=checks)
+
+
+def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+            *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
+            ) -> dict[str, Any]:
+    return run(Rebuild(topology_id), spark, coordinator, transform, schema=schema, required=required, checks=checks)
+
+
+def preview(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+            *, txids: tuple[int, int], schema: str | None, required: Sequence[str],
+            checks: Mapping[str, str] | None = None) -> dict[str, Any]:
+    kind = CorrectionPreview(topology_id, *txids, code=_code(coordinator, topology_id, transform))
+    return run(kind, spark, coordinator, transform, schema=schema, required=required, checks=checks)
+
+
+def verify(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
+           *, budget: int, every: int, schema: str | None, required: Sequence[str],
+           checks: Mapping[str, str] | None = None, phases: Phases | None = None) -> dict[str, Any]:
+    kind = VerificationRound(topology_id, budget, every, code=_code(coordinator, topology_id, transform))
+    return run(kind, spark, coordinator, transform, schema=schema, required=required, checks=checks,
+               phases=phases or Phases())
+
+
+def _code(coordinator: Coordinator, topology_id: str, transform: Transform) -> dict[str, Any]:
+    """The code record of what recomputes: the declaration and the job's transform."""
+    spec = coordinator.spec(topology_id)
+    return provenance.code(spec.to_config(), application=provenance.application_digest(transform))
+
+
+def _stage_events(coordinator: Coordinator, spec: TopologySpec, read: Read, target: Staging) -> tuple[Read, int]:
+    """Stage the output events ``read`` holds into ``target`` (its prefix: txid, attempt), as the
+    process task stages them; the read without them (its states), and the rows set aside."""
+    set_aside = SetAside(Staging(""))
+    partitions = coordinator.output_staging(spec.topology_id).partitions
+    for o in spec.outputs:
+        events = output_events(spec.topology_id, o.name, partitions[o.name], read.frames[o.name],
+                               [d.name for d in spec.decisions], txid=target.prefix[0])
+        stage_fold(events, coordinator.dsn, Staging(target.copy, (*target.prefix, o.name)), set_aside=set_aside)
+    return read._replace(frames={s.name: read.frames[s.name] for s in spec.recomputable_states}), set_aside.rows
