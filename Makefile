@@ -52,8 +52,8 @@ redis:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
 	  else echo "the cluster tier needs Debian's redis-server: sudo apt-get install redis-server"; exit 1; fi; }
 
-# The house rules first (ruff, mypy: seconds), then every tier of the suite, in two lanes side by
-# side (dev/lanes.py: the e2e tier and the cluster's chaos run, and the others). For development
+# The house rules first (ruff, mypy: seconds), then every tier of the suite, in three lanes side by
+# side (dev/lanes.py: the e2e tier; the cluster tier and a share of the Spark stories; the others). For development
 # one tier runs alone:
 # `make test TIER=unit` (or integration, spark, e2e, cluster); CI runs them all.
 test: startup-archive lint browser jars redis

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from airflow_transactional import KafkaSource, StateSpec, TopologySpec
+from airflow_transactional import KafkaSource, StateSpec, TopologySpec, faults
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.core import lag
@@ -209,8 +209,9 @@ def test_a_topic_deleted_and_created_again_is_refused_naming_the_reset(dsn: str,
     coord.close()
 
 
-def test_a_broker_restart_between_a_commit_and_the_next_plan_loses_and_repeats_nothing(
-        dsn: str, kafka: KafkaBroker) -> None:
+def test_a_broker_killed_inside_a_commit_and_back_loses_and_repeats_nothing(dsn: str, kafka: KafkaBroker) -> None:
+    """The broker SIGKILLed inside a commit's transaction (the chaos harness's ``kafka_kill_commit``):
+    the commit commits; the next plan, the broker back with its data, starts where it ended."""
     topic = create_topic(kafka, 2)
     coord = Coordinator(dsn)
     coord.register(spend(topic, max_batch_size=10))
@@ -218,8 +219,20 @@ def test_a_broker_restart_between_a_commit_and_the_next_plan_loses_and_repeats_n
     produce(kafka, topic, first)
     txn = coord.plan("spend", "r0")
     process_batch(coord, "spend", txn.txid, spend_fn())
-    coord.commit("spend", txn.txid)
-    kafka.restart(kill=True)
+    struck: list[str] = []
+
+    def engine(name: str, _cur: Any, _scope: tuple[str, ...]) -> None:
+        if name == "commit.after_apply" and not struck:
+            struck.append(name)
+            kafka.kill()
+
+    faults.install(engine)
+    try:
+        assert coord.commit("spend", txn.txid).committed
+    finally:
+        faults.install(None)
+        kafka.start()
+    assert struck == ["commit.after_apply"]
     more = payments(15, start=100)
     produce(kafka, topic, more)
     drain(coord, prefix="after")

@@ -1,10 +1,15 @@
 """The words job reading a Kafka topic under real spark-submit: exactly the planned offsets, by
 Spark's Kafka reader at read_committed, out of order and replayed, committed in order -- the
-numbers those of the records producers committed, the rest quarantined, none lost."""
+numbers those of the records producers committed, the rest quarantined, none lost; the broker lost
+under a read and back costs an attempt at most."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -16,8 +21,9 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.model import RETRACTS_HEADER, read_digest
 from airflow_transactional.sources.kafka import RETRACTION_REFUSED
 from airflow_transactional.spark.jars import kafka_connector
+from airflow_transactional.spark.submit import provider_zip
 from dev.kafka import KafkaBroker
-from tests.helpers import query, spark_submit
+from tests.helpers import local_conf, query, spark_submit
 from tests.kafka_helpers import TransactionalProducer, create_topic, produce, read_topic
 
 pytestmark = pytest.mark.spark
@@ -97,6 +103,55 @@ def test_the_words_job_reads_exactly_the_planned_offsets_of_a_kafka_topic(dsn: s
     assert sorted((r.retracts, r.payload) for r in every if r.retracts) == [
         ("up:tw1", json.dumps(tweets(1)[0][1])), ("up:tw2", json.dumps(committed[2][1]))]
     assert digests == [(expected,), (expected,)]
+    coord.close()
+
+
+def test_the_broker_lost_under_a_read_and_back_costs_an_attempt_at_most(dsn: str, kafka: KafkaBroker,
+                                                                         tmp_path: Path) -> None:
+    """The broker SIGKILLed while the driver reads the batch, and started again on its ports and
+    data two seconds later (what the chaos harness's ``kafka_kill_processing`` strikes): the attempt
+    rides it out (the consumer retries) or fails; a retry then counts exactly the planned offsets."""
+    from dev import faults
+
+    topic = create_topic(kafka, 2)
+    sent = tweets(30_000)
+    for chunk in range(0, len(sent), 10_000):
+        produce(kafka, topic, sent[chunk:chunk + 10_000])
+    coord = Coordinator(dsn)
+    coord.register(words(topic, max_batch_size=len(sent)))
+    txn = coord.plan("kwords", "r0")
+    assert txn.planned_records == len(sent)
+    begun = tmp_path / "begun"
+    jars = [str(p) for p in kafka_connector().fetch()]
+    argv = ["spark-submit", "--master", "local[2]", *local_conf(), "--jars", ",".join(jars),
+            "--py-files", provider_zip(), WORDS, "--topology", "kwords", "--txid", str(txn.txid)]
+    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
+                           faults=f"spark.begin=waitfor:{begun}")
+    job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not Path(f"{begun}.waiting").exists():
+            assert job.poll() is None and time.monotonic() < deadline, "the driver never began its attempt"
+            time.sleep(0.2)
+        begun.touch()
+        time.sleep(1.5)  # the batch's reading under way
+        kafka.kill()
+        time.sleep(2)
+        kafka.start()
+        out, _ = job.communicate(timeout=300)
+    finally:
+        job.kill()
+        if kafka.proc is None or kafka.proc.poll() is not None:
+            kafka.start()
+    tries = 1
+    if job.returncode != 0:  # the attempt failed; Airflow's retry is a new attempt of the same txid
+        submit(dsn, txn.txid)
+        tries = 2
+    # The kill struck inside the read: the attempt failed, or its reader waited for the broker.
+    assert tries == 2 or "could not be established" in out, out[-3000:]
+    print(f"the batch committed after {tries} attempt(s)")
+    assert coord.commit("kwords", txn.txid).committed, out[-3000:]
+    assert dict(query(dsn, "SELECT url, value FROM kurl_counts")) == Counter(v["url"] for _k, v in sent)
     coord.close()
 
 
