@@ -1,12 +1,13 @@
 """The ``verify`` section of ``bench.perf``: what the shadow audit (``core/verify.py``) costs the
 topology. N batches of the words job, each processed by a spark-submit and committed as the process
 and commit tasks do (the baseline, audit off, run before and after the others), against the same
-with the audit beside them as the verify task runs it -- after each commit its triage, and the job's
-``--verify`` mode only when a txid is to be recomputed, one round at a time, every txid or 1 in 10
-of them -- on the same two cores: the throughput the audit leaves the topology when it has no spare
-cores of its own, and how soon after the last commit every txid was verified. Then what a round's
-add-up check (every state against its delta history) costs on a state of many keys with a long
-history, against the commit of one batch; and what the digest of a commit's output events costs that commit."""
+with the audit beside them as the verify task runs it -- after each commit its triage, and the job
+on a verify round's request (``--recompute``) only when a txid is to be recomputed, one round at a
+time, every txid or 1 in 10 of them -- on the same two cores: the throughput the audit leaves the
+topology when it has no spare cores of its own, and how soon after the last commit every txid was
+verified. Then what a round's add-up check (every state against its delta history) costs on a state
+of many keys with a long history, against the commit of one batch; and what the digest of a
+commit's output events costs that commit."""
 
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ from typing import Any
 from psycopg2 import sql
 
 from airflow_transactional import OutputSpec, StateSpec, TopologySpec
-from airflow_transactional.coordinator import Coordinator
+from airflow_transactional.coordinator import Coordinator, VerificationRound
 from airflow_transactional.core import attempts
 from airflow_transactional.sources import EventLog, PostgresLogSource
 from airflow_transactional.spark import cds
+from airflow_transactional.spark.recompute import RECOMPUTE_ARG, deliver_request
 from airflow_transactional.spark.submit import (
     VERIFY_NICENESS,
     provider_zip,
@@ -58,10 +60,11 @@ DIGEST_TRIALS = 5
 
 def _submit(coord: Coordinator, topology: str, mode: list[str], env: dict[str, str], batch: Mapping[str, Any],
             records: int) -> None:
-    """One spark-submit of the words job on ``topology`` in ``mode``, its driver's JIT chosen for
-    ``batch`` of ``records`` as the process and verify tasks choose it."""
+    """One spark-submit of the words job on ``topology`` with the arguments ``mode`` (a txid, or a
+    verify round's request), its driver's JIT chosen for ``batch`` of ``records`` as the process
+    and verify tasks choose it."""
     conf = with_jit_for_batch(with_quiet_driver_logs({"spark.ui.enabled": "false"}), batch, records)
-    niced = ["nice", "-n", str(VERIFY_NICENESS)] if "--verify" in mode else []  # as the verify task starts it
+    niced = ["nice", "-n", str(VERIFY_NICENESS)] if RECOMPUTE_ARG in mode else []  # as the verify task starts it
     submit = spark_submit_argv("local[2]", cds.with_archive(conf, cds.current()), "--name", f"verify-{topology}")
     argv = [*niced, *submit, "--py-files", provider_zip(), str(WORDS_JOB), "--topology", topology,
             "--schema", coord.schema, *mode]
@@ -94,8 +97,11 @@ class _Audit(threading.Thread):
                         self.rounds += 1
                         if not found["recompute"]:
                             break
-                        _submit(coord, self.topology, ["--verify", f"{ROUND}:{self.every}"], self.env,
-                                found["batch"], found["records"])
+                        asked = deliver_request(VerificationRound(self.topology, ROUND, self.every))
+                        try:
+                            _submit(coord, self.topology, asked.app_args, self.env, found["batch"], found["records"])
+                        finally:
+                            asked.remove()
                         self.jobs += 1
                     if last:
                         self.caught_up = time.perf_counter()

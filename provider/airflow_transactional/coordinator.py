@@ -48,12 +48,23 @@ from .core import recompute as recompute_
 from .core import status as status_
 from .core.context import StateStore
 from .core.lag import PATIENT as PATIENT_LAG_WAIT
-from .core.recompute import Audit, CorrectionPreview, Fold, Folded, Rebuild, Target, VerificationRound
+from .core.recompute import (
+    Audit,
+    CorrectionPreview,
+    Fold,
+    Folded,
+    Kind,
+    Rebuild,
+    Target,
+    VerificationRound,
+    from_request,
+    request,
+)
 from .model import DEFAULT_SCHEMA, CommitResult
 from .store import catalog
 
-__all__ = ["PATIENT_LAG_WAIT", "Audit", "Coordinator", "CorrectionPreview", "Fold", "Folded", "Operation", "Rebuild",
-           "Target", "VerificationRound"]
+__all__ = ["PATIENT_LAG_WAIT", "Audit", "Coordinator", "CorrectionPreview", "Fold", "Folded", "Kind", "Operation",
+           "Rebuild", "Target", "VerificationRound", "from_request", "request"]
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -240,7 +241,8 @@ def test_the_verify_task_starts_a_job_only_for_txids_to_recompute_its_jit_sized_
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     jobs: list[tuple[list[str], str]] = []
     monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: jobs.append(
-        (list(self.application_args), self.conf.get("spark.driver.extraJavaOptions", ""))))
+        (list(self.application_args), self.conf.get("spark.driver.extraJavaOptions", ""),
+         json.loads(Path(self.application_args[self.application_args.index("--recompute") + 1]).read_text()))))
     task = VerifyOperator(task_id="verify", topology=counting_topology(max_batch_size=10).to_config(),
                           transactional_conn_id="store", application="unused.py", conn_id="spark_test",
                           verify_round="10:3")
@@ -250,8 +252,10 @@ def test_the_verify_task_starts_a_job_only_for_txids_to_recompute_its_jit_sized_
     make_log(dsn).append([click(i) for i in range(20, 30)])
     run_one(coord, "clicks", "r2", click_fn)  # txid 3 is sampled: the job recomputes it, on the small JIT
     task.execute({"run_id": "r2", "ti": None})
-    [(args, java)] = jobs
-    assert args[args.index("--verify") + 1] == "10:3" and java.startswith(SHORT_JIT)
+    [(args, java, asked)] = jobs
+    # The job's request, typed: a verify round of 10 txids, 1 in 3 -- its file removed after the job.
+    assert asked == {"kind": "verify", "topology_id": "clicks", "budget": 10, "every": 3} and java.startswith(SHORT_JIT)
+    assert not Path(args[args.index("--recompute") + 1]).exists()
     assert _statuses(coord)[3] == "pending"  # (the job was not run here: it would check txid 3)
     # With verify_lag=1 a txid to recompute may wait for the next run's round: two are recomputed together.
     lagging = VerifyOperator(task_id="verify", topology=counting_topology(max_batch_size=10).to_config(),

@@ -10,6 +10,7 @@ import pytest
 
 from airflow_transactional.cli.args import on_spark
 from airflow_transactional.cli.main import parser
+from airflow_transactional.coordinator import Audit
 from airflow_transactional.exceptions import ConfigError, TransactionalError
 from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spark.recompute import client_path, connect_client_env, recompute
@@ -41,7 +42,7 @@ def test_conf_for_a_connect_server_is_refused_before_anything_runs() -> None:
     spec = TopologySpec("words", PostgresLogSource("tweets"), [StateSpec("url_counts", {"url": "text"})],
                         job=SparkJob("/jobs/words.py"))
     with pytest.raises(TransactionalError, match="a Spark Connect server has its own settings"):
-        recompute("postgresql://x@nowhere/db", "airflow_txn", spec, "audit", master="local[2]",
+        recompute("postgresql://x@nowhere/db", "airflow_txn", spec, Audit("words"), master="local[2]",
                   conf=["spark.executor.memory=4g"], remote="sc://localhost:15002/;token=t")
 
 

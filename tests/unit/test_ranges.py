@@ -3,14 +3,11 @@ the same way wherever it is given -- never a traceback, never read as something 
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from airflow_transactional.airflow.dag_checks import check_verify
 from airflow_transactional.exceptions import ConfigError
 from airflow_transactional.ranges import MAX_ID, Round, txid_range
-from airflow_transactional.spark.job import verify_round
 
 pytestmark = pytest.mark.unit
 
@@ -25,14 +22,11 @@ def test_a_round_that_is_not_n_or_n_k_is_refused_everywhere_alike(given: object)
         Round.parse(given)
     with pytest.raises(ConfigError, match="verify is a round of the shadow audit"):
         check_verify(given, None, 0)
-    if isinstance(given, str):
-        with pytest.raises(argparse.ArgumentTypeError, match="--verify is a round"):
-            verify_round(given)
 
 
 def test_a_round_reads_as_it_was_written() -> None:
     assert Round.parse("10") == (10, 1) and Round.parse("10:5") == (10, 5) and str(Round.parse("10:5")) == "10:5"
-    assert verify_round("3:2") == (3, 2) and str(Round(7)) == "7"
+    assert str(Round(7)) == "7"
 
 
 @pytest.mark.parametrize("given", [HUGE, f"1..{HUGE}", str(MAX_ID + 1), "0..3", [1, 2**70], [0, 1], "3..", "a..b",

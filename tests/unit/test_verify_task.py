@@ -1,5 +1,5 @@
 """The verify task at parse time: a round of the shadow audit after the commit, in a pool of its
-own at the lowest priority, running the topology's own job in its --verify mode; a bad round or
+own at the lowest priority, running the topology's own job on a verify round's request; a bad round or
 pool refused naming the fix."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ def test_a_verify_task_checks_after_the_commit_in_a_pool_of_its_own_last_in_line
     assert verify.priority_weight == 1 and verify.weight_rule == "absolute"
     assert verify.retries == 2  # a killed job is tried again; a failed check fails at once (AirflowFailException)
     assert verify.application == WORDS_JOB and verify.conf == {"spark.executor.memory": "2g"}
-    assert verify.job_args(7, "airflow_txn") == ["--topology", "t_words", "--verify", "5:2", "--schema", "airflow_txn"]
+    assert verify.verify_round == "5:2"  # the round's request, written when a round has txids to recompute
+    assert verify.job_args(7, "airflow_txn") == ["--topology", "t_words", "--schema", "airflow_txn"]
     assert verify.verify_lag == 0 and _dag(verify="5", verify_lag=4).get_task("verify").verify_lag == 4
     assert "verify" not in _dag().task_ids
     # With an auditor's connection the verify task alone connects with it; the others as before.

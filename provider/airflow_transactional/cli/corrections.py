@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..airflow.dagfile import declared_as_stored
-from ..coordinator import Coordinator
+from ..coordinator import Coordinator, CorrectionPreview, VerificationRound
 from ..exceptions import ConfigError, NotYourTurn
 from ..ranges import Round, txid_range
 from ..spark.recompute import recompute
@@ -27,8 +27,7 @@ def correct(args: argparse.Namespace, coord: Coordinator) -> int:
         raise ConfigError("name the committed txids to preview (A..B), or --withdraw TXID")
     first, last = txid_range(args.txids)
     spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "correct")
-    result = recompute(coord.dsn, coord.schema, spec, "preview", **on_spark(args),
-                       mode_value=f"{first}..{last}")
+    result = recompute(coord.dsn, coord.schema, spec, CorrectionPreview(args.topology, first, last), **on_spark(args))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
     else:
@@ -76,8 +75,8 @@ def verify(args: argparse.Namespace, coord: Coordinator) -> int:
     found: dict[str, Any] = {}
     if not args.status:
         spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "verify")
-        found = recompute(coord.dsn, coord.schema, spec, "verify", **on_spark(args),
-                          mode_value=args.round)
+        found = recompute(coord.dsn, coord.schema, spec, VerificationRound(args.topology, *args.round),
+                          **on_spark(args))
     status = coord.verify_status(args.topology)
     if args.json:
         print(json.dumps({**status, "round": found or None}, indent=2, default=str))
@@ -110,9 +109,9 @@ def _print_verification(status: dict[str, Any], found: dict[str, Any]) -> None:
                 print(f"    {name}[{sample['key']}]: " + ", ".join(f"{k} {v}" for k, v in sample.items() if k != "key"))
 
 
-def _round(text: str) -> str:
+def _round(text: str) -> Round:
     try:
-        return str(Round.parse(text, "--round"))
+        return Round.parse(text, "--round")
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 
 from ..airflow.dagfile import declared_as_stored
-from ..coordinator import Coordinator
+from ..coordinator import Audit, Coordinator, Rebuild
 from ..exceptions import TransactionalError
 from ..spark import cds, jars
 from ..spark.recompute import recompute
@@ -23,7 +23,7 @@ def _committed_records(coord: Coordinator, topology_id: str) -> int:
 
 def audit(args: argparse.Namespace, coord: Coordinator) -> int:
     spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "audit")
-    result = recompute(coord.dsn, coord.schema, spec, "audit", **on_spark(args),
+    result = recompute(coord.dsn, coord.schema, spec, Audit(args.topology), **on_spark(args),
                        records=_committed_records(coord, args.topology))
     if args.json:
         print(json.dumps(result, indent=2, default=str))
@@ -50,7 +50,7 @@ def rebuild(args: argparse.Namespace, coord: Coordinator) -> int:
             args.topology, force=args.force) else f"{args.topology} has no rebuild to abort")
         return 0
     spec = declared_as_stored(coord.spec(args.topology), args.dag_file, "rebuild")
-    result = recompute(coord.dsn, coord.schema, spec, "rebuild", **on_spark(args),
+    result = recompute(coord.dsn, coord.schema, spec, Rebuild(args.topology), **on_spark(args),
                        records=_committed_records(coord, args.topology))
     print(f"rebuilt {args.topology} from its source as of txid {result['rebuilt_at_txid']}, replayed "
           f"{result['journal_txids']} txids committed meanwhile (now at txid {result['caught_up_to_txid']})")

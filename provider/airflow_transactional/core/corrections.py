@@ -317,7 +317,7 @@ def withdraw(store: StateStore, topology_id: str, txid: int, reason: str = "with
 def preview(store: StateStore, topology_id: str, num: int, first: int, last: int, code: Mapping[str, Any] | None,
             samples: int = 10) -> dict[str, Any]:
     """What a correction of first..last would apply: each state's recomputation of them (loaded into
-    its audit table by the job's ``--preview``, dropped here) against what they applied. Under the
+    its audit table by the job's preview request, dropped here) against what they applied. Under the
     code they were committed with, any difference is the job's non-determinism."""
     with store.db.transaction() as cur:
         spec = store.load(cur, topology_id).spec

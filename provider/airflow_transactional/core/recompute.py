@@ -17,22 +17,27 @@ this planned batch into this :class:`Target` -- the Spark job's (``spark/recompu
 * :class:`VerificationRound` -- a round of the shadow audit: each txid it takes, staged under the
   verification attempt in the round's own tables and judged against its commit (``core/verify.py``).
 
-``recompute(store, kind, fold)`` runs one; the coordinator's ``recompute`` is the door to it.
+``recompute(store, kind, fold)`` runs one; the coordinator's ``recompute`` is the door to it. A
+kind is also a request (:func:`request`, :func:`from_request`): what ``airflow-txn`` and the
+verify task hand the Spark job, in a file, as JSON -- one typed value, checked once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from .. import faults
-from ..exceptions import TransactionalError
+from ..exceptions import ConfigError, TransactionalError
 from ..model import VERIFY_ATTEMPT, PlannedBatch, Staging
+from ..ranges import Round
 from . import attempts, audit_base, corrections, rebuild, registration, replayed, status, verify
 from .context import StateStore
 
-__all__ = ["Audit", "CorrectionPreview", "Fold", "Folded", "Rebuild", "Target", "VerificationRound", "recompute"]
+__all__ = ["Audit", "CorrectionPreview", "Fold", "Folded", "Kind", "Rebuild", "Target", "VerificationRound",
+           "from_request", "recompute", "request"]
 
 
 class Target(NamedTuple):
@@ -64,8 +69,7 @@ def _no_lap(_phase: str) -> None:
     return None
 
 
-def recompute(store: StateStore, kind: Audit | Rebuild | CorrectionPreview | VerificationRound, fold: Fold,
-              lap: Lap | None = None) -> dict[str, Any]:
+def recompute(store: StateStore, kind: Kind, fold: Fold, lap: Lap | None = None) -> dict[str, Any]:
     """Run the recomputation ``kind`` with ``fold``; what it found (JSON-ready)."""
     return kind.run(store, fold, lap or _no_lap)
 
@@ -88,6 +92,8 @@ class Audit:
     replays' records), diffed against the tables. Where the source no longer holds what committed
     txids read: the states as of the verified-through mark from their delta history, and the txids
     after it recomputed (``core/audit_base.py``)."""
+
+    name: ClassVar[str] = "audit"
 
     topology_id: str
     tries: int = 3  # a commit landing during the diff: recompute against the new checkpoint
@@ -125,6 +131,8 @@ class Rebuild:
     """Every state recomputed from the source (and the committed replays' records) and swapped in
     while the topology keeps committing."""
 
+    name: ClassVar[str] = "rebuild"
+
     topology_id: str
 
     def run(self, store: StateStore, fold: Fold, lap: Lap) -> dict[str, Any]:
@@ -149,6 +157,8 @@ class CorrectionPreview:
     correction of them would apply per state and append to each output, and whether the same code
     computed something else (its non-determinism). Nothing is committed."""
 
+    name: ClassVar[str] = "preview"
+
     topology_id: str
     first: int
     last: int
@@ -168,6 +178,8 @@ class VerificationRound:
     """A round of the shadow audit: each txid it takes read again as its batch was planned, folded
     by this code (``code``: its record), staged under the verification attempt in the round's own
     tables and judged against its commit."""
+
+    name: ClassVar[str] = "verify"
 
     topology_id: str
     budget: int = 10
@@ -193,3 +205,37 @@ class VerificationRound:
         mark = checked[-1]["verified_through"] if checked else verify.status(store, topology_id)["verified_through"]
         return {"topology": topology_id, "busy": rnd.busy, "settled": rnd.settled, "checked": checked,
                 "verified_through": mark}
+
+
+Kind = Audit | Rebuild | CorrectionPreview | VerificationRound
+#: Each kind by the name its requests give.
+KINDS: dict[str, type[Kind]] = {k.name: k for k in (Audit, Rebuild, CorrectionPreview, VerificationRound)}
+
+
+def request(kind: Kind) -> dict[str, Any]:
+    """``kind`` as a request (JSON-ready): its name and its fields, less the code record, which the
+    job that runs it makes of its own code."""
+    return {"kind": kind.name, **{f.name: getattr(kind, f.name) for f in dataclasses.fields(kind) if f.name != "code"}}
+
+
+def from_request(given: Any) -> Kind:
+    """The kind a request (see :func:`request`) asks for, every field checked, else a ConfigError
+    that names what was wrong."""
+    cls = KINDS.get(str(given.get("kind"))) if isinstance(given, Mapping) else None
+    if cls is None:
+        raise ConfigError(f"a recompute request is a JSON object whose kind is one of {sorted(KINDS)}, got "
+                          f"{str(given)[:200]}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "code"}
+    unknown = sorted(set(given) - set(fields) - {"kind"})
+    if unknown or not isinstance(given.get("topology_id"), str):
+        raise ConfigError(f"a request to {cls.name} takes {sorted(fields)} (topology_id a string), got {dict(given)}")
+    values = {k: v for k, v in given.items() if k in fields}
+    bad = [k for k, v in values.items() if k != "topology_id" and (type(v) is not int or v < 1)]
+    if bad:
+        raise ConfigError(f"a request to {cls.name}: {', '.join(bad)} must be whole numbers from 1, got {dict(given)}")
+    kind = cls(**values)
+    if isinstance(kind, CorrectionPreview) and kind.first > kind.last:
+        raise ConfigError(f"a request to preview: its first txid is after its last: {kind.first}..{kind.last}")
+    if isinstance(kind, VerificationRound):
+        Round.parse(str(Round(kind.budget, kind.every)), "a request to verify: its round")
+    return kind

@@ -1,5 +1,6 @@
-"""The job entry point (:func:`run`) and its modes: process one txid; audit, rebuild, preview
-(``spark/recompute.py``).
+"""The job entry point (:func:`run`) and its two modes: process one txid; or recompute committed
+txids, as a request asks (``--recompute``: an audit, a rebuild, a preview, a verify round --
+``spark/recompute.py``).
 
 A job author writes ``transform(records) -> {state: DataFrame}``; a job file in ``spark_jobs/`` is::
 
@@ -27,10 +28,10 @@ A job author writes ``transform(records) -> {state: DataFrame}``; a job file in 
   DataFrame gets a job of its own over the cached batch;
 * records the attempt complete with its row counts -- or failed, so it is never committed.
 
-``--audit`` recomputes every state from the source over the committed offsets in one pass and
-diffs it against the state tables (``airflow-txn audit`` runs it); ``--verify N[:K]`` runs a round
-of the shadow audit: up to N committed txids (1 in K sampled) recomputed and checked against their
-commits (``airflow-txn verify`` and the verify task run it).
+``--recompute REQUEST`` runs a kind of the recompute engine on the request's file (JSON, which
+``airflow-txn audit|rebuild|correct|verify`` and the verify task write): e.g. an audit recomputes
+every state from the source over the committed offsets in one pass and diffs it against the state
+tables; a verify round checks up to N committed txids (1 in K sampled) against their commits.
 
 The DSN comes from a file named by ``--dsn-file`` (or ``$AIRFLOW_TXN_DSN_FILE``, or
 ``$AIRFLOW_TXN_DSN``), never from argv, which ``ps`` and logs show (see :mod:`.submit`).
@@ -56,7 +57,6 @@ from ..connections import Connections, redact
 from ..coordinator import Coordinator
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
 from ..model import DEFAULT_SCHEMA, OutputStaging, Staging, read_digest
-from ..ranges import Round, txid_range
 from ..spec import TopologySpec
 from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
@@ -64,7 +64,8 @@ from .batch import Read, Transform, folded, read_batch
 from .handoff import REMOTE_ENV
 from .profile import Phases
 from .read import readable_batch
-from .recompute import audit, preview, rebuild, verify
+from .recompute import RECOMPUTE_ARG, read_request
+from .recompute import run as recompute
 from .stage import copy_dataframe, decision_requests, output_events, stage_fold
 from .submit import DSN_FILE_ARG, driver_secrets, provider_zip
 from .watch import watched
@@ -81,27 +82,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--txid", type=int, help="the transaction to process")
     p.add_argument("--dag-version", help="the Airflow DAG version of the run's try (recorded with the attempt)")
     p.add_argument("--schema", default=DEFAULT_SCHEMA, help="the provider's schema in the store")
-    p.add_argument("--audit", action="store_true", help="recompute the committed state and diff it")
-    p.add_argument("--rebuild", action="store_true", help="recompute the state and swap it in")
-    p.add_argument("--preview", metavar="A..B", help="recompute committed txids A..B: what a correction would apply")
-    p.add_argument("--verify", metavar="N[:K]", type=verify_round,
-                   help="check up to N committed txids (1 in K) against their commits")
+    p.add_argument(RECOMPUTE_ARG, metavar="REQUEST", help="recompute committed txids as the request's file asks "
+                   "(airflow-txn and the verify task write one)")
     p.add_argument("--result-file", help="write a JSON summary here")
     p.add_argument(DSN_FILE_ARG, help="a file holding the state store's DSN (else $AIRFLOW_TXN_DSN_FILE, "
                    "$AIRFLOW_TXN_DSN)")
     args, _unknown = p.parse_known_args(argv)
-    if not (args.audit or args.rebuild or args.preview or args.verify) and args.txid is None:
-        p.error("--txid is required (or --audit, --rebuild, --preview, --verify)")
+    if args.recompute is None and args.txid is None:
+        p.error(f"--txid is required (or {RECOMPUTE_ARG})")
     return args
-
-
-def verify_round(text: str) -> tuple[int, int]:
-    """``N`` or ``N:K`` (a round of the shadow audit: up to N txids recomputed, 1 in K sampled) as
-    (N, K) -- the type of the ``--verify`` argument."""
-    try:
-        return Round.parse(text, "--verify")
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _session(app_name: str) -> SparkSession:
@@ -236,22 +225,17 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
     args = parse_args(sys.argv[1:] if argv is None else argv)
     dsn, connections = driver_secrets(args.dsn_file)
     coordinator = Coordinator(dsn, schema=args.schema, connections=Connections(known=connections))
-    mode = ("audit" if args.audit else "rebuild" if args.rebuild else "preview" if args.preview
-            else "verify" if args.verify else None)
-    spark = _session(f"txn:{args.topology}:{mode or args.txid}")
+    spark = _session(f"txn:{args.topology}:{'recompute' if args.recompute else args.txid}")
     phases.lap("session")
     try:
         with watched(spark):  # a standalone cluster's driver left without executors fails, to be retried
-            if mode in ("audit", "rebuild"):
-                result = (audit if mode == "audit" else rebuild)(spark, coordinator, args.topology, transform,
-                                                                 schema=schema, required=required, checks=checks)
-            elif mode == "preview":
-                result = preview(spark, coordinator, args.topology, transform, txids=txid_range(args.preview),
-                                 schema=schema, required=required, checks=checks)
-            elif mode == "verify":
-                budget, every = args.verify
-                result = verify(spark, coordinator, args.topology, transform, budget=budget, every=every,
-                                schema=schema, required=required, checks=checks, phases=phases)
+            if args.recompute:
+                kind = read_request(args.recompute)
+                if kind.topology_id != args.topology:
+                    raise ConfigError(f"the recompute request is for {kind.topology_id!r}, not --topology "
+                                      f"{args.topology!r}")
+                result = recompute(kind, spark, coordinator, transform, schema=schema, required=required,
+                                   checks=checks, phases=phases)
             else:
                 result = process(spark, coordinator, args.topology, args.txid, transform, schema=schema,
                                  required=required, checks=checks, phases=phases, dag_version=args.dag_version)
@@ -271,7 +255,7 @@ def run(transform: Transform, *, schema: str | None = None, required: Sequence[s
     result["profile"] = phases.summary()
     log.info("result: %s", json.dumps(result, default=str))
     _write_result(args.result_file, result)
-    return 1 if args.audit and result.get("differences") else 0
+    return 1 if result.get("auditable") and result.get("differences") else 0
 
 
 def _write_result(path: str | None, result: Mapping[str, Any]) -> None:

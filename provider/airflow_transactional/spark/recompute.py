@@ -1,19 +1,22 @@
 """The recompute engine (``core/recompute.py``) on Spark, both ends of it.
 
-In the job: ``--audit`` (every state over the committed offsets, diffed against the tables),
-``--rebuild`` (the same, swapped in while the topology keeps committing), ``--preview`` (txids A..B
-under the code deployed now: what a correction of them would change, and whether the same code
-computes the same -- its determinism) and ``--verify`` (a round of the shadow audit) are each a kind
-of the engine, run through the coordinator's ``recompute``; what is Spark's is only
-:func:`spark_fold`, the engine's one operation: a planned batch read, parsed, validated and folded
-by the job's transform, and staged by the executors.
+In the job: ``--recompute REQUEST`` -- one mode, its request a file of JSON naming a kind of the
+engine and its fields (``core/recompute.request``; :func:`deliver_request` writes it,
+:func:`read_request` reads it back): an audit (every state over the committed offsets, diffed
+against the tables), a rebuild (the same, swapped in while the topology keeps committing), a
+preview (txids A..B under the code deployed now: what a correction of them would change, and
+whether the same code computes the same -- its determinism) or a verify round (the shadow audit),
+run through the coordinator's ``recompute``. What is Spark's is only :func:`spark_fold`, the
+engine's one operation: a planned batch read, parsed, validated and folded by the job's
+transform, and staged by the executors.
 
-From ``airflow-txn`` (the owner's recomputations, :func:`recompute`): the topology's own job in one
-of those modes -- under ``spark-submit``, or as a client of a Spark Connect server (a process of
-this machine, as the process task runs it) -- its summary read back."""
+From ``airflow-txn`` (the owner's recomputations, :func:`recompute`) and the verify task: the
+topology's own job with a request -- under ``spark-submit``, or as a client of a Spark Connect
+server (a process of this machine, as the process task runs it) -- its summary read back."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -24,8 +27,18 @@ from typing import TYPE_CHECKING, Any
 
 from .. import provenance
 from ..connections import redact
-from ..coordinator import Audit, Coordinator, CorrectionPreview, Fold, Folded, Rebuild, Target, VerificationRound
-from ..exceptions import TransactionalError
+from ..coordinator import (
+    Coordinator,
+    CorrectionPreview,
+    Fold,
+    Folded,
+    Kind,
+    Target,
+    VerificationRound,
+    from_request,
+    request,
+)
+from ..exceptions import ConfigError, TransactionalError
 from ..model import PlannedBatch, Staging, read_digest
 from ..sources import Source
 from ..sources.base import connections_for
@@ -40,23 +53,54 @@ from .read import readable_batch
 from .stage import output_events, stage_fold
 from .submit import (
     DSN_ENV,
+    DsnDelivery,
     deliver_dsn,
     provider_zip,
     secrets_text,
     spark_submit_argv,
     with_jit_for_batch,
     with_quiet_driver_logs,
+    write_dsn_file,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: str, conf: list[str],
-              records: int | None = None, mode_value: str | None = None, remote: str | None = None) -> dict[str, Any]:
-    """Run ``spec``'s Spark job in ``mode`` (``audit``, ``rebuild``, or ``preview`` of the txids
-    ``mode_value`` names) on ``master`` -- or, given ``remote`` (a Spark Connect URL, which may hold
-    a token), as a client of that server; its summary.
+#: The job's one recompute mode; its value, the request's file.
+RECOMPUTE_ARG = "--recompute"
+#: The name a cluster-mode driver's shipped request file takes beside it (YARN's ``#name``).
+SHIPPED_REQUEST = "airflow_txn_recompute.json"
+
+
+def deliver_request(kind: Kind, deploy_mode: str | None = None) -> DsnDelivery:
+    """The request for ``kind`` in a new private file, and how it reaches the job: its path (a driver
+    or a Spark Connect client on this machine), or shipped beside a cluster-mode driver (``--files``)."""
+    path = write_dsn_file(json.dumps(request(kind)), prefix="request-")
+    if deploy_mode == "cluster":
+        return DsnDelivery([RECOMPUTE_ARG, SHIPPED_REQUEST], [f"{path}#{SHIPPED_REQUEST}"], local_file=path)
+    return DsnDelivery([RECOMPUTE_ARG, str(path)], local_file=path)
+
+
+def read_request(given: str) -> Kind:
+    """The kind the job's request file asks for: at ``given``, else among the files Spark shipped it."""
+    path = given
+    if not os.path.exists(path):
+        from pyspark import SparkFiles
+
+        path = SparkFiles.get(os.path.basename(given))
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return from_request(json.load(fh))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{RECOMPUTE_ARG} takes the file of a recompute request (airflow-txn and the verify task "
+                          f"write one), and {given} is none: {exc}") from None
+
+
+def recompute(dsn: str, schema: str, spec: TopologySpec, kind: Kind, *, master: str, conf: list[str],
+              records: int | None = None, remote: str | None = None) -> dict[str, Any]:
+    """Run ``spec``'s Spark job on the request ``kind`` on ``master`` -- or, given ``remote`` (a Spark
+    Connect URL, which may hold a token), as a client of that server; its summary.
     ``records`` (what the topology committed, if known) picks a local driver's JIT as the process
     task picks it for a batch of that size."""
     topology_id = spec.topology_id
@@ -70,18 +114,22 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, mode: str, *, master: s
     if remote and conf:
         raise TransactionalError("--conf sets a spark-submit driver's Spark; a Spark Connect server has its own "
                                  "settings: set them where the server starts, or drop --spark-connect")
-    with tempfile.TemporaryDirectory(prefix=f"txn-{mode}-") as tmp:
+    asked = deliver_request(kind)
+    with tempfile.TemporaryDirectory(prefix=f"txn-{kind.name}-") as tmp:
         result_file = os.path.join(tmp, "result.json")
-        app = [job.application, *job.application_args, "--topology", topology_id, "--schema", schema, f"--{mode}",
-               *filter(None, [mode_value]), "--result-file", result_file]
-        if remote:
-            env = connect_client_env(remote, dsn, spec.source, job.py_files, os.environ)
-            proc = subprocess.run([sys.executable, *app], env=env, capture_output=True, text=True, check=False)
-        else:
-            proc = _submitted(dsn, spec, master, conf, records, job.py_files, app)
+        app = [job.application, *job.application_args, "--topology", topology_id, "--schema", schema,
+               *asked.app_args, "--result-file", result_file]
+        try:
+            if remote:
+                env = connect_client_env(remote, dsn, spec.source, job.py_files, os.environ)
+                proc = subprocess.run([sys.executable, *app], env=env, capture_output=True, text=True, check=False)
+            else:
+                proc = _submitted(dsn, spec, master, conf, records, job.py_files, app)
+        finally:
+            asked.remove()
         if not os.path.exists(result_file):  # what it said, wherever it said it
             said = "\n".join(filter(None, (proc.stderr[-4000:].strip(), proc.stdout[-2000:].strip())))
-            raise TransactionalError(f"the {mode} job failed ({proc.returncode}):\n{redact(said)}")
+            raise TransactionalError(f"the {kind.name} job failed ({proc.returncode}):\n{redact(said)}")
         with open(result_file, encoding="utf-8") as fh:
             return dict(json.load(fh))
 
@@ -138,9 +186,6 @@ def client_path(py_files: str | None) -> list[str]:
 
 # -- in the job: the engine's fold on Spark, and each kind run with it ------------------------------
 
-Kind = Audit | Rebuild | CorrectionPreview | VerificationRound
-
-
 def spark_fold(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, transform: Transform, *,
                schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None,
                phases: Phases | None = None) -> Fold:
@@ -169,44 +214,15 @@ def spark_fold(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec
 def run(kind: Kind, spark: SparkSession, coordinator: Coordinator, transform: Transform, *, schema: str | None,
         required: Sequence[str], checks: Mapping[str, str] | None = None, phases: Phases | None = None
         ) -> dict[str, Any]:
-    """Run the recomputation ``kind`` with the job's transform."""
+    """Run the recomputation ``kind`` with the job's transform (a kind that records the code it
+    recomputes with -- a preview, a verify round -- records the declaration and this transform)."""
     spec = coordinator.spec(kind.topology_id)
+    if isinstance(kind, CorrectionPreview | VerificationRound):
+        code = provenance.code(spec.to_config(), application=provenance.application_digest(transform))
+        kind = dataclasses.replace(kind, code=code)
     fold = spark_fold(spark, coordinator, spec, transform, schema=schema, required=required, checks=checks,
                       phases=phases)
     return coordinator.recompute(kind, fold, phases.lap if phases is not None else None)
-
-
-def audit(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
-          *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
-          ) -> dict[str, Any]:
-    return run(Audit(topology_id), spark, coordinator, transform, schema=schema, required=required, checks=checks)
-
-
-def rebuild(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
-            *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None = None
-            ) -> dict[str, Any]:
-    return run(Rebuild(topology_id), spark, coordinator, transform, schema=schema, required=required, checks=checks)
-
-
-def preview(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
-            *, txids: tuple[int, int], schema: str | None, required: Sequence[str],
-            checks: Mapping[str, str] | None = None) -> dict[str, Any]:
-    kind = CorrectionPreview(topology_id, *txids, code=_code(coordinator, topology_id, transform))
-    return run(kind, spark, coordinator, transform, schema=schema, required=required, checks=checks)
-
-
-def verify(spark: SparkSession, coordinator: Coordinator, topology_id: str, transform: Transform,
-           *, budget: int, every: int, schema: str | None, required: Sequence[str],
-           checks: Mapping[str, str] | None = None, phases: Phases | None = None) -> dict[str, Any]:
-    kind = VerificationRound(topology_id, budget, every, code=_code(coordinator, topology_id, transform))
-    return run(kind, spark, coordinator, transform, schema=schema, required=required, checks=checks,
-               phases=phases or Phases())
-
-
-def _code(coordinator: Coordinator, topology_id: str, transform: Transform) -> dict[str, Any]:
-    """The code record of what recomputes: the declaration and the job's transform."""
-    spec = coordinator.spec(topology_id)
-    return provenance.code(spec.to_config(), application=provenance.application_digest(transform))
 
 
 def _stage_events(coordinator: Coordinator, spec: TopologySpec, read: Read, target: Staging) -> tuple[Read, int]:

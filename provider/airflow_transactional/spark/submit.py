@@ -121,16 +121,16 @@ def secrets_text(dsn: str, connections: Mapping[str, Mapping[str, Any]] | None =
     return json.dumps({"dsn": dsn, "connections": dict(connections)}) if connections else dsn
 
 
-def write_dsn_file(dsn: str) -> Path:
-    """A new file, mode 0600 from creation, holding ``dsn`` (see :func:`secrets_text`), in the
-    provider's private directory (:data:`SECRETS_DIR_ENV`)."""
+def write_dsn_file(dsn: str, prefix: str = "dsn-") -> Path:
+    """A new file, mode 0600 from creation, holding ``dsn`` (see :func:`secrets_text`; or, named by
+    ``prefix``, another file a driver reads), in the provider's private directory (:data:`SECRETS_DIR_ENV`)."""
     configured = os.environ.get(SECRETS_DIR_ENV)
     home = files.private_dir(Path(configured) if configured else files.cache_dir() / "dsn")
     stale = time.time() - STALE_DSN_FILE_SECONDS
-    for old in home.glob("dsn-*"):  # left by a job whose task was killed before it could remove it
+    for old in home.glob(f"{prefix}*"):  # left by a job whose task was killed before it could remove it
         if old.stat().st_mtime < stale:
             old.unlink(missing_ok=True)
-    fd, name = tempfile.mkstemp(prefix="dsn-", dir=home)  # 0600
+    fd, name = tempfile.mkstemp(prefix=prefix, dir=home)  # 0600
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(dsn)
     return Path(name)

@@ -1,6 +1,6 @@
 """The verify task of a topology declared with ``verify=``: after the run's commit, a round of the
-shadow audit (``core/verify.py``) -- the topology's job in its ``--verify`` mode, by spark-submit or
-on its Spark Connect server, as the process task runs it -- in a pool of its own
+shadow audit (``core/verify.py``) -- the topology's job on a verify round's request (``--recompute``),
+by spark-submit or on its Spark Connect server, as the process task runs it -- in a pool of its own
 (``verify_pool``) at the lowest priority, so it never takes the processing's slots. A round with
 nothing to recompute costs no spark-submit: the task settles first what needs no recomputing (an
 empty batch, a txid not sampled, input gone) and starts the job only for the rest, its driver's
@@ -20,9 +20,11 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from ...coordinator import VerificationRound
 from ...ranges import Round
-from ...spark.submit import lowest_priority
-from .. import metrics
+from ...spark.recompute import deliver_request
+from ...spark.submit import DsnDelivery, lowest_priority
+from .. import metrics, spark_provider
 from ..hooks import TransactionalHook
 from .process import TransactionalSparkSubmitOperator, dag_version
 
@@ -35,9 +37,10 @@ class VerifyOperator(TransactionalSparkSubmitOperator):
     def __init__(self, *, verify_round: str = "10", verify_lag: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.verify_round, self.verify_lag = verify_round, verify_lag
+        self._request = DsnDelivery()
 
     def job_args(self, txid: int, schema: str) -> list[str]:
-        return [*self.base_application_args, "--topology", self.topology_id, "--verify", self.verify_round,
+        return [*self.base_application_args, "--topology", self.topology_id, *self._request.app_args,
                 "--schema", schema]
 
     def _get_hook(self) -> SparkSubmitHook:
@@ -62,16 +65,13 @@ class VerifyOperator(TransactionalSparkSubmitOperator):
                 self.log.info("recomputing txids %s of %s (%d records)", ", ".join(map(str, found["recompute"])),
                               self.topology_id, found["records"])
                 self.dag_version = dag_version(context)
-                if self.spark_connect_conn_id:
-                    self.application_args = self.job_args(0, coordinator.schema)
-                    self.run_connect_client(self.spark_connect_conn_id, hook.get_dsn())
-                else:
-                    delivery = self.prepare_submit(0, coordinator.schema, hook.get_dsn(), batch=found["batch"],
-                                                   planned_records=found["records"])
-                    try:
-                        SparkSubmitOperator.execute(self, context)
-                    finally:
-                        delivery.remove()
+                on_connect = bool(self.spark_connect_conn_id)
+                mode = None if on_connect else spark_provider.master_and_deploy_mode(self._get_hook())[1]
+                self._request = deliver_request(VerificationRound(self.topology_id, budget, every), mode)
+                try:
+                    self._recompute(context, coordinator.schema, hook.get_dsn(), found)
+                finally:
+                    self._request.remove()
             else:
                 self.log.info("no committed txid of %s to recompute now%s", self.topology_id,
                               " (another round is running)" if found["busy"] else
@@ -84,6 +84,21 @@ class VerifyOperator(TransactionalSparkSubmitOperator):
                       ", ".join(f"{s} {n}" for s, n in sorted(status["counts"].items())))
         if status["failures"]:
             raise AirflowFailException(failed_checks(self.topology_id, status["failures"]))
+
+
+    def _recompute(self, context: Any, schema: str, dsn: str, found: dict[str, Any]) -> None:
+        """The job on this task's request: a Spark Connect client, or a ``spark-submit`` (the request
+        shipped beside a cluster-mode driver)."""
+        if self.spark_connect_conn_id:
+            self.application_args = self.job_args(0, schema)
+            self.run_connect_client(self.spark_connect_conn_id, dsn)
+            return
+        delivery = self.prepare_submit(0, schema, dsn, batch=found["batch"], planned_records=found["records"])
+        self.files = ",".join(filter(None, [self.files, *self._request.files])) or None
+        try:
+            SparkSubmitOperator.execute(self, context)
+        finally:
+            delivery.remove()
 
 
 def failed_checks(topology_id: str, failures: list[dict[str, Any]]) -> str:

@@ -1,0 +1,82 @@
+"""A recomputation as one typed request: what ``airflow-txn`` and the verify task hand the Spark
+job (``--recompute FILE``) -- each kind of the engine written and read back whole, anything else
+refused naming what is wrong, the file private and shipped beside a cluster-mode driver."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional.coordinator import (
+    Audit,
+    CorrectionPreview,
+    Rebuild,
+    VerificationRound,
+    from_request,
+    request,
+)
+from airflow_transactional.exceptions import ConfigError
+from airflow_transactional.spark.job import parse_args
+from airflow_transactional.spark.recompute import RECOMPUTE_ARG, SHIPPED_REQUEST, deliver_request, read_request
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("kind", [Audit("words"), Audit("words", tries=5), Rebuild("words"),
+                                  CorrectionPreview("words", 2, 4), VerificationRound("words", 10, 3)])
+def test_each_kind_is_read_back_as_it_was_asked(kind: object) -> None:
+    asked = request(kind)  # type: ignore[arg-type]
+    assert from_request(json.loads(json.dumps(asked))) == kind
+    assert "code" not in asked  # the job records the code it recomputes with, never the asker
+
+
+def test_the_code_a_kind_carries_stays_out_of_its_request() -> None:
+    asked = request(CorrectionPreview("words", 1, 2, code={"application": "sha256:x"}))
+    assert asked == {"kind": "preview", "topology_id": "words", "first": 1, "last": 2}
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    (["audit"], "a JSON object whose kind is one of ['audit', 'preview', 'rebuild', 'verify']"),
+    ({"kind": "drop", "topology_id": "words"}, "whose kind is one of"),
+    ({"kind": "audit"}, "a request to audit takes ['topology_id', 'tries']"),
+    ({"kind": "rebuild", "topology_id": "words", "through": 3}, "a request to rebuild takes ['topology_id']"),
+    ({"kind": "preview", "topology_id": "words", "first": "2", "last": 4}, "first must be whole numbers from 1"),
+    ({"kind": "preview", "topology_id": "words", "first": 0, "last": 4}, "first must be whole numbers from 1"),
+    ({"kind": "preview", "topology_id": "words", "first": 5, "last": 4}, "first txid is after its last: 5..4"),
+    ({"kind": "verify", "topology_id": "words", "budget": True}, "budget must be whole numbers from 1"),
+    ({"kind": "verify", "topology_id": "words", "budget": 10**12}, "a request to verify: its round is a round"),
+])
+def test_a_request_that_is_not_one_kind_s_is_refused_saying_what(given: object, said: str) -> None:
+    with pytest.raises(ConfigError, match=said.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        from_request(given)
+
+
+def test_a_request_travels_in_a_private_file_removed_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_TXN_SECRETS_DIR", str(tmp_path / "private"))
+    here = deliver_request(VerificationRound("words", 5, 2))
+    flag, path = here.app_args
+    assert flag == RECOMPUTE_ARG and here.files == []
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert read_request(path) == VerificationRound("words", 5, 2)
+    args = parse_args(["--topology", "words", *here.app_args])
+    assert args.recompute == path and args.txid is None
+    here.remove()
+    assert not Path(path).exists()
+    # A cluster-mode driver runs elsewhere: the file is shipped beside it under a fixed name.
+    shipped = deliver_request(Audit("words"), "cluster")
+    assert shipped.app_args == [RECOMPUTE_ARG, SHIPPED_REQUEST]
+    assert shipped.files == [f"{shipped.local_file}#{SHIPPED_REQUEST}"]
+    shipped.remove()
+
+
+def test_a_file_that_holds_no_request_is_refused_naming_what_writes_one(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.json"
+    junk.write_text("--verify 10")
+    with pytest.raises(ConfigError, match="--recompute takes the file of a recompute request"):
+        read_request(str(junk))
+    with pytest.raises(SystemExit):  # neither a txid nor a request: argparse says what is required
+        parse_args(["--topology", "words"])
