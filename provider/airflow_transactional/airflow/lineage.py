@@ -31,8 +31,6 @@ from typing import Any
 
 from psycopg2.extensions import parse_dsn
 
-from ..exceptions import TransactionalError
-from ..sources import kafka
 from ..spec import TopologySpec
 from .hooks import AIRFLOW_CONNECTIONS
 
@@ -66,20 +64,7 @@ def dataset_names(spec: TopologySpec, store_schema: str, database: str) -> tuple
                                                                                list[tuple[str, str, str]]]:
     """The source as (namespace kind, name) -- kind ``postgres``, ``file`` or a Kafka, S3 or HDFS namespace -- and the
     outputs as (kind ``state`` or ``log``, its name in the topology, dataset name)."""
-    config = spec.source.to_config()
-    source: tuple[str, str] | None = None
-    if config["kind"] == "postgres_log":
-        source = ("postgres", f"{database}.{config.get('schema') or store_schema}.log.{config['log']}")
-    elif config["kind"] == "kafka":
-        source = (kafka_namespace(str(config["kafka_conn_id"])), str(config["topic"]))
-    elif str(config.get("path", "")).startswith("s3a://"):  # OpenLineage names an S3 object store s3://bucket
-        bucket, _, prefix = str(config["path"])[len("s3a://"):].partition("/")
-        source = (f"s3://{bucket}", prefix or "/")
-    elif str(config.get("path", "")).startswith("hdfs://"):  # ... and HDFS hdfs://namenode:port
-        authority, _, path = str(config["path"])[len("hdfs://"):].partition("/")
-        source = (f"hdfs://{authority}", f"/{path}")
-    elif config.get("path"):
-        source = ("file", str(config["path"]))
+    source = spec.source.dataset(database, store_schema)
     outputs = []
     for state in spec.states:
         schema, table = state.schema_and_table
@@ -87,15 +72,6 @@ def dataset_names(spec: TopologySpec, store_schema: str, database: str) -> tuple
     for out in spec.outputs:
         outputs.append(("log", out.name, f"{database}.{store_schema}.log.{out.log_name}"))
     return source, outputs
-
-
-def kafka_namespace(conn_id: str) -> str:
-    """OpenLineage's namespace of a Kafka topic: ``kafka://<first bootstrap server>`` of the connection."""
-    try:
-        servers = str(kafka.client_config(conn_id, AIRFLOW_CONNECTIONS)["bootstrap.servers"])
-    except TransactionalError:
-        return "kafka://unknown"
-    return "kafka://" + servers.split(",")[0].strip().removeprefix("PLAINTEXT://").removeprefix("SSL://")
 
 
 @functools.cache
@@ -131,7 +107,7 @@ def operator_lineage(topology: Mapping[str, Any], dsn: str, store_schema: str, t
     from openlineage.client.event_v2 import InputDataset, OutputDataset
     from openlineage.client.facet_v2 import output_statistics_output_dataset
 
-    spec = TopologySpec.from_config(topology)
+    spec = TopologySpec.from_config(topology, AIRFLOW_CONNECTIONS)
     namespace, database = store_namespace(dsn)
     source, outputs = dataset_names(spec, store_schema, database)
     inputs = [] if source is None else [InputDataset(namespace=namespace if source[0] == "postgres" else source[0],

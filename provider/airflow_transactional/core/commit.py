@@ -93,8 +93,8 @@ def commit(store: StateStore, topology_id: str, txid: int, attempt: int | None =
         lost = txn.batch.lost_records
         # A Kafka plan spans offsets, an upper bound of its records: what its commit read fewer
         # were offsets a read_committed reader skips (aborted records, transaction markers).
-        kafka = spec.source.lag_unit == "offsets" and chosen and not txn.corrects
-        skipped = max(0, txn.planned_records - records_read) if kafka else 0
+        fewer = spec.source.reads_fewer_than_planned and chosen and not txn.corrects
+        skipped = max(0, txn.planned_records - records_read) if fewer else 0
         committed_at = catalog.now(cur)  # one time for the commit, wherever it is recorded
         topologies.advance(cur, store.schema, topology_id, txid, txn.end_offsets, committed_at, lost, skipped)
         transactions.mark_committed(cur, store.schema, topology_id, txid, committed_at)

@@ -39,8 +39,7 @@ SELECTORS = ("ids", "txids", "reason")
 
 def _replayable(spec: TopologySpec) -> None:
     why = refusal(spec, replay=True)
-    if why is None and not (spec.source.kind in ("postgres_log", "kafka")
-                            or getattr(spec.source, "format", None) == "json"):
+    if why is None and not spec.source.records_are_text():
         why = "its records are not text (Parquet or CSV files): fix the files and land them again instead"
     if why:
         raise ConfigError(f"topology {spec.topology_id!r} cannot replay quarantined records: {why}")

@@ -18,19 +18,13 @@ from .pglog import PostgresLogSource
 __all__ = ["BatchPlan", "EventLog", "KafkaSource", "LandingDirectory", "ObjectLanding", "Offsets", "PostgresLogSource",
            "Record", "Source", "source_from_config"]
 
-_KINDS: dict[str, type[Source]] = {
-    PostgresLogSource.kind: PostgresLogSource,
-    LandingDirectory.kind: LandingDirectory,
-    KafkaSource.kind: KafkaSource,
-}
-
-
 def source_from_config(config: Mapping[str, Any], connections: Connections | None = None) -> Source:
     """Rebuild a source from the description stored with its topology; ``connections``: where the
     settings of its connections come from (default: the environment)."""
     cfg = dict(config)
     kind = cfg.pop("kind", None)
-    if kind not in _KINDS:
-        raise ConfigError(f"unknown source kind {kind!r}: use one of {', '.join(sorted(_KINDS))}")
-    source = _KINDS[kind](**cfg)
+    cls = Source.kinds.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ConfigError(f"unknown source kind {kind!r}: use one of {', '.join(sorted(Source.kinds))}")
+    source = cls.from_config(cfg)
     return source.with_connections(connections) if connections else source

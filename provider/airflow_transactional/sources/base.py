@@ -95,9 +95,26 @@ class Versions:
 
 
 class Source(ABC):
-    """A source of batches. Methods get a cursor inside the caller's transaction."""
+    """A source of batches. Methods get a cursor inside the caller's transaction.
+
+    A source kind is one class: defining it (with a ``kind`` of its own) registers it, and what the
+    rest of the provider asks of a kind it asks here -- by a flag or a method, never by its name:
+    how a stored declaration is rebuilt (:meth:`from_config`), its Spark reader
+    (:attr:`spark_reader`), the jars a job needs for it (:meth:`spark_connectors`), its lineage
+    dataset (:meth:`dataset`), whether its records are text to replay (:meth:`records_are_text`),
+    whether a batch may read fewer records than it planned."""
 
     kind: ClassVar[str]
+    #: Every source kind, by ``kind``: filled as each class with a kind of its own is defined.
+    kinds: ClassVar[dict[str, type[Source]]] = {}
+    #: The Spark reader of its batches, as ``package.module.function``
+    #: (``fn(spark, source, batch, *, dsn, schema, topology_id, record_schema, retractions) -> Records``),
+    #: imported when a job first reads one.
+    spark_reader: ClassVar[str] = ""
+    #: Whether a batch may read fewer records than it planned -- a Kafka plan counts offsets, and
+    #: its transactions' markers and records deleted under the plan take offsets too: a commit
+    #: records the difference as skipped.
+    reads_fewer_than_planned: ClassVar[bool] = False
     #: Whether a batch may hold a correction's retractions and versions (:meth:`versions`): an
     #: event log's and a Kafka topic's may.
     may_retract: ClassVar[bool] = False
@@ -109,9 +126,33 @@ class Source(ABC):
     #: Kafka topic's offsets (its transactions' markers take offsets too).
     lag_unit: ClassVar[str] = "records"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            Source.kinds[cls.kind] = cls
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Source:
+        """The source a stored description (less its ``kind``) declares."""
+        return cls(**config)
+
     @abstractmethod
     def to_config(self) -> dict[str, Any]:
         """JSON-able description, stored with the topology (never credentials)."""
+
+    def records_are_text(self) -> bool:
+        """Whether its records are text a person can edit and replay (a Parquet or CSV file's are not)."""
+        return True
+
+    def spark_connectors(self) -> tuple[str, ...]:
+        """The connectors beyond Spark's own a job reading it needs (``kafka``, ``s3a``): names
+        ``spark/jars.py`` fetches the jars of."""
+        return ()
+
+    def dataset(self, database: str, store_schema: str) -> tuple[str, str] | None:
+        """Its OpenLineage dataset, (namespace, name) -- the namespace ``postgres`` meaning the state
+        store's -- or None when it has none."""
+        return None
 
     def with_connections(self, connections: Connections) -> Source:
         """This source resolving its connections' settings with ``connections`` (a source in

@@ -31,7 +31,7 @@ from typing import Any, ClassVar, NamedTuple
 import psycopg2.extensions
 
 from ..connections import Connections
-from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
+from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable, TransactionalError
 from ..model import RETRACTS_HEADER, Offsets, PlannedBatch, Range, TopicBatch, planned_batch
 from ..store import publications, transactions
 from .base import BatchPlan, Record, Source, Versions, fair_shares
@@ -87,6 +87,8 @@ class KafkaSource(Source):
 
     kind: ClassVar[str] = "kafka"
     may_retract: ClassVar[bool] = True
+    spark_reader: ClassVar[str] = "airflow_transactional.spark.kafka.read_kafka"
+    reads_fewer_than_planned: ClassVar[bool] = True
 
     def __init__(self, topic: str, *, kafka_conn_id: str = "kafka_default",
                  connections: Connections | None = None) -> None:
@@ -106,6 +108,17 @@ class KafkaSource(Source):
 
     def connection_settings(self) -> dict[str, dict[str, Any]]:
         return {self.kafka_conn_id: self.connections.settings(self.kafka_conn_id)}
+
+    def spark_connectors(self) -> tuple[str, ...]:
+        return ("kafka",)
+
+    def dataset(self, database: str, store_schema: str) -> tuple[str, str]:
+        """``kafka://<first bootstrap server>`` of the connection (``unknown`` when it cannot say)."""
+        try:
+            servers = str(self.config()["bootstrap.servers"]).split(",")[0].strip()
+        except TransactionalError:
+            servers = "unknown"
+        return "kafka://" + servers.removeprefix("PLAINTEXT://").removeprefix("SSL://"), self.topic
 
     # -- what the cluster says ------------------------------------------------------------------
 

@@ -117,6 +117,7 @@ class LandingDirectory(Source):
 
     kind: ClassVar[str] = "landing"
     lag_unit: ClassVar[str] = "files"
+    spark_reader: ClassVar[str] = "airflow_transactional.spark.read.read_landing"
     #: The class of a landing directory named by a URL (:class:`.objectlanding.ObjectLanding`,
     #: which sets it: the package imports it with this module).
     on_a_store: ClassVar[type[LandingDirectory] | None] = None
@@ -166,6 +167,16 @@ class LandingDirectory(Source):
         if self.max_batch_bytes is not None:  # a declaration that does not say it keeps its stored form
             config["max_batch_bytes"] = self.max_batch_bytes
         return config
+
+    def records_are_text(self) -> bool:
+        return self.format == "json"
+
+    def spark_options(self) -> dict[str, str]:
+        """Hadoop settings Spark's reader takes for this directory: none on a local disk."""
+        return {}
+
+    def dataset(self, database: str, store_schema: str) -> tuple[str, str]:
+        return "file", self.path
 
     def _listing(self, *, settled_only: bool = True) -> list[LandedFile]:
         """The files of the directory that are candidates, oldest first (by mtime, then name)."""

@@ -109,6 +109,15 @@ class ObjectLanding(LandingDirectory):
     def connection_settings(self) -> dict[str, dict[str, Any]]:
         return {self.conn_id: self.connections.settings(self.conn_id)} if self.conn_id else {}
 
+    def spark_connectors(self) -> tuple[str, ...]:
+        return ("s3a",) if self.path.startswith("s3a://") else ()  # HDFS: Spark's own client
+
+    def dataset(self, database: str, store_schema: str) -> tuple[str, str]:
+        """OpenLineage names an S3 store ``s3://bucket`` and HDFS ``hdfs://namenode:port``."""
+        scheme, _, rest = self.path.partition("://")
+        authority, _, path = rest.partition("/")
+        return (f"s3://{authority}", path or "/") if scheme == "s3a" else (f"hdfs://{authority}", f"/{path}")
+
     def spark_options(self) -> dict[str, str]:
         """Hadoop settings Spark's reader takes for this store (secrets among them)."""
         return self.store.spark_options()

@@ -42,6 +42,7 @@ class PostgresLogSource(Source):
 
     kind: ClassVar[str] = SOURCE_KIND
     may_retract: ClassVar[bool] = True
+    spark_reader: ClassVar[str] = "airflow_transactional.spark.read.read_log"
 
     def __init__(self, log: str, *, schema: str | None = None) -> None:
         self.log = identifiers.name("log name", log)
@@ -50,6 +51,9 @@ class PostgresLogSource(Source):
 
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "log": self.log, "schema": self.schema}
+
+    def dataset(self, database: str, store_schema: str) -> tuple[str, str]:
+        return "postgres", f"{database}.{self.schema or store_schema}.log.{self.log}"
 
     def _partitions(self, cur: psycopg2.extensions.cursor, schema: str) -> list[logs.Partition]:
         rows = logs.partitions(cur, self.schema or schema, self.log)

@@ -16,7 +16,7 @@ import json
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import files
 from ..exceptions import ConfigError
-from ..sources import KafkaSource, LandingDirectory
+from ..sources import Source
 
 __all__ = ["JarSet", "jars_for", "kafka_connector", "kafka_jars", "s3a_connector", "s3a_jars"]
 
@@ -200,11 +200,11 @@ def s3a_jars(conf: Mapping[str, Any]) -> list[str]:
         "the AWS SDK bundle)"))
 
 
-def jars_for(source: Any, conf: Mapping[str, Any]) -> list[str]:
-    """The jars a job reading ``source`` needs beyond Spark's own: the Kafka connector for a topic,
-    s3a for a landing directory on S3, none else."""
-    if isinstance(source, KafkaSource):
-        return kafka_jars(conf)
-    if isinstance(source, LandingDirectory) and source.path.startswith("s3a://"):
-        return s3a_jars(conf)
-    return []
+#: The jars of each connector a source may name (``Source.spark_connectors``), given the Spark settings.
+CONNECTORS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {"kafka": kafka_jars, "s3a": s3a_jars}
+
+
+def jars_for(source: Source, conf: Mapping[str, Any]) -> list[str]:
+    """The jars a job reading ``source`` needs beyond Spark's own: those of the connectors it names
+    (the Kafka connector for a topic, s3a for a landing directory on S3)."""
+    return [jar for name in source.spark_connectors() for jar in CONNECTORS[name](conf)]

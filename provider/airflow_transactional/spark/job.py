@@ -58,7 +58,6 @@ from ..coordinator import Coordinator
 from ..exceptions import BadRecord, ConfigError, StaleAttempt, TransactionalError
 from ..model import DEFAULT_SCHEMA, OutputStaging, Staging, read_digest
 from ..spec import TopologySpec
-from . import kafka  # noqa: F401 -- registers the reader of Kafka batches
 from .admit import SetAside
 from .batch import Read, Transform, folded, read_batch
 from .handoff import REMOTE_ENV

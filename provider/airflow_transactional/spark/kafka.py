@@ -13,7 +13,7 @@ from ..model import RETRACTS_HEADER, TopicBatch, planned_batch
 from ..sources import KafkaSource, Source
 from ..sources.kafka import RETRACTION_REFUSED
 from .handoff import reader_options
-from .read import EVENT_ID_COL, INVALID_COL, OFFSET_COL, TEXT, Records, raw_schema, reader
+from .read import EVENT_ID_COL, INVALID_COL, OFFSET_COL, TEXT, Records, raw_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrameReader, SparkSession
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@reader(KafkaSource.kind)
 def read_kafka(spark: SparkSession, source: Source, batch: Mapping[str, Any], *,
                retractions: frozenset[str] = frozenset(), **_: Any) -> Records:
     """A Kafka batch: exactly its offsets, by Spark's Kafka reader (``assign`` and per-partition

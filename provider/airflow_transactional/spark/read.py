@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib
 import logging
 import os
 import shutil
@@ -11,13 +12,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ..exceptions import ConfigError
 from ..model import FileBatch, LogBatch, PlannedBatch, planned_batch
 from ..sources import LandingDirectory, PostgresLogSource, Source, source_from_config
 from ..sources.base import Record
-from ..sources.objectlanding import ObjectLanding
 from ..store.connection import connect
 from .handoff import StoreFile, is_remote, reader_options, store_file
 from .pinned import executors_here, glob_escaped, pinned_files
@@ -102,17 +102,20 @@ def _arrow_log_chunks(store: StoreFile, schema: str, source_cfg: dict[str, Any],
 
 
 Reader = Callable[..., Records]
-#: The Spark reader of each kind of source, by ``Source.kind``: a new source registers its own
-#: with :func:`reader` (no chain of isinstance checks to extend).
-READERS: dict[str, Reader] = {}
 
 
-def reader(kind: str) -> Callable[[Reader], Reader]:
-    """Register ``fn(spark, source, batch, *, dsn, schema, topology_id, record_schema) -> Records``."""
-    def register(fn: Reader) -> Reader:
-        READERS[kind] = fn
-        return fn
-    return register
+def reader_of(source: Source) -> Reader:
+    """The Spark reader ``source`` names (``Source.spark_reader``, ``package.module.function``)."""
+    module, _, name = source.spark_reader.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        found = None
+    if not callable(found):
+        raise ConfigError(f"sources of kind {source.kind!r} name no Spark reader this job can import "
+                          f"({source.spark_reader!r}): set spark_reader on the source's class to "
+                          "'package.module.function'")
+    return cast(Reader, found)
 
 
 def raw_schema() -> Any:
@@ -133,10 +136,7 @@ def raw_records(spark: SparkSession, source: Source, batch: Mapping[str, Any], *
     (:class:`~..sources.base.Versions`), read as records (a Kafka reader sets aside the others
     its records' headers say are retractions).
     """
-    read = READERS.get(source.kind)
-    if read is None:
-        raise ConfigError(f"the Spark helper has no reader for sources of kind {source.kind!r}: register one "
-                          "with airflow_transactional.spark.read.reader")
+    read = reader_of(source)
     known = {"retractions": retractions} if retractions else {}  # only then: a reader of one's own may not take it
     return read(spark, source, planned_batch(batch, source.kind), dsn=dsn, schema=schema, topology_id=topology_id,
                 record_schema=record_schema, **known)
@@ -148,7 +148,6 @@ def replayed(spark: SparkSession, records: Sequence[Record]) -> Records:
     return Records(spark.createDataFrame(rows, raw_schema()), TEXT)
 
 
-@reader(PostgresLogSource.kind)
 def read_log(spark: SparkSession, source: Source, batch: Mapping[str, Any], *, dsn: str, schema: str,
              topology_id: str, **_: Any) -> Records:
     """A Postgres log batch: its LSN ranges in chunks, spooled as CSV files the JVM reads where the
@@ -268,7 +267,6 @@ def stream_log(spark: SparkSession, source: PostgresLogSource, chunks: list[tupl
     return ranges.mapInArrow(lambda batches: _arrow_log_chunks(store, schema, cfg, batches), raw_schema())
 
 
-@reader(LandingDirectory.kind)
 def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], *,
                  record_schema: str | None = None, **_: Any) -> Records:
     """A landing batch: its files with Spark's own readers.
@@ -282,6 +280,8 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
+    if not isinstance(source, LandingDirectory):
+        raise ConfigError(f"the landing reader got a {source.kind!r} source")
     batch = planned_batch(batch, source.kind)
     if not isinstance(batch, FileBatch) or not batch.files:
         return Records(spark.createDataFrame([], raw_schema()), TEXT)
@@ -291,8 +291,7 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
     files, file_name = pinned_files(spark, batch.files)
     # A store's settings go to the reader as options: Spark hands them to the file system of this
     # read alone. Its credentials too -- except on Spark Connect, whose server shows every option.
-    read = spark.read.options(**reader_options(spark, source.spark_options() if isinstance(source, ObjectLanding)
-                                               else {}))
+    read = spark.read.options(**reader_options(spark, source.spark_options()))
     if kind == "parquet":
         return Records(read.parquet(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if kind == "csv":
