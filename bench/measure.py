@@ -25,7 +25,8 @@ import psutil
 import psycopg2
 
 from airflow_transactional.model import DEFAULT_SCHEMA
-from airflow_transactional.spark.submit import LOCAL_SPARK_CONF, SPARK_CONNECT_SERVER
+from airflow_transactional.spark.connect_server import SPARK_CONNECT_SERVER
+from airflow_transactional.spark.submit import LOCAL_SPARK_CONF
 
 log = logging.getLogger("bench.perf")
 

@@ -21,8 +21,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from airflow_transactional import files
+from airflow_transactional.spark.connect_server import (
+    spark_connect_server_argv,
+    spark_connect_server_env,
+    spark_connect_url,
+)
 from airflow_transactional.spark.jars import kafka_connector, s3a_connector
-from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env, spark_connect_url
 from airflow_transactional.spark.warm import warm_in_child
 from dev.embedded import EmbeddedPostgres, free_port, listening
 from dev.faults import KEEP as FAULT_ENV

@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_transactional import files
-from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env, spark_connect_url
+from airflow_transactional.spark.connect_server import (
+    spark_connect_server_argv,
+    spark_connect_server_env,
+    spark_connect_url,
+)
 from dev.embedded import listening
 from dev.faults import KEEP as FAULT_ENV
 

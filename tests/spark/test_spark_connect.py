@@ -134,7 +134,7 @@ def test_another_local_user_fetches_no_block_from_the_server(connect_server: Con
 
 
 def test_the_servers_environment_has_its_token_and_none_of_the_stores_secrets() -> None:
-    from airflow_transactional.spark.submit import spark_connect_server_argv, spark_connect_server_env
+    from airflow_transactional.spark.connect_server import spark_connect_server_argv, spark_connect_server_env
 
     base = {"PATH": "/usr/bin", "AIRFLOW_TXN_DSN": "host=h password=s3cret", "AIRFLOW_TXN_DSN_FILE": "/x",
             "AIRFLOW_CONN_TRANSACTIONAL_DEFAULT": '{"password": "s3cret"}', "AIRFLOW__API_AUTH__JWT_SECRET": "j",

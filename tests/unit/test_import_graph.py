@@ -96,7 +96,7 @@ def _imports(name: str, path: Path) -> list[tuple[str, str]]:
 
 
 def _layer(module: str) -> str | None:
-    if module in BOTTOM:
+    if module in BOTTOM or module.rsplit(".", 1)[0] in BOTTOM:  # a bottom module, or a part of a bottom package
         return "bottom"
     return next((layer for layer in ALLOWED if layer != "bottom" and (module == layer
                                                                         or module.startswith(layer + "."))), None)

@@ -293,7 +293,8 @@ def test_a_standalone_master_without_the_clusters_secret_is_refused_naming_the_f
 
 
 def test_every_driver_and_server_the_provider_starts_authenticates() -> None:
-    from airflow_transactional.spark.submit import spark_connect_server_argv, spark_submit_argv
+    from airflow_transactional.spark.connect_server import spark_connect_server_argv
+    from airflow_transactional.spark.submit import spark_submit_argv
 
     for argv in (spark_submit_argv("local[1]", {}), spark_connect_server_argv(15002)):
         assert " ".join(AUTH) in " ".join(argv)
