@@ -85,7 +85,6 @@ class VerifyOperator(TransactionalSparkSubmitOperator):
         if status["failures"]:
             raise AirflowFailException(failed_checks(self.topology_id, status["failures"]))
 
-
     def _recompute(self, context: Any, schema: str, dsn: str, found: dict[str, Any]) -> None:
         """The job on this task's request: a Spark Connect client, or a ``spark-submit`` (the request
         shipped beside a cluster-mode driver)."""
