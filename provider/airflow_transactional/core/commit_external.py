@@ -21,7 +21,7 @@ from ..store import attempts, transactions
 from ..store import state as q
 from ..store.rows import scalar
 from ..store.statements import query
-from . import apply, commit, corrections, registration
+from . import apply, commit, commit_checks, corrections, registration
 from .context import StateStore
 
 
@@ -38,13 +38,13 @@ def apply_external(store: StateStore, topology_id: str, txid: int, attempt: int 
     when the txid was committed before."""
     with store.db.transaction() as cur:
         num, spec, committed, _o = store.load(cur, topology_id, lock=True)
-        done = commit.check_order(store, cur, topology_id, txid, committed)
+        done = commit_checks.check_order(store, cur, topology_id, txid, committed)
         if done is not None:
             return done
         txn = store.txn(cur, topology_id, txid, lock=True)
-        picked = commit.choose_attempt(store, cur, spec, txn, attempt)
+        picked = commit_checks.choose_attempt(store, cur, spec, txn, attempt)
         apply.quarantine_limit(store, cur, spec, txn, picked.attempt, picked.records_read, picked.quarantined)
-        commit.verify_staged(store, cur, num, spec, txn, picked.attempt, picked.row_counts)
+        commit_checks.verify_staged(store, cur, num, spec, txn, picked.attempt, picked.row_counts)
         chosen = picked.attempt
         if chosen is None:
             return None
