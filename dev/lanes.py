@@ -1,14 +1,14 @@
 """``python -m dev.lanes [pytest arguments]``: the whole suite in three lanes side by side on a
-machine of two cores -- the Airflow end-to-end tier (the README's own example among it); the
-cluster tier with a share of the Spark stories (:data:`CLUSTER_LANE_SPARK`); every other test
-(integration, spark, unit). Measured: a lane keeps the CPU far from busy when it runs alone (its
-waits are Airflow's heartbeats, retries and scheduler loops, a lost node's timeouts), so side by
-side the lanes finish in about the time of the longest.
+machine of two cores -- the Airflow end-to-end tier (the README's own example among it) and two
+Spark stories (:data:`E2E_LANE_SPARK`); the cluster tier with a share of the Spark stories
+(:data:`CLUSTER_LANE_SPARK`); every other test (integration, spark, unit). Measured: a lane keeps
+the CPU far from busy when it runs alone (its waits are Airflow's heartbeats, retries and scheduler
+loops, a lost node's timeouts), so side by side the lanes finish in about the time of the longest.
 
-The chaos mixes are not tests but one at CI size (``words`` and ``payments`` on the e2e stack):
-each fault of the cluster's mix, the S3 mode's and the Kafka mode's is asserted one at a time by a
-test of its own in the tiers, and the mixes themselves are ``python -m bench.chaos --stack cluster``,
-``--mode s3`` and ``--mode kafka`` (docs/chaos.md).
+The chaos mixes are not tests: each of their faults is asserted one at a time by a test of its own
+in the tiers, and the mixes themselves are ``python -m bench.chaos`` (``--mode payments``,
+``--mode kafka``, ``--mode s3``, ``--stack cluster``: docs/chaos.md); the e2e tier runs the
+harness's payments run without faults.
 
 Each lane is its own pytest session with its own temporary directory (``TMPDIR``, so the lanes'
 Spark scratch and pytest's ``tmp_path`` never meet), its output streamed with the lane's name in
@@ -32,17 +32,20 @@ from typing import IO
 from xml.etree import ElementTree
 
 REPO = Path(__file__).resolve().parents[1]
-#: Spark-tier modules run in the cluster lane, after the cluster tier, to even the lanes out: with
-#: two lanes the other took 50 minutes and the e2e lane 46 (clean-clone CI); the e2e tier alone
-#: takes most of a lane. The recompute stories are clients of the spark tier's Spark Connect
-#: server, which each lane starts once for its share of them.
+#: Spark-tier modules run after the cluster tier in its lane, and after the e2e tier in its, to even
+#: the lanes out (clean-clone CI, three lanes: 49, 40 and 45 minutes with the chaos mixes in the
+#: e2e tier; without them the e2e tier alone took 27). The recompute stories are clients of the
+#: spark tier's Spark Connect server, which each lane starts once for its share of them; the Kafka
+#: job's story reads the broker the e2e stack already has.
 CLUSTER_LANE_SPARK = ("tests/spark/test_verify_job.py", "tests/spark/test_payments_job.py",
                       "tests/spark/test_correction_preview.py", "tests/spark/test_recompute_with_replays.py",
                       "tests/spark/test_spark_job.py", "tests/spark/test_retractions_job.py")
+E2E_LANE_SPARK = ("tests/spark/test_spark_connect.py", "tests/spark/test_kafka_job.py")
 #: lane -> its pytest selection (paths in the order they run, and a marker expression)
-LANES = {"e2e": ("tests/e2e", "-m", "e2e"),
+LANES = {"e2e": ("tests/e2e", *E2E_LANE_SPARK, "-m", "e2e or spark"),
          "cluster": ("tests/cluster", *CLUSTER_LANE_SPARK, "-m", "cluster or spark"),
-         "others": ("tests", *(f"--ignore={m}" for m in CLUSTER_LANE_SPARK), "-m", "not e2e and not cluster")}
+         "others": ("tests", *(f"--ignore={m}" for m in (*CLUSTER_LANE_SPARK, *E2E_LANE_SPARK)),
+                    "-m", "not e2e and not cluster")}
 
 
 def lane_argv(name: str, args: Sequence[str]) -> list[str]:

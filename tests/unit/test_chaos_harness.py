@@ -1,7 +1,8 @@
 """The chaos harness's own plumbing, on fakes: what it must survive to be trusted as an oracle.
 
 Each test here pins a gap a soak found (or could have found) in the harness itself; the real
-harness runs in ``tests/e2e/test_chaos.py``.
+harness runs in ``python -m bench.chaos`` (docs/chaos.md) and, without faults, in
+``tests/e2e/test_payments_dags.py``.
 """
 
 from __future__ import annotations
