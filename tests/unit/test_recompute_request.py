@@ -78,5 +78,8 @@ def test_a_file_that_holds_no_request_is_refused_naming_what_writes_one(tmp_path
     junk.write_text("--verify 10")
     with pytest.raises(ConfigError, match="--recompute takes the file of a recompute request"):
         read_request(str(junk))
+    junk.write_text('{"kind": "verify", "topology_id": "words", "budget": 0}')  # a request, its round wrong
+    with pytest.raises(ConfigError, match=r"a request to verify: budget must be whole numbers from 1"):
+        read_request(str(junk))
     with pytest.raises(SystemExit):  # neither a txid nor a request: argparse says what is required
         parse_args(["--topology", "words"])

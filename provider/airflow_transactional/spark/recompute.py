@@ -91,10 +91,11 @@ def read_request(given: str) -> Kind:
         path = SparkFiles.get(os.path.basename(given))
     try:
         with open(path, encoding="utf-8") as fh:
-            return from_request(json.load(fh))
+            given_request = json.load(fh)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{RECOMPUTE_ARG} takes the file of a recompute request (airflow-txn and the verify task "
                           f"write one), and {given} is none: {exc}") from None
+    return from_request(given_request)  # a request of no kind, or a kind's bad field: said as it is
 
 
 def recompute(dsn: str, schema: str, spec: TopologySpec, kind: Kind, *, master: str, conf: list[str],
