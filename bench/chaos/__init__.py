@@ -49,7 +49,7 @@ files (and now and then one again, byte for byte), and the store's own faults st
 -- and the checks are the words checks on every version uploaded, less those the (opaque) topology
 reported lost, each lost one a version the harness overwrote or deleted.
 
-``python -m bench.chaos --quick`` is the size CI runs; ``python -m bench.chaos`` the soak.
+``python -m bench.chaos --quick`` is the quick size (minutes); ``python -m bench.chaos`` the soak.
 
 Its parts: ``config.py`` (what a run is asked, what it found), ``workload.py`` (the producers and
 the ledger, the oracle's input), ``faults.py`` (the fault lanes), ``supervisor.py`` (restarting

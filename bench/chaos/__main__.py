@@ -1,4 +1,4 @@
-"""``python -m bench.chaos``: the soak; ``--quick``: the size CI runs; ``--check DIR``: judge a
+"""``python -m bench.chaos``: the soak; ``--quick``: a few transactions and faults; ``--check DIR``: judge a
 run whose harness died."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "stack's; on a cluster an application of it), with its own fault "
                         f"({', '.join(CONNECT_KINDS)})")
     parser.add_argument("--quick", action="store_true",
-                        help="the size CI runs: 6 transactions, 5 faults (payments: 3 and 3; kafka and s3: 6 "
+                        help="a few minutes: 6 transactions, 5 faults (payments: 3 and 3; kafka and s3: 6 "
                         "and 6; on a cluster 8 and 6: each cluster kind once, and a clear)")
     parser.add_argument("--transactions", type=int, help="transactions to trigger (default 200)")
     parser.add_argument("--faults", type=int, help="faults to inject, balanced across kinds (default 400)")

@@ -102,8 +102,8 @@ class ChaosConfig:
     @classmethod
     def quick(cls, seed: int = 1, mode: str = "words", stack: str = "local",
               backend: str = "spark-submit") -> ChaosConfig:
-        """The size CI runs inside ``make test`` (:meth:`sized`); on Spark Connect one fault more:
-        the server lost under a batch."""
+        """The quick size (``--quick``, :meth:`sized`: what ``make test`` ran before the mixes left it);
+        on Spark Connect one fault more: the server lost under a batch."""
         cfg = cls.sized(seed, mode, stack)
         if backend == "connect":
             cfg = replace(cfg, backend=backend, kinds=(*cfg.kinds, *CONNECT_KINDS), faults=cfg.faults + 1)
@@ -111,7 +111,7 @@ class ChaosConfig:
 
     @classmethod
     def sized(cls, seed: int, mode: str, stack: str) -> ChaosConfig:
-        """The CI sizes: for ``words`` 6 transactions and 7 faults (each kind once: a Spark kill, two
+        """The quick sizes: for ``words`` 6 transactions and 7 faults (each kind once: a Spark kill, two
         commit kills, an API server restart, a clear, a correction and a replay); for ``payments`` 3
         transactions of stage 1 (each followed by stage 2: twice the Spark work per transaction) and
         3 faults (a Spark kill, a commit kill, a clear), striking either stage; for ``kafka`` 6

@@ -1,5 +1,5 @@
 """The chaos harness's configuration: which fault kinds belong to which mode, stack and backend, the
-CI sizes strike each of their kinds, and how each mode's topologies are deployed."""
+quick sizes strike each of their kinds, and how each mode's topologies are deployed."""
 
 from __future__ import annotations
 
