@@ -1,6 +1,6 @@
 """Waits that hold no worker slot: six topologies with three transactions in flight each, on a
 LocalExecutor with four worker slots. The first transaction of each fails its processing once and
-is retried after a delay; meanwhile the commits of the two after it wait for it. Sleeping in
+is retried 40 s later; meanwhile the commits of the two after it wait for it (deferring after 2 s). Sleeping in
 workers, twelve waiting commits would hold all four slots and the retries could never run (until
 the commit timeout, an hour). Deferred, they wait in the triggerer, and every topology commits
 in txid order."""
@@ -66,7 +66,7 @@ def _watch_slots(client: RestClient, runs: dict[str, list[str]]) -> tuple[int, i
 def test_waiting_commits_hold_no_worker_slot_and_commit_in_order(stack: LocalStack, client: RestClient,
                                                                   statsd: StatsdListener) -> None:
     logs = _start_each(stack, client)
-    # txid 2's processing fails once in every topology; its retry comes 15 s later.
+    # txid 2's processing fails once in every topology; its retry comes 40 s later.
     once = stack.base_dir / "slots-once"
     once.mkdir()
     Path(stack.extra_env["AIRFLOW_TXN_FAULTS_FILE"]).write_text(

@@ -25,9 +25,13 @@ for name in SLOTS:
         schedule=SCHEDULE,
         max_in_flight=3,
         retries=1,
-        retry_delay=timedelta(seconds=15),
+        # The waiting commits of txids 3 and 4 defer after 2 s, and txid 2's retry comes 40 s after
+        # its failure: time for all twelve to start and defer even on a loaded machine (with 10 s
+        # and 15 s, a run beside two other lanes saw two deferred at once, not twelve).
+        defer_after=timedelta(seconds=2),
+        retry_delay=timedelta(seconds=40),
         # slots_0 promises its commits within 5 s of a run being queued, which txid 2's retry
-        # (15 s later) cannot keep: Airflow's deadline alert calls the late-commit callback.
+        # (40 s later) cannot keep: Airflow's deadline alert calls the late-commit callback.
         commit_deadline=timedelta(seconds=5) if name == "slots_0" else None,
     )
     globals()[name].get_task("plan").commit_empty = False
