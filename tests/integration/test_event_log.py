@@ -119,24 +119,27 @@ def test_appends_survive_a_postgres_restart(pg: EmbeddedPostgres, dsn: str) -> N
     log.close()
 
 
-def test_a_plan_never_skips_an_append_still_in_progress(dsn: str) -> None:
+def test_a_plan_never_skips_an_append_still_in_progress(dsn: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A producer holds its append open; a plan made meanwhile must not move past its events."""
     log = make_log(dsn, partitions=1)
     coord = Coordinator(dsn)
     coord.register(counting_topology(max_batch_size=1000))
     log.append([click(i) for i in range(5)], partition=0)
+    gate = tmp_path / "release"
     slow = subprocess.Popen(
         [sys.executable, "-c",
          "import json,sys; from airflow_transactional.sources import EventLog;"
          f"EventLog({dsn!r}, 'clicks').append([('slow-%d' % i, json.dumps({{'user': 's', 'amount': 1}})) "
          "for i in range(3)], partition=0)"],
-        env=faults.child_env(faults="append.before_commit=pause:2"))
-    time.sleep(0.8)  # the slow append holds partition 0 now
+        env=faults.child_env(faults=f"append.before_commit=waitfor:{gate}"))
+    _until(lambda: gate.with_name("release.waiting").exists() or slow.poll() is not None)
+    assert slow.poll() is None, "the slow append ended before it held partition 0"
     fast = threading.Thread(target=lambda: EventLog(dsn, "clicks").append([click(100)], partition=0))
     fast.start()  # waits behind the slow one: its LSN comes after, and becomes visible after
-    time.sleep(0.3)
+    _until(lambda: query(dsn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0][0] > 0)
     t1 = coord.plan("clicks", "r1")
     assert t1.end_offsets == {"0": 5}  # only what is final: not past the in-progress append
+    gate.touch()
     assert slow.wait(30) == 0
     fast.join(30)
     t2 = coord.plan("clicks", "r2")
@@ -147,6 +150,13 @@ def test_a_plan_never_skips_an_append_still_in_progress(dsn: str) -> None:
         coord.commit("clicks", t.txid)
     assert sum(v for (v,) in query(dsn, "SELECT value FROM clicks_count")) == 9
     coord.close()
+
+
+def _until(ready, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
 
 
 def _producer(dsn: str, worker: int, n_batches: int, queue: mp.Queue) -> None:  # type: ignore[type-arg]

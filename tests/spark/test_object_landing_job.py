@@ -156,7 +156,7 @@ def test_the_store_lost_under_a_read_and_back_costs_an_attempt_at_most(
         ((error,),) = query(dsn, "SELECT error FROM airflow_txn.attempts WHERE topology_id = 'lwords' AND attempt = 1")
         first = error.splitlines()[0]  # the store's: no HTTP response (S3), end of stream (HDFS), ...
         assert re.match(r"Py4JJavaError, caused by [\w.$]+(Exception|Error)\b", first) and re.search(
-            r"(?i)http|eof|connect|refused|reset|closed|respond|timed out", first), error[:600]
+            r"(?i)http|eof|connect|refused|reset|closed|broken pipe|respond|timed out", first), error[:600]
     print(f"{store.kind}: the batch committed after {tries} attempt(s)")
     assert coord.commit("lwords", t).committed
     assert dict(query(dsn, "SELECT url, value FROM lurl_counts")) == oracle
