@@ -106,6 +106,37 @@ def test_yarn_client_mode_keeps_the_driver_here(monkeypatch: pytest.MonkeyPatch)
     assert "--files" not in argv and env == {"PYSPARK_PYTHON": "/venv/bin/python"}
 
 
+@pytest.mark.parametrize("deploy_mode", ["cluster", "client"])
+def test_a_verify_rounds_request_travels_as_the_dsn_does(monkeypatch: pytest.MonkeyPatch, deploy_mode: str) -> None:
+    # One resolution of the Spark connection gives the DSN file and the round's request their way
+    # to the driver: beside a cluster-mode driver (--files), or its path for a driver here.
+    from airflow_transactional.airflow.operators.verify import VerifyOperator
+    from airflow_transactional.coordinator import VerificationRound, from_request
+    from airflow_transactional.spark.recompute import RECOMPUTE_ARG, SHIPPED_REQUEST
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    op = VerifyOperator(task_id="verify", topology={"topology_id": "t"}, application="/jobs/w.py",
+                        conn_id="spark_test", deploy_mode=deploy_mode, name="txn-t", verify_round="5:2")
+    op._round = VerificationRound("t", 5, 2)
+    delivery = op.prepare_submit(0, "airflow_txn", DSN)
+    request = op._request.local_file
+    try:
+        assert request is not None and stat.S_IMODE(os.stat(request).st_mode) == 0o600
+        assert from_request(json.loads(request.read_text())) == VerificationRound("t", 5, 2)
+        argv = op._get_hook()._build_spark_submit_command(op.application)
+        given = argv[argv.index(RECOMPUTE_ARG) + 1]
+        if deploy_mode == "cluster":
+            files = argv[argv.index("--files") + 1].split(",")
+            assert given == SHIPPED_REQUEST and f"{request}#{SHIPPED_REQUEST}" in files
+            assert f"{delivery.local_file}#airflow_txn_dsn" in files
+        else:
+            assert given == str(request) and "--files" not in argv
+    finally:
+        delivery.remove()
+        op._request.remove()
+    assert not request.exists()
+
+
 def test_kubernetes_cluster_mode_names_a_secret_and_never_carries_the_dsn(monkeypatch: pytest.MonkeyPatch) -> None:
     upload = {"spark.kubernetes.file.upload.path": "s3a://jobs/uploads"}
     argv, env, dsn_file = submit(monkeypatch, {"host": "k8s://https://k:443"}, "cluster",

@@ -174,6 +174,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
                                connections=connections_for(source) if source else None)
         if source is not None:  # Spark's Kafka connector or s3a, unless the settings bring the cluster's
             self.jars = ",".join(filter(None, [self.jars, *jars_for(source, self.conf or {})])) or None
+        shipped = self.ship_request(deploy_mode)
         self.application_args = [*self.job_args(txid, schema), *delivery.app_args]
         if deploy_mode != "cluster":  # the driver runs here, under this machine's Python
             python = os.environ.get("PYSPARK_PYTHON", sys.executable)
@@ -182,7 +183,7 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
             loopback = master.startswith("local") and "SPARK_LOCAL_IP" not in os.environ
             self.env_vars = {**(self.env_vars or {}), "PYSPARK_PYTHON": python,
                              **({"SPARK_LOCAL_IP": "127.0.0.1"} if loopback else {})}
-        self.files = ",".join(filter(None, [self.files, *delivery.files])) or None
+        self.files = ",".join(filter(None, [self.files, *delivery.files, *shipped])) or None
         self.py_files = ",".join(filter(None, [self.py_files, provider_zip()]))
         conf = with_authentication({**(self.conf or {}), **delivery.conf}, master)
         if batch is not None and master.startswith("local"):
@@ -194,6 +195,12 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
             conf = cds.with_archive(with_quiet_driver_logs(conf), self.startup_archive())
         self.conf = conf
         return delivery
+
+    def ship_request(self, deploy_mode: str | None) -> list[str]:
+        """Ready the job's own request for a driver in ``deploy_mode`` (None: a Spark Connect client)
+        before :meth:`job_args` names it; returns the ``--files`` entries that ship it. The process
+        task's job has none: its txid is its request."""
+        return []
 
     def source(self) -> Source | None:
         """The topology's source, as declared (None for a declaration without one: a test's)."""

@@ -24,7 +24,7 @@ from ...coordinator import VerificationRound
 from ...ranges import Round
 from ...spark.recompute import deliver_request
 from ...spark.submit import DsnDelivery, lowest_priority
-from .. import metrics, spark_provider
+from .. import metrics
 from ..hooks import TransactionalHook
 from .process import TransactionalSparkSubmitOperator, dag_version
 
@@ -38,6 +38,7 @@ class VerifyOperator(TransactionalSparkSubmitOperator):
         super().__init__(**kwargs)
         self.verify_round, self.verify_lag = verify_round, verify_lag
         self._request = DsnDelivery()
+        self._round: VerificationRound | None = None  # execute() sets it
 
     def job_args(self, txid: int, schema: str) -> list[str]:
         return [*self.base_application_args, "--topology", self.topology_id, *self._request.app_args,
@@ -65,9 +66,7 @@ class VerifyOperator(TransactionalSparkSubmitOperator):
                 self.log.info("recomputing txids %s of %s (%d records)", ", ".join(map(str, found["recompute"])),
                               self.topology_id, found["records"])
                 self.dag_version = dag_version(context)
-                on_connect = bool(self.spark_connect_conn_id)
-                mode = None if on_connect else spark_provider.master_and_deploy_mode(self._get_hook())[1]
-                self._request = deliver_request(VerificationRound(self.topology_id, budget, every), mode)
+                self._round = VerificationRound(self.topology_id, budget, every)
                 try:
                     self._recompute(context, coordinator.schema, hook.get_dsn(), found)
                 finally:
@@ -85,20 +84,26 @@ class VerifyOperator(TransactionalSparkSubmitOperator):
         if status["failures"]:
             raise AirflowFailException(failed_checks(self.topology_id, status["failures"]))
 
+    def ship_request(self, deploy_mode: str | None) -> list[str]:
+        """The round's request in a private file: its path for a driver or client here, shipped beside
+        a cluster-mode driver."""
+        assert self._round is not None, "a verify round's request before execute() chose the round"
+        self._request = deliver_request(self._round, deploy_mode)
+        return self._request.files
+
     def _recompute(self, context: Any, schema: str, dsn: str, found: dict[str, Any]) -> None:
-        """The job on this task's request: a Spark Connect client, or a ``spark-submit`` (the request
-        shipped beside a cluster-mode driver)."""
+        """The job on this task's request: a Spark Connect client, or a ``spark-submit`` (the Spark
+        connection resolved once, by :meth:`prepare_submit`)."""
         if self.spark_connect_conn_id:
+            self.ship_request(None)
             self.application_args = self.job_args(0, schema)
             self.run_connect_client(self.spark_connect_conn_id, dsn)
             return
         delivery = self.prepare_submit(0, schema, dsn, batch=found["batch"], planned_records=found["records"])
-        self.files = ",".join(filter(None, [self.files, *self._request.files])) or None
         try:
             SparkSubmitOperator.execute(self, context)
         finally:
             delivery.remove()
-
 
 def failed_checks(topology_id: str, failures: list[dict[str, Any]]) -> str:
     """What failed, in a few lines: each failed txid with its states and first keys, and what to do."""
