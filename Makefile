@@ -25,7 +25,7 @@ startup-archive: $(STAMP)
 
 # Jars from Maven Central, fetched once per machine with Maven (installed here when missing, as
 # root): Spark's Kafka connector and Hadoop's s3a, and the servers the demo and the tests start
-# (the Kafka broker, S3Proxy, an HDFS NameNode and DataNode).
+# (the Kafka broker, S3Proxy, S3Mock for a bucket that keeps versions, an HDFS NameNode and DataNode).
 jars: $(STAMP)
 	@command -v mvn >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven; \
@@ -33,6 +33,7 @@ jars: $(STAMP)
 	$(BIN)/airflow-txn fetch-jars
 	$(BIN)/python -m dev.kafka fetch
 	$(BIN)/python -m dev.s3 fetch
+	$(BIN)/python -m dev.s3versioned fetch
 	$(BIN)/python -m dev.hdfs fetch
 
 demo: startup-archive jars $(if $(CLUSTER),redis)

@@ -194,6 +194,8 @@ State        {env_line}
 S3           s3_orders reads s3a://{S3_BUCKET}/{S3_PREFIX} on the S3 server (S3Proxy) at {s3_endpoint},
              Airflow's connection aws_default: an order file uploaded every 16 s, and now and then a
              committed file uploaded again with other orders -- a new version, counted in a later txid.
+             S3Proxy keeps no versions: an upload overwritten before a plan listed it is never seen
+             (a bucket with versioning enabled has every version counted: docs/guides/object-storage.md).
 Payments     payments decides each request in its commit (and publishes them to the Kafka topic ledger);
              settlement credits the payees:
              psql service=airflow_txn -c 'SELECT granted, count(*) FROM airflow_txn.verdicts GROUP BY 1'

@@ -19,6 +19,7 @@ import secrets
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg2
@@ -49,6 +50,9 @@ class S3Server(Server):
     """One S3Proxy on 127.0.0.1: ``start()``, ``endpoint``, ``client()``, ``kill()``/``restart()``
     for the fault tests, ``stop(remove=True)``. With ``link``, clients reach it through a
     :class:`~dev.slowlink.SlowLink` (``self.link``), which the chaos harness slows down."""
+
+    #: The server's name, in its errors, and its jar.
+    product, server_jars = "S3Proxy", SERVER
 
     def __init__(self, base_dir: str | os.PathLike[str], *, heap: str = "256m", link: bool = False) -> None:
         super().__init__(base_dir)
@@ -110,7 +114,7 @@ class S3Server(Server):
             return None
 
     def start(self, timeout: float = 90) -> S3Server:
-        (jar,) = SERVER.fetch()
+        (jar,) = self.server_jars.fetch()
         files.private_dir(self.base_dir)
         kept = self._kept() or {}
         if not self.port:  # its last life's port and credentials: an exported connection stays good
@@ -120,15 +124,12 @@ class S3Server(Server):
         if self.link is not None:  # up before the server, and through its restarts
             self.link.target_port = self.port
             self.link.start()
-        data = files.private_dir(self.base_dir / "data")
-        files.write_private(self.base_dir / "s3proxy.conf", CONFIG.format(
-            port=self.port, identity=self.identity, credential=self.credential, data=data))
+        argv = self._argv(jar, files.private_dir(self.base_dir / "data"))
         out = files.open_private_log(self.base_dir / "server.log")
         try:
-            self.proc = subprocess.Popen(
-                ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-jar", str(jar),
-                 "--properties", str(self.base_dir / "s3proxy.conf")],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                                          "-jar", str(jar), *argv],
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         finally:
             os.close(out)
         files.write_private(self.base_dir / "s3.json", json.dumps(
@@ -136,20 +137,26 @@ class S3Server(Server):
         self._wait(timeout)
         return self
 
+    def _argv(self, jar: Path, data: Path) -> list[str]:
+        """The server's arguments (after its jar), serving ``data`` on ``self.port``."""
+        files.write_private(self.base_dir / "s3proxy.conf", CONFIG.format(
+            port=self.port, identity=self.identity, credential=self.credential, data=data))
+        return ["--properties", str(self.base_dir / "s3proxy.conf")]
+
     def _wait(self, timeout: float) -> None:
         """Until the server answers a signed request."""
         deadline = time.monotonic() + timeout
         client = self.client()
         while True:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"S3Proxy exited ({self.proc.returncode}): "
+                raise RuntimeError(f"{self.product} exited ({self.proc.returncode}): "
                                    f"{(self.base_dir / 'server.log').read_text(errors='replace')[-3000:]}")
             try:
                 client.list_buckets()
                 return
             except Exception:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"S3Proxy did not serve within {timeout:.0f} s (see "
+                    raise RuntimeError(f"{self.product} did not serve within {timeout:.0f} s (see "
                                        f"{self.base_dir / 'server.log'})") from None
                 time.sleep(0.3)
 

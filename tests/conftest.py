@@ -19,6 +19,7 @@ from dev.embedded import EmbeddedPostgres
 from dev.hdfs import HdfsCluster
 from dev.kafka import KafkaBroker
 from dev.s3 import S3Server
+from dev.s3versioned import VersionedS3Server
 
 # Every process a test starts (Airflow's components, spark-submit's driver, a CLI) starts with the
 # fault engine installed, so a test can arm faults in it.
@@ -100,6 +101,22 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
     """The S3 server, with ``aws_default`` (the Amazon provider's default connection) pointing at it."""
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", s3_server.airflow_connection())
     return s3_server
+
+
+@pytest.fixture(scope="session")
+def versioned_s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VersionedS3Server]:
+    """A real S3 server that keeps object versions (S3Mock, its jar from Maven Central): its buckets'
+    versioning enabled."""
+    server = VersionedS3Server(tmp_path_factory.mktemp("s3v")).start()
+    yield server
+    server.stop(remove=True)
+
+
+@pytest.fixture
+def s3v(versioned_s3_server: VersionedS3Server, monkeypatch: pytest.MonkeyPatch) -> VersionedS3Server:
+    """The versioned S3 server, as ``aws_default``."""
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", versioned_s3_server.airflow_connection())
+    return versioned_s3_server
 
 
 @pytest.fixture(scope="session")

@@ -265,7 +265,8 @@ def test_the_expected_bucket_owner_is_said_on_every_request_and_named_in_a_refus
             "x-amz-expected-bucket-owner"))))
     (f,) = list(source.store.listing())
     assert source.store.stat(f.path) == f and b"".join(source.store.blocks(f)) == b'{"user": "a"}\n'
-    assert [m for m, _ in sent] == ["GET", "HEAD", "GET"] and {o for _, o in sent} == {b"111122223333"}
+    # The bucket's versioning (asked once), the listing, the look-up, the read.
+    assert [m for m, _ in sent] == ["GET", "GET", "HEAD", "GET"] and {o for _, o in sent} == {b"111122223333"}
     for bad in ("1111-2222-3333", 111122223333, "arn:aws:iam::111122223333:root"):
         monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(
             {**owned, "extra": {**owned["extra"], "expected_bucket_owner": bad}}))

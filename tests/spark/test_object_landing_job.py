@@ -99,6 +99,35 @@ def test_a_planned_name_is_spelled_as_hadoop_spells_it() -> None:
         spark.stop()
 
 
+def test_on_a_bucket_that_keeps_versions_an_overwritten_planned_version_is_read_by_its_id(
+        dsn: str, s3v: Any) -> None:
+    # S3Mock, versioning enabled: a.json is overwritten after txid 1 planned it. The driver reads the
+    # planned version by its id (the name holds another), b.json goes to Spark's reader by name, and
+    # the new version of a.json is counted by txid 2.
+    store = Place("s3", s3v)
+    first, b, second = _lines(0, 60), _lines(60, 40), _lines(100, 30)
+    store.put_lines("a.json", first)
+    store.put_lines("b.json", b)
+    coord = Coordinator(dsn)
+    coord.register(TopologySpec("vwords", LandingDirectory(store.url, settle_seconds=0), [
+        StateSpec("url_counts", {"url": "text"}, combiner="count", table="vurl_counts"),
+        StateSpec("domain_counts", {"domain": "text"}, combiner="count", kind="opaque", table="vdomain_counts"),
+    ], job=SparkJob(WORDS)))
+    t1 = coord.plan("vwords", "r1").txid
+    store.put_lines("a.json", second)
+    res = _submit_as(dsn, store, t1, "vwords")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert coord.commit("vwords", t1).committed
+    t2 = coord.plan("vwords", "r2")
+    assert [f["path"].rsplit("/", 1)[1] for f in t2.batch["files"]] == ["a.json"]
+    res = _submit_as(dsn, store, t2.txid, "vwords")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert coord.commit("vwords", t2.txid).committed
+    assert dict(query(dsn, "SELECT url, value FROM vurl_counts")) == Counter(
+        json.loads(x)["url"] for x in first + b + second)
+    coord.close()
+
+
 def test_the_store_lost_under_a_read_and_back_costs_an_attempt_at_most(
         dsn: str, store: Place, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The S3 server (SIGKILL) or the HDFS cluster -- its NameNode and DataNode, one JVM -- lost while

@@ -65,7 +65,7 @@ def begin_attempt(store: StateStore, topology_id: str, txid: int, *, application
         if not spec.opaque:
             raise BatchUnavailable(
                 f"topology {topology_id!r} txid {txid}: the planned batch can no longer be read "
-                f"({reason}). The source is transactional: restore the data, or declare the "
+                f"({reason}). The source is transactional: {spec.source.way_back()}, or declare the "
                 "topology opaque=True so the batch is re-planned from the committed checkpoint")
         planning.replan(store, topology_id, txid, reason)
     with store.db.transaction() as cur:

@@ -43,7 +43,7 @@ def plan(store: StateStore, topology_id: str, run_key: str) -> Transaction:
                               skip_unavailable=spec.opaque)
         batch = _stored_batch(bp)
         if bp.lost_records:
-            log.warning("topology %s txid %d: %d records removed by retention were skipped (%s)",
+            log.warning("topology %s txid %d: %d records the source lost before they were read were skipped (%s)",
                         topology_id, txid, bp.lost_records, "; ".join(bp.lost_detail))
         transactions.insert(cur, store.schema, topology_id, txid, run_key, bp.start, bp.end, batch,
                             bp.planned_records)

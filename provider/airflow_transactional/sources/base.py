@@ -191,6 +191,11 @@ class Source(ABC):
                     batch: PlannedBatch) -> str | None:
         """Why the planned ``batch`` can no longer be read in full, or None when it can."""
 
+    def way_back(self) -> str:
+        """What brings back a batch that :meth:`unavailable` says can no longer be read, if anything
+        can (the failure names it beside ``opaque=True``)."""
+        return "restore the data"
+
     @abstractmethod
     def read(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
              batch: PlannedBatch) -> Iterator[Record]:

@@ -206,15 +206,15 @@ class LandingDirectory(Source):
                 out.append(f)
         return sorted(out, key=lambda f: (f.mtime_ns or 0, f.path))
 
-    def _register_new(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str) -> set[int]:
+    def _register_new(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str) -> tuple[set[int], list[str]]:
         """Give new files -- and new contents under known names -- the next sequence numbers; the
-        sequence numbers whose content was read (digested) now."""
-        listed = self._listing()
-        latest = {f.path: f for f in map(LandedFile.from_row, self._latest(cur, s, topology_id, listed))}
+        sequence numbers whose content was read (digested) now, and the names whose registered
+        content was replaced before any plan read it (lost: reported by the plan)."""
+        latest, fresh = self._unregistered(cur, s, topology_id, self._listing())
         planned_through = transactions.planned_through(cur, s, topology_id)
         seq = landing.last_seq(cur, s, topology_id)
         digested: set[int] = set()
-        fresh = [f for f in listed if f.path not in latest or not self._matches(latest[f.path], f)]
+        overwritten: list[str] = []
         for f, found in zip(fresh, self._identify_all(fresh), strict=True):
             old = latest.get(f.path)
             if found is None:
@@ -222,13 +222,21 @@ class LandingDirectory(Source):
             f = found
             if old is not None and (self._same_content(old, f) or old.seq > planned_through):
                 # Touched (same bytes), or rewritten before any plan took it: the entry follows it.
+                if not self._same_content(old, f):
+                    overwritten.append(f"{f.path} (overwritten before a plan read it)")
                 self._record(cur, s, topology_id, old.seq, f)
                 digested.add(old.seq)
                 continue
             seq += 1  # a new file, or new content under a name a plan already took
             self._insert(cur, s, topology_id, seq, f)
             digested.add(seq)
-        return digested
+        return digested, overwritten
+
+    def _unregistered(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str,
+                      listed: list[LandedFile]) -> tuple[dict[str, LandedFile], list[LandedFile]]:
+        """The latest entry of each listed name, and the listed files no entry holds yet."""
+        latest = {f.path: f for f in map(LandedFile.from_row, self._latest(cur, s, topology_id, listed))}
+        return latest, [f for f in listed if f.path not in latest or not self._matches(latest[f.path], f)]
 
     def _latest(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str,
                 listed: list[LandedFile]) -> list[landing.FileRow]:
@@ -285,7 +293,7 @@ class LandingDirectory(Source):
     def plan(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, start: Offsets,
              max_records: int, *, skip_unavailable: bool, until: Offsets | None = None) -> BatchPlan:
         s = schema
-        digested = self._register_new(cur, s, topology_id)
+        digested, overwritten = self._register_new(cur, s, topology_id)
         begin = int(start.get("seq", 0))
         cap = min(self.max_files, max_records)  # a batch is counted in files here
         files: list[dict[str, Any]] = []
@@ -312,7 +320,8 @@ class LandingDirectory(Source):
             end = f.seq
         return BatchPlan(start={"seq": begin}, end={"seq": end},
                          batch=FileBatch(directory=self.path, format=self.format, files=tuple(files)),
-                         planned_records=len(files), lost_records=len(lost), lost_detail=[f.path for f in lost],
+                         planned_records=len(files), lost_records=len(lost) + len(overwritten),
+                         lost_detail=[f.path for f in lost] + overwritten,
                          lost_ranges=[f.seq for f in lost])  # a version: its name may hold a later one
 
     def _over_bytes(self, files: list[dict[str, Any]], size: int, f: LandedFile) -> bool:

@@ -8,6 +8,10 @@ length and modification time), listed and looked up through the store's API with
 the connection ``conn_id`` (an ``aws`` connection for S3, a ``webhdfs`` one for HDFS), and read --
 by the pure-Python processor here, by Spark's executors with s3a or HDFS's client -- as exactly the
 pinned version or not at all.
+
+A store that keeps versions (an S3 bucket with versioning enabled) lists every version a name ever
+held: each is a file of its own, numbered in upload order -- a version overwritten before any plan
+ran is counted too, and a replay reads each planned version by its id, whatever the name holds now.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ DEFAULT_CONN = {"s3a": "aws_default", "hdfs": None}
 LISTINGS = ("full", "incremental")
 #: New files a plan reads at once (to know them: their digest, and whether Spark's JSON reader may read them).
 SCANS = 8
+#: (path, version) of the versions this process handed Spark's reader by name (:meth:`ObjectLanding.by_version`):
+#: the check after the read asks the name to hold each still, as on a store without versions.
+READ_BY_NAME: set[tuple[str, str]] = set()
 
 
 def object_store(url: str, settings: Mapping[str, Any], conn_id: str | None = None) -> ObjectStore:
@@ -82,6 +89,7 @@ class ObjectLanding(LandingDirectory):
         self.connections = connections or Connections()
         self._store: ObjectStore | None = None
         self._fresh: dict[str, LandedFile] | None = None  # the listing of the plan under way
+        self._listed: set[tuple[str, str | None]] = set()  # its versions, where the store keeps them
         self._after: str | None = None  # what that listing starts after (None: the whole directory)
 
     @staticmethod
@@ -122,6 +130,41 @@ class ObjectLanding(LandingDirectory):
         """Hadoop settings Spark's reader takes for this store (secrets among them)."""
         return self.store.spark_options()
 
+    def way_back(self) -> str:
+        if self.keeps_versions:
+            return "a version deleted from the bucket's history cannot be restored"
+        if self.path.startswith("s3a://"):
+            return ("upload the planned bytes again under its name (the bucket keeps no versions: one with "
+                    "versioning enabled keeps every planned version readable)")
+        return "HDFS keeps no versions: a file's planned content cannot be restored"
+
+    @property
+    def keeps_versions(self) -> bool:
+        return self.store.keeps_versions()
+
+    def by_version(self, files: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+        """The planned files Spark's reader may read by name (the name holds the planned version now:
+        checked again after the read), and those read here by their version's id (a store that keeps
+        versions: the name holds a later one)."""
+        if not self.keeps_versions:
+            return list(files), []
+        by_name, by_id = [], []
+        for f in files:
+            now = self.store.stat(str(f["path"]))
+            if now is not None and now.version == f.get("version"):
+                READ_BY_NAME.add((now.path, now.version))
+                by_name.append(f)
+            else:
+                by_id.append(f)
+        return by_name, by_id
+
+    def version_lines(self, f: Mapping[str, Any]) -> Iterator[str]:
+        """The lines of the planned version of ``f``, read by its id."""
+        raw = _Blocks(self.store.blocks(_stored(LandedFile.from_plan(f))))
+        for line in landed.text_lines(raw, limits.MAX_RECORD_BYTES):
+            if line.strip():
+                yield line.rstrip("\n")
+
     def _listing(self, *, settled_only: bool = True) -> list[LandedFile]:
         newest = time.time_ns() - int(self.settle_seconds * 1e9)
         out = []
@@ -132,7 +175,9 @@ class ObjectLanding(LandingDirectory):
                 continue
             if not settled_only or f.mtime_ns <= newest:
                 out.append(_landed(f))
-        if self._fresh is not None:
+        if self.keeps_versions:  # no name's latest here: a listing shows every version a name held
+            self._listed.update((f.path, f.version) for f in out)
+        elif self._fresh is not None:
             self._fresh.update((f.path, f) for f in out)
         return sorted(out, key=lambda f: (f.mtime_ns or 0, f.path))
 
@@ -146,6 +191,7 @@ class ObjectLanding(LandingDirectory):
                                 until=until)
         finally:
             self._fresh, self._after = None, None
+            self._listed.clear()
         if full and self.listing != "full":
             landing.listed_fully(cur, schema, topology_id)
         return plan
@@ -153,6 +199,15 @@ class ObjectLanding(LandingDirectory):
     def _latest(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str,
                 listed: list[LandedFile]) -> list[landing.FileRow]:
         return landing.latest_of(cur, s, topology_id, [f.path for f in listed])
+
+    def _unregistered(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str,
+                      listed: list[LandedFile]) -> tuple[dict[str, LandedFile], list[LandedFile]]:
+        """Where the store keeps versions, every listed version no entry holds: each is a file of its
+        own (no entry follows a later version, none is replaced by one)."""
+        if not self.keeps_versions:
+            return super()._unregistered(cur, s, topology_id, listed)
+        known = landing.registered(cur, s, topology_id, sorted({f.path for f in listed}))
+        return {}, [f for f in listed if (f.path, f.version) not in known]
 
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
         """Files registered past the committed ones and still current, and files the store holds that
@@ -162,15 +217,16 @@ class ObjectLanding(LandingDirectory):
     def waiting(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
                 committed: Offsets) -> tuple[int, int | None]:
         """(files, bytes) waiting: see :meth:`lag`."""
-        files, size = landing.waiting(cur, schema, topology_id, int(committed.get("seq", 0)))
+        files, size = landing.waiting(cur, schema, topology_id, int(committed.get("seq", 0)),
+                                      every_version=self.keeps_versions)
         after = landing.last_path(cur, schema, topology_id) if self.listing == "incremental" else None
         self._after = after
         try:
             listed = self._listing(settled_only=False)
         finally:
             self._after = None
-        known = {f.path: f for f in map(LandedFile.from_row, self._latest(cur, schema, topology_id, listed))}
-        new = [f for f in listed if f.path not in known or not self._matches(known[f.path], f)]
+            self._listed.clear()
+        new = self._unregistered(cur, schema, topology_id, listed)[1]
         return files + len(new), size + sum(f.size for f in new)
 
     def _identify_all(self, listed: list[LandedFile]) -> list[LandedFile | None]:
@@ -207,8 +263,18 @@ class ObjectLanding(LandingDirectory):
         return None if found is None else _landed(found)
 
     def _changed(self, f: LandedFile, *, deep: bool = False) -> bool:
+        """Whether the planned version ``f`` can no longer be read as planned: its name holds another
+        -- or, where the store keeps versions, the version is gone from its history (unless Spark's
+        reader read it by name in this process)."""
+        if self.keeps_versions and (f.path, f.version) not in READ_BY_NAME:
+            return (f.path, f.version) not in self._listed and not self.store.kept(_stored(f))
         now = self._now(f.path)
         return now is None or not self._same_content(f, now)
+
+    def _register_rewritten(self, cur: psycopg2.extensions.cursor, s: str, topology_id: str,
+                            gone: LandedFile) -> None:
+        if not self.keeps_versions:  # where it does, the listing registers each version
+            super()._register_rewritten(cur, s, topology_id, gone)
 
     def _lines(self, f: Mapping[str, Any]) -> Iterator[Record]:
         planned = _stored(LandedFile.from_plan(f))

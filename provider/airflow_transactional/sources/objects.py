@@ -140,6 +140,17 @@ class ObjectStore(ABC):
         """``length`` bytes from ``offset`` of exactly the ``planned`` version (BatchUnavailable
         as for :meth:`blocks`)."""
 
+    def keeps_versions(self) -> bool:
+        """Whether the store keeps every version of a file, each readable by its id after its name
+        holds another (an S3 bucket with versioning enabled). HDFS keeps none."""
+        return False
+
+    def kept(self, planned: StoredFile) -> bool:
+        """Whether the ``planned`` version can still be read: where no versions are kept, whether its
+        name holds it now."""
+        now = self.stat(planned.path)
+        return now is not None and self.same_content(planned, now)
+
     def same_content(self, a: StoredFile, b: StoredFile) -> bool:
         """Whether two versions hold the same bytes, as far as the store tells."""
         return (a.version, a.size) == (b.version, b.size)

@@ -12,7 +12,10 @@ reader from :data:`S3A_ALLOWED` (server-side encryption, an assumed role, the cr
 provider, timeouts). Nothing else reaches Spark: a connection's extra is not a way to set any
 Hadoop option.
 
-An object's version is its ETag: a new upload of other bytes has another. S3 shows an object in a
+An object's version is its ETag: a new upload of other bytes has another. A bucket with versioning
+enabled keeps every upload as a version of its own, with an id: there a version is its ETag and its
+id (``"etag"?versionId=id``), a listing shows every version a key ever held (``ListObjectVersions``),
+and a version is read by its id -- the planned bytes whatever the key holds now. S3 shows an object in a
 listing only once its upload is complete (a multipart upload in progress is not listed), and a
 read is conditional on the planned ETag (``If-Match``): the bytes of the planned version or a
 clear failure. Spark's s3a reader checks the ETag of every request of a read against the first
@@ -22,13 +25,14 @@ after the read.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from ..exceptions import BatchUnavailable, ConfigError, SourceUnreachable
 from .objects import ObjectStore, StoredFile, checked_endpoint, said, split_url
 
-__all__ = ["S3A_ALLOWED", "S3Store", "s3a_options"]
+__all__ = ["S3A_ALLOWED", "VERSION_ID", "S3Store", "etag_and_id", "s3a_options", "version_of"]
 
 #: Hadoop s3a settings a connection's extra may give Spark's reader (under ``"s3a"``).
 S3A_ALLOWED = frozenset({
@@ -43,6 +47,21 @@ S3A_ALLOWED = frozenset({
 })
 _BLOCK = 1 << 20
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+#: What joins a version's ETag and its id, in a bucket that keeps versions.
+VERSION_ID = "?versionId="
+
+
+def version_of(etag: str, version_id: str | None) -> str:
+    """An object version's identity: its ETag, and its id where the bucket keeps versions (S3 calls a
+    version written while versioning was off or suspended ``null``: no id to read it by)."""
+    return f"{etag}{VERSION_ID}{version_id}" if version_id and version_id != "null" else etag
+
+
+def etag_and_id(version: str) -> tuple[str, str | None]:
+    """The ETag and the version id (None: none) of a version's identity."""
+    etag, sep, version_id = version.partition(VERSION_ID)
+    return etag, (version_id or None) if sep else None
 
 
 def s3a_options(settings: Mapping[str, Any], conn_id: str | None = None) -> dict[str, str]:
@@ -91,6 +110,7 @@ class S3Store(ObjectStore):
         _scheme, self.bucket, path = split_url(root)
         self.prefix = f"{path.strip('/')}/" if path.strip("/") else ""
         self._client: Any = None
+        self._versioned: bool | None = None
         s3a_options(settings, conn_id)  # refuse a bad extra now, not in the driver
         owner = settings.get("expected_bucket_owner")
         if owner is not None and not (isinstance(owner, str) and owner.isdigit() and len(owner) == 12):
@@ -132,7 +152,34 @@ class S3Store(ObjectStore):
             raise ConfigError(f"{path} is not in bucket {self.bucket}")
         return path[len(prefix):]
 
+    def keeps_versions(self) -> bool:
+        """Whether the bucket's versioning is enabled (asked once: a bucket whose versioning was
+        suspended keeps its old versions, and writes new ones without an id, as one without)."""
+        if self._versioned is None:
+            self._versioned = self._call(self._versioning).get("Status") == "Enabled"
+        return self._versioned
+
+    def _versioning(self) -> dict[str, Any]:
+        from botocore.exceptions import ClientError
+
+        try:
+            return dict(self.client.get_bucket_versioning(Bucket=self.bucket, **self.owner))
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in ("NoSuchBucket", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                raise  # said as every other request's
+            if code in ("NotImplemented", "501"):  # a server that keeps no versions (S3Proxy)
+                return {}
+            # A role not let ask it: planned as without versions, and said.
+            log.warning("S3 bucket %r: its versioning could not be read (%s): its objects are planned as in a bucket "
+                        "without versions (a key's overwritten version is not kept); allow s3:GetBucketVersioning "
+                        "to have every version counted", self.bucket, said(code))
+            return {}
+
     def listing(self, after: str | None = None) -> Iterator[StoredFile]:
+        if self.keeps_versions():
+            yield from self._versions(after)
+            return
         start = {"StartAfter": self._key(after)} if after else {}
         pages = self._call(lambda: self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=self.prefix, Delimiter="/", PaginationConfig={"PageSize": 1000}, **start,
@@ -143,13 +190,42 @@ class S3Store(ObjectStore):
                     yield StoredFile(self._url(o["Key"]), int(o["Size"]), str(o["ETag"]),
                                      int(o["LastModified"].timestamp() * 1e9))
 
+    def _versions(self, after: str | None) -> Iterator[StoredFile]:
+        """Every version of every key (not its delete markers), the newest of a key first."""
+        start = {"KeyMarker": self._key(after)} if after else {}
+        pages = self._call(lambda: self.client.get_paginator("list_object_versions").paginate(
+            Bucket=self.bucket, Prefix=self.prefix, Delimiter="/", PaginationConfig={"PageSize": 1000}, **start,
+            **self.owner))
+        for page in self._call(lambda: list(pages)):
+            for o in page.get("Versions") or ():
+                if not o["Key"].endswith("/"):
+                    version = version_of(str(o["ETag"]), o.get("VersionId"))
+                    yield StoredFile(self._url(o["Key"]), int(o["Size"]), version,
+                                     int(o["LastModified"].timestamp() * 1e9))
+
     def stat(self, path: str) -> StoredFile | None:
         head = self._call(lambda: self.client.head_object(Bucket=self.bucket, Key=self._key(path), **self.owner),
                           missing=None)
         if head is None:
             return None
-        return StoredFile(path, int(head["ContentLength"]), str(head["ETag"]),
+        return StoredFile(path, int(head["ContentLength"]), version_of(str(head["ETag"]), head.get("VersionId")),
                           int(head["LastModified"].timestamp() * 1e9))
+
+    def kept(self, planned: StoredFile) -> bool:
+        """Whether the bucket still keeps the ``planned`` version, whatever the key holds now: whether
+        the key's versions, as the bucket lists them, hold it (a server may still serve a version
+        deleted from the history by its id: S3Mock does)."""
+        if etag_and_id(planned.version)[1] is None:
+            return super().kept(planned)
+        key = self._key(planned.path)
+        pages = self._call(lambda: list(self.client.get_paginator("list_object_versions").paginate(
+            Bucket=self.bucket, Prefix=key, **self.owner)))
+        return any(o["Key"] == key and version_of(str(o["ETag"]), o.get("VersionId")) == planned.version
+                   for page in pages for o in page.get("Versions") or ())
+
+    def same_content(self, a: StoredFile, b: StoredFile) -> bool:
+        """The same ETag and size: the same bytes, whichever versions hold them."""
+        return (etag_and_id(a.version)[0], a.size) == (etag_and_id(b.version)[0], b.size)
 
     def blocks(self, planned: StoredFile) -> Iterator[bytes]:
         body = self._open(planned)
@@ -167,13 +243,22 @@ class S3Store(ObjectStore):
             body.close()
 
     def _open(self, planned: StoredFile, **ranged: str) -> Any:
-        """The body of exactly the ``planned`` version (``If-Match`` its ETag), or of a range of it."""
-        body = self._call(lambda: self.client.get_object(Bucket=self.bucket, Key=self._key(planned.path),
-                                                          IfMatch=planned.version, **ranged, **self.owner)["Body"],
+        """The body of exactly the ``planned`` version (by its id where the bucket keeps versions, else
+        ``If-Match`` its ETag), or of a range of it."""
+        etag, version_id = etag_and_id(planned.version)
+        pinned = {"VersionId": version_id} if version_id else {"IfMatch": etag}
+        body = self._call(lambda: self.client.get_object(Bucket=self.bucket, Key=self._key(planned.path), **pinned,
+                                                          **ranged, **self.owner)["Body"],
                           missing=None, changed=planned.path)
         if body is None:
-            raise BatchUnavailable(f"landing object {planned.path} is gone (planned with ETag {planned.version}): "
-                                   "restore it, or declare the topology opaque=True")
+            if version_id:
+                raise BatchUnavailable(f"landing object {planned.path}: its planned version {version_id} was deleted "
+                                       "from the bucket's history; declare the topology opaque=True to record the "
+                                       "loss and go on")
+            raise BatchUnavailable(f"landing object {planned.path} is gone (planned with ETag {etag}) and the bucket "
+                                   "keeps no versions: restore the same bytes under that key, or declare the topology "
+                                   "opaque=True to record the loss and go on (a bucket with versioning enabled keeps "
+                                   "every version readable)")
         return body
 
     def _call(self, fn: Callable[[], T], *, missing: Any = ..., changed: str | None = None) -> T:
@@ -190,7 +275,7 @@ class S3Store(ObjectStore):
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-            if code in ("NoSuchKey", "404", "NotFound") and missing is not ...:
+            if code in ("NoSuchKey", "NoSuchVersion", "404", "NotFound") and missing is not ...:
                 return missing
             if code in ("PreconditionFailed", "412") and changed:
                 raise BatchUnavailable(f"landing object {changed} holds another version than the one planned (its "

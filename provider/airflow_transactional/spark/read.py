@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from ..exceptions import ConfigError
+from ..exceptions import BatchUnavailable, ConfigError
 from ..model import FileBatch, LogBatch, PlannedBatch, planned_batch
 from ..sources import LandingDirectory, PostgresLogSource, Source, source_from_config
 from ..sources.base import Record
@@ -288,10 +288,13 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
     kind = batch.format
     if kind == "json" and not record_schema:
         raise ConfigError(NEEDS_SCHEMA)
-    files, file_name = pinned_files(spark, batch.files)
     # A store's settings go to the reader as options: Spark hands them to the file system of this
     # read alone. Its credentials too -- except on Spark Connect, whose server shows every option.
     read = spark.read.options(**reader_options(spark, source.spark_options()))
+    by_name, by_id = source.by_version(batch.files) if hasattr(source, "by_version") else (batch.files, [])
+    if by_id:
+        return _read_by_id(spark, source, read, by_name, by_id, kind)
+    files, file_name = pinned_files(spark, batch.files)
     if kind == "parquet":
         return Records(read.parquet(*files).withColumn(OFFSET_COL, file_name), COLUMNS)
     if kind == "csv":
@@ -311,6 +314,27 @@ def read_landing(spark: SparkSession, source: Source, batch: Mapping[str, Any], 
               .option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", CORRUPT_COL).json(files))
     return Records(parsed.select(file_name.alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
                                  *[f.name for f in fields], CORRUPT_COL), PARSED)
+
+
+def _read_by_id(spark: SparkSession, source: Any, read: Any, by_name: Sequence[Mapping[str, Any]],
+                by_id: Sequence[Mapping[str, Any]], kind: str) -> Records:
+    """A batch on a store that keeps versions, some of whose planned versions their names no longer
+    hold: those read here by their id, the rest by Spark's reader by name -- all as text, each line
+    judged (a store's file is recorded under its URL, whichever way it was read)."""
+    from pyspark.sql import functions as F
+
+    if kind != "json":
+        raise BatchUnavailable(f"{kind} file {by_id[0]['path']}: its planned version is no longer what its name "
+                               f"holds, and Spark reads {kind} files by name only -- land JSON lines, or declare the "
+                               "topology opaque=True to record the loss and go on")
+    rows = [(str(f["path"]), None, line) for f in by_id for line in source.version_lines(f)]
+    here = spark.createDataFrame(rows, raw_schema())
+    if not by_name:
+        return Records(here, TEXT)
+    files, file_name = pinned_files(spark, by_name)
+    text = read.text(files).where(F.col("value").rlike("\\S"))
+    return Records(text.select(file_name.alias(OFFSET_COL), F.lit(None).cast("string").alias(EVENT_ID_COL),
+                               F.col("value").alias("payload")).unionByName(here), TEXT)
 
 
 def as_text(batch: Mapping[str, Any]) -> PlannedBatch:

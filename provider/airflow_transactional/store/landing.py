@@ -69,6 +69,12 @@ def latest_of(cur: Cursor, schema: str, topology_id: str, paths: list[str]) -> l
     return every(cur, FileRow)
 
 
+def registered(cur: Cursor, schema: str, topology_id: str, paths: list[str]) -> set[tuple[str, str]]:
+    """(path, version) of every version of ``paths`` registered (a store that keeps versions)."""
+    cur.execute(query("landing_registered", schema), {"topology": topology_id, "paths": paths})
+    return {(str(path), str(version)) for path, version in cur.fetchall()}
+
+
 def last_path(cur: Cursor, schema: str, topology_id: str) -> str | None:
     """The greatest path registered, in byte order (None: none)."""
     cur.execute(query("landing_last_path", schema), {"topology": topology_id})
@@ -76,9 +82,10 @@ def last_path(cur: Cursor, schema: str, topology_id: str) -> str | None:
     return None if row is None else row[0]
 
 
-def waiting(cur: Cursor, schema: str, topology_id: str, seq: int) -> tuple[int, int]:
-    """(files, bytes) registered past ``seq`` that are still the latest version of their path."""
-    cur.execute(query("landing_waiting", schema), {"topology": topology_id, "seq": seq})
+def waiting(cur: Cursor, schema: str, topology_id: str, seq: int, *, every_version: bool = False) -> tuple[int, int]:
+    """(files, bytes) registered past ``seq`` that are still the latest version of their path (with
+    ``every_version``, all of them: a store that keeps versions reads each)."""
+    cur.execute(query("landing_waiting", schema), {"topology": topology_id, "seq": seq, "every": every_version})
     files, size = cur.fetchone() or (0, 0)
     return int(files), int(size)
 

@@ -36,15 +36,20 @@ WHERE topology_id = %(topology)s AND seq <= %(seq)s ORDER BY seq
 SELECT DISTINCT ON (path) seq, path, size, mtime_ns, inode, sha256, plain, version FROM {s}.landing_files
 WHERE topology_id = %(topology)s AND path = ANY(%(paths)s) ORDER BY path, seq DESC
 
+-- name: landing_registered
+-- Every version of the given paths registered (a bucket that keeps versions lists them all).
+SELECT path, version FROM {s}.landing_files WHERE topology_id = %(topology)s AND path = ANY(%(paths)s)
+
 -- name: landing_last_path
 -- The greatest name registered, in byte order (an S3 listing's and an HDFS directory's order).
 SELECT max(path COLLATE "C") FROM {s}.landing_files WHERE topology_id = %(topology)s
 
 -- name: landing_waiting
--- The versions registered past the committed seq that are still their path's latest: files waiting.
+-- The versions registered past the committed seq that are still their path's latest (or all of them,
+-- where the store keeps every version): files waiting.
 SELECT count(*), coalesce(sum(size), 0) FROM {s}.landing_files a
-WHERE a.topology_id = %(topology)s AND a.seq > %(seq)s AND NOT EXISTS (
-    SELECT 1 FROM {s}.landing_files b WHERE b.topology_id = a.topology_id AND b.path = a.path AND b.seq > a.seq)
+WHERE a.topology_id = %(topology)s AND a.seq > %(seq)s AND (%(every)s OR NOT EXISTS (
+    SELECT 1 FROM {s}.landing_files b WHERE b.topology_id = a.topology_id AND b.path = a.path AND b.seq > a.seq))
 
 -- name: landing_full_listing_due
 SELECT coalesce(max(full_at) < now() - make_interval(secs => %(seconds)s), true) FROM {s}.landing_listings
