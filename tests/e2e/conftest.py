@@ -218,6 +218,15 @@ def _unfinished(stack: LocalStack, dag_id: str, run_ids: list[str]) -> str:
 
 
 @pytest.fixture(scope="package")
-def chrome() -> Iterator[object]:
+def browser_session() -> Iterator[object]:
     """One headless Chromium for the package's tests that use it (tests/e2e/browsing.py)."""
     yield from chromium()
+
+
+@pytest.fixture
+def chrome(browser_session: Any) -> Iterator[object]:
+    """The package's Chromium, left on a blank page after the test: an Airflow page left open keeps
+    polling the api-server (and rendering) for the rest of the lane."""
+    yield browser_session
+    browser_session.switch_to.default_content()
+    browser_session.get("about:blank")
