@@ -6,14 +6,18 @@ It starts the demo (``dev/demo.py``) in a directory of its own, SIGKILLs a runni
 topology's lag and committed txid every ``--sample-every`` seconds, stops the demo with SIGINT
 (Ctrl-C) at the end, and reports: per topology the commits, the drivers killed, the lag over each
 third of the run -- *bounded* unless every sample of the last third is above the largest of the
-first two -- and whatever Spark left in the system temp directory (nothing, if the stack keeps its
-scratch space to itself). The report is printed as a table and written as JSON (``--json``).
+first two --, the seconds between two of its commits (their median and largest, over the run:
+what a new user watching the demo waits), and whatever Spark left in the system temp directory
+(nothing, if the stack keeps its scratch space to itself). ``--spark-connect`` runs the demo's
+batches on its Spark Connect server (``make demo SPARK_CONNECT=1``); ``--kill-every 0`` kills
+nothing. The report is printed as a table and written as JSON (``--json``).
 Run it where ``make demo`` has run once (the virtualenv, the jars and the start-up archive).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -68,6 +72,17 @@ def judge(samples: list[int]) -> str:
     return "grows" if min(samples[cut:]) > max(samples[:cut]) else "bounded"
 
 
+def commit_gaps(coord: Coordinator, topology_id: str, since: datetime) -> dict[str, float] | None:
+    """The median and the largest number of seconds between two commits of ``topology_id`` after
+    ``since`` (None: fewer than two)."""
+    try:
+        at = sorted(c["committed_at"] for c in coord.commits(topology_id) if c["committed_at"] >= since)
+    except TransactionalError:
+        return None
+    gaps = sorted((b - a).total_seconds() for a, b in itertools.pairwise(at))
+    return {"p50": round(gaps[len(gaps) // 2], 1), "max": round(gaps[-1], 1)} if gaps else None
+
+
 class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -76,13 +91,15 @@ class Soak:
         self.lags: dict[str, list[int]] = {t: [] for t in DAGS}
         self.committed: dict[str, list[int]] = {t: [] for t in DAGS}
         self.killed: dict[str, int] = {t: 0 for t in DAGS}
+        self.gaps: dict[str, dict[str, float] | None] = {}
 
     def start(self) -> subprocess.Popen[bytes]:
         self.base.mkdir(parents=True, exist_ok=True)
         log = open(self.base / "demo.out", "ab")
+        connect = ["--spark-connect"] if self.args.spark_connect else []
         demo = subprocess.Popen([sys.executable, "-m", "dev.demo", "--dir", str(self.base), "--port", str(free_port()),
-                                 "--rate", str(self.args.rate)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                 "--rate", str(self.args.rate), *connect], cwd=REPO, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 600
         while "Ctrl-C stops everything" not in (self.base / "demo.out").read_text(errors="replace"):
             if demo.poll() is not None or time.monotonic() > deadline:
@@ -122,7 +139,8 @@ class Soak:
             {"conn_type": "kafka", "extra": {"bootstrap.servers": f"127.0.0.1:{port}"}})
         coord = Coordinator((self.base / "state.dsn").read_text().strip())
         end = time.monotonic() + self.args.minutes * 60
-        next_kill = time.monotonic() + self.args.kill_every
+        next_kill = time.monotonic() + self.args.kill_every if self.args.kill_every else float("inf")
+        since = datetime.now(UTC)
         try:
             while time.monotonic() < end:
                 if demo.poll() is not None:
@@ -132,6 +150,7 @@ class Soak:
                     self.kill_one(demo)
                     next_kill += self.args.kill_every
                 time.sleep(self.args.sample_every)
+            self.gaps = {t: commit_gaps(coord, t, since) for t in DAGS}
         finally:
             coord.close()
             os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C, as a person stops it
@@ -154,20 +173,26 @@ class Soak:
                 "max_lag_by_third": [max(lags[i * third:(i + 1) * third] or [0]) for i in range(3)],
                 "final_lag": lags[-1] if lags else None,
                 "lag": judge(lags),
+                "commit_gap_s": self.gaps.get(t),
             }
         return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(),
                 "machine": f"{platform.node()} {os.cpu_count()} cores", "minutes": self.args.minutes,
+                "backend": "spark-connect" if self.args.spark_connect else "spark-submit",
                 "kill_every_s": self.args.kill_every, "rate": self.args.rate, "wall_s": round(wall),
                 "demo_exit_code": exit_code, "left_in_temp": left, "topologies": topologies}
 
 
 def table(report: dict[str, Any]) -> str:
-    rows = [f"{'topology':<16} {'commits':>7} {'killed':>6}  {'max lag by third':<24} {'final':>7}  lag"]
+    rows = [f"{'topology':<16} {'commits':>7} {'killed':>6}  {'max lag by third':<24} {'final':>7}  {'lag':<9}"
+            "seconds between commits (median / largest)"]
     for t, r in report["topologies"].items():
         thirds = " / ".join(f"{v:,}" for v in r["max_lag_by_third"])
+        gap = r.get("commit_gap_s")
         rows.append(f"{t:<16} {r['commits']:>7} {r['drivers_killed']:>6}  {thirds:<24} "
-                    f"{r['final_lag'] if r['final_lag'] is not None else '-':>7}  {r['lag']}")
-    rows.append(f"{report['minutes']} min, a driver killed every {report['kill_every_s']} s; demo exit code "
+                    f"{r['final_lag'] if r['final_lag'] is not None else '-':>7}  {r['lag']:<9}"
+                    + (f"{gap['p50']} / {gap['max']}" if gap else "-"))
+    killed = f"a driver killed every {report['kill_every_s']} s" if report["kill_every_s"] else "no driver killed"
+    rows.append(f"{report['minutes']} min on {report.get('backend', 'spark-submit')}, {killed}; demo exit code "
                 f"{report['demo_exit_code']} after Ctrl-C; left in the system temp directory: "
                 f"{', '.join(report['left_in_temp']) or 'nothing'}")
     return "\n".join(rows)
@@ -176,7 +201,8 @@ def table(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.demo_soak", description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30)
-    parser.add_argument("--kill-every", type=float, default=180, help="seconds between two driver kills")
+    parser.add_argument("--kill-every", type=float, default=180, help="seconds between two driver kills (0: none)")
+    parser.add_argument("--spark-connect", action="store_true", help="the demo's batches on its Spark Connect server")
     parser.add_argument("--sample-every", type=float, default=15, help="seconds between two lag samples")
     parser.add_argument("--rate", type=int, default=50, help="the demo's tweets per second")
     parser.add_argument("--seed", type=int, default=1)

@@ -19,3 +19,22 @@ pytestmark = pytest.mark.unit
 def test_a_lag_is_bounded_unless_the_last_third_stays_above_everything_before(samples: list[int],
                                                                            verdict: str) -> None:
     assert judge(samples) == verdict
+
+
+def test_the_seconds_between_commits_count_only_the_runs_own() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from airflow_transactional.exceptions import UnknownTopology
+    from bench.demo_soak import commit_gaps
+
+    start = datetime(2026, 12, 7, tzinfo=UTC)
+
+    class Log:
+        def commits(self, topology_id: str) -> list[dict[str, datetime]]:
+            if topology_id != "words":
+                raise UnknownTopology(topology_id)
+            return [{"committed_at": start + timedelta(seconds=s)} for s in (-60, 0, 4, 6, 30)]
+
+    assert commit_gaps(Log(), "words", start) == {"p50": 4.0, "max": 24.0}  # type: ignore[arg-type]
+    assert commit_gaps(Log(), "words", start + timedelta(seconds=10)) is None  # one commit since
+    assert commit_gaps(Log(), "payments", start) is None  # never planned

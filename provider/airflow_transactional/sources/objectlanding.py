@@ -210,8 +210,9 @@ class ObjectLanding(LandingDirectory):
         return {}, [f for f in listed if (f.path, f.version) not in known]
 
     def lag(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str, committed: Offsets) -> int:
-        """Files registered past the committed ones and still current, and files the store holds that
-        no plan registered yet (an incremental listing looks only after the last name registered)."""
+        """Files registered past the committed ones and still current (each version, where the store
+        keeps them), and files the store holds that no plan registered yet (an incremental listing
+        looks only after the last name registered)."""
         return self.waiting(cur, schema, topology_id, committed)[0]
 
     def waiting(self, cur: psycopg2.extensions.cursor, schema: str, topology_id: str,
