@@ -4,6 +4,7 @@ Postgres metadata DB) for the end-to-end tier, driven over the REST API the UI u
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -155,6 +156,26 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
         yield st
     finally:
         st.stop(remove=True)
+
+
+#: What an ``airflow-txn`` recompute in a test (audit, correct) adds to run the topology's job on the
+#: stack's Spark Connect server rather than in a spark-submit driver of its own: no driver JVM to
+#: start in the suite's busiest lane. test_transactional_dags.py keeps one spark-submit audit here;
+#: tests/spark/test_spark_job.py runs the CLI's spark-submit recomputes.
+ON_CONNECT = ["--spark-connect", "spark_connect_default"]
+
+
+@pytest.fixture(scope="package", autouse=True)
+def connect_connection(stack: LocalStack) -> Iterator[None]:
+    """The stack's Spark Connect connection in this process too, for :data:`ON_CONNECT`."""
+    name = "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"
+    before = os.environ.get(name)
+    os.environ[name] = stack.env()[name]
+    yield
+    if before is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = before
 
 
 @pytest.fixture(scope="package")

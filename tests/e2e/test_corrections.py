@@ -19,7 +19,7 @@ from airflow_transactional import provenance
 from airflow_transactional.cli import main as cli
 from dev.localstack import LocalStack, RestClient
 from tests.e2e.browsing import WAIT, frame_text, shot, signed_in
-from tests.e2e.conftest import FIX_BUG, FIX_JOB, task_log, wait_for_runs
+from tests.e2e.conftest import FIX_BUG, FIX_JOB, ON_CONNECT, task_log, wait_for_runs
 from tests.e2e.operating import browser, http_get, runs_by_txid, start_topology
 from tests.helpers import query
 
@@ -113,7 +113,7 @@ def test_a_fixed_job_corrects_committed_txids_in_a_run_of_their_own(stack: Local
     job.write_text(FIX_JOB.format(version="fixed", bug=""))  # the fix, deployed
     # Previewed by the topology's own job, then asked for from the Transactions view: a run of its own.
     assert cli(["--dsn", stack.state_dsn, "correct", dag, "2..4", "--dag-file",
-                str(stack.dags_folder / "ops_dags.py")]) == 0
+                str(stack.dags_folder / "ops_dags.py"), *ON_CONNECT]) == 0
     fix = _correct_in_the_browser(stack, chrome, dag, "2..4", tmp_path)
     wait_for_runs(stack, dag, [fix])
     assert f"run {fix} is txid 5" in task_log(stack, dag, fix, "plan")

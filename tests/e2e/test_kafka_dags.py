@@ -20,7 +20,7 @@ from dev.demo import now_text
 from dev.kafka import KafkaBroker
 from dev.localstack import LocalStack, RestClient, on_schedule
 from tests.e2e.browsing import frame_text, shot, signed_in
-from tests.e2e.conftest import KAFKA_DAGS, task_log, wait_for_runs
+from tests.e2e.conftest import KAFKA_DAGS, ON_CONNECT, task_log, wait_for_runs
 from tests.e2e.operating import set_faults
 from tests.helpers import query
 from tests.kafka_helpers import TransactionalProducer, create_topic, read_topic
@@ -141,7 +141,7 @@ def test_the_kafka_topology_commits_what_producers_committed_through_retries_cle
     driver.get(f"{stack.url}/dags/{DAG}/plugin/transactions-dag")  # type: ignore[attr-defined]
     assert f"{st.offsets_skipped:,} offsets skipped (aborted transactions' records" in frame_text(driver, "Timeline")
     shot(driver, "ui-kafka-topology.png", tmp_path)
-    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(KAFKA_DAGS)]) == 0
+    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(KAFKA_DAGS), *ON_CONNECT]) == 0
     coord.close()
 
 

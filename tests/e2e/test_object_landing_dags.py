@@ -15,7 +15,7 @@ import pytest
 from airflow_transactional.cli import main as cli
 from airflow_transactional.coordinator import Coordinator
 from dev.localstack import LocalStack, RestClient, on_schedule
-from tests.e2e.conftest import REPO, task_log, wait_for_runs
+from tests.e2e.conftest import ON_CONNECT, REPO, task_log, wait_for_runs
 from tests.e2e.operating import set_faults
 from tests.helpers import query
 
@@ -71,7 +71,7 @@ def test_an_s3_topology_counts_every_uploaded_version_once_through_retries_clear
     killed = coord.transaction(DAG, 2).run_key
     assert {t["task_id"]: t["try_number"] for t in client.task_instances(DAG, killed)}["process"] == 2
     dag_file = str(REPO / "dags" / "s3_orders.py")
-    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", dag_file]) == 0  # recomputed from the bucket
+    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", dag_file, *ON_CONNECT]) == 0  # recomputed from the bucket
 
     # A committed file uploaded again with other bytes: a new version, counted once more, later.
     uploads.put("a1.json", 100)

@@ -25,7 +25,7 @@ import pytest
 from airflow_transactional.cli import main as cli
 from dev.localstack import VIEWER, LocalStack, RestClient, on_schedule
 from tests.e2e.browsing import frame_text, shot, signed_in
-from tests.e2e.conftest import OPS_DAGS, StatsdListener, task_log, wait_for_runs
+from tests.e2e.conftest import ON_CONNECT, OPS_DAGS, StatsdListener, task_log, wait_for_runs
 from tests.e2e.operating import browser, cli_with_env, plugin_post, runs_by_txid, set_faults, start_topology
 from tests.helpers import query
 
@@ -123,7 +123,7 @@ def test_failure_cascade_recovery_restart_and_clears_stay_exactly_once(stack: Lo
     _downstream_ran_once_per_txid(stack, client, {c["txid"]: c["records_read"] for c in commits})
     assert [c["committed_at"] for c in commits] == sorted(c["committed_at"] for c in commits)
     assert coord.status(DAG).lag == 0
-    assert cli(["--dsn", stack.state_dsn, "audit", DAG, "--dag-file", str(OPS_DAGS)]) == 0
+    assert cli(["--dsn", stack.state_dsn, "audit", DAG, "--dag-file", str(OPS_DAGS), *ON_CONNECT]) == 0
     coord.close()
     log.close()
 
@@ -252,7 +252,7 @@ def _a_rebuild_repairs_the_table_while_airflow_commits(c: _Cascade) -> None:
     repaired, and a run that commits mid-rebuild is part of the swapped-in state."""
     dsn = c.stack.state_dsn
     query(dsn, "UPDATE ops_count SET value = value + 1000")
-    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(OPS_DAGS)]) == 1
+    assert cli(["--dsn", dsn, "audit", DAG, "--dag-file", str(OPS_DAGS), *ON_CONNECT]) == 1
     release = c.stack.base_dir / "rebuild.release"
     outcome: list[int] = []
     env = {"AIRFLOW_TXN_FAULTS": f"rebuild.loaded:{DAG}=waitfor:{release}"}
@@ -371,10 +371,14 @@ def test_retention_pause_and_api_server_restart_during_processing(stack: LocalSt
     assert sorted(by_txid) == [2, 3, 4]
     attempts = query(dsn, "SELECT txid, attempt, plan_version, status, coalesce(error, '') FROM airflow_txn.attempts "
                           "WHERE topology_id = %s ORDER BY txid, attempt", (dag,))
-    # txid 2: the stalled attempt found its batch short and voided itself; the retry re-planned
-    # within the old bounds. txids 3 and 4 kept their plans and their first attempts.
-    assert [a[:4] for a in attempts if a[0] == 2] == [(2, 1, 1, "failed"), (2, 2, 2, "committed")]
-    assert "lost records while it was processed" in next(a[4] for a in attempts if a[:2] == (2, 1))
+    # txid 2: the stalled attempt never committed. It found its batch short and voided itself --
+    # or, on a loaded machine, Airflow's retry of its task (its heartbeat lost while the api-server
+    # restarted) re-planned the txid first, discarding it with the loss as its reason. The retry
+    # re-planned within the old bounds. txids 3 and 4 kept their plans and their first attempts.
+    first, retry = [a for a in attempts if a[0] == 2]
+    assert first[:3] == (2, 1, 1) and retry[:4] == (2, 2, 2, "committed")
+    assert (first[3], "lost records while it was processed" in first[4]) in (("failed", True), ("discarded", False))
+    assert first[4], "the stalled attempt records why it was voided"
     assert [a[:4] for a in attempts if a[0] > 2] == [(3, 1, 1, "committed"), (4, 1, 1, "committed")]
     status = coord.status(dag)
     assert status.committed_txid == 4 and status.lost_records == 100 and status.lag == 0
@@ -383,6 +387,6 @@ def test_retention_pause_and_api_server_restart_during_processing(stack: LocalSt
     assert query(dsn, "SELECT value FROM ops_opaque") == [(len(surviving),)]
     assert [c["txid"] for c in coord.commits(dag)] == [1, 2, 3, 4]
     # recomputed from what survives: the same
-    assert cli(["--dsn", dsn, "audit", dag, "--dag-file", str(OPS_DAGS)]) == 0
+    assert cli(["--dsn", dsn, "audit", dag, "--dag-file", str(OPS_DAGS), *ON_CONNECT]) == 0
     coord.close()
     log.close()
