@@ -23,12 +23,19 @@ from airflow_transactional.spec import StateSpec, TopologySpec
 def local_conf(conf: dict[str, str] | None = None, java_options: str | None = None) -> list[str]:
     """``--conf`` arguments of a small job on this machine, as the process task sets them
     (``LOCAL_SPARK_CONF``: C1 only, which halves a small job's CPU; the class-data-sharing archive
-    when one was built; Spark's authentication), with ``conf`` and ``java_options`` added."""
+    when one was built -- run with :func:`startup_env`; Spark's authentication), with ``conf`` and
+    ``java_options`` added."""
     jvm = " ".join(filter(None, [LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"], java_options]))
     settings = spark_cds.with_archive({**LOCAL_SPARK_CONF, "spark.driver.extraJavaOptions": jvm,
                                        **(conf or {})}, spark_cds.current())
     settings = with_authentication(settings, "local[2]")
     return [x for k, v in settings.items() for x in ("--conf", f"{k}={v}")]
+
+
+def startup_env() -> dict[str, str]:
+    """What a spark-submit given :func:`local_conf` needs in its environment: the Spark home its
+    class-data-sharing archive was built in, as the process task gives it."""
+    return spark_cds.env_of(spark_cds.current())
 
 
 def spark_submit(dsn: str, application: str, *args: str, env: dict[str, str] | None = None,
@@ -39,7 +46,7 @@ def spark_submit(dsn: str, application: str, *args: str, env: dict[str, str] | N
     argv = ["spark-submit", "--master", "local[2]", *local_conf(java_options=java_options),
             *(["--jars", ",".join(jars)] if jars else []), "--py-files", provider_zip(), application, *args]
     return subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
-                                     **(env or {})}, capture_output=True, text=True, timeout=300)
+                                     **startup_env(), **(env or {})}, capture_output=True, text=True, timeout=300)
 
 
 def connect_job(dsn: str, remote: str, application: str, *args: str) -> subprocess.CompletedProcess[str]:

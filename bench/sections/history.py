@@ -156,10 +156,11 @@ def _correction(coord: Coordinator, dsn: str, report: Report) -> None:
 def _spark_txid(coord: Coordinator, topology: str, txid: int, env: dict[str, str]) -> tuple[float, float]:
     """(CPU-s, wall s) of the words job on ``txid`` under spark-submit, and of its commit."""
     t0 = time.perf_counter()
-    conf = cds.with_archive(with_quiet_driver_logs({"spark.ui.enabled": "false"}), cds.current())
+    startup = cds.current()
+    conf = cds.with_archive(with_quiet_driver_logs({"spark.ui.enabled": "false"}), startup)
     argv = [*spark_submit_argv("local[2]", conf, "--name", f"history-{topology}-{txid}"), "--py-files",
             provider_zip(), str(WORDS_JOB), "--topology", topology, "--txid", str(txid), "--schema", coord.schema]
-    cpu, _wall = run_measured(argv, env, f"history: the words job on {topology} txid {txid}")
+    cpu, _wall = run_measured(argv, {**env, **cds.env_of(startup)}, f"history: the words job on {topology} txid {txid}")
     coord.commit(topology, txid)
     return cpu, time.perf_counter() - t0
 

@@ -65,10 +65,11 @@ def _submit(coord: Coordinator, topology: str, mode: list[str], env: dict[str, s
     and verify tasks choose it."""
     conf = with_jit_for_batch(with_quiet_driver_logs({"spark.ui.enabled": "false"}), batch, records)
     niced = ["nice", "-n", str(VERIFY_NICENESS)] if RECOMPUTE_ARG in mode else []  # as the verify task starts it
-    submit = spark_submit_argv("local[2]", cds.with_archive(conf, cds.current()), "--name", f"verify-{topology}")
+    startup = cds.current()
+    submit = spark_submit_argv("local[2]", cds.with_archive(conf, startup), "--name", f"verify-{topology}")
     argv = [*niced, *submit, "--py-files", provider_zip(), str(WORDS_JOB), "--topology", topology,
             "--schema", coord.schema, *mode]
-    run_measured(argv, env, f"verify: the words job on {topology} ({' '.join(mode)})")
+    run_measured(argv, {**env, **cds.env_of(startup)}, f"verify: the words job on {topology} ({' '.join(mode)})")
 
 
 class _Audit(threading.Thread):

@@ -134,9 +134,10 @@ class Work:
         """What every batch of the section shares: the Spark settings and environment of its jobs,
         and the events file in ``base/landing``."""
         self.dsn, self.schema, self.base, self.size = dsn, schema, base, size
-        self.conf = cds.with_archive(with_quiet_driver_logs(conf), cds.current())
+        startup = cds.current()
+        self.conf = cds.with_archive(with_quiet_driver_logs(conf), startup)
         self.env = {**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable,
-                    "SPARK_LOCAL_IP": "127.0.0.1"}
+                    "SPARK_LOCAL_IP": "127.0.0.1", **cds.env_of(startup)}
         (base / "landing").mkdir(parents=True, exist_ok=True)
         landing_file = base / "landing" / events_file.name
         if not landing_file.exists():  # a copy: the landing directory refuses hard-linked files

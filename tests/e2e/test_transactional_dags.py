@@ -106,10 +106,11 @@ def _check_the_tasks_of_an_empty_and_a_processed_batch(stack: LocalStack, client
     else:
         assert "empty batch: no spark-submit" in task_log(stack, "words", empty["run_key"], "process")
     # The process task starts its driver JVM from the class-data-sharing archive `make test` built.
-    archive = spark_cds.current()
+    startup = spark_cds.current()
     processed = next(c for c in commits if c["records_read"])
     said = task_log(stack, "words", processed["run_key"], "process")
-    assert (f"starts from the class-data-sharing archive {archive}" if archive else "airflow-txn spark-cds") in said
+    expected = f"starts from the class-data-sharing archive {startup.archive}" if startup else "airflow-txn spark-cds"
+    assert expected in said
     # The task log is the job's, not Spark's routine warnings; a commit says so once.
     assert "FutureWarning" not in said and not re.search(r"\d\d:\d\d:\d\d WARN ", said)
     assert task_log(stack, "words", processed["run_key"], "commit").count(f"committed txid {processed['txid']} ") == 1

@@ -23,7 +23,7 @@ import pytest
 from airflow_transactional import LandingDirectory, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.spark.submit import provider_zip
-from tests.helpers import local_conf, query
+from tests.helpers import local_conf, query, startup_env
 
 pytestmark = pytest.mark.spark
 
@@ -126,8 +126,8 @@ def test_states_declared_per_record_fold_in_one_pass_exactly_as_state_by_state(d
     argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.sql.shuffle.partitions": "3"}),
             "--py-files", provider_zip(), str(job), dsn,
             str(tmp_path / "rows.json"), str(out)]
-    res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable, **startup_env()},
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, "\n".join(line for line in res.stderr.splitlines() if " INFO " not in line)[-5000:]
     got = json.loads(out.read_text())
     oracle = _oracle(rows)
@@ -183,8 +183,8 @@ def test_a_batch_with_bad_records_commits_the_same_either_way(dsn: str, tmp_path
     argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.sql.shuffle.partitions": "2"}),
             "--py-files", provider_zip(), str(job), "--topology", "orders",
             "--txid", str(txid), "--result-file", str(result)]
-    res = subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
-                         capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable, **startup_env()}
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     profile = json.loads(result.read_text())["profile"]
     phases = profile["seconds"]

@@ -23,7 +23,7 @@ from airflow_transactional.sources.kafka import RETRACTION_REFUSED
 from airflow_transactional.spark.jars import kafka_connector
 from airflow_transactional.spark.submit import provider_zip
 from dev.kafka import KafkaBroker
-from tests.helpers import local_conf, query, spark_submit
+from tests.helpers import local_conf, query, spark_submit, startup_env
 from tests.kafka_helpers import TransactionalProducer, create_topic, produce, read_topic
 
 pytestmark = pytest.mark.spark
@@ -125,7 +125,7 @@ def test_the_broker_lost_under_a_read_and_back_costs_an_attempt_at_most(dsn: str
     jars = [str(p) for p in kafka_connector().fetch()]
     argv = ["spark-submit", "--master", "local[2]", *local_conf(), "--jars", ",".join(jars),
             "--py-files", provider_zip(), WORDS, "--topology", "kwords", "--txid", str(txn.txid)]
-    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
+    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable, **startup_env()},
                            faults=f"spark.begin=waitfor:{begun}")
     job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

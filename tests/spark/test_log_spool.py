@@ -16,7 +16,7 @@ import pytest
 from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spark.submit import provider_zip
 from airflow_transactional.store.connection import connect
-from tests.helpers import AWKWARD_PAYLOADS, local_conf, make_log
+from tests.helpers import AWKWARD_PAYLOADS, local_conf, make_log, startup_env
 
 pytestmark = pytest.mark.spark
 
@@ -70,8 +70,8 @@ def test_a_log_batch_spooled_for_the_jvm_reads_the_sources_own_records(dsn: str,
     argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.local.dir": str(scratch)}),
             "--py-files", provider_zip(), str(job), dsn, str(out),
             str(tmp_path / "a_file" / "spool")]
-    res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable, **startup_env()},
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(out.read_text())
     assert got["root"] == str(scratch)  # a local master spools into Spark's scratch directory

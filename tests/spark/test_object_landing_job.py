@@ -22,7 +22,7 @@ import pytest
 from airflow_transactional import LandingDirectory, SparkJob, StateSpec, TopologySpec
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.spark.submit import provider_zip
-from tests.helpers import local_conf, query, spark_submit
+from tests.helpers import local_conf, query, spark_submit, startup_env
 from tests.object_stores import Place
 
 pytestmark = pytest.mark.spark
@@ -200,7 +200,7 @@ def _held_driver(dsn: str, store: Place, txid: int, begun: Path) -> subprocess.P
     jars = store.jars()
     argv = ["spark-submit", "--master", "local[2]", *local_conf(), *(["--jars", ",".join(jars)] if jars else []),
             "--py-files", provider_zip(), WORDS, "--topology", "lwords", "--txid", str(txid)]
-    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
+    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable, **startup_env()},
                            faults=f"spark.begin=waitfor:{begun}")
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

@@ -17,7 +17,7 @@ from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.limits import QUARANTINE_RECORD_CHARS
 from airflow_transactional.sources.landed import write_json_lines
 from airflow_transactional.spark.submit import provider_zip
-from tests.helpers import local_conf, query
+from tests.helpers import local_conf, query, startup_env
 
 pytestmark = pytest.mark.spark
 
@@ -39,8 +39,8 @@ def _submit(dsn: str, job: str, topology: str, txid: int) -> subprocess.Complete
     argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.sql.shuffle.partitions": "2"}),
             "--py-files", provider_zip(), job, "--topology", topology,
             "--txid", str(txid)]
-    return subprocess.run(argv, env={**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
-                          capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable, **startup_env()}
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _orders_committed(dsn: str, landing: Path) -> Coordinator:
@@ -136,8 +136,8 @@ def test_a_fold_is_staged_the_same_from_the_driver_and_from_the_executors(dsn: s
     argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.sql.shuffle.partitions": "3"}),
             "--py-files", provider_zip(), str(job), dsn,
             "COPY staged (way, k, value) FROM STDIN WITH (FORMAT csv)"]
-    res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(argv, env={**os.environ, "PYSPARK_PYTHON": sys.executable, **startup_env()},
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     expected = {(f"k{k}", sum(i for i in range(1000) if i % 50 == k)) for k in range(50)}
     for way in (1, 2):
@@ -163,7 +163,7 @@ def test_bad_records_a_spark_task_copied_twice_are_committed_once(dsn: str, tmp_
     argv = ["spark-submit", "--master", "local[2,2]", *local_conf({"spark.sql.shuffle.partitions": "2"}),
             "--py-files", provider_zip(), str(REPO / "spark_jobs" / "landing_amounts.py"), "--topology", "orders",
             "--txid", str(t)]
-    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
+    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable, **startup_env()},
                            faults=f"quarantine.after_copy=raise@once:{fired}")
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -211,7 +211,7 @@ def test_a_name_swapped_for_a_link_while_spark_reads_reads_nothing_through_it(ds
     argv = ["spark-submit", "--master", "local[2]", *local_conf({"spark.sql.shuffle.partitions": "2"}),
             "--py-files", provider_zip(), str(REPO / "spark_jobs" / "landing_amounts.py"), "--topology", "orders",
             "--txid", str(t)]
-    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable},
+    env = faults.child_env({**os.environ, "AIRFLOW_TXN_DSN": dsn, "PYSPARK_PYTHON": sys.executable, **startup_env()},
                            faults=f"spark.begin=waitfor:{checked},spark.after_stage=waitfor:{read}")
     name, kept = landing / "f.json", landing / ".kept"
     job = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

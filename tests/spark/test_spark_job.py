@@ -238,8 +238,8 @@ def test_a_job_dying_mid_write_leaves_nothing_committable(dsn: str, tmp_path: Pa
 def test_the_words_job_starts_from_the_class_data_sharing_archive(dsn: str, tmp_path: Path) -> None:
     # Under -Xshare:on a JVM refuses to start with an archive it cannot use: the job running at
     # all proves the archive fits this JVM and Spark; the class-load log shows it was used.
-    archive = spark_cds.build()  # found at once when `make test` built it
-    assert spark_cds.current() == archive
+    startup = spark_cds.build()  # found at once when `make test` built it
+    assert spark_cds.current() == startup
     log = EventLog(dsn, "tweets")
     log.create(2)
     good = _tweets(300)
@@ -249,7 +249,7 @@ def test_the_words_job_starts_from_the_class_data_sharing_archive(dsn: str, tmp_
     txid = coord.plan("words", "run0").txid
     loads = tmp_path / "class-load.log"
     res = _submit(dsn, "--txid", str(txid),
-                  java_options=f"-Xshare:on -XX:SharedArchiveFile={archive} -Xlog:class+load=info:file={loads}")
+                  java_options=f"-Xshare:on -XX:SharedArchiveFile={startup.archive} -Xlog:class+load=info:file={loads}")
     assert res.returncode == 0, res.stderr[-3000:]
     assert coord.commit("words", txid).committed
     assert dict(query(dsn, "SELECT url, value FROM url_counts")) == Counter(json.loads(p)["url"] for _e, p in good)

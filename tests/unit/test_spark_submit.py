@@ -332,3 +332,19 @@ def test_every_driver_and_server_the_provider_starts_authenticates() -> None:
     # A user's own cipher wins; authentication itself stays on.
     mine = spark_submit_argv("yarn", {"spark.network.crypto.cipher": "AES/CTR/NoPadding", "spark.authenticate": "TRUE"})
     assert "spark.network.crypto.cipher=AES/CTR/NoPadding" in mine and "spark.authenticate=true" in mine
+
+
+def test_a_driver_given_the_shared_start_up_archive_starts_from_its_spark_home(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The archive maps only for the classpath it was built on: the spark-submit process gets the
+    shared Spark home in its environment with it, or it gets neither."""
+    from airflow_transactional.spark import cds
+
+    shared = cds.Startup(tmp_path / "spark-homes" / "abc" / "cds-1.jsa", tmp_path / "spark-homes" / "abc")
+    monkeypatch.setenv("AIRFLOW_TXN_SPARK_CDS", "on")
+    monkeypatch.setattr(cds, "current", lambda directory=None: shared)
+    argv, env, _ = submit(monkeypatch, {"host": "local[2]"}, None)
+    assert f"-XX:SharedArchiveFile={shared.archive}" in " ".join(argv)
+    assert env is not None and env["SPARK_HOME"] == str(shared.spark_home)
+    argv, env, _ = submit(monkeypatch, {"host": "yarn"}, "client")
+    assert "SharedArchiveFile" not in " ".join(argv) and "SPARK_HOME" not in json.dumps([argv, env])

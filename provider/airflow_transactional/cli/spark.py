@@ -64,7 +64,7 @@ def spark_cds(args: argparse.Namespace) -> int:
         return 0
     found = None if args.force else cds.current()
     try:
-        path = found or cds.build(force=args.force)
+        startup = found or cds.build(force=args.force)
     except TransactionalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -72,7 +72,8 @@ def spark_cds(args: argparse.Namespace) -> int:
         print(f"error: cannot write the archive under {cds.cache_dir()} ({exc.strerror}): set "
               f"{cds.DIR_ENV} to a writable directory", file=sys.stderr)
         return 1
-    print(f"class-data-sharing archive {'already built' if found else 'built'}: {path}")
+    shared = f" (shared by every install of these Spark jars: {startup.spark_home})" if startup.spark_home else ""
+    print(f"class-data-sharing archive {'already built' if found else 'built'}: {startup.archive}{shared}")
     return 0
 
 

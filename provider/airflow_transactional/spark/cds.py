@@ -3,17 +3,21 @@
 A ``spark-submit`` of a small batch spends most of its CPU before the job's first line, loading
 and verifying Spark's classes in a fresh driver JVM. Java's application class-data sharing
 (AppCDS, JDK 13+) maps those classes from an archive instead. An archive belongs to one JVM and
-one Spark install, so it is built once per machine -- ``airflow-txn spark-cds`` (``make demo``
-and ``make test`` run it) -- and the process task passes it to the driver only when it was
-verified and has not changed since:
+one set of Spark jars at fixed paths, so it is built once per machine -- ``airflow-txn spark-cds``
+(``make demo`` and ``make test`` run it) -- and the process task passes it to the driver only when
+it was verified and has not changed since:
 
+* every install of the same Spark jars shares one archive: it is built in the install's shared
+  home (``spark/sharedhome.py``: the jars hard-linked once per content), and a driver that is given
+  it starts with ``SPARK_HOME`` there (:meth:`Startup.env`); where links cannot be made, the
+  install gets an archive of its own;
 * the build writes to a temporary file, checks it with a real ``spark-submit`` under
   ``-Xshare:on`` (which refuses an unusable archive), then renames it into place and records its
-  size, inode and mtime in a sidecar;
+  size, inode and mtime in a sidecar; each install records which archive it uses in a pointer file;
 * a JVM given a stale archive (another JDK, another classpath) ignores it with one warning line;
   a truncated one would crash it, so an archive whose sidecar does not match is never passed on.
 
-``AIRFLOW_TXN_SPARK_CDS=off`` turns it off; ``AIRFLOW_TXN_SPARK_CDS_DIR`` moves the cache
+``AIRFLOW_TXN_SPARK_CDS=off`` turns it off; ``AIRFLOW_TXN_CACHE_DIR`` moves the cache
 (default ``$XDG_CACHE_HOME/airflow_transactional`` or ``~/.cache/airflow_transactional``).
 """
 
@@ -30,12 +34,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import files
 from ..exceptions import TransactionalError
+from . import sharedhome
 from .submit import provider_zip, spark_submit_argv, with_quiet_driver_logs
 
 log = logging.getLogger(__name__)
@@ -75,24 +82,53 @@ def spark_home() -> Path | None:
     return Path(spec.origin).parent if spec and spec.origin else None
 
 
+@dataclass(frozen=True)
+class Startup:
+    """A verified archive, and the Spark home a driver starts from to map it."""
+
+    archive: Path
+    #: The shared home of the install's jars (None: the archive is the install's own).
+    spark_home: Path | None = None
+    #: The install's own ``conf/``, which a driver started from the shared home still reads.
+    conf_dir: Path | None = None
+
+    def env(self) -> dict[str, str]:
+        """What the ``spark-submit`` process's environment needs for its driver to map the archive."""
+        if self.spark_home is None:
+            return {}
+        keep_conf = self.conf_dir is not None and "SPARK_CONF_DIR" not in os.environ
+        return {"SPARK_HOME": str(self.spark_home), **({"SPARK_CONF_DIR": str(self.conf_dir)} if keep_conf else {})}
+
+
+def _java_parts() -> list[Path]:
+    java = java_binary()
+    real = Path(java).resolve() if java else None
+    return [] if real is None else [p for p in (real, real.parent.parent / "lib" / "server" / "libjvm.so")
+                                    if p.exists()]
+
+
+def _jvm_digest() -> hashlib._Hash:
+    """This JVM, and what the warm-up job makes a driver load (a provider whose jobs load other
+    classes records its own archive)."""
+    digest = hashlib.sha256()
+    for part in _java_parts():
+        st = part.stat()
+        digest.update(f"{part}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    digest.update(hashlib.sha256(WARMUP_JOB.read_bytes()).digest())
+    return digest
+
+
 def fingerprint() -> str | None:
-    """Names the archive for this JVM and this Spark install (None if either is missing)."""
+    """Names this install's pointer (and own archive): this JVM and this Spark install (None if
+    either is missing). Stats only: computed at every task's start."""
     java, home = java_binary(), spark_home()
     if java is None or home is None or not (home / "jars").is_dir():
         return None
-    digest = hashlib.sha256()
-    real = Path(java).resolve()
-    for part in (real, real.parent.parent / "lib" / "server" / "libjvm.so"):
-        if part.exists():
-            st = part.stat()
-            digest.update(f"{part}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    digest = _jvm_digest()
     # The archive records the driver's classpath jar by jar -- path, size and modification time --
     # and a JVM refuses it if any differs: another install of the same jars (a second checkout,
-    # another virtualenv, the same one re-created) needs an archive of its own.
+    # another virtualenv, the same one re-created) points at its archive anew.
     digest.update(f"{home.resolve()}\n".encode())
-    # What the archive records is what the warm-up job makes a driver load: a provider whose jobs
-    # load other classes (a new warm-up) records its own.
-    digest.update(hashlib.sha256(WARMUP_JOB.read_bytes()).digest())
     for jar in sorted((home / "jars").glob("*.jar")):
         st = jar.stat()
         digest.update(f"{jar.name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
@@ -100,8 +136,20 @@ def fingerprint() -> str | None:
 
 
 def archive_path(directory: Path | None = None) -> Path | None:
+    """The archive of this install's own, for where its jars cannot be shared."""
     key = fingerprint()
     return None if key is None else (directory or cache_dir()) / f"spark-cds-{key}.jsa"
+
+
+def pointer_path(directory: Path | None = None) -> Path | None:
+    """Which archive this install's drivers are given (written by :func:`build`)."""
+    key = fingerprint()
+    return None if key is None else (directory or cache_dir()) / f"install-{key}.json"
+
+
+def shared_archive(shared_home: Path) -> Path:
+    """The archive of this JVM in a shared home."""
+    return shared_home / f"cds-{_jvm_digest().hexdigest()[:16]}.jsa"
 
 
 def _identity(path: Path) -> dict[str, int]:
@@ -109,22 +157,39 @@ def _identity(path: Path) -> dict[str, int]:
     return {"size": st.st_size, "inode": st.st_ino, "mtime_ns": st.st_mtime_ns}
 
 
-def current(directory: Path | None = None) -> Path | None:
-    """The verified archive for this JVM and Spark, if one was built and is unchanged since."""
+def _verified(archive: Path) -> bool:
+    """``archive`` is one build() checked, unchanged since, in directories only we can write."""
+    try:
+        sidecar = archive.with_suffix(".json")
+        # A JVM maps the archive into the driver: only one of ours, that nobody else can write.
+        if not all(_ours(p) for p in (archive.parent, archive, sidecar)):
+            return False
+        return bool(json.loads(sidecar.read_text()).get("identity") == _identity(archive))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def current(directory: Path | None = None) -> Startup | None:
+    """The verified archive for this JVM and Spark install, if one was built and is unchanged since."""
     if not enabled():
         return None
-    path = archive_path(directory)
-    if path is None:
+    pointer = pointer_path(directory)
+    if pointer is None:
         return None
     try:
-        sidecar = path.with_suffix(".json")
-        # A JVM maps the archive into the driver: only one of ours, that nobody else can write.
-        if not all(_ours(p) for p in (path.parent, path, sidecar)):
+        if not _ours(pointer):
             return None
-        recorded = json.loads(sidecar.read_text())
-        return path if recorded.get("identity") == _identity(path) else None
-    except (OSError, ValueError):
+        recorded = json.loads(pointer.read_text())
+        archive = Path(recorded["archive"])
+        shared = Path(recorded["spark_home"]) if recorded.get("spark_home") else None
+    except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not _verified(archive):
+        return None
+    if shared is not None and not sharedhome.unchanged(shared, recorded.get("jars") or {}):
+        return None
+    conf = Path(recorded.get("install") or "") / "conf"
+    return Startup(archive, shared, conf if shared is not None and conf.is_dir() else None)
 
 
 def _ours(path: Path) -> bool:
@@ -132,21 +197,28 @@ def _ours(path: Path) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
-def with_archive(conf: Mapping[str, Any], archive: Path | None) -> dict[str, Any]:
-    """``conf`` with the driver JVM started from ``archive`` (unless the user chose CDS options)."""
+def env_of(startup: Startup | None) -> dict[str, str]:
+    """:meth:`Startup.env`, or nothing without an archive."""
+    return {} if startup is None else startup.env()
+
+
+def with_archive(conf: Mapping[str, Any], startup: Startup | None) -> dict[str, Any]:
+    """``conf`` with the driver JVM started from ``startup``'s archive (unless the user chose CDS
+    options); the ``spark-submit`` process also needs ``startup.env()``."""
     out = dict(conf)
     java_opts = str(out.get(JAVA_OPTIONS) or "")
-    if archive is not None and "SharedArchiveFile" not in java_opts and "-Xshare" not in java_opts:
-        out[JAVA_OPTIONS] = " ".join(filter(None, [java_opts, f"-XX:SharedArchiveFile={archive}"]))
+    if startup is not None and "SharedArchiveFile" not in java_opts and "-Xshare" not in java_opts:
+        out[JAVA_OPTIONS] = " ".join(filter(None, [java_opts, f"-XX:SharedArchiveFile={startup.archive}"]))
     return out
 
 
-def _spark_submit(java_options: str, job: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+def _spark_submit(java_options: str, job: Path, env_extra: Mapping[str, str],
+                  timeout: float) -> subprocess.CompletedProcess[str]:
     conf = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                                    JAVA_OPTIONS: java_options})
     argv = spark_submit_argv("local[1]", conf, "--name", "airflow-txn-spark-cds")
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-           **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"})}
+           **({} if "SPARK_LOCAL_IP" in os.environ else {"SPARK_LOCAL_IP": "127.0.0.1"}), **env_extra}
     work = tempfile.mkdtemp(prefix="run-", dir=job.parent)
     try:
         return subprocess.run([*argv, "--py-files", provider_zip(), str(job), work], env=env, capture_output=True,
@@ -156,91 +228,142 @@ def _spark_submit(java_options: str, job: Path, timeout: float) -> subprocess.Co
                                  "without the archive") from None
 
 
-def build(directory: Path | None = None, *, force: bool = False, timeout: float = 900) -> Path:
-    """Build (or find) the archive for this JVM and Spark; returns its path.
+@contextmanager
+def _locked(path: Path, *, shared: bool = False) -> Iterator[None]:
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
 
-    Two builds at once do the work once (a lock file); a build that fails leaves nothing behind
+
+def build(directory: Path | None = None, *, force: bool = False, timeout: float = 900) -> Startup:
+    """Build (or find) the archive for this JVM and Spark install, shared with every install of
+    the same jars where it can be; returns what a driver starts from.
+
+    Two builds at once do the work once (lock files); a build that fails leaves nothing behind
     that a driver would be given.
     """
-    path = archive_path(directory)
-    if path is None:
+    home, pointer, own = spark_home(), pointer_path(directory), archive_path(directory)
+    if home is None or pointer is None or own is None:
         raise TransactionalError("no class-data-sharing archive without Java and Spark: put a JDK 17+ on PATH "
                                  "(or set JAVA_HOME) and install pyspark (or set SPARK_HOME)")
-    files.private_dir(path.parent)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not force and current(directory) is not None:
-            prune(path)
-            return path
-        with tempfile.TemporaryDirectory(prefix="airflow-txn-cds-") as tmp:
-            job, staged = Path(tmp) / "warmup.py", path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            job.write_text(WARMUP_JOB.read_text())
-            try:
-                started = time.monotonic()
-                dumped = _spark_submit(f"{BUILD_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={staged}", job, timeout)
-                if dumped.returncode != 0 or not staged.exists():
-                    raise TransactionalError(
-                        f"building the class-data-sharing archive failed ({dumped.returncode}); the JVM said:\n"
-                        f"{dumped.stderr[-3000:]}\nSpark jobs run without it (set {SWITCH_ENV}=off to stop trying)")
-                # -Xshare:on refuses to start with an archive it cannot use: the check is the real thing.
-                checked = _spark_submit(f"{BUILD_JAVA_OPTIONS} -Xshare:on -XX:SharedArchiveFile={staged}", job, timeout)
-                if checked.returncode != 0:
-                    raise TransactionalError(
-                        "the class-data-sharing archive did not verify (a JVM under -Xshare:on refused it):\n"
-                        f"{checked.stderr[-3000:]}\nSpark jobs run without it")
-                os.replace(staged, path)
-            finally:
-                staged.unlink(missing_ok=True)
-        sidecar = path.with_suffix(".json.tmp")
-        sidecar.write_text(json.dumps({"identity": _identity(path), "java": java_binary(),
-                                       "spark_home": str(spark_home()), "built_in_seconds":
-                                       round(time.monotonic() - started, 1)}))
-        os.replace(sidecar, path.with_suffix(".json"))
-        log.info("built the class-data-sharing archive %s", path)
-    prune(path)
-    return path
+    cache = files.private_dir(pointer.parent)
+    with _locked(pointer.with_suffix(".lock")):
+        found = None if force else current(directory)
+        if found is None:
+            key = sharedhome.content_key(home)
+            files.private_dir(sharedhome.homes_dir(cache))
+            # Held while this install points at the shared home: prune() removes none that is.
+            with _locked(sharedhome.homes_dir(cache) / f"{key}.lock", shared=True):
+                shared = sharedhome.mirror(home, cache, key)
+                archive = own if shared is None else shared_archive(shared)
+                conf = home / "conf"
+                startup = Startup(archive, shared, conf if shared is not None and conf.is_dir() else None)
+                with _locked(archive.with_suffix(".lock")):
+                    if force or not _verified(archive):
+                        _build_archive(archive, startup.env(), timeout)
+                    _point(pointer, startup, home)
+            found = current(directory)
+            if found is None:
+                raise TransactionalError(f"the class-data-sharing archive {archive} was built but does not verify: "
+                                         f"remove {cache} and run `airflow-txn spark-cds` again")
+    prune(found, directory)
+    return found
 
 
-def prune(keep: Path) -> list[Path]:
-    """Remove the archives beside ``keep`` that no JVM can be given any more (about 180 MB each).
+def _point(pointer: Path, startup: Startup, install: Path) -> None:
+    """Record which archive (and shared home) this install's drivers are given."""
+    staged = pointer.with_suffix(".json.tmp")
+    staged.write_text(json.dumps({
+        "archive": str(startup.archive), "spark_home": str(startup.spark_home) if startup.spark_home else None,
+        "jars": sharedhome.jar_stats(startup.spark_home) if startup.spark_home else None,
+        "install": str(install.resolve()), "java": java_binary()}))
+    os.replace(staged, pointer)
 
-    That is one whose Java or Spark install is gone (a deleted checkout or virtualenv), or one
-    for ``keep``'s own Spark install superseded by ``keep`` (Java or the jars changed since). An
-    archive being built (its lock held) is left alone; a JVM that mapped a removed archive keeps
-    its pages. Returns the archives removed.
+
+def _build_archive(path: Path, env: Mapping[str, str], timeout: float) -> None:
+    with tempfile.TemporaryDirectory(prefix="airflow-txn-cds-") as tmp:
+        job, staged = Path(tmp) / "warmup.py", path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        job.write_text(WARMUP_JOB.read_text())
+        try:
+            started = time.monotonic()
+            dumped = _spark_submit(f"{BUILD_JAVA_OPTIONS} -XX:ArchiveClassesAtExit={staged}", job, env, timeout)
+            if dumped.returncode != 0 or not staged.exists():
+                raise TransactionalError(
+                    f"building the class-data-sharing archive failed ({dumped.returncode}); the JVM said:\n"
+                    f"{dumped.stderr[-3000:]}\nSpark jobs run without it (set {SWITCH_ENV}=off to stop trying)")
+            # -Xshare:on refuses to start with an archive it cannot use: the check is the real thing.
+            checked = _spark_submit(f"{BUILD_JAVA_OPTIONS} -Xshare:on -XX:SharedArchiveFile={staged}", job, env,
+                                    timeout)
+            if checked.returncode != 0:
+                raise TransactionalError(
+                    "the class-data-sharing archive did not verify (a JVM under -Xshare:on refused it):\n"
+                    f"{checked.stderr[-3000:]}\nSpark jobs run without it")
+            os.replace(staged, path)
+        finally:
+            staged.unlink(missing_ok=True)
+    sidecar = path.with_suffix(".json.tmp")
+    sidecar.write_text(json.dumps({"identity": _identity(path), "java": java_binary(),
+                                   "built_in_seconds": round(time.monotonic() - started, 1)}))
+    os.replace(sidecar, path.with_suffix(".json"))
+    log.info("built the class-data-sharing archive %s", path)
+
+
+def prune(keep: Startup, directory: Path | None = None) -> list[Path]:
+    """Remove what no JVM of this machine can be given any more (an archive is about 180 MB; a
+    shared home keeps a deleted install's jars alive, about 450 MB).
+
+    That is an install's pointer whose Java or Spark install is gone (a deleted checkout or
+    virtualenv) or which this install's newer pointer superseded (Java or the jars changed); then
+    every archive and shared home no remaining pointer names. One being built or pointed at (its
+    lock held) is left alone; a JVM that mapped a removed archive keeps its pages. Returns what
+    was removed.
     """
-    here = _recorded_home(_read_sidecar(keep.with_suffix(".json")) or {})
-    removed = []
-    for sidecar in sorted(keep.parent.glob("spark-cds-*.json")):
-        archive = sidecar.with_suffix(".jsa")
-        recorded = None if archive == keep else _read_sidecar(sidecar)
-        if recorded is None:
+    cache = directory or cache_dir()
+    here, mine = spark_home(), pointer_path(directory)
+    live: set[Path] = set()
+    removed: list[Path] = []
+    for pointer in sorted(cache.glob("install-*.json")):
+        recorded = _read_json(pointer)
+        java, install = recorded.get("java"), Path(recorded.get("install") or "/nonexistent")
+        gone = not (java and os.path.exists(java)) or not (install / "jars").is_dir()
+        superseded = pointer != mine and here is not None and install == here.resolve()
+        if (gone or superseded) and _remove_unlocked(pointer.with_suffix(".lock"), pointer):
+            removed.append(pointer)
             continue
-        java, home = recorded.get("java"), _recorded_home(recorded)
-        gone = not (java and os.path.exists(java)) or home is None or not (home / "jars").is_dir()
-        if not (gone or (here is not None and home == here)):
-            continue
-        with open(archive.with_suffix(".lock"), "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue
-            archive.unlink(missing_ok=True)
-            sidecar.unlink(missing_ok=True)
-            archive.with_suffix(".lock").unlink(missing_ok=True)
-        removed.append(archive)
-        log.info("removed the class-data-sharing archive %s (%s)", archive,
-                 "its Java or Spark is gone" if gone else "superseded")
+        live.update(Path(p) for p in (recorded.get("archive"), recorded.get("spark_home")) if p)
+    live.update(p for p in (keep.archive, keep.spark_home) if p)
+    for archive in sorted([*cache.glob("spark-cds-*.jsa"), *sharedhome.homes_dir(cache).glob("*/cds-*.jsa")]):
+        if archive not in live:
+            if _remove_unlocked(archive.with_suffix(".lock"), archive, archive.with_suffix(".json")):
+                removed.append(archive)
+    homes = sharedhome.homes_dir(cache)
+    for shared in sorted(homes.iterdir()) if homes.is_dir() else ():
+        if shared.is_dir() and not shared.name.startswith(".") and shared not in live:
+            if _remove_unlocked(homes / f"{shared.name}.lock", shared):
+                removed.append(shared)
+    for path in removed:
+        log.info("removed %s (no install of this machine can use it any more)", path)
     return removed
 
 
-def _read_sidecar(sidecar: Path) -> dict[str, Any] | None:
+def _remove_unlocked(lock_path: Path, *paths: Path) -> bool:
+    """Remove ``paths`` (then their lock file) unless someone holds ``lock_path``."""
+    with open(lock_path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        for path in paths:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        lock_path.unlink(missing_ok=True)
+    return True
+
+
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        return dict(json.loads(sidecar.read_text()))
+        return dict(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
-        return None
-
-
-def _recorded_home(recorded: Mapping[str, Any]) -> Path | None:
-    home = recorded.get("spark_home")
-    return Path(home).resolve() if home else None
+        return {}

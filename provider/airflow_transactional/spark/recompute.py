@@ -143,7 +143,8 @@ def _submitted(dsn: str, spec: TopologySpec, master: str, conf: list[str], recor
                                        **dict(c.split("=", 1) for c in conf)})
     if records is not None and master.startswith("local"):
         settings = with_jit_for_batch(settings, {}, records)
-    settings = cds.with_archive(settings, cds.current())
+    startup = cds.current()
+    settings = cds.with_archive(settings, startup)
     # A driver here: the DSN (and the source's connection) in a private file, never argv.
     delivery = deliver_dsn(dsn, master, None, connections=connections_for(spec.source))
     argv = spark_submit_argv(master, settings)
@@ -151,7 +152,7 @@ def _submitted(dsn: str, spec: TopologySpec, master: str, conf: list[str], recor
     argv += ["--jars", ",".join(connector)] if connector else []
     py_files = ",".join(filter(None, [provider_zip(), job_py_files]))
     argv += ["--py-files", py_files, *app, *delivery.app_args]
-    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable), **cds.env_of(startup)}
     env.pop(DSN_ENV, None)
     try:
         return subprocess.run(argv, env=env, capture_output=True, text=True, check=False)

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, NoReturn
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -192,7 +191,10 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
                 self.log.info("a small batch: the driver JVM runs with the C1 JIT only (%s)", SHORT_JIT)
             conf = chosen
         if deploy_mode != "cluster":  # files of this machine, for a driver on this machine
-            conf = cds.with_archive(with_quiet_driver_logs(conf), self.startup_archive())
+            startup = self.startup_archive(master)
+            conf = cds.with_archive(with_quiet_driver_logs(conf), startup)
+            if startup is not None and startup.spark_home is not None:
+                self.env_vars = {**(self.env_vars or {}), **startup.env()}
         self.conf = conf
         return delivery
 
@@ -207,17 +209,21 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         config = self.topology.get("source")
         return source_from_config(config, AIRFLOW_CONNECTIONS) if config else None
 
-    def startup_archive(self) -> Path | None:
+    def startup_archive(self, master: str) -> cds.Startup | None:
         """The class-data-sharing archive for a driver that runs on this machine, if one was built."""
         if not cds.enabled() or spark_provider.deploy_mode_argument(self) == "cluster":
             return None
-        archive = cds.current()
-        if archive is None:
+        startup = cds.current()
+        # A shared archive needs the driver started from the shared Spark home: the environment of
+        # the spark-submit process, which Airflow's hook sets itself only for a local or standalone master.
+        if startup is not None and startup.spark_home is not None and not master.startswith(("local", "spark://")):
+            startup = None
+        if startup is None:
             self.log.info("no class-data-sharing archive for this JVM and Spark: `airflow-txn spark-cds` builds one "
                           "(a small batch then costs about a fifth less CPU and time)")
         else:
-            self.log.info("the driver JVM starts from the class-data-sharing archive %s", archive)
-        return archive
+            self.log.info("the driver JVM starts from the class-data-sharing archive %s", startup.archive)
+        return startup
 
     def run_connect_client(self, conn_id: str, dsn: str) -> None:
         """Run the job file as a Spark Connect client (a process of this worker); its output goes
