@@ -38,3 +38,36 @@ def test_the_seconds_between_commits_count_only_the_runs_own() -> None:
     assert commit_gaps(Log(), "words", start) == {"p50": 4.0, "max": 24.0}  # type: ignore[arg-type]
     assert commit_gaps(Log(), "words", start + timedelta(seconds=10)) is None  # one commit since
     assert commit_gaps(Log(), "payments", start) is None  # never planned
+
+
+def test_a_registered_topology_whose_status_cannot_be_read_stops_the_soak() -> None:
+    """Regression: the demo's DSN file became JSON (the S3 connection kept with the DSN), the soak
+    read it as a DSN, every status failed, and the report said 0 commits for every topology."""
+    import argparse
+    from types import SimpleNamespace
+
+    from airflow_transactional.exceptions import ConfigError, UnknownTopology
+    from bench.demo_soak import Soak
+
+    class Store:
+        registered = ["words"]
+
+        def topologies(self) -> list[SimpleNamespace]:
+            return [SimpleNamespace(topology_id=t) for t in self.registered]
+
+        def status(self, topology_id: str) -> SimpleNamespace:
+            if topology_id not in self.registered:
+                raise UnknownTopology(topology_id)
+            if topology_id == "words" and not self.readable:
+                raise ConfigError("the PostgreSQL DSN is malformed")
+            return SimpleNamespace(lag=5, committed_txid=2)
+
+        readable = True
+
+    soak = Soak(argparse.Namespace(dir="/nonexistent", seed=1))
+    store = Store()
+    soak.sample(store)  # type: ignore[arg-type]
+    assert soak.lags["words"] == [5] and soak.lags["payments"] == []  # not registered yet: skipped
+    store.readable = False
+    with pytest.raises(ConfigError):
+        soak.sample(store)  # type: ignore[arg-type]
