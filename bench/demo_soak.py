@@ -9,8 +9,10 @@ third of the run -- *bounded* unless every sample of the last third is above the
 first two --, the seconds between two of its commits (their median and largest, over the run:
 what a new user watching the demo waits), and whatever Spark left in the system temp directory
 (nothing, if the stack keeps its scratch space to itself). ``--spark-connect`` runs the demo's
-batches on its Spark Connect server (``make demo SPARK_CONNECT=1``); ``--kill-every 0`` kills
-nothing. The report is printed as a table and written as JSON (``--json``).
+batches on its Spark Connect server (``make demo SPARK_CONNECT=1``) and kills a batch's Spark
+Connect client instead of a driver, else each batch is a spark-submit (``SPARK_CONNECT=0``),
+whatever the demo's default on this machine; ``--kill-every 0`` kills nothing. The report is
+printed as a table and written as JSON (``--json``).
 Run it where ``make demo`` has run once (the virtualenv, the jars and the start-up archive).
 """
 
@@ -52,16 +54,19 @@ def spark_scratch() -> set[str]:
 
 
 def drivers(root: psutil.Process) -> dict[int, str]:
-    """pid -> topology of every spark-submit driver JVM under ``root``."""
+    """pid -> topology of every batch's own process under ``root``: its spark-submit driver JVM, or
+    its job run as a client of the Spark Connect server (a Python process of the process task)."""
     found = {}
     for proc in root.children(recursive=True):
         try:
             argv = proc.cmdline()
+            if argv and argv[0].endswith("java") and "org.apache.spark.deploy.SparkSubmit" in argv:
+                found[proc.pid] = next((a[len("txn-"):] for a in argv if a.startswith("txn-")), "?")
+            elif "--topology" in argv[:-1] and "--txid" in argv and not any(
+                    "org.apache.spark.deploy.SparkSubmit" in p.cmdline() for p in proc.parents()):
+                found[proc.pid] = argv[argv.index("--topology") + 1]  # not a spark-submit driver's own Python
         except psutil.Error:
             continue
-        if argv and argv[0].endswith("java") and "org.apache.spark.deploy.SparkSubmit" in argv:
-            name = next((a[len("txn-"):] for a in argv if a.startswith("txn-")), "?")
-            found[proc.pid] = name
     return found
 
 
@@ -97,7 +102,7 @@ class Soak:
     def start(self) -> subprocess.Popen[bytes]:
         self.base.mkdir(parents=True, exist_ok=True)
         log = open(self.base / "demo.out", "ab")
-        connect = ["--spark-connect"] if self.args.spark_connect else []
+        connect = ["--spark-connect"] if self.args.spark_connect else ["--spark-submit"]
         demo = subprocess.Popen([sys.executable, "-m", "dev.demo", "--dir", str(self.base), "--port", str(free_port()),
                                  "--rate", str(self.args.rate), *connect], cwd=REPO, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -123,7 +128,7 @@ class Soak:
     def kill_one(self, demo: subprocess.Popen[bytes]) -> None:
         running = drivers(psutil.Process(demo.pid))
         if not running:
-            logging.info("no spark-submit driver running: nothing to kill this time")
+            logging.info("no batch being processed: nothing to kill this time")
             return
         pid = self.rng.choice(sorted(running))
         try:
@@ -131,7 +136,8 @@ class Soak:
         except ProcessLookupError:
             return
         self.killed[running[pid]] = self.killed.get(running[pid], 0) + 1
-        logging.info("killed the spark-submit driver of %s (pid %d)", running[pid], pid)
+        logging.info("killed the %s of %s (pid %d)", "Spark Connect client" if self.args.spark_connect
+                     else "spark-submit driver", running[pid], pid)
 
     def run(self) -> dict[str, Any]:
         before = spark_scratch()

@@ -19,17 +19,21 @@ MARKER = re.compile(r"<!-- results:([a-z0-9-]+)(?::([a-z0-9-]+))? -->")
 
 def demo_soak(r: dict[str, Any]) -> str:
     """``python -m bench.demo_soak --json docs/results/demo-soak.json``."""
-    rows = ["| topology | commits | drivers killed | largest lag by third of the run (records) | lag at the end | "
-            "lag |", "| --- | ---: | ---: | --- | ---: | --- |"]
+    rows = ["| topology | commits | batches killed | largest lag by third of the run (records) | lag at the end | "
+            "lag | seconds between commits (median / largest) |", "| --- | ---: | ---: | --- | ---: | --- | --- |"]
     for name, t in r["topologies"].items():
         thirds = " / ".join(f"{v:,}" for v in t["max_lag_by_third"])
         final = "-" if t["final_lag"] is None else f"{t['final_lag']:,}"
-        rows.append(f"| `{name}` | {t['commits']} | {t['drivers_killed']} | {thirds} | {final} | {t['lag']} |")
+        gap = t.get("commit_gap_s")
+        gaps = f"{gap['p50']:g} / {gap['max']:g}" if gap else "-"
+        rows.append(f"| `{name}` | {t['commits']} | {t['drivers_killed']} | {thirds} | {final} | {t['lag']} | {gaps} |")
     left = ", ".join(f"`{p}`" for p in r["left_in_temp"]) or "nothing"
+    connect = r.get("backend") == "spark-connect"
+    killed = "Spark Connect client" if connect else "Spark driver"
     return "\n".join(rows) + (
-        f"\n\n{r['minutes']:g} minutes at {r['rate']} tweets a second, a random topology's Spark driver SIGKILLed "
-        f"every {r['kill_every_s']} s; the demo's exit code after Ctrl-C: {r['demo_exit_code']}; left in the "
-        f"system temp directory: {left}.")
+        f"\n\n{r['minutes']:g} minutes on {r.get('backend', 'spark-submit')} at {r['rate']} tweets a second, a random "
+        f"topology's {killed} SIGKILLed every {r['kill_every_s']:g} s; the demo's exit code after Ctrl-C: "
+        f"{r['demo_exit_code']}; left in the system temp directory: {left}.")
 
 
 def slug(section: str) -> str:

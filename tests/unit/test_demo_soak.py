@@ -1,4 +1,5 @@
-"""The demo soak's verdict on a topology's lag (bench/demo_soak.py), on made-up samples."""
+"""The demo soak's verdict on a topology's lag (bench/demo_soak.py), on made-up samples; and the
+Spark the demo picks for the machine it runs on."""
 
 from __future__ import annotations
 
@@ -71,3 +72,21 @@ def test_a_registered_topology_whose_status_cannot_be_read_stops_the_soak() -> N
     store.readable = False
     with pytest.raises(ConfigError):
         soak.sample(store)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("cores", "argv", "connect", "chosen_for"), [
+    (2, [], True, 2),                      # a small machine: Spark Connect, and the banner says why
+    (8, [], False, None),                  # a driver JVM per batch keeps up there
+    (2, ["--spark-submit"], False, None),  # make demo SPARK_CONNECT=0
+    (8, ["--spark-connect"], True, None),  # make demo SPARK_CONNECT=1
+    (2, ["--cluster"], False, None),       # the cluster's own drivers, unless asked
+])
+def test_the_demo_runs_its_batches_on_spark_connect_on_a_small_machine_unless_told(
+        monkeypatch: pytest.MonkeyPatch, cores: int, argv: list[str], connect: bool, chosen_for: int | None) -> None:
+    from dev import demo
+
+    monkeypatch.setattr(demo.os, "cpu_count", lambda: cores)
+    args = demo.parse_args(argv)
+    assert (args.spark_connect, args.connect_chosen_for) == (connect, chosen_for)
+    with pytest.raises(SystemExit):
+        demo.parse_args(["--spark-submit", "--spark-connect"])
