@@ -10,8 +10,7 @@ first two --, the seconds between two of its commits (their median and largest, 
 what a new user watching the demo waits), and whatever Spark left in the system temp directory
 (nothing, if the stack keeps its scratch space to itself). ``--spark-connect`` runs the demo's
 batches on its Spark Connect server (``make demo SPARK_CONNECT=1``) and kills a batch's Spark
-Connect client instead of a driver, else each batch is a spark-submit (``SPARK_CONNECT=0``),
-whatever the demo's default on this machine; ``--kill-every 0`` kills nothing. The report is
+Connect client instead of a driver (never the server); ``--kill-every 0`` kills nothing. The report is
 printed as a table and written as JSON (``--json``).
 Run it where ``make demo`` has run once (the virtualenv, the jars and the start-up archive).
 """
@@ -39,6 +38,7 @@ import psutil
 from airflow_transactional.connections import Connections, dsn_and_connections, read_dsn_file
 from airflow_transactional.coordinator import Coordinator
 from airflow_transactional.exceptions import TransactionalError
+from airflow_transactional.spark.connect_server import SPARK_CONNECT_SERVER
 from bench.measure import dirty_result, git_commit
 from dev.demo import DAGS
 from dev.embedded import free_port
@@ -60,6 +60,8 @@ def drivers(root: psutil.Process) -> dict[int, str]:
     for proc in root.children(recursive=True):
         try:
             argv = proc.cmdline()
+            if SPARK_CONNECT_SERVER in argv:
+                continue  # the demo's Spark Connect server: not a batch's, and the demo does not restart it
             if argv and argv[0].endswith("java") and "org.apache.spark.deploy.SparkSubmit" in argv:
                 found[proc.pid] = next((a[len("txn-"):] for a in argv if a.startswith("txn-")), "?")
             elif "--topology" in argv[:-1] and "--txid" in argv and not any(
@@ -102,7 +104,7 @@ class Soak:
     def start(self) -> subprocess.Popen[bytes]:
         self.base.mkdir(parents=True, exist_ok=True)
         log = open(self.base / "demo.out", "ab")
-        connect = ["--spark-connect"] if self.args.spark_connect else ["--spark-submit"]
+        connect = ["--spark-connect"] if self.args.spark_connect else []
         demo = subprocess.Popen([sys.executable, "-m", "dev.demo", "--dir", str(self.base), "--port", str(free_port()),
                                  "--rate", str(self.args.rate), *connect], cwd=REPO, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)

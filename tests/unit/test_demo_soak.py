@@ -1,5 +1,4 @@
-"""The demo soak's verdict on a topology's lag (bench/demo_soak.py), on made-up samples; and the
-Spark the demo picks for the machine it runs on."""
+"""The demo soak's verdict on a topology's lag (bench/demo_soak.py), on made-up samples."""
 
 from __future__ import annotations
 
@@ -74,19 +73,29 @@ def test_a_registered_topology_whose_status_cannot_be_read_stops_the_soak() -> N
         soak.sample(store)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("cores", "argv", "connect", "chosen_for"), [
-    (2, [], True, 2),                      # a small machine: Spark Connect, and the banner says why
-    (8, [], False, None),                  # a driver JVM per batch keeps up there
-    (2, ["--spark-submit"], False, None),  # make demo SPARK_CONNECT=0
-    (8, ["--spark-connect"], True, None),  # make demo SPARK_CONNECT=1
-    (2, ["--cluster"], False, None),       # the cluster's own drivers, unless asked
-])
-def test_the_demo_runs_its_batches_on_spark_connect_on_a_small_machine_unless_told(
-        monkeypatch: pytest.MonkeyPatch, cores: int, argv: list[str], connect: bool, chosen_for: int | None) -> None:
-    from dev import demo
+def test_the_soak_kills_a_batchs_own_process_never_the_spark_connect_server() -> None:
+    """Regression: on Spark Connect the soak took the server (a SparkSubmit JVM too) for a batch's
+    driver, killed it, and every topology of the demo stalled."""
+    from bench.demo_soak import drivers
 
-    monkeypatch.setattr(demo.os, "cpu_count", lambda: cores)
-    args = demo.parse_args(argv)
-    assert (args.spark_connect, args.connect_chosen_for) == (connect, chosen_for)
-    with pytest.raises(SystemExit):
-        demo.parse_args(["--spark-submit", "--spark-connect"])
+    class Proc:
+        def __init__(self, pid: int, argv: list[str], parents: list[Proc] = ()) -> None:  # type: ignore[assignment]
+            self.pid, self.argv, self._parents = pid, argv, list(parents)
+
+        def cmdline(self) -> list[str]:
+            return self.argv
+
+        def parents(self) -> list[Proc]:
+            return self._parents
+
+    submit = ["/usr/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit"]
+    server = Proc(1, [*submit, "--class", "org.apache.spark.sql.connect.service.SparkConnectServer"])
+    driver = Proc(2, [*submit, "--name", "txn-words", "words.py"])
+    drivers_python = Proc(3, ["python", "words.py", "--topology", "words", "--txid", "7"], [driver])
+    client = Proc(4, ["python", "words.py", "--topology", "kafka_words", "--txid", "9"])
+
+    class Root:
+        def children(self, recursive: bool) -> list[Proc]:
+            return [server, driver, drivers_python, client]
+
+    assert drivers(Root()) == {2: "words", 4: "kafka_words"}  # type: ignore[arg-type]
