@@ -188,7 +188,12 @@ def current(directory: Path | None = None) -> Startup | None:
         return None
     if shared is not None and not sharedhome.unchanged(shared, recorded.get("jars") or {}):
         return None
-    conf = Path(recorded.get("install") or "") / "conf"
+    return _startup(archive, shared, Path(recorded.get("install") or ""))
+
+
+def _startup(archive: Path, shared: Path | None, install: Path) -> Startup:
+    """A driver's start from ``archive``: from the ``shared`` home, keeping ``install``'s own conf/."""
+    conf = install / "conf"
     return Startup(archive, shared, conf if shared is not None and conf.is_dir() else None)
 
 
@@ -256,8 +261,7 @@ def build(directory: Path | None = None, *, force: bool = False, timeout: float 
             with _locked(sharedhome.homes_dir(cache) / f"{key}.lock", shared=True):
                 shared = sharedhome.mirror(home, cache, key)
                 archive = own if shared is None else shared_archive(shared)
-                conf = home / "conf"
-                startup = Startup(archive, shared, conf if shared is not None and conf.is_dir() else None)
+                startup = _startup(archive, shared, home)
                 with _locked(archive.with_suffix(".lock")):
                     if force or not _verified(archive):
                         _build_archive(archive, startup.env(), timeout)

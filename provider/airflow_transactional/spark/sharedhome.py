@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 #: The parts of a Spark install a driver's launch reads: the launch scripts and the classpath.
@@ -29,19 +30,24 @@ def homes_dir(cache: Path) -> Path:
     return cache / "spark-homes"
 
 
+def _files(home: Path) -> Iterator[tuple[str, Path]]:
+    """(part, file) for every file of ``home``'s :data:`PARTS`, in a fixed order."""
+    for part in PARTS:
+        for path in sorted((home / part).iterdir()) if (home / part).is_dir() else ():
+            if path.is_file():
+                yield part, path
+
+
 def content_key(home: Path) -> str:
     """A digest of what a driver started from ``home`` runs: every file of its ``bin/`` and ``jars/``
     by name and bytes (read once per ``airflow-txn spark-cds``, never per task)."""
     digest = hashlib.sha256()
-    for part in PARTS:
-        for path in sorted((home / part).iterdir()) if (home / part).is_dir() else ():
-            if not path.is_file():
-                continue
-            file_digest = hashlib.sha256()
-            with open(path, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    file_digest.update(chunk)
-            digest.update(f"{part}/{path.name}:{os.stat(path).st_mode & 0o111:o}:{file_digest.hexdigest()}\n".encode())
+    for part, path in _files(home):
+        file_digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                file_digest.update(chunk)
+        digest.update(f"{part}/{path.name}:{os.stat(path).st_mode & 0o111:o}:{file_digest.hexdigest()}\n".encode())
     return digest.hexdigest()[:16]
 
 
@@ -57,9 +63,8 @@ def mirror(home: Path, cache: Path, key: str) -> Path | None:
     try:
         for part in PARTS:
             (staged / part).mkdir(parents=True, mode=0o700)
-            for path in sorted((home / part).iterdir()) if (home / part).is_dir() else ():
-                if path.is_file():
-                    os.link(path.resolve(), staged / part / path.name)
+        for part, path in _files(home):
+            os.link(path.resolve(), staged / part / path.name)
         os.rename(staged, target)
     except OSError:
         shutil.rmtree(staged, ignore_errors=True)
@@ -78,4 +83,5 @@ def unchanged(home: Path, recorded: dict[str, list[int]]) -> bool:
 
 def jar_stats(home: Path) -> dict[str, list[int]]:
     """name -> [size, mtime in seconds] of each jar under ``home``: what a JVM checks of each."""
-    return {p.name: [p.stat().st_size, int(p.stat().st_mtime)] for p in sorted((home / "jars").glob("*.jar"))}
+    return {p.name: [st.st_size, int(st.st_mtime)]
+            for p in sorted((home / "jars").glob("*.jar")) for st in (p.stat(),)}

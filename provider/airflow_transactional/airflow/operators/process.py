@@ -193,8 +193,8 @@ class TransactionalSparkSubmitOperator(TopologyTask, SparkSubmitOperator):
         if deploy_mode != "cluster":  # files of this machine, for a driver on this machine
             startup = self.startup_archive(master)
             conf = cds.with_archive(with_quiet_driver_logs(conf), startup)
-            if startup is not None and startup.spark_home is not None:
-                self.env_vars = {**(self.env_vars or {}), **startup.env()}
+            if shared_home := cds.env_of(startup):
+                self.env_vars = {**(self.env_vars or {}), **shared_home}
         self.conf = conf
         return delivery
 
