@@ -5,10 +5,10 @@ selections, which together run every test of the suite once."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -58,19 +58,50 @@ def test_a_failed_lanes_verdict_is_repeated_after_every_lane_ends(monkeypatch: p
     assert not any("others" in line and "FAILED" in line for line in tail)
 
 
-def collected(selection: Sequence[str]) -> set[str]:
-    """The test ids pytest collects for ``selection``, started now (collections run side by side)."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           *selection], cwd=lanes.REPO, capture_output=True, text=True, timeout=300, check=False)
+#: Collects each selection given as a JSON list of argument lists in one process (Airflow, Spark's
+#: client and the suite's modules imported once, not once per selection) and prints the test ids
+#: of each as a JSON list of lists.
+_COLLECT = """
+import json, sys
+import pytest
+
+class Ids:
+    def __init__(self):
+        self.ids = []
+    def pytest_collection_finish(self, session):
+        self.ids = [item.nodeid for item in session.items]
+
+found = []
+for selection in json.loads(sys.argv[1]):
+    ids = Ids()
+    code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *selection], plugins=[ids])
+    if code != 0:
+        sys.exit(f"collecting {selection} exited with {code}")
+    found.append(ids.ids)
+print("IDS " + json.dumps(found))
+"""
+
+
+def collected(*selections: Sequence[str]) -> list[set[str]]:
+    """The test ids pytest collects for each selection, in one fresh process."""
+    done = subprocess.run([sys.executable, "-c", _COLLECT, json.dumps([list(s) for s in selections])],
+                          cwd=lanes.REPO, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return {line for line in done.stdout.splitlines() if "::" in line}
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("IDS ")]
+    return [set(ids) for ids in json.loads(line[4:])]
 
 
-def test_the_lanes_run_every_test_of_the_suite_once() -> None:
-    selections = {"the suite": ("tests",), **lanes.LANES}
-    with ThreadPoolExecutor(len(selections)) as pool:
-        ids = dict(zip(selections, pool.map(collected, selections.values()), strict=True))
-    suite = ids.pop("the suite")
+@pytest.fixture(scope="module")
+def selected() -> dict[str, set[str]]:
+    """The ids of the whole suite, each lane's, the unit folder's and the unit marker's there."""
+    selections = {"the suite": ("tests",), **lanes.LANES,
+                  "unit folder": ("tests/unit",), "unit marker": ("tests/unit", "-m", "unit")}
+    return dict(zip(selections, collected(*selections.values()), strict=True))
+
+
+def test_the_lanes_run_every_test_of_the_suite_once(selected: dict[str, set[str]]) -> None:
+    ids = {name: selected[name] for name in lanes.LANES}
+    suite = selected["the suite"]
     assert all(ids.values()), {name: len(found) for name, found in ids.items()}
     assert sum(len(found) for found in ids.values()) == len(suite)  # none in two lanes
     assert set().union(*ids.values()) == suite
@@ -78,12 +109,10 @@ def test_the_lanes_run_every_test_of_the_suite_once() -> None:
     assert "tests/e2e/test_readme.py::test_the_readme_topology_example_commits_as_written" in e2e
 
 
-def test_each_test_is_in_its_folders_tier() -> None:
+def test_each_test_is_in_its_folders_tier(selected: dict[str, set[str]]) -> None:
     """Regression: six modules had no ``pytestmark``: ``make test TIER=unit`` skipped 15 tests (two
     house rules among them) and the README's example ran in the wrong lane."""
-    selections = [("tests/unit",), ("tests/unit", "-m", "unit")]
-    with ThreadPoolExecutor(2) as pool:
-        everything, marked = pool.map(collected, selections)
+    everything, marked = selected["unit folder"], selected["unit marker"]
     assert everything and marked == everything
     assert "tests/unit/test_queries.py" in {i.split("::")[0] for i in marked}
 
