@@ -37,7 +37,7 @@ jars: $(STAMP)
 	$(BIN)/python -m dev.hdfs fetch
 
 demo: startup-archive jars $(if $(CLUSTER),redis)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dev.demo $(if $(CLUSTER),--cluster) $(if $(SPARK_CONNECT),--spark-connect)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m dev.demo $(if $(CLUSTER),--cluster) $(if $(filter 1,$(SPARK_CONNECT)),--spark-connect)$(if $(filter 0,$(SPARK_CONNECT)),--spark-submit)
 
 # The browser test drives Debian's Chromium and ChromeDriver: installed here when missing (as root,
 # as on CI; otherwise this says what to install).

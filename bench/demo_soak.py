@@ -10,7 +10,9 @@ first two --, the seconds between two of its commits (their median and largest, 
 what a new user watching the demo waits), and whatever Spark left in the system temp directory
 (nothing, if the stack keeps its scratch space to itself). ``--spark-connect`` runs the demo's
 batches on its Spark Connect server (``make demo SPARK_CONNECT=1``) and kills a batch's Spark
-Connect client instead of a driver (never the server); ``--kill-every 0`` kills nothing. The report is
+Connect client instead of a driver; ``--kill-server-at M`` kills the server itself once, M minutes
+in (the demo starts it again; the batches it was serving are retried and the later ones wait for
+it); ``--kill-every 0`` kills nothing. The report is
 printed as a table and written as JSON (``--json``).
 Run it where ``make demo`` has run once (the virtualenv, the jars and the start-up archive).
 """
@@ -61,7 +63,7 @@ def drivers(root: psutil.Process) -> dict[int, str]:
         try:
             argv = proc.cmdline()
             if SPARK_CONNECT_SERVER in argv:
-                continue  # the demo's Spark Connect server: not a batch's, and the demo does not restart it
+                continue  # the demo's Spark Connect server: not a batch's (--kill-server-at kills it)
             if argv and argv[0].endswith("java") and "org.apache.spark.deploy.SparkSubmit" in argv:
                 found[proc.pid] = next((a[len("txn-"):] for a in argv if a.startswith("txn-")), "?")
             elif "--topology" in argv[:-1] and "--txid" in argv and not any(
@@ -100,11 +102,13 @@ class Soak:
         self.committed: dict[str, list[int]] = {t: [] for t in DAGS}
         self.killed: dict[str, int] = {t: 0 for t in DAGS}
         self.gaps: dict[str, dict[str, float] | None] = {}
+        self.server_killed: list[float] = []  # minutes into the run
+        self.failed: dict[str, list[int]] = {}  # txids seen failed for good (a jammed topology)
 
     def start(self) -> subprocess.Popen[bytes]:
         self.base.mkdir(parents=True, exist_ok=True)
         log = open(self.base / "demo.out", "ab")
-        connect = ["--spark-connect"] if self.args.spark_connect else []
+        connect = ["--spark-connect"] if self.args.spark_connect else ["--spark-submit"]
         demo = subprocess.Popen([sys.executable, "-m", "dev.demo", "--dir", str(self.base), "--port", str(free_port()),
                                  "--rate", str(self.args.rate), *connect], cwd=REPO, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -126,6 +130,7 @@ class Soak:
                 continue
             self.lags[t].append(st.lag)
             self.committed[t].append(st.committed_txid)
+            self.failed[t] = sorted({*self.failed.get(t, []), *(f.txid for f in st.in_flight if f.phase == "failed")})
 
     def kill_one(self, demo: subprocess.Popen[bytes]) -> None:
         running = drivers(psutil.Process(demo.pid))
@@ -141,6 +146,17 @@ class Soak:
         logging.info("killed the %s of %s (pid %d)", "Spark Connect client" if self.args.spark_connect
                      else "spark-submit driver", running[pid], pid)
 
+    def kill_server(self, demo: subprocess.Popen[bytes], minute: float) -> None:
+        """SIGKILL the demo's Spark Connect server (the JVM, as a lost machine would lose it)."""
+        for proc in psutil.Process(demo.pid).children(recursive=True):
+            try:
+                if SPARK_CONNECT_SERVER in proc.cmdline() and proc.name() == "java":
+                    proc.kill()
+                    self.server_killed.append(round(minute, 1))
+                    logging.info("killed the Spark Connect server (pid %d)", proc.pid)
+            except psutil.Error:
+                continue
+
     def run(self) -> dict[str, Any]:
         before = spark_scratch()
         started = time.monotonic()
@@ -155,6 +171,7 @@ class Soak:
         end = time.monotonic() + self.args.minutes * 60
         next_kill = time.monotonic() + self.args.kill_every if self.args.kill_every else float("inf")
         since = datetime.now(UTC)
+        kill_server_at = time.monotonic() + self.args.kill_server_at * 60 if self.args.kill_server_at else float("inf")
         try:
             while time.monotonic() < end:
                 if demo.poll() is not None:
@@ -163,6 +180,9 @@ class Soak:
                 if time.monotonic() >= next_kill:
                     self.kill_one(demo)
                     next_kill += self.args.kill_every
+                if time.monotonic() >= kill_server_at:
+                    self.kill_server(demo, self.args.minutes - (end - time.monotonic()) / 60)
+                    kill_server_at = float("inf")
                 time.sleep(self.args.sample_every)
             self.gaps = {t: commit_gaps(coord, t, since) for t in DAGS}
         finally:
@@ -188,11 +208,13 @@ class Soak:
                 "final_lag": lags[-1] if lags else None,
                 "lag": judge(lags),
                 "commit_gap_s": self.gaps.get(t),
+                "failed_for_good": self.failed.get(t, []),
             }
         return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(),
                 "machine": f"{platform.node()} {os.cpu_count()} cores", "minutes": self.args.minutes,
                 "backend": "spark-connect" if self.args.spark_connect else "spark-submit",
-                "kill_every_s": self.args.kill_every, "rate": self.args.rate, "wall_s": round(wall),
+                "kill_every_s": self.args.kill_every, "connect_server_killed_at_min": self.server_killed,
+                "rate": self.args.rate, "wall_s": round(wall),
                 "demo_exit_code": exit_code, "left_in_temp": left, "topologies": topologies}
 
 
@@ -206,6 +228,10 @@ def table(report: dict[str, Any]) -> str:
                     f"{r['final_lag'] if r['final_lag'] is not None else '-':>7}  {r['lag']:<9}"
                     + (f"{gap['p50']} / {gap['max']}" if gap else "-"))
     killed = f"a driver killed every {report['kill_every_s']} s" if report["kill_every_s"] else "no driver killed"
+    if report.get("connect_server_killed_at_min"):
+        killed += f", the Spark Connect server killed at minute {report['connect_server_killed_at_min'][0]}"
+    jammed = {t: r["failed_for_good"] for t, r in report["topologies"].items() if r.get("failed_for_good")}
+    rows.append(f"txids failed for good: {jammed or 'none'}")
     rows.append(f"{report['minutes']} min on {report.get('backend', 'spark-submit')}, {killed}; demo exit code "
                 f"{report['demo_exit_code']} after Ctrl-C; left in the system temp directory: "
                 f"{', '.join(report['left_in_temp']) or 'nothing'}")
@@ -217,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--kill-every", type=float, default=180, help="seconds between two driver kills (0: none)")
     parser.add_argument("--spark-connect", action="store_true", help="the demo's batches on its Spark Connect server")
+    parser.add_argument("--kill-server-at", type=float, default=0,
+                        help="with --spark-connect: kill the demo's Spark Connect server once, this many minutes in")
     parser.add_argument("--sample-every", type=float, default=15, help="seconds between two lag samples")
     parser.add_argument("--rate", type=int, default=50, help="the demo's tweets per second")
     parser.add_argument("--seed", type=int, default=1)

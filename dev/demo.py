@@ -9,6 +9,7 @@ requests -- then unpauses the example DAGs and prints where to look. Ctrl-C stop
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -32,13 +33,17 @@ from airflow_transactional.spark.submit import SPARK_CONNECT_CONN_ENV
 from dev import payments
 from dev.cluster import ClusterStack
 from dev.kafka import KafkaBroker
-from dev.localstack import LocalStack
+from dev.localstack import SPARK_CONNECT, LocalStack
 from dev.s3 import S3_BUCKET, S3_PREFIX, S3Orders
 
 DAGS_DIR = Path(__file__).resolve().parents[1] / "dags"  # the repository's examples
 # settlement first: it keeps the credits table the payments decision reads (its headroom).
 DAGS = ("words", "kafka_words", "global_count", "landing_orders", "s3_orders", "settlement", "payments")
 STALL_WATCH = "transactional_stall_watch"  # dags/stall_watch.py: checks every topology's stall rule
+#: Below this many cores the demo runs its batches on Spark Connect unless told otherwise: on two
+#: cores a driver JVM per batch fell behind the examples' one-minute schedule once drivers died now
+#: and then (python -m bench.demo_soak; docs/getting-started.md).
+FEW_CORES = 4
 DOMAINS = ["example.com", "apache.org", "postgresql.org", "spark.apache.org", "kleppmann.com", "news.ycombinator.com"]
 
 
@@ -170,7 +175,7 @@ class PaymentRequests(threading.Thread):
                 logging.warning("payments: append failed: %s", exc)
 
 
-def banner(stack: LocalStack, base: Path) -> str:
+def banner(stack: LocalStack, base: Path, connect_chosen_for: int | None = None) -> str:
     """Where to look, and the commands to run -- none with a password in it: a command line shows in
     every local user's ``ps``. Clients read the state store's password from files of mode 600."""
     client = client_files(stack, base)
@@ -201,7 +206,7 @@ Payments     payments decides each request in its commit (and publishes them to 
              psql service=airflow_txn -c 'SELECT granted, count(*) FROM airflow_txn.verdicts GROUP BY 1'
              psql service=airflow_txn -c 'SELECT * FROM credits ORDER BY account'
 Logs         {base}/*.log    Ctrl-C stops everything.
-""" + (cluster_banner(stack) if isinstance(stack, ClusterStack) else "") + connect_banner(stack)
+""" + (cluster_banner(stack) if isinstance(stack, ClusterStack) else "") + connect_banner(stack, connect_chosen_for)
 
 
 def client_files(stack: LocalStack, base: Path) -> dict[str, Path]:
@@ -213,11 +218,29 @@ def client_files(stack: LocalStack, base: Path) -> dict[str, Path]:
     return client
 
 
-def connect_banner(stack: LocalStack) -> str:
+def connect_banner(stack: LocalStack, chosen_for: int | None = None) -> str:
     if not stack.spark_connect_port:
         return ""
+    why = (f"             Chosen for this machine's {chosen_for} cores, where a driver JVM per batch falls behind;\n"
+           "             make demo SPARK_CONNECT=0 runs a spark-submit per batch instead.\n" if chosen_for else "")
     return (f"Spark        every batch a client of the Spark Connect server on port {stack.spark_connect_port}\n"
-            "             (warmed before the first; connection spark_connect_default): no JVM start per batch.\n")
+            "             (warmed before the first; connection spark_connect_default): no JVM start per batch.\n" + why)
+
+
+def revive_spark_connect(stack: LocalStack) -> bool:
+    """Start the demo's Spark Connect server again if it exited, as systemd or Kubernetes would
+    restart a production one: the batches it was serving fail their try once it is back and Airflow
+    retries them; those that start while it is away wait for it (PySpark's client retries an
+    unreachable server for ten minutes)."""
+    proc = stack.procs.get(SPARK_CONNECT)
+    if proc is None or proc.poll() is None:
+        return False
+    logging.warning("the Spark Connect server exited (%s): starting it again (its log: %s)", proc.returncode,
+                    stack.base_dir / f"{SPARK_CONNECT}.log")
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)  # what it started (its Python workers), if any outlived it
+    stack.start_component(SPARK_CONNECT)
+    return True
 
 
 def kafka_env(stack: LocalStack) -> dict[str, str]:
@@ -284,9 +307,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: Ctrl-C)")
     parser.add_argument("--cluster", action="store_true",
                         help="CeleryExecutor (Redis, two workers) and a Spark standalone cluster (two workers)")
-    parser.add_argument("--spark-connect", action="store_true",
-                        help="run every batch on a Spark Connect server the demo starts (no JVM start per batch)")
-    return parser.parse_args(argv)
+    backend = parser.add_mutually_exclusive_group()
+    backend.add_argument("--spark-connect", action="store_true", default=None,
+                         help="run every batch on a Spark Connect server the demo starts (no JVM start per batch; "
+                              f"the default on a machine of fewer than {FEW_CORES} cores, without --cluster)")
+    backend.add_argument("--spark-submit", dest="spark_connect", action="store_false",
+                         help="run every batch in a spark-submit of its own (the default otherwise)")
+    args = parser.parse_args(argv)
+    args.connect_chosen_for = None
+    if args.spark_connect is None:
+        cores = os.cpu_count() or 1
+        args.spark_connect = not args.cluster and cores < FEW_CORES
+        args.connect_chosen_for = cores if args.spark_connect else None
+    return args
 
 
 def make_stack(args: argparse.Namespace, base: Path, landing: Path) -> LocalStack:
@@ -327,13 +360,14 @@ def main(argv: list[str] | None = None) -> int:
         for dag_id in (*DAGS, STALL_WATCH):
             client.wait_for_dag(dag_id)
             client.unpause(dag_id)
-        print(banner(stack, base), flush=True)
+        print(banner(stack, base, args.connect_chosen_for), flush=True)
         os.environ.update(kafka_env(stack))  # the status lines below read kafka_words' lag from the broker
         if stack.s3 is not None:  # ... and s3_orders' from the bucket (in this process only: it holds the secret)
             os.environ["AIRFLOW_CONN_AWS_DEFAULT"] = stack.s3.airflow_connection()
         coordinator = Coordinator(stack.state_dsn)
         deadline = time.monotonic() + args.duration if args.duration else None
         while not stopping.wait(15):
+            revive_spark_connect(stack)
             line = []
             for dag_id in DAGS:
                 try:

@@ -18,21 +18,26 @@ MARKER = re.compile(r"<!-- results:([a-z0-9-]+)(?::([a-z0-9-]+))? -->")
 
 
 def demo_soak(r: dict[str, Any]) -> str:
-    """``python -m bench.demo_soak --json docs/results/demo-soak.json``."""
+    """``python -m bench.demo_soak --spark-connect --kill-server-at 15 --json docs/results/demo-soak.json``."""
     rows = ["| topology | commits | batches killed | largest lag by third of the run (records) | lag at the end | "
-            "lag | seconds between commits (median / largest) |", "| --- | ---: | ---: | --- | ---: | --- | --- |"]
+            "lag | seconds between commits (median / largest) | txids failed for good |",
+            "| --- | ---: | ---: | --- | ---: | --- | --- | --- |"]
     for name, t in r["topologies"].items():
         thirds = " / ".join(f"{v:,}" for v in t["max_lag_by_third"])
         final = "-" if t["final_lag"] is None else f"{t['final_lag']:,}"
         gap = t.get("commit_gap_s")
         gaps = f"{gap['p50']:g} / {gap['max']:g}" if gap else "-"
-        rows.append(f"| `{name}` | {t['commits']} | {t['drivers_killed']} | {thirds} | {final} | {t['lag']} | {gaps} |")
+        failed = ", ".join(map(str, t["failed_for_good"])) or "none" if "failed_for_good" in t else "-"
+        rows.append(f"| `{name}` | {t['commits']} | {t['drivers_killed']} | {thirds} | {final} | {t['lag']} | {gaps} "
+                    f"| {failed} |")
     left = ", ".join(f"`{p}`" for p in r["left_in_temp"]) or "nothing"
     connect = r.get("backend") == "spark-connect"
     killed = "Spark Connect client" if connect else "Spark driver"
+    server = "".join(f"; the Spark Connect server SIGKILLed at minute {m:g}"
+                     for m in r.get("connect_server_killed_at_min", []))
     return "\n".join(rows) + (
         f"\n\n{r['minutes']:g} minutes on {r.get('backend', 'spark-submit')} at {r['rate']} tweets a second, a random "
-        f"topology's {killed} SIGKILLed every {r['kill_every_s']:g} s; the demo's exit code after Ctrl-C: "
+        f"topology's {killed} SIGKILLed every {r['kill_every_s']:g} s{server}; the demo's exit code after Ctrl-C: "
         f"{r['demo_exit_code']}; left in the system temp directory: {left}.")
 
 

@@ -60,7 +60,8 @@ def test_a_registered_topology_whose_status_cannot_be_read_stops_the_soak() -> N
                 raise UnknownTopology(topology_id)
             if topology_id == "words" and not self.readable:
                 raise ConfigError("the PostgreSQL DSN is malformed")
-            return SimpleNamespace(lag=5, committed_txid=2)
+            return SimpleNamespace(lag=5, committed_txid=2, in_flight=[SimpleNamespace(txid=3, phase="failed"),
+                                                                        SimpleNamespace(txid=4, phase="planned")])
 
         readable = True
 
@@ -68,6 +69,7 @@ def test_a_registered_topology_whose_status_cannot_be_read_stops_the_soak() -> N
     store = Store()
     soak.sample(store)  # type: ignore[arg-type]
     assert soak.lags["words"] == [5] and soak.lags["payments"] == []  # not registered yet: skipped
+    assert soak.failed == {"words": [3]}  # a txid failed for good: the topology is jammed, and the report says so
     store.readable = False
     with pytest.raises(ConfigError):
         soak.sample(store)  # type: ignore[arg-type]
