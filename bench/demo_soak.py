@@ -132,10 +132,14 @@ class Soak:
             self.committed[t].append(st.committed_txid)
             self.failed[t] = sorted({*self.failed.get(t, []), *(f.txid for f in st.in_flight if f.phase == "failed")})
 
-    def kill_one(self, demo: subprocess.Popen[bytes]) -> None:
-        running = drivers(psutil.Process(demo.pid))
+    def kill_one(self, demo: subprocess.Popen[bytes], wait: float = 90) -> None:
+        """SIGKILL a random batch's process, waiting up to ``wait`` s for one to run: a batch on
+        Spark Connect runs for seconds a minute, so a single look would mostly find none."""
+        deadline = time.monotonic() + wait
+        while not (running := drivers(psutil.Process(demo.pid))) and time.monotonic() < deadline:
+            time.sleep(0.5)
         if not running:
-            logging.info("no batch being processed: nothing to kill this time")
+            logging.info("no batch processed for %.0f s: nothing to kill this time", wait)
             return
         pid = self.rng.choice(sorted(running))
         try:
