@@ -103,7 +103,8 @@ class Soak:
         self.killed: dict[str, int] = {t: 0 for t in DAGS}
         self.gaps: dict[str, dict[str, float] | None] = {}
         self.server_killed: list[float] = []  # minutes into the run
-        self.failed: dict[str, list[int]] = {}  # txids seen failed for good (a jammed topology)
+        # txids seen with their last try failed (a kill does that; Airflow retries them)
+        self.failed: dict[str, list[int]] = {}
 
     def start(self) -> subprocess.Popen[bytes]:
         self.base.mkdir(parents=True, exist_ok=True)
@@ -212,7 +213,9 @@ class Soak:
                 "final_lag": lags[-1] if lags else None,
                 "lag": judge(lags),
                 "commit_gap_s": self.gaps.get(t),
-                "failed_for_good": self.failed.get(t, []),
+                "failed_tries": self.failed.get(t, []),
+                # failed and still not committed at the last sample: a jammed topology
+                "failed_uncommitted": [x for x in self.failed.get(t, []) if not txids or x > txids[-1]],
             }
         return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(),
                 "machine": f"{platform.node()} {os.cpu_count()} cores", "minutes": self.args.minutes,
@@ -234,8 +237,9 @@ def table(report: dict[str, Any]) -> str:
     killed = f"a driver killed every {report['kill_every_s']} s" if report["kill_every_s"] else "no driver killed"
     if report.get("connect_server_killed_at_min"):
         killed += f", the Spark Connect server killed at minute {report['connect_server_killed_at_min'][0]}"
-    jammed = {t: r["failed_for_good"] for t, r in report["topologies"].items() if r.get("failed_for_good")}
-    rows.append(f"txids failed for good: {jammed or 'none'}")
+    jammed = {t: r["failed_uncommitted"] for t, r in report["topologies"].items() if r.get("failed_uncommitted")}
+    retried = {t: r["failed_tries"] for t, r in report["topologies"].items() if r.get("failed_tries")}
+    rows.append(f"txids whose try failed: {retried or 'none'}; of them not committed at the end: {jammed or 'none'}")
     rows.append(f"{report['minutes']} min on {report.get('backend', 'spark-submit')}, {killed}; demo exit code "
                 f"{report['demo_exit_code']} after Ctrl-C; left in the system temp directory: "
                 f"{', '.join(report['left_in_temp']) or 'nothing'}")

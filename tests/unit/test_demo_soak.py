@@ -65,11 +65,15 @@ def test_a_registered_topology_whose_status_cannot_be_read_stops_the_soak() -> N
 
         readable = True
 
-    soak = Soak(argparse.Namespace(dir="/nonexistent", seed=1))
+    soak = Soak(argparse.Namespace(dir="/nonexistent", seed=1, minutes=1, spark_connect=True, kill_every=0, rate=50))
     store = Store()
     soak.sample(store)  # type: ignore[arg-type]
     assert soak.lags["words"] == [5] and soak.lags["payments"] == []  # not registered yet: skipped
-    assert soak.failed == {"words": [3]}  # a txid failed for good: the topology is jammed, and the report says so
+    assert soak.failed == {"words": [3]}  # a try of txid 3 failed
+    report = soak.report(60.0, 0, [])["topologies"]["words"]
+    assert report["failed_tries"] == [3] and report["failed_uncommitted"] == [3]  # still not committed: jammed
+    soak.committed["words"].append(3)
+    assert soak.report(60.0, 0, [])["topologies"]["words"]["failed_uncommitted"] == []  # retried and committed
     store.readable = False
     with pytest.raises(ConfigError):
         soak.sample(store)  # type: ignore[arg-type]
