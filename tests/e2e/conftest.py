@@ -158,7 +158,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, statsd: StatsdListener,
         st.stop(remove=True)
 
 
-#: What an ``airflow-txn`` recompute in a test (audit, correct) adds to run the topology's job on the
+#: What an ``airflow-txn`` recompute in a test (audit, correct, rebuild) adds to run the topology's job on the
 #: stack's Spark Connect server rather than in a spark-submit driver of its own: no driver JVM to
 #: start in the suite's busiest lane. test_transactional_dags.py keeps one spark-submit audit here;
 #: tests/spark/test_spark_job.py runs the CLI's spark-submit recomputes.

@@ -256,7 +256,7 @@ def _a_rebuild_repairs_the_table_while_airflow_commits(c: _Cascade) -> None:
     release = c.stack.base_dir / "rebuild.release"
     outcome: list[int] = []
     env = {"AIRFLOW_TXN_FAULTS": f"rebuild.loaded:{DAG}=waitfor:{release}"}
-    rebuild = ["--dsn", dsn, "rebuild", DAG, "--dag-file", str(OPS_DAGS)]
+    rebuild = ["--dsn", dsn, "rebuild", DAG, "--dag-file", str(OPS_DAGS), *ON_CONNECT]
     worker = threading.Thread(target=lambda: outcome.append(cli_with_env(env, rebuild)))
     worker.start()
     deadline = time.monotonic() + 120
