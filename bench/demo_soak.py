@@ -234,7 +234,8 @@ def table(report: dict[str, Any]) -> str:
         rows.append(f"{t:<16} {r['commits']:>7} {r['drivers_killed']:>6}  {thirds:<24} "
                     f"{r['final_lag'] if r['final_lag'] is not None else '-':>7}  {r['lag']:<9}"
                     + (f"{gap['p50']} / {gap['max']}" if gap else "-"))
-    killed = f"a driver killed every {report['kill_every_s']} s" if report["kill_every_s"] else "no driver killed"
+    what = "Spark Connect client" if report.get("backend") == "spark-connect" else "driver"
+    killed = f"a batch's {what} killed every {report['kill_every_s']} s" if report["kill_every_s"] else "nothing killed"
     if report.get("connect_server_killed_at_min"):
         killed += f", the Spark Connect server killed at minute {report['connect_server_killed_at_min'][0]}"
     jammed = {t: r["failed_uncommitted"] for t, r in report["topologies"].items() if r.get("failed_uncommitted")}

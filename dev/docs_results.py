@@ -20,7 +20,7 @@ MARKER = re.compile(r"<!-- results:([a-z0-9-]+)(?::([a-z0-9-]+))? -->")
 def demo_soak(r: dict[str, Any]) -> str:
     """``python -m bench.demo_soak --spark-connect --kill-server-at 15 --json docs/results/demo-soak.json``."""
     rows = ["| topology | commits | batches killed | largest lag by third of the run (records) | lag at the end | "
-            "lag | seconds between commits (median / largest) | txids whose try failed (not committed at the end) |",
+            "lag | seconds between commits (median / largest) | txids seen with a failed try |",
             "| --- | ---: | ---: | --- | ---: | --- | --- | --- |"]
     for name, t in r["topologies"].items():
         thirds = " / ".join(f"{v:,}" for v in t["max_lag_by_third"])
@@ -28,9 +28,12 @@ def demo_soak(r: dict[str, Any]) -> str:
         gap = t.get("commit_gap_s")
         gaps = f"{gap['p50']:g} / {gap['max']:g}" if gap else "-"
         failed = "-"
-        if "failed_tries" in t:
-            stuck = ", ".join(map(str, t["failed_uncommitted"])) or "none"
-            failed = f"{', '.join(map(str, t['failed_tries'])) or 'none'} ({stuck})"
+        if t.get("failed_tries"):
+            stuck = t["failed_uncommitted"]
+            failed = (f"{', '.join(map(str, t['failed_tries']))}: "
+                      + (f"**not committed at the end: {', '.join(map(str, stuck))}**" if stuck else "each committed"))
+        elif "failed_tries" in t:
+            failed = "none"
         rows.append(f"| `{name}` | {t['commits']} | {t['drivers_killed']} | {thirds} | {final} | {t['lag']} | {gaps} "
                     f"| {failed} |")
     left = ", ".join(f"`{p}`" for p in r["left_in_temp"]) or "nothing"
