@@ -4,8 +4,11 @@ triggerer, the dag-processor, the api-server, PostgreSQL, Spark (JVMs), this ben
 Two snapshots of every process's own and reaped children's CPU time. A process alive at both
 counts its difference; one that started in between counts whole; one that ended in between
 was reaped by its parent, whose children's time then holds its whole life, so the part it had
-used before the first snapshot is taken back from its role. A task process is a fork of a
-LocalExecutor worker, which reaps it: tasks are the workers' role.
+used before the first snapshot is taken back from the parent's children's time -- never below
+nothing: a child reaped without accounting (SIGCHLD ignored) or by another reaper after its
+parent died must not eat its parent's own time, nor a whole role's (the other lanes of the
+suite run beside this on one machine). A task process is a fork of a LocalExecutor worker,
+which reaps it: tasks are the workers' role.
 """
 
 from __future__ import annotations
@@ -45,20 +48,40 @@ def role(proc: psutil.Process) -> str:
 class _Seen:
     role: str
     ppid: int
-    cpu: float  # own + reaped children, seconds
+    own: float  # CPU-seconds
+    children: float  # of its reaped children, CPU-seconds
+
+    @property
+    def cpu(self) -> float:
+        return self.own + self.children
 
 
-def snapshot() -> dict[tuple[int, float], _Seen]:
-    """Every process now, by (pid, start time): its role, parent and CPU-seconds so far."""
+def _read(proc: psutil.Process, seen: dict[tuple[int, float], _Seen]) -> None:
+    try:
+        with proc.oneshot():
+            t = proc.cpu_times()
+            seen[(proc.pid, proc.create_time())] = _Seen(role(proc), proc.ppid(), t.user + t.system,
+                                                         t.children_user + t.children_system)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        pass
+
+
+def snapshot(self_first: bool) -> dict[tuple[int, float], _Seen]:
+    """Every process now, by (pid, start time): its role, parent and CPU-seconds so far.
+
+    This process is read last in the opening snapshot and first in the closing one, so the
+    time spent walking every other process (a large share on a busy machine) is not the
+    benchmark's.
+    """
     seen: dict[tuple[int, float], _Seen] = {}
+    me = psutil.Process()
+    if self_first:
+        _read(me, seen)
     for proc in psutil.process_iter():
-        try:
-            with proc.oneshot():
-                t = proc.cpu_times()
-                seen[(proc.pid, proc.create_time())] = _Seen(role(proc), proc.ppid(),
-                                                             t.user + t.system + t.children_user + t.children_system)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
+        if proc.pid != me.pid:
+            _read(proc, seen)
+    if not self_first:
+        _read(me, seen)
     return seen
 
 
@@ -69,20 +92,21 @@ class RoleCpu:
     by_role: dict[str, float] = field(default_factory=dict)
 
     def __enter__(self) -> RoleCpu:
-        self._start = snapshot()
+        self._start = snapshot(self_first=False)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        end = snapshot()
+        end = snapshot(self_first=True)
+        gone_by_parent: dict[int, float] = {}  # the life so far of each parent's children that ended
+        for key, gone in self._start.items():
+            if key not in end:
+                gone_by_parent[gone.ppid] = gone_by_parent.get(gone.ppid, 0.0) + gone.cpu
         by_role = dict.fromkeys(ROLES, 0.0)
         for key, now in end.items():
             was = self._start.get(key)
-            by_role[now.role] += now.cpu - (was.cpu if was else 0.0)
-        roles_by_pid = {pid: s.role for (pid, _), s in end.items()}
-        for key, was in self._start.items():
-            if key not in end:  # reaped since: its parent's children's time counts its whole life
-                by_role[roles_by_pid.get(was.ppid, was.role)] -= was.cpu
-        self.by_role = {r: max(v, 0.0) for r, v in by_role.items()}
+            own, children = (now.own - was.own, now.children - was.children) if was else (now.own, now.children)
+            by_role[now.role] += max(own, 0.0) + max(children - gone_by_parent.get(key[0], 0.0), 0.0)
+        self.by_role = by_role
 
     @property
     def total(self) -> float:
