@@ -43,6 +43,7 @@ from .core import (
     views,
 )
 from .core import commit as commit_
+from .core import evolution as evolution_
 from .core import publish as publish_
 from .core import recompute as recompute_
 from .core import status as status_
@@ -55,6 +56,7 @@ from .core.recompute import (
     Folded,
     Kind,
     Rebuild,
+    StateBuild,
     Target,
     VerificationRound,
     from_request,
@@ -64,7 +66,7 @@ from .model import DEFAULT_SCHEMA, CommitResult
 from .store import catalog
 
 __all__ = ["PATIENT_LAG_WAIT", "Audit", "Coordinator", "CorrectionPreview", "Fold", "Folded", "Kind", "Operation",
-           "Rebuild", "Target", "VerificationRound", "from_request", "request"]
+           "Rebuild", "StateBuild", "Target", "VerificationRound", "from_request", "request"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -222,6 +224,10 @@ class Coordinator:
     compact_history = Operation(history.compact)
     history_sizes = Operation(history.sizes)
     history_views = Operation(history.views)
+
+    # -- a state added to a running topology (core/evolution.py; built through recompute) --------
+    evolution = Operation(evolution_.status)
+    cancel_build = Operation(evolution_.cancel)
 
     # -- a rebuild (core/rebuild.py; run through recompute) left half done, ended by hand -------
     abort_rebuild = Operation(rebuild.abort)

@@ -20,7 +20,8 @@ class DeclarationChanged(ConfigError):
             f"topology {topology_id!r} is declared differently from the one that has planned and "
             f"committed batches (through txid {committed_txid}): {'; '.join(changes)}. Its committed "
             "offsets and state values belong to the old declaration, so it is refused rather than "
-            "skipping or miscounting records. Give the new declaration a new topology id (it starts "
+            "skipping or miscounting records (a state may be added: it is built from the history once "
+            f"approved, 'airflow-txn evolve {topology_id}'). Give the new declaration a new topology id (it starts "
             "from the beginning of its source), restore the old declaration, or start this one over "
             f"with 'airflow-txn reset {topology_id} --yes' (drops its progress and state tables)"
         )

@@ -26,7 +26,17 @@ from decimal import Decimal
 from typing import Any
 
 from . import limits, provenance
-from .coordinator import Audit, Coordinator, CorrectionPreview, Fold, Folded, Rebuild, Target, VerificationRound
+from .coordinator import (
+    Audit,
+    Coordinator,
+    CorrectionPreview,
+    Fold,
+    Folded,
+    Rebuild,
+    StateBuild,
+    Target,
+    VerificationRound,
+)
 from .exceptions import BadRecord, ConfigError
 from .model import RETRACTED, Attempt, PlannedBatch, StagedEvent, Transaction, event_id, read_digest
 from .sources.base import Record, Versions
@@ -163,8 +173,10 @@ class _Batch:
         self.spec, self.txid = spec, txid
         # In a batch that read a correction's events every staged event says whether it retracts.
         self.marked: bool | None = False if versions else None
-        self.partials: dict[str, dict[tuple[Any, ...], Any]] = {s.name: {} for s in spec.states}
-        self.combiners = {s.name: Combiner(s.combiner) for s in spec.states}
+        kept = (*spec.states, *spec.building)  # a state being built is staged too
+        self.partials: dict[str, dict[tuple[Any, ...], Any]] = {s.name: {} for s in kept}
+        self.combiners = {s.name: Combiner(s.combiner) for s in kept}
+        self._declared = {s.name for s in spec.declared}  # added by the DAG file, not approved: not kept yet
         self.partitions = coordinator.output_staging(spec.topology_id).partitions if spec.outputs else {}
         self.events: list[StagedEvent] = []
         self.requests: dict[str, list[tuple[tuple[Any, ...], int, str, Any]]] = {d.name: [] for d in spec.decisions}
@@ -189,6 +201,8 @@ class _Batch:
             elif isinstance(e, OutputEvent):
                 events.append((_check_event(spec, topology_id, rec, n, e), None, None, None))
                 n += 1
+            elif isinstance(e, (tuple, list)) and e and e[0] in self._declared:
+                continue
             else:
                 state_name, key, value = _check_emit(spec, e)
                 emits.append((state_name, key, -value if retraction else value))
@@ -285,10 +299,10 @@ def python_fold(coordinator: Coordinator, spec: TopologySpec, fn: RecordFn,
         key = target.events.prefix if target.events is not None else target.prefix
         txn = Transaction(spec.topology_id, int(key[0]) if key else 0, "", 0, {}, {}, batch, 0, "committed",
                           datetime.now(UTC), None, None)
-        folded, bad, read, crcs = _fold(coordinator, spec, txn, fn, parse)
-        for state in spec.recomputable_states:
-            coordinator.copy_rows(target.states[state.name],
-                                  ((*target.prefix, *k, v) for k, v in folded.partials[state.name].items()))
+        # As it is now: a state build's begins after this fold was made.
+        folded, bad, read, crcs = _fold(coordinator, coordinator.spec(spec.topology_id), txn, fn, parse)
+        for name, copy in target.states.items():  # a recomputation's target may take some of the states
+            coordinator.copy_rows(copy, ((*target.prefix, *k, v) for k, v in folded.partials[name].items()))
         if target.events is not None:
             coordinator.copy_rows(target.events.copy, ((*target.events.prefix, *e) for e in folded.events))
         return Folded(len(bad), read_digest(read, crcs))
@@ -308,6 +322,14 @@ def rebuild(coordinator: Coordinator, topology_id: str, fn: RecordFn, *,
     """Every state recomputed with ``fn`` and swapped in while the topology keeps committing."""
     return coordinator.recompute(Rebuild(topology_id), python_fold(coordinator, coordinator.spec(topology_id), fn,
                                                                    parse))
+
+
+def build(coordinator: Coordinator, topology_id: str, fn: RecordFn, *,
+          parse: Callable[[str], Any] = json.loads) -> dict[str, Any]:
+    """The states the DAG file added, approved: built with ``fn`` from the source's history and
+    switched in at one txid while the topology keeps committing (``core/evolution.py``)."""
+    return coordinator.recompute(StateBuild(topology_id), python_fold(coordinator, coordinator.spec(topology_id), fn,
+                                                                      parse))
 
 
 def preview(coordinator: Coordinator, topology_id: str, fn: RecordFn, first: int, last: int, *,

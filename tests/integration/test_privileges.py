@@ -388,3 +388,4 @@ def test_a_decisions_headroom_is_readable_only_when_grant_names_it(roles: Roles,
     roles.refused("runtime", "SELECT * FROM public.owner_secret")
     assert cli([*grant, "--readable", "public.owner_secret"]) == 0
     assert query(roles.dsn_of("runtime"), "SELECT value FROM public.owner_secret") == [(42,)]
+

@@ -15,6 +15,7 @@ from airflow_transactional.coordinator import (
     Audit,
     CorrectionPreview,
     Rebuild,
+    StateBuild,
     VerificationRound,
     from_request,
     request,
@@ -26,7 +27,7 @@ from airflow_transactional.spark.recompute import RECOMPUTE_ARG, SHIPPED_REQUEST
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("kind", [Audit("words"), Audit("words", tries=5), Rebuild("words"),
+@pytest.mark.parametrize("kind", [Audit("words"), Audit("words", tries=5), Rebuild("words"), StateBuild("words"),
                                   CorrectionPreview("words", 2, 4), VerificationRound("words", 10, 3)])
 def test_each_kind_is_read_back_as_it_was_asked(kind: object) -> None:
     asked = request(kind)  # type: ignore[arg-type]
@@ -40,7 +41,7 @@ def test_the_code_a_kind_carries_stays_out_of_its_request() -> None:
 
 
 @pytest.mark.parametrize(("given", "said"), [
-    (["audit"], "a JSON object whose kind is one of ['audit', 'preview', 'rebuild', 'verify']"),
+    (["audit"], "a JSON object whose kind is one of ['audit', 'build', 'preview', 'rebuild', 'verify']"),
     ({"kind": "drop", "topology_id": "words"}, "whose kind is one of"),
     ({"kind": "audit"}, "a request to audit takes ['topology_id', 'tries']"),
     ({"kind": "rebuild", "topology_id": "words", "through": 3}, "a request to rebuild takes ['topology_id']"),

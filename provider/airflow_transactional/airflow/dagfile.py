@@ -58,7 +58,12 @@ TUNING = ("max_in_flight", "max_batch_size", "stall_after_seconds")
 
 
 def _compared(spec: TopologySpec) -> dict[str, Any]:
-    return {k: v for k, v in spec.to_config().items() if k not in TUNING}
+    """What must agree: the states whatever their stage (a state the file adds is kept as declared,
+    then building, then live: ``core/evolution.py``), and everything but the tuning."""
+    config = {k: v for k, v in spec.to_config().items() if k not in (*TUNING, "building", "declared", "built")}
+    config["states"] = [s.to_config() for s in sorted((*spec.states, *spec.building, *spec.declared),
+                                                      key=lambda s: s.name)]
+    return config
 
 
 def _dags(names: dict[str, Any]) -> list[Any]:

@@ -135,6 +135,8 @@ def _print_status(st: TopologyStatus) -> None:
         print(f"skipped         {st.offsets_skipped} offsets that held no committed record (aborted "
               "transactions' records, transaction markers)")
     print(f"blocked by      {st.blocked_by or '-'}")
+    if st.evolving:
+        print(f"evolving        {st.evolving}")
     if st.in_flight:
         print("in flight:")
         now = datetime.now(UTC)

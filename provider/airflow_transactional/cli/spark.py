@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..airflow.dagfile import declared_as_stored
-from ..coordinator import Audit, Coordinator, Rebuild
+from ..coordinator import Audit, Coordinator, Rebuild, StateBuild
 from ..exceptions import TransactionalError
 from ..spark import cds, jars
 from ..spark.recompute import recompute
@@ -57,6 +58,47 @@ def rebuild(args: argparse.Namespace, coord: Coordinator) -> int:
     return 0
 
 
+def evolve(args: argparse.Namespace, coord: Coordinator) -> int:
+    """What a topology's DAG file adds, and the build of it: shown, approved (built from the
+    source's history and switched in while the topology commits) or cancelled."""
+    topology_id = args.topology
+    if args.cancel:
+        names = coord.cancel_build(topology_id)
+        print(f"state build of {topology_id} cancelled: {', '.join(names)} declared again (their rows are dropped "
+              "until approved)" if names else f"{topology_id} has no state being built")
+        return 0
+    if not args.approve:
+        print(evolution_text(coord.evolution(topology_id)))
+        return 0
+    spec = declared_as_stored(coord.spec(topology_id), args.dag_file, "evolve")
+    result = recompute(coord.dsn, coord.schema, spec, StateBuild(topology_id), **on_spark(args),
+                       records=_committed_records(coord, topology_id))
+    rows = ", ".join(f"{name} ({n} keys)" for name, n in result["states"].items())
+    print(f"built {rows} of {topology_id} from its source as of txid {result['built_at_txid']}, caught up over "
+          f"{result['journal_txids']} txids committed meanwhile; switched in at txid {result['switched_at_txid']}: "
+          "every commit from the next on keeps it")
+    return 0
+
+
+def evolution_text(st: Mapping[str, Any]) -> str:
+    """``airflow-txn evolve TOPOLOGY``'s account of its states' stages."""
+    topology_id = st["topology"]
+    lines = [f"topology {topology_id} at committed txid {st['committed_txid']}"]
+    if st["declared"]:
+        lines.append(f"  declared, not kept yet: {', '.join(st['declared'])} (its DAG file adds them; build them from "
+                     f"the source's history with 'airflow-txn evolve {topology_id} --approve --dag-file DAG_FILE')")
+    if st["building"]:
+        through = st["building_through_txid"]
+        lines.append(f"  building: {', '.join(st['building'])} (every attempt stages them, no commit applies them "
+                     + (f"yet; the build folds txids 1..{through} of the source's history" if through is not None
+                        else "yet; the build's process is gone: approve again to take it up, or --cancel") + ")")
+    for name, txid in dict(st["built"]).items():
+        lines.append(f"  built: {name} as of txid {txid} (its delta history and verification start there)")
+    if len(lines) == 1:
+        lines.append("  every state it declares is live")
+    return "\n".join(lines)
+
+
 def spark_cds(args: argparse.Namespace) -> int:
     """Build the class-data-sharing archive (no state store needed)."""
     if not cds.enabled():
@@ -101,6 +143,13 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                          "(a store whose declaration differs is refused)" +
                          (" (not needed with --abort)" if name == "rebuild" else ""))
         spark_target(one)
+    evolving = command("evolve", evolve, "show the states a DAG file adds to a running topology; --approve builds "
+                       "them from the source's history while it commits and switches them in at one txid")
+    evolving.add_argument("--approve", action="store_true", help="build the declared states and switch them in")
+    evolving.add_argument("--cancel", action="store_true", help="forget a build that has not switched in")
+    evolving.add_argument("--dag-file", help="with --approve: the DAG file that declares the topology (its Spark job "
+                          "runs the build)")
+    spark_target(evolving)
     made["audit"].add_argument("--json", action="store_true")
     made["rebuild"].add_argument("--abort", action="store_true", help="forget a rebuild that died half-way")
     made["rebuild"].add_argument("--force", action="store_true", help="with --abort: abort a rebuild still running")

@@ -225,8 +225,9 @@ def staging_copies(store: StateStore, topology_id: str, *, verify: bool = False)
     attempt = VERIFY_ATTEMPT if verify else 0
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
+        states = spec.states if verify else (*spec.states, *spec.building)  # a state being built is staged too
         return {s.name: q.copy_into(store.staging_of(num, s, attempt), q.staging_columns(s), csv=True).as_string(cur)
-                for s in spec.states}
+                for s in states}
 
 
 def output_staging(store: StateStore, topology_id: str, *, verify: bool = False) -> OutputStaging:

@@ -79,6 +79,11 @@ def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, 
         raise SourceChanged(f"topology {txn.topology_id!r} txid {txn.txid}: attempt {attempt} read other records "
                             f"({differs.attempt_digest}) than its plan's first attempt ({differs.plan_digest}); the "
                             "source changed under the plan: process the txid again, or declare the topology opaque")
+    unstaged = [name for name in spec.built if name not in row_counts]
+    if unstaged:  # an attempt that began before these states were switched in: it never folded them
+        raise StaleAttempt(f"topology {txn.topology_id!r} txid {txn.txid}: attempt {attempt} did not stage states "
+                           f"{unstaged}, switched in after it began; process the txid again (a new attempt), "
+                           "then commit")
     found: dict[str, tuple[str, int]] = {}
     for state in spec.states:
         cur.execute(q.count_staged(store.staging(num, state)), (txn.txid, attempt))

@@ -202,6 +202,15 @@ def _check_range(store: StateStore, cur: psycopg2.extensions.cursor, spec: Topol
             raise ConfigError(f"topology {topology_id!r} cannot be corrected: " + (why or (
                 "retention removed output events its txids appended, which a correction must retract or keep "
                 f"({'; '.join(gone)})")))
+    if spec.building:
+        raise ConfigError(f"topology {topology_id!r}: states {[s.name for s in spec.building]} are being built "
+                          "from its history, which a correction would change under the build: let the build switch "
+                          f"them in ('airflow-txn evolve {topology_id} --approve') or cancel it, then correct")
+    built = {name: txid for name, txid in spec.built.items() if first <= txid}
+    if built:
+        raise ConfigError(f"topology {topology_id!r}: states {sorted(built)} were built from the source as of "
+                          f"txids {sorted(set(built.values()))}, so what txids through those applied to them is one "
+                          "snapshot, not per txid; correct txids after them, or rebuild the states")
     mark = h.mark(cur, store.schema, topology_id)
     if first <= mark.history_from_txid:
         raise ConfigError(f"topology {topology_id!r}: the delta history starts after txid {mark.history_from_txid}, "

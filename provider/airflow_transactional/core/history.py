@@ -87,6 +87,10 @@ def as_of(store: StateStore, topology_id: str, state_name: str, txid: int | None
         if state not in kept_states(spec):
             raise ConfigError(f"state {state_name!r} is kept by a decision: its values were decided in commit order "
                               "and have no delta history")
+        if txid < spec.built.get(state_name, 0):
+            raise ConfigError(f"state {state_name!r} was added to topology {topology_id!r} and built from the source "
+                              f"as of txid {spec.built[state_name]}: its history starts there; ask for a txid from "
+                              "it on")
         mark = _check_txid(store, cur, topology_id, txid, committed, base=True)
         return h.as_of(cur, store.schema, topology_id, state, store.staging(num, state), txid, mark.history_from_txid)
 

@@ -38,7 +38,8 @@ from ..store.topologies import RebuildMark
 from . import history, status
 from .context import StateStore
 
-__all__ = ["Rebuild", "RebuildInProgress", "abort", "begin", "load_copies", "load_table", "swap"]
+__all__ = ["Rebuild", "RebuildInProgress", "abort", "begin", "caught_up", "hold", "load_copies", "load_table",
+           "release", "swap"]
 
 NO_REBUILD = RebuildMark(None, None)
 
@@ -52,7 +53,7 @@ class Rebuild:
     rebuild_id: str
 
 
-def _hold(store: StateStore, topology_id: str) -> bool:
+def hold(store: StateStore, topology_id: str) -> bool:
     """Take the rebuild's turn for this store (kept in ``store.held``); False if another holds it.
     Taken again by the store that holds it, it is still its own."""
     name = f"rebuild:{topology_id}"
@@ -65,7 +66,7 @@ def _hold(store: StateStore, topology_id: str) -> bool:
     return True
 
 
-def _release(store: StateStore, topology_id: str) -> None:
+def release(store: StateStore, topology_id: str) -> None:
     held = store.held.pop(f"rebuild:{topology_id}", None)
     if held is not None:
         held.release()
@@ -77,7 +78,7 @@ def load_table(store: StateStore, num: int, state: StateSpec) -> sql.Composed:
 
 def begin(store: StateStore, topology_id: str) -> Rebuild:
     """Mark the rebuild's starting point; T0 (``through_txid``) is the txid the recomputation covers."""
-    if not _hold(store, topology_id):
+    if not hold(store, topology_id):
         raise RebuildInProgress(f"topology {topology_id!r} has a rebuild running (its process holds the rebuild "
                                 "lock): wait for it to finish")
     try:
@@ -91,6 +92,10 @@ def begin(store: StateStore, topology_id: str) -> Rebuild:
                                   "commit order, which a parallel recomputation cannot take again; audit it "
                                   "instead (its other states), or reset it to start over")
             running = topologies.rebuild_mark(cur, store.schema, topology_id)
+            if running.state_build or spec.building:
+                raise RebuildInProgress(f"topology {topology_id!r} is building states "
+                                        f"{[s.name for s in spec.building]}: let the build switch them in "
+                                        f"('airflow-txn evolve {topology_id} --approve') or cancel it, then rebuild")
             if running.rebuild_from_txid is not None:
                 raise RebuildInProgress(f"topology {topology_id!r} has an unfinished rebuild {running.rebuild_id} "
                                         f"from txid {running.rebuild_from_txid} whose process is gone: run "
@@ -102,7 +107,7 @@ def begin(store: StateStore, topology_id: str) -> Rebuild:
                 for stmt in q.create_audit_table(load_table(store, num, state), state):
                     cur.execute(stmt)
     except BaseException:
-        _release(store, topology_id)
+        release(store, topology_id)
         raise
     return rebuild
 
@@ -121,21 +126,28 @@ def swap(store: StateStore, rebuild: Rebuild) -> dict[str, Any]:
         history.rebased(store, cur, topology_id, num, spec, through_txid,
                         {s.name: load_table(store, num, s) for s in spec.states})
         for state in spec.states:
-            shadow = sql.Identifier(f"txn_rebuild_{state.name}")
-            for stmt in q.rebuild_shadow(state, shadow, load_table(store, num, state)):
-                cur.execute(stmt, {"txid": through_txid})
-            staging = store.staging(num, state)
-            for txid, attempt in journal:
-                if attempt:  # 0: an empty batch, nothing staged
-                    cur.execute(q.upsert(state, shadow, q.staged_delta(staging, state)),
-                                {"txid": txid, "attempt": attempt})
-            for stmt in q.replace_contents(state, shadow):
-                cur.execute(stmt)
-            result["states"][state.name] = catalog.count(cur, shadow)
+            result["states"][state.name] = caught_up(store, cur, state, load_table(store, num, state), through_txid,
+                                                     [(e.txid, e.attempt) for e in journal], store.staging(num, state))
             catalog.drop(cur, load_table(store, num, state))
         topologies.set_rebuild_mark(cur, store.schema, topology_id, NO_REBUILD)
-    _release(store, topology_id)
+    release(store, topology_id)
     return result
+
+
+def caught_up(store: StateStore, cur: Any, state: StateSpec, recomputed: sql.Composed, through_txid: int,
+              journal: list[tuple[int, int]], staging: sql.Composed) -> int:
+    """In a swap: make ``state``'s table hold ``recomputed`` (its values as of ``through_txid``)
+    plus the staged rows of each journal (txid, attempt) after it, under the state's value rules --
+    in place, writing only what differs (a reader's older snapshot keeps the old rows); its keys."""
+    shadow = sql.Identifier(f"txn_swap_{state.name}")
+    for stmt in q.rebuild_shadow(state, shadow, recomputed):
+        cur.execute(stmt, {"txid": through_txid})
+    for txid, attempt in journal:
+        if attempt:  # 0: an empty batch, nothing staged
+            cur.execute(q.upsert(state, shadow, q.staged_delta(staging, state)), {"txid": txid, "attempt": attempt})
+    for stmt in q.replace_contents(state, shadow):
+        cur.execute(stmt)
+    return catalog.count(cur, shadow)
 
 
 def abort(store: StateStore, topology_id: str, *, started: Rebuild | None = None, force: bool = False) -> bool:
@@ -145,7 +157,7 @@ def abort(store: StateStore, topology_id: str, *, started: Rebuild | None = None
     operator) a rebuild whose process is still alive is refused unless ``force``: it would
     otherwise load on, and its swap would then fail.
     """
-    if started is None and not force and not _hold(store, topology_id):
+    if started is None and not force and not hold(store, topology_id):
         raise RebuildInProgress(f"the rebuild of {topology_id!r} is still running (its process holds the rebuild "
                                 "lock): let it finish, stop it, or pass --force to abort it anyway")
     try:
@@ -158,7 +170,7 @@ def abort(store: StateStore, topology_id: str, *, started: Rebuild | None = None
             for state in spec.states:
                 catalog.drop(cur, load_table(store, num, state), if_exists=True)
     finally:
-        _release(store, topology_id)
+        release(store, topology_id)
     status.recover(store, topology_id)
     return True
 

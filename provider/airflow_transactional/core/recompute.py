@@ -12,6 +12,8 @@ this planned batch into this :class:`Target` -- the Spark job's (``spark/recompu
   (each as edited), into fresh tables; diffed against the state tables (where retention took early
   input, from the verified-through mark: ``core/audit_base.py``);
 * :class:`Rebuild` -- the same, swapped in while the topology keeps committing (``core/rebuild.py``);
+* :class:`StateBuild` -- the states a DAG file added, built from the source's history beside the
+  live ones and switched in at one txid while the topology keeps committing (``core/evolution.py``);
 * :class:`CorrectionPreview` -- txids A..B under this code: what a correction of them would change,
   nothing committed (``core/corrections.py``);
 * :class:`VerificationRound` -- a round of the shadow audit: each txid it takes, staged under the
@@ -25,7 +27,7 @@ verify task hand the Spark job, in a file, as JSON -- one typed value, checked o
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -33,11 +35,11 @@ from .. import faults
 from ..exceptions import ConfigError, TransactionalError
 from ..model import VERIFY_ATTEMPT, PlannedBatch, Staging
 from ..ranges import Round
-from . import attempts, audit_base, corrections, rebuild, registration, replayed, status, verify
+from . import attempts, audit_base, corrections, evolution, rebuild, registration, replayed, status, verify
 from .context import StateStore
 
-__all__ = ["Audit", "CorrectionPreview", "Fold", "Folded", "Kind", "Rebuild", "Target", "VerificationRound",
-           "from_request", "recompute", "request"]
+__all__ = ["Audit", "CorrectionPreview", "Fold", "Folded", "Kind", "Rebuild", "StateBuild", "Target",
+           "VerificationRound", "from_request", "recompute", "request"]
 
 
 class Target(NamedTuple):
@@ -74,15 +76,17 @@ def recompute(store: StateStore, kind: Kind, fold: Fold, lap: Lap | None = None)
     return kind.run(store, fold, lap or _no_lap)
 
 
-def _with_replays(store: StateStore, topology_id: str, purpose: str, after: int, through: int, fold: Fold) -> int:
-    """Fold into the recomputation of ``purpose`` what the replays committed after txid ``after``
-    through ``through`` counted -- the records they took, each as edited (``core/replayed.py``) --
-    and return the bad records that adds: those still bad, less the records the replays took."""
+def _with_replays(store: StateStore, topology_id: str, purpose: str, after: int, through: int, fold: Fold,
+                  states: Sequence[str] | None = None) -> int:
+    """Fold into the recomputation of ``purpose`` (of ``states``, else every recomputable one) what
+    the replays committed after txid ``after`` through ``through`` counted -- the records they took,
+    each as edited (``core/replayed.py``) -- and return the bad records that adds: those still bad,
+    less the records the replays took."""
     batch = replayed.committed(store, topology_id, after + 1, through)
     if batch is None:
         return 0
-    folded = fold(batch, Target(replayed.copies(store, topology_id, purpose)))
-    replayed.fold_in(store, topology_id, purpose)
+    folded = fold(batch, Target(replayed.copies(store, topology_id, purpose, states)))
+    replayed.fold_in(store, topology_id, purpose, states)
     return folded.bad - len(batch.replay)
 
 
@@ -152,6 +156,35 @@ class Rebuild:
 
 
 @dataclass(frozen=True)
+class StateBuild:
+    """The states the DAG file added, approved: each built from the source's history (and the
+    committed replays' records) while the topology keeps committing, and switched in at one txid
+    (``core/evolution.py``). A build whose process died is taken up again by the next."""
+
+    name: ClassVar[str] = "build"
+
+    topology_id: str
+
+    def run(self, store: StateStore, fold: Fold, lap: Lap) -> dict[str, Any]:
+        topology_id = self.topology_id
+        started = evolution.begin(store, topology_id)
+        try:
+            evolution.wait_for_plans(store, started)
+            lap("wait for the txids planned before the build")
+            batch, why_not = status.committed_batch(store, topology_id, through_txid=started.through_txid)
+            if why_not:
+                raise TransactionalError(f"topology {topology_id!r}: states {list(started.states)} cannot be built "
+                                         f"from its source: {why_not}")
+            fold(batch, Target(evolution.load_copies(store, started)))
+            _with_replays(store, topology_id, "build", 0, started.through_txid, fold, started.states)
+            lap("fold the history")
+            faults.point("build.loaded", scope=(topology_id,))
+            return evolution.switch(store, started)
+        finally:
+            rebuild.release(store, topology_id)  # a build that failed stays: approving again takes it up
+
+
+@dataclass(frozen=True)
 class CorrectionPreview:
     """Committed txids first..last recomputed under this code (``code``: its record): what a
     correction of them would apply per state and append to each output, and whether the same code
@@ -207,9 +240,9 @@ class VerificationRound:
                 "verified_through": mark}
 
 
-Kind = Audit | Rebuild | CorrectionPreview | VerificationRound
+Kind = Audit | Rebuild | StateBuild | CorrectionPreview | VerificationRound
 #: Each kind by the name its requests give.
-KINDS: dict[str, type[Kind]] = {k.name: k for k in (Audit, Rebuild, CorrectionPreview, VerificationRound)}
+KINDS: dict[str, type[Kind]] = {k.name: k for k in (Audit, Rebuild, StateBuild, CorrectionPreview, VerificationRound)}
 
 
 def request(kind: Kind) -> dict[str, Any]:

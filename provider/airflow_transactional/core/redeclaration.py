@@ -59,3 +59,25 @@ def other_owner(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> str |
     Compared only when both declarations name their DAG (older ones do not)."""
     old, new = (c.get("dag_id") for c in (stored, declared))
     return str(old) if old and new and old != new else None
+
+
+def evolved(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``declared`` as it is kept over ``stored`` once the topology has progress: its settings, the
+    stored live and building states, and each state it adds as ``declared`` -- waiting for the
+    owner's approval (``core/evolution.py``); and what it changes that may not change (a live or
+    building state changed or removed, the source, ...). A declared state it no longer declares is
+    forgotten: nothing was built of it."""
+    live = [s["name"] for s in stored["states"]]
+    building = [s["name"] for s in stored.get("building", ())]
+    kept_names = set(live) | set(building)
+    stored_side = {**stored, "states": [*stored["states"], *stored.get("building", ())]}
+    declared_side = {**declared, "states": [s for s in declared["states"] if s["name"] in kept_names]}
+    changes = incompatible_changes(stored_side, declared_side)
+    added = [dict(s) for s in declared["states"] if s["name"] not in kept_names]
+    config = {k: v for k, v in declared.items() if k not in ("states", "building", "declared", "built")}
+    config["states"] = list(stored["states"])
+    for key, value in (("building", list(stored.get("building", ()))), ("declared", added),
+                       ("built", dict(stored.get("built") or {}))):
+        if value:
+            config[key] = value
+    return config, changes

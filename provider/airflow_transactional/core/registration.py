@@ -25,7 +25,7 @@ from ..store import state as q
 from ..store import topologies as topology_rows
 from ..store.migrations import migrate as migrate_schema
 from .context import StateStore
-from .redeclaration import incompatible_changes, other_owner
+from .redeclaration import evolved, other_owner
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,15 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
         if owner is not None:
             raise TopologyOfAnotherDag(spec.topology_id, owner, spec.dag)
         if known is not None and (known.committed_txid or known.planned):  # its offsets mean something
-            changes = incompatible_changes(known.spec, config)
+            config, changes = evolved(known.spec, config)
             if changes:
                 raise DeclarationChanged(spec.topology_id, changes, int(known.committed_txid))
+            if config.get("declared"):
+                log.warning("topology %s declares state(s) %s that its commits do not keep yet: their rows are "
+                            "dropped until the owner builds them from the source's history and switches them in "
+                            "('airflow-txn evolve %s --approve --dag-file DAG_FILE')", spec.topology_id,
+                            ", ".join(s["name"] for s in config["declared"]), spec.topology_id)
+            spec = TopologySpec.from_config(config, store.connections)  # what is kept: no table of a declared state
         if known is not None and known.spec == config and _tables_exist(store, cur, known.num, spec):
             # Unchanged: nothing to write (a run-time role may not write declarations or tables).
             for d in spec.decisions:

@@ -11,7 +11,10 @@ what the commits counted, the operators' fixes included.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..model import ReplayBatch
+from ..spec import StateSpec, TopologySpec
 from ..store import catalog
 from ..store import corrections as cq
 from ..store import state as q
@@ -29,13 +32,18 @@ def committed(store: StateStore, topology_id: str, first: int, last: int) -> Rep
     return ReplayBatch(replay=tuple(ids)) if ids else None
 
 
-def copies(store: StateStore, topology_id: str, purpose: str) -> dict[str, str]:
-    """Fresh tables for the replays' part of a recomputation (``purpose``: ``audit`` or ``rebuild``,
-    whose tables it is folded into), and the COPY statement that loads each, by state."""
+def _states(spec: TopologySpec, names: Sequence[str] | None) -> tuple[StateSpec, ...]:
+    return spec.recomputable_states if names is None else tuple(spec.state(n) for n in names)
+
+
+def copies(store: StateStore, topology_id: str, purpose: str, states: Sequence[str] | None = None) -> dict[str, str]:
+    """Fresh tables for the replays' part of a recomputation (``purpose``: ``audit``, ``rebuild``
+    or ``build``, whose tables it is folded into), and the COPY statement that loads each, by state
+    (``states``: those of a state build; else every recomputable one)."""
     out = {}
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
-        for state in spec.recomputable_states:
+        for state in _states(spec, states):
             table = q.audit_table(store.schema, num, state, f"{purpose}_replays")
             for stmt in q.create_audit_table(table, state):
                 cur.execute(stmt)
@@ -43,12 +51,12 @@ def copies(store: StateStore, topology_id: str, purpose: str) -> dict[str, str]:
     return out
 
 
-def fold_in(store: StateStore, topology_id: str, purpose: str) -> None:
+def fold_in(store: StateStore, topology_id: str, purpose: str, states: Sequence[str] | None = None) -> None:
     """Fold the replays' part into the recomputation of ``purpose`` (each key's values combined by
     its state's rule), and drop it."""
     with store.db.transaction() as cur:
         num, spec, _c, _o = store.load(cur, topology_id)
-        for state in spec.recomputable_states:
+        for state in _states(spec, states):
             extra = q.audit_table(store.schema, num, state, f"{purpose}_replays")
             cur.execute(q.fold_recomputed(state, q.audit_table(store.schema, num, state, purpose), extra))
             catalog.drop(cur, extra)

@@ -17,7 +17,7 @@ from .. import quarantine
 from ..exceptions import SourceUnreachable
 from ..model import InFlight, Offsets, PlannedBatch, RecoverResult, TopologyStatus
 from ..sources.base import Source
-from ..spec import StateSpec
+from ..spec import StateSpec, TopologySpec
 from ..store import attempts, catalog, decisions, topologies, transactions
 from ..store import commits as commit_log
 from ..store import outputs as out_q
@@ -50,6 +50,7 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
         quarantined = commit_log.quarantine_counts(cur, store.schema, topology_id)
         warning = quarantine.rising(*commit_log.recent_quarantine(cur, store.schema, topology_id, quarantine.RECENT),
                                     spec.max_quarantined)
+        mark = topologies.rebuild_mark(cur, store.schema, topology_id)
         if not spec.source.remote:
             lag, lag_seconds, source_error, lag_bytes = _local_lag(spec.source, cur, store.schema, topology_id,
                                                                    offsets)
@@ -64,9 +65,24 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
                         blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
                         lag_seconds, source_error, lag_unit=spec.source.lag_unit,
                         offsets_skipped=int(progress.offsets_skipped), lag_bytes=lag_bytes,
-                        quarantine_warning=warning)
+                        quarantine_warning=warning, evolving=_evolving(spec, mark))
     stall = None if blocked else liveness.stalled(st, spec.stall_after_seconds, datetime.now(UTC))
     return replace(st, blocked_by=stall, stalled=True) if stall else st  # nothing failed, and nothing moves
+
+
+def _evolving(spec: TopologySpec, mark: topologies.RebuildMark) -> str | None:
+    """States the DAG file added, in a line: being built (from which history), declared (waiting)."""
+    parts = []
+    if spec.building:
+        names = ", ".join(s.name for s in spec.building)
+        parts.append(f"building {names} (" + (f"folding txids 1..{mark.rebuild_from_txid} of the source's history; "
+                                               "the commits stage it meanwhile)" if mark.state_build else
+                                               f"its build stopped: 'airflow-txn evolve {spec.topology_id} "
+                                               "--approve' takes it up)"))
+    if spec.declared:
+        parts.append(f"declared {', '.join(s.name for s in spec.declared)} (not kept until approved: "
+                     f"'airflow-txn evolve {spec.topology_id} --approve')")
+    return "; ".join(parts) or None
 
 
 def ask_lags(store: StateStore, topology_ids: Sequence[str]) -> None:

@@ -249,6 +249,9 @@ def judge(store: StateStore, topology_id: str, task: Task, *, quarantined: int |
         problems: dict[str, Any] = {}
         for state in spec.recomputable_states:
             staging, recomputed = store.staging(num, state), store.verify_staging(num, state)
+            if task.txid <= spec.built.get(state.name, 0):  # built from the source as of a later txid
+                v.clear(cur, recomputed, task.txid)
+                continue
             found = (_range_check(store, cur, topology_id, state, staging, recomputed, task) if task.kind == "range"
                      else _batch_check(cur, state, staging, recomputed, task, candidate))
             if found:

@@ -102,6 +102,7 @@ class TopologyStatus:
     offsets_skipped: int = 0  # committed Kafka offsets that held no committed record (aborted, markers)
     lag_bytes: int | None = None  # what the waiting files hold (a landing directory on S3 or HDFS)
     quarantine_warning: str | None = None  # the latest txids set aside half their max_quarantined or more
+    evolving: str | None = None  # states its DAG file added, declared or being built (core/evolution.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -4,7 +4,7 @@ record) -- and staged into a recomputation's tables (an audit's, a rebuild's, a 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..coordinator import Coordinator
@@ -32,7 +32,9 @@ def transformed(spec: TopologySpec, transform: Transform, good: DataFrame) -> di
     if not isinstance(out, Mapping):
         raise ConfigError("the transform must return {state name: DataFrame} (and {output name: DataFrame} "
                           "for the topology's outputs, {decision name: DataFrame} for its decisions)")
-    states = spec.recomputable_states
+    # A state the DAG file adds is declared until the owner approves it: its rows are not kept yet.
+    out = {name: df for name, df in out.items() if name not in {s.name for s in spec.declared}}
+    states = spec.folded_states
     others = [o.name for o in spec.outputs] + [d.name for d in spec.decisions]
     unknown = set(out) - {s.name for s in states} - set(others)
     if unknown:
@@ -87,7 +89,7 @@ def _marked(spec: TopologySpec, frames: dict[str, DataFrame], retraction: bool) 
 def folded(spec: TopologySpec, frames: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
     """Each state's folded rows, by state; then each output's events and each decision's requests,
     as the transform returned them."""
-    states = {s.name for s in spec.states}
+    states = {s.name for s in spec.folded_states}
     return {name: fold(spec.state(name), df) if name in states else df for name, df in frames.items()}
 
 
@@ -106,10 +108,11 @@ class Read(NamedTuple):
 
 def read_batch(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec, batch: Mapping[str, Any],
           transform: Transform, *, schema: str | None, required: Sequence[str], checks: Mapping[str, str] | None,
-          states_only: bool = False) -> Read:
+          states: Collection[str] | None = None) -> Read:
     """Read, parse and judge the planned ``batch`` of ``spec``, and count it; the transform's frames
-    (only the recomputable states' with ``states_only``: an audit or a rebuild recomputes states;
-    outputs stay appended, and a decision's verdicts cannot be recomputed in parallel)."""
+    (only those of ``states`` when given: an audit or a rebuild recomputes states -- outputs stay
+    appended, and a decision's verdicts cannot be recomputed in parallel -- and a state's build
+    only that state)."""
     # The batch is counted by observations of the job that reads it; when every record is bad
     # (or set aside) the fold's input is empty, and this rule would cut the job short before the
     # observations report -- no count, and a job that fails for a batch of garbage.
@@ -125,16 +128,16 @@ def read_batch(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec
     prepared = prepare(records, schema, required, checks)
     frames = (negating(spark, spec, transform, prepared.good, versions) if versions
               else transformed(spec, transform, prepared.good))
-    if states_only:
-        frames = {s.name: frames[s.name] for s in spec.recomputable_states}
-    folds = fuse(spec.recomputable_states, frames, prepared.good)
+    if states is not None:
+        frames = {name: frames[name] for name in states}
+    folds = fuse([s for s in spec.folded_states if s.name in frames], frames, prepared.good)
     keep = folds.run() if folds is not None else cache(prepared).cached
     if prepared.unsure() and isinstance(batch, FileBatch) and any(f.get("plain") for f in batch.files):
         # A string field of a line Spark's JSON reader parsed may have held a number: read the
         # files as text, where that shows (once: a batch as text has no plain file).
         keep.unpersist()
         return read_batch(spark, coordinator, spec, as_text(batch), transform, schema=schema, required=required,
-                     checks=checks, states_only=states_only)
+                     checks=checks, states=states)
     return Read(prepared, frames, folds, keep, *prepared.totals())
 
 
@@ -147,5 +150,6 @@ def stage_states(spec: TopologySpec, read: Read, dsn: str, copies: Mapping[str, 
         read.folds.stage(dsn, copies, prefix, set_aside)
         return set_aside.rows + read.folds.rejected_count
     for name, df in folded(spec, read.frames).items():
-        stage_fold(df, dsn, Staging(copies[name], tuple(prefix)), set_aside=set_aside)
+        if name in copies:  # a recomputation's target may take some of the states
+            stage_fold(df, dsn, Staging(copies[name], tuple(prefix)), set_aside=set_aside)
     return set_aside.rows

@@ -235,6 +235,8 @@ class FusedFolds:
 
         written = {}
         for i, state in enumerate(self.states):
+            if state.name not in copies:  # a recomputation's target may take some of the states
+                continue
             names = [*state.key_columns, "value", admit.WHY, admit.RECORD]
             label, target = f"fold:{state.name}", Staging(copies[state.name], tuple(prefix))
             if self._head is not None:

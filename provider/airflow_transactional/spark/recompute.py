@@ -196,14 +196,16 @@ def spark_fold(spark: SparkSession, coordinator: Coordinator, spec: TopologySpec
     the target asks for them -- staged by the executors."""
     def fold(batch: PlannedBatch, target: Target) -> Folded:
         batch, unreadable = readable_batch(batch, spec.source)
-        read = read_batch(spark, coordinator, spec, batch, transform, schema=schema, required=required,
-                          checks=checks, states_only=target.events is None)
+        # As it is now: a state build's begins after this fold was made.
+        now = coordinator.spec(spec.topology_id)
+        read = read_batch(spark, coordinator, now, batch, transform, schema=schema, required=required,
+                          checks=checks, states=list(target.states) if target.events is None else None)
         if phases is not None:
             phases.lap("read, parse, validate, fold")
         set_aside = 0
         if target.events is not None:
-            read, set_aside = _stage_events(coordinator, spec, read, target.events)
-        set_aside += stage_states(spec, read, coordinator.dsn, target.states, target.prefix)
+            read, set_aside = _stage_events(coordinator, now, read, target.events)
+        set_aside += stage_states(now, read, coordinator.dsn, target.states, target.prefix)
         read.keep.unpersist()
         if phases is not None:
             phases.lap("stage")

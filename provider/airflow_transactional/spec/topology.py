@@ -4,7 +4,7 @@ when built."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import identifiers, quarantine
@@ -60,7 +60,13 @@ class TopologySpec:
     it applies request by request (:class:`DecisionSpec`), ``job`` its Spark application
     (:class:`SparkJob`), ``dag_id`` the one DAG that runs it (default: its id), ``stall_after_seconds``
     how long it may go without a commit while its source holds records before it is stalled (None: never),
-    ``max_quarantined`` the share of a txid's records it may set aside and commit (:mod:`..quarantine`)."""
+    ``max_quarantined`` the share of a txid's records it may set aside and commit (:mod:`..quarantine`).
+
+    A running topology's states evolve (``core/evolution.py``): a state its DAG file adds is
+    ``declared`` (its transform's rows are dropped) until the owner approves it; then it is
+    ``building`` -- every attempt folds and stages it, no commit applies it -- until it is switched
+    in, when it joins ``states`` and ``built`` records the txid its values were first computed at
+    (its delta history, and its verification, start there)."""
 
     topology_id: str
     source: Source
@@ -75,6 +81,9 @@ class TopologySpec:
     dag_id: str | None = None
     stall_after_seconds: int | None = None
     max_quarantined: float | None = quarantine.DEFAULT_SHARE
+    building: Sequence[StateSpec] = ()
+    declared: Sequence[StateSpec] = ()
+    built: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def dag(self) -> str:
@@ -89,6 +98,13 @@ class TopologySpec:
         names = [s.name for s in states]
         if len(set(names)) != len(names):
             raise ConfigError(f"topology {self.topology_id!r}: state names must be unique, got {names}")
+        for attr in ("building", "declared"):
+            object.__setattr__(self, attr, _sequence(self.topology_id, attr, getattr(self, attr), "[]"))
+        names += [s.name for s in (*self.building, *self.declared)]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"topology {self.topology_id!r}: a state is declared twice (live, building or "
+                              f"declared): {names}")
+        object.__setattr__(self, "built", dict(self.built))
         tables = [s.schema_and_table for s in states]
         if len(set(tables)) != len(tables):
             raise ConfigError(f"topology {self.topology_id!r}: two states write the same table")
@@ -155,6 +171,12 @@ class TopologySpec:
         keeps (their verdicts depended on the order of the commits)."""
         return tuple(s for s in self.states if s.name not in self.decided_states)
 
+    @property
+    def folded_states(self) -> tuple[StateSpec, ...]:
+        """The states every processing attempt folds and stages: the recomputable ones and those
+        being built (``building``)."""
+        return (*self.recomputable_states, *self.building)
+
     def decision(self, name: str) -> DecisionSpec:
         return _named(self.topology_id, "decision", self.decisions, name)
 
@@ -174,7 +196,8 @@ class TopologySpec:
         return _named(self.topology_id, "output", self.outputs, name)
 
     def state(self, name: str) -> StateSpec:
-        return _named(self.topology_id, "state", self.states, name)
+        """The live or building state called ``name`` (building: attempts stage it)."""
+        return _named(self.topology_id, "state", (*self.states, *self.building), name)
 
     def to_config(self) -> dict[str, Any]:
         return {
@@ -191,6 +214,9 @@ class TopologySpec:
             **({"dag_id": self.dag_id} if self.dag_id else {}),
             **({"stall_after_seconds": self.stall_after_seconds} if self.stall_after_seconds else {}),
             **({"max_quarantined": self.max_quarantined} if self.max_quarantined != quarantine.DEFAULT_SHARE else {}),
+            **({"building": [s.to_config() for s in self.building]} if self.building else {}),
+            **({"declared": [s.to_config() for s in self.declared]} if self.declared else {}),
+            **({"built": dict(self.built)} if self.built else {}),
         }
 
     @classmethod
@@ -210,6 +236,9 @@ class TopologySpec:
             dag_id=config.get("dag_id"),
             stall_after_seconds=config.get("stall_after_seconds"),
             max_quarantined=config.get("max_quarantined", quarantine.DEFAULT_SHARE),
+            building=[StateSpec.from_config(s) for s in config.get("building", ())],
+            declared=[StateSpec.from_config(s) for s in config.get("declared", ())],
+            built={str(k): int(v) for k, v in dict(config.get("built") or {}).items()},
         )
 
 

@@ -64,10 +64,11 @@ def get(cur: Cursor, schema: str, topology_id: str, txid: int) -> Committed | No
     return one(cur, Committed)
 
 
-def log(cur: Cursor, schema: str, topology_id: str, txid: int | None = None) -> list[CommitRecord]:
-    """The audit log of a topology, in txid order (only ``txid``'s entry, if given)."""
+def log(cur: Cursor, schema: str, topology_id: str, txid: int | None = None, *, after: int = 0) -> list[CommitRecord]:
+    """The audit log of a topology, in txid order (only ``txid``'s entry, if given; only the txids
+    after ``after``)."""
     cur.execute(query("commit_log", schema, columns=column_list(CommitRecord._fields)),
-                {"topology": topology_id, "txid": txid})
+                {"topology": topology_id, "txid": txid, "after": after})
     return every(cur, CommitRecord)
 
 

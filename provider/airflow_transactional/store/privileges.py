@@ -32,6 +32,7 @@ from .. import identifiers
 from ..exceptions import ConfigError
 from . import decisions, outputs
 from . import state as q
+from .rows import Cursor
 
 if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
     from ..spec import TopologySpec
@@ -155,7 +156,7 @@ def _topology_grants(schema: str, num: int, spec: TopologySpec, runtime: sql.Ide
     (read, insert, update: the commit's upsert) and the headroom its decisions read; the auditor
     (who may be the run-time role) on the tables a round stages in (made here for a topology
     registered before them), and its states (read: a round adds them up against their history)."""
-    staging = [q.staging_table(schema, num, st) for st in spec.states]
+    staging = [q.staging_table(schema, num, st) for st in (*spec.states, *spec.building)]
     staging += [decisions.staging_table(schema, num, d) for d in spec.decisions]
     staging += [decisions.runs_table(schema, num, d) for d in spec.decisions]
     verified = [q.verify_table(schema, num, st) for st in spec.states]
@@ -182,3 +183,18 @@ def _topology_grants(schema: str, num: int, spec: TopologySpec, runtime: sql.Ide
                     sql.SQL("GRANT SELECT ON {}.{} TO {}").format(sql.Identifier(h_schema),
                                                                   sql.Identifier(h_table), runtime)]
     return out
+
+
+#: What :func:`grant_like` copies: the privileges this module grants on the provider's tables.
+_COPIED = frozenset({"SELECT", "INSERT", "UPDATE", "DELETE"})
+
+
+def grant_like(cur: Cursor, model: sql.Composed, table: sql.Composed) -> None:
+    """Give ``table`` the grants ``model`` has to other roles: a table made for a running topology
+    (a state added to it) is reached by the roles that reach its others, without a new ``grant``."""
+    cur.execute("SELECT grantee, privilege_type FROM information_schema.role_table_grants WHERE grantee NOT IN "
+                "(current_user, 'PUBLIC') AND format('%%I.%%I', table_schema, table_name)::regclass = %s::regclass",
+                (model.as_string(cur),))
+    for grantee, privilege in cur.fetchall():
+        if privilege in _COPIED:
+            cur.execute(sql.SQL("GRANT {} ON {} TO {}").format(sql.SQL(privilege), table, sql.Identifier(grantee)))

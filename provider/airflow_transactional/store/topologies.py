@@ -41,8 +41,19 @@ class Progress(NamedTuple):
 
 
 class RebuildMark(NamedTuple):
+    """Where a running rebuild -- or a state build (``core/evolution.py``), its id starting with
+    :data:`BUILD_MARK` -- started, and its id."""
+
     rebuild_from_txid: int | None
     rebuild_id: str | None
+
+    @property
+    def state_build(self) -> bool:
+        return (self.rebuild_id or "").startswith(BUILD_MARK)
+
+
+#: A state build's mark's id starts so; a rebuild's is a bare id.
+BUILD_MARK = "build:"
 
 
 def get(cur: Cursor, schema: str, topology_id: str, *, lock: bool = False) -> TopologyRow | None:

@@ -13,8 +13,9 @@ VALUES (%(topology)s, %(txid)s, %(attempt)s, %(plan_version)s, %(run_key)s, %(st
 SELECT committed_at, attempt FROM {s}.commits WHERE topology_id = %(topology)s AND txid = %(txid)s
 
 -- name: commit_log
--- The audit log of a topology in txid order (one txid's entry when txid is not null).
-SELECT {columns} FROM {s}.commits WHERE topology_id = %(topology)s AND txid = coalesce(%(txid)s, txid) ORDER BY txid
+-- The audit log of a topology in txid order (one txid's entry when txid is not null), after txid %(after)s.
+SELECT {columns} FROM {s}.commits WHERE topology_id = %(topology)s AND txid = coalesce(%(txid)s, txid)
+    AND txid > %(after)s ORDER BY txid
 
 -- name: commit_end_offsets
 SELECT end_offsets FROM {s}.commits WHERE topology_id = %(topology)s AND txid = %(txid)s

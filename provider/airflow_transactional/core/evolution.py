@@ -1,0 +1,243 @@
+"""Add a state to a running topology: built from the source's history while the topology keeps
+committing, switched in at one txid, exactly once (OLEP: a new derived view of a kept log).
+
+A state the DAG file adds is kept as *declared* at registration (``core/redeclaration.py``): the
+job's rows for it are dropped and nothing else changes. The owner approves it -- ``airflow-txn
+evolve TOPOLOGY --approve``, the recompute engine's :class:`~.recompute.StateBuild` -- and then:
+
+1. :func:`begin` (under the topology's lock): the state is *building* -- every processing attempt
+   from now on folds and stages it beside the live states; no commit applies it. M is the last
+   txid planned so far: an attempt of a txid after M began after this, so it staged the state.
+   The build holds the rebuild's turn (a rebuild and a build never run together), and its mark is
+   the rebuild's, ``(M, "build:<id>")``.
+2. :func:`wait_for_plans`: the txids through M commit as they would (their attempts may predate
+   the build; those are what step 3 computes).
+3. The topology's own code folds every source record of txids 1..M (and what committed replays
+   through M took, each as edited) into a load table: the state as of M.
+4. :func:`switch` (ONE database transaction, under the lock, commits wait): the state's table
+   holds the load plus the staged rows of txids M+1..now (the journal, each the committed
+   attempt's), the history starts at M with the load as its snapshot, the state joins the live
+   ones (``built``: M). From the next commit on, every commit applies it.
+
+So the state equals, at the switch, the fold of txids 1..C (C the committed txid) under the code
+in force -- what the audit recomputes. A build whose process dies leaves the state building (the
+attempts keep staging it): approving again starts the fold over; :func:`cancel` forgets it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg2 import sql
+
+from ..exceptions import ConfigError, RebuildInProgress, TransactionalError
+from ..spec import StateSpec, TopologySpec
+from ..store import catalog, commits, privileges, topologies, transactions
+from ..store import history as h
+from ..store import state as q
+from ..store.topologies import BUILD_MARK, RebuildMark
+from . import rebuild, registration
+from .context import StateStore
+
+__all__ = ["Build", "begin", "cancel", "load_copies", "status", "switch", "wait_for_plans"]
+
+@dataclass(frozen=True)
+class Build:
+    """A state build that has begun: its topology, the states it builds, the txid its fold covers
+    (M), its id."""
+
+    topology_id: str
+    states: tuple[str, ...]
+    through_txid: int
+    build_id: str
+
+
+def _refusal(spec: TopologySpec, states: list[StateSpec]) -> str | None:
+    """Why ``states`` cannot be built exactly from the source (None: they can)."""
+    external = [s.name for s in states if s.database is not None]
+    if external:
+        return (f"states {external} are kept in another database, outside the commit's transaction: the switch "
+                "could not be one commit; keep them in the state store, or give the topology a new id")
+    decided = [s.name for s in states if s.name in spec.decided_states]
+    if decided:
+        return (f"states {decided} are kept by decisions, whose verdicts were taken in commit order: a "
+                "recomputation from the source cannot take them again; give the topology a new id")
+    return None
+
+
+def load_table(store: StateStore, num: int, state: StateSpec) -> sql.Composed:
+    return q.audit_table(store.schema, num, state, purpose="build")
+
+
+def begin(store: StateStore, topology_id: str) -> Build:
+    """Approve the declared states: make them building (or take up a build whose process died)."""
+    if not rebuild.hold(store, topology_id):
+        raise RebuildInProgress(f"topology {topology_id!r} has a rebuild or a state build running (its process "
+                                "holds the lock): wait for it to finish")
+    try:
+        with store.db.transaction() as cur:
+            num, spec, committed, _o = store.load(cur, topology_id, lock=True)
+            mark = topologies.rebuild_mark(cur, store.schema, topology_id)
+            if mark.rebuild_id is not None and not mark.state_build:
+                raise RebuildInProgress(f"topology {topology_id!r} has an unfinished rebuild {mark.rebuild_id}: "
+                                        f"run 'airflow-txn rebuild --abort {topology_id}', then approve again")
+            states = [*spec.building, *spec.declared]
+            if not states:
+                raise ConfigError(f"topology {topology_id!r} has no state to build: add a StateSpec to its DAG "
+                                  "file (and its rows to the job's transform), let a run register it, then approve")
+            why = _refusal(spec, states)
+            if why:
+                raise ConfigError(f"topology {topology_id!r}: {why}")
+            if spec.building and mark.rebuild_id is not None and not spec.declared:  # taken up again
+                build = Build(topology_id, tuple(s.name for s in states), int(mark.rebuild_from_txid or 0),
+                              mark.rebuild_id)
+            else:
+                last = transactions.last(cur, store.schema, topology_id)
+                build = Build(topology_id, tuple(s.name for s in states), max(committed, last.txid if last else 0),
+                              BUILD_MARK + uuid.uuid4().hex)
+            config = {**spec.to_config(), "building": [s.to_config() for s in states]}
+            config.pop("declared", None)
+            topologies.upsert(cur, store.schema, topology_id, config)
+            topologies.set_rebuild_mark(cur, store.schema, topology_id, RebuildMark(build.through_txid,
+                                                                                    build.build_id))
+            for state in states:
+                _tables(store, cur, num, topology_id, state, like=spec.states[0])  # staging: in the store
+    except BaseException:
+        rebuild.release(store, topology_id)
+        raise
+    return build
+
+
+def _tables(store: StateStore, cur: Any, num: int, topology_id: str, state: StateSpec, *, like: StateSpec) -> None:
+    """A building state's staging table (and its history view, its verification's) -- reached by
+    the roles that reach the live state ``like``'s: the run-time role's attempts stage it -- and a
+    fresh load table."""
+    if not catalog.exists(cur, store.staging(num, state)):
+        cur.execute(q.create_staging_table(store.staging(num, state), state))
+        cur.execute(q.create_history_view(q.history_view(store.schema, num, state), store.staging(num, state),
+                                          state, store.schema, topology_id))
+    cur.execute(q.create_staging_table(store.verify_staging(num, state), state))  # if not there
+    privileges.grant_like(cur, store.staging(num, like), store.staging(num, state))
+    privileges.grant_like(cur, store.verify_staging(num, like), store.verify_staging(num, state))
+    catalog.drop(cur, load_table(store, num, state), if_exists=True)
+    for stmt in q.create_audit_table(load_table(store, num, state), state):
+        cur.execute(stmt)
+
+
+def wait_for_plans(store: StateStore, build: Build, *, timeout: float = 3600.0, poll: float = 1.0) -> None:
+    """Wait until the txids planned before the build (through M) have committed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with store.db.transaction() as cur:
+            committed = store.load(cur, build.topology_id).committed_txid
+        if committed >= build.through_txid:
+            return
+        if time.monotonic() > deadline:
+            raise TransactionalError(
+                f"topology {build.topology_id!r}: the state build waits for txids {committed + 1}..."
+                f"{build.through_txid}, planned before it began, to commit, and they did not within "
+                f"{timeout:.0f}s: let them commit (or fail them for good), then approve again")
+        time.sleep(poll)
+
+
+def load_copies(store: StateStore, build: Build) -> dict[str, str]:
+    """The COPY statement that loads each building state's fold of txids 1..M into its load table."""
+    with store.db.transaction() as cur:
+        num, spec, _c, _o = store.load(cur, build.topology_id)
+        return {name: q.copy_into(load_table(store, num, spec.state(name)),
+                                  [*spec.state(name).key_columns, "value"], csv=True).as_string(cur)
+                for name in build.states}
+
+
+def switch(store: StateStore, build: Build) -> dict[str, Any]:
+    """Switch the built states in, in one transaction under the topology's lock (the module's step 4)."""
+    topology_id, through = build.topology_id, build.through_txid
+    with store.db.transaction() as cur:
+        num, spec, committed, _o = store.load(cur, topology_id, lock=True)
+        if topologies.rebuild_mark(cur, store.schema, topology_id) != (through, build.build_id):
+            raise TransactionalError(f"topology {topology_id!r}: state build {build.build_id} was cancelled or "
+                                     "replaced; nothing was switched in")
+        journal = commits.log(cur, store.schema, topology_id, after=through)
+        result: dict[str, Any] = {"topology": topology_id, "built_at_txid": through, "switched_at_txid": committed,
+                                  "journal_txids": len(journal), "states": {}}
+        for name in build.states:
+            state = spec.state(name)
+            _check_journal(topology_id, name, journal)
+            registration.ensure_state_table(store, cur, topology_id, state)
+            like = next((s for s in spec.states if s.database is None), None)
+            if like is not None:
+                privileges.grant_like(cur, q.state_table(like), q.state_table(state))
+            keys = rebuild.caught_up(store, cur, state, load_table(store, num, state), through,
+                                     [(e.txid, e.attempt) for e in journal], store.staging(num, state))
+            # The history of the state starts at M: the load is its snapshot (earlier staged rows of
+            # txids through M, an attempt's that began after the build, were folded from the source).
+            attempt = commits.get(cur, store.schema, topology_id, through)
+            h.snapshot_of(cur, store.schema, topology_id, state, store.staging(num, state),
+                          load_table(store, num, state), through, attempt.attempt if attempt else 0)
+            result["states"][name] = keys
+            catalog.drop(cur, load_table(store, num, state))
+        config = spec.to_config()
+        config["states"] = [*config["states"], *(spec.state(n).to_config() for n in build.states)]
+        config["built"] = {**dict(config.get("built") or {}), **dict.fromkeys(build.states, through)}
+        config["building"] = [s for s in config.get("building", ()) if s["name"] not in build.states]
+        if not config["building"]:
+            del config["building"]
+        topologies.upsert(cur, store.schema, topology_id, config)
+        topologies.set_rebuild_mark(cur, store.schema, topology_id, rebuild.NO_REBUILD)
+    rebuild.release(store, topology_id)
+    return result
+
+
+def _check_journal(topology_id: str, name: str, journal: list[commits.CommitRecord]) -> None:
+    """Every txid after M staged the state (its attempt began after the build), and none corrects:
+    a correction applies differences from what its txids applied, which the state never had."""
+    for entry in journal:
+        if entry.corrects:
+            raise TransactionalError(f"topology {topology_id!r}: txid {entry.txid} corrected txids while state "
+                                     f"{name!r} was building; approve the build again (it starts over)")
+        if entry.attempt and name not in (entry.row_counts or {}):
+            raise TransactionalError(f"topology {topology_id!r}: txid {entry.txid} committed an attempt that did "
+                                     f"not stage state {name!r}; approve the build again (it starts over)")
+
+
+def cancel(store: StateStore, topology_id: str) -> list[str]:
+    """Forget the states being built (they are declared again: a run's registration keeps them so
+    while the DAG file declares them) and the build's tables; the states cancelled."""
+    if not rebuild.hold(store, topology_id):
+        raise RebuildInProgress(f"the state build of {topology_id!r} is still running (its process holds the lock): "
+                                "stop it first")
+    try:
+        with store.db.transaction() as cur:
+            num, spec, _c, _o = store.load(cur, topology_id, lock=True)
+            names = [s.name for s in spec.building]
+            if not names:
+                return []
+            config = {**spec.to_config(), "declared": [*(s.to_config() for s in spec.building),
+                                                       *(s.to_config() for s in spec.declared)]}
+            config.pop("building")
+            topologies.upsert(cur, store.schema, topology_id, config)
+            mark = topologies.rebuild_mark(cur, store.schema, topology_id)
+            if mark.state_build:
+                topologies.set_rebuild_mark(cur, store.schema, topology_id, rebuild.NO_REBUILD)
+            for state in spec.building:
+                cur.execute(q.drop_history_view(q.history_view(store.schema, num, state)))
+                tables = (store.staging(num, state), store.verify_staging(num, state), load_table(store, num, state))
+                for table in tables:
+                    catalog.drop(cur, table, if_exists=True)
+    finally:
+        rebuild.release(store, topology_id)
+    return names
+
+
+def status(store: StateStore, topology_id: str) -> dict[str, Any]:
+    """What is declared, building (from which txid) and built (since which txid)."""
+    with store.db.transaction() as cur:
+        _num, spec, committed, _o = store.load(cur, topology_id)
+        mark = topologies.rebuild_mark(cur, store.schema, topology_id)
+    building = mark.rebuild_from_txid if mark.state_build else None
+    return {"topology": topology_id, "committed_txid": committed,
+            "declared": [s.name for s in spec.declared], "building": [s.name for s in spec.building],
+            "building_through_txid": building, "built": dict(spec.built)}

@@ -1,0 +1,116 @@
+"""A state added to a running Spark topology (``core/evolution.py``) with the owner's CLI: the
+``words`` job grows a third state, its rows dropped while it is only declared; ``airflow-txn evolve
+--approve`` builds it from the log's history on the tier's Spark Connect server while a txid
+commits, and switches it in; it then equals a count straight from the events appended, and every
+commit after keeps it so. The batches run as Connect clients too: this is the build's story, not
+spark-submit's."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from airflow_transactional import EventLog, PostgresLogSource, SparkJob, StateSpec, TopologySpec
+from airflow_transactional.cli import main as cli
+from airflow_transactional.coordinator import Coordinator
+from tests.helpers import connect_job, declared, query
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+WORDS = str(REPO / "spark_jobs" / "words.py")
+USERS = StateSpec("user_counts", {"user": "text"}, combiner="count")
+#: The words job once its DAG file adds ``user_counts``: the same transform, and each tweet's user.
+GROWN_JOB = f"""
+import sys
+sys.path.insert(0, {str(REPO / "spark_jobs")!r})
+from pyspark.sql import functions as F
+from airflow_transactional.spark_job import per_record, run
+from words import transform as words
+
+def transform(tweets):
+    return {{**words(tweets), "user_counts": per_record(tweets, {{"user": F.col("user")}})}}
+
+if __name__ == "__main__":
+    raise SystemExit(run(transform, schema="url string, user string, ts string", required=["url"]))
+"""
+
+
+def _spec(job: str, *extra: StateSpec) -> TopologySpec:
+    return TopologySpec("words", PostgresLogSource("tweets"), [
+        StateSpec("url_counts", {"url": "text"}, combiner="count"),
+        StateSpec("domain_counts", {"domain": "text"}, combiner="count", kind="opaque"), *extra,
+    ], max_batch_size=150, max_in_flight=5, job=SparkJob(job))
+
+
+def _tweets(first: int, n: int) -> list[tuple[str, str]]:
+    return [(f"tw{i}", json.dumps({"url": f"https://example.com/p{i % 13}", "user": f"u{i % 9}"}))
+            for i in range(first, first + n)]
+
+
+def _run(dsn: str, remote: str, coord: Coordinator, job: str, run_key: str) -> int:
+    txid = coord.plan("words", run_key).txid
+    done = connect_job(dsn, remote, job, "--topology", "words", "--txid", str(txid))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert coord.commit("words", txid).committed
+    return txid
+
+
+def test_a_state_added_to_the_words_job_is_built_from_history_and_kept_after_the_switch(
+        dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark_remote: str,
+        spark_connect_conn: str) -> None:
+    log = EventLog(dsn, "tweets")
+    log.create(3)
+    log.append(_tweets(0, 300))
+    coord = Coordinator(dsn)
+    spec, _dag = declared(tmp_path, _spec(WORDS))
+    coord.register(spec)
+    _run(dsn, spark_remote, coord, WORDS, "r1")
+    _run(dsn, spark_remote, coord, WORDS, "r2")
+    # The DAG file adds the state and the job returns its rows: declared, they are dropped.
+    grown = tmp_path / "grown_words.py"
+    grown.write_text(GROWN_JOB)
+    spec, dag_file = declared(tmp_path, _spec(str(grown), USERS))
+    coord.register(spec)
+    log.append(_tweets(300, 100))
+    _run(dsn, spark_remote, coord, str(grown), "r3")
+    assert coord.evolution("words")["declared"] == ["user_counts"]
+    assert query(dsn, "SELECT to_regclass('public.user_counts')") == [(None,)]
+
+    # Approved: the build folds the history and holds until released; a txid commits meanwhile.
+    release = tmp_path / "release"
+    monkeypatch.setenv("AIRFLOW_TXN_FAULTS", f"build.loaded:words=waitfor:{release}")
+    outcome: list[int] = []
+    approve = ["--dsn", dsn, "evolve", "words", "--approve", "--dag-file", dag_file,
+               "--spark-connect", spark_connect_conn]
+    worker = threading.Thread(target=lambda: outcome.append(cli(approve)))
+    worker.start()
+    while coord.evolution("words")["building_through_txid"] is None:
+        time.sleep(0.3)
+    monkeypatch.delenv("AIRFLOW_TXN_FAULTS")
+    log.append(_tweets(400, 120))
+    during = _run(dsn, spark_remote, coord, str(grown), "during-build")
+    assert query(dsn, "SELECT to_regclass('public.user_counts')") == [(None,)]  # not switched in yet
+    release.touch()
+    worker.join(300)
+    assert outcome == [0]
+    status = coord.evolution("words")
+    assert status["built"] == {"user_counts": during - 1} and not status["building"]
+
+    def users() -> dict[str, int]:
+        return {u: int(n) for u, n in query(dsn, 'SELECT "user", value FROM user_counts')}
+
+    everything = [p for _e, p in _tweets(0, 520)]
+    assert users() == Counter(json.loads(p)["user"] for p in everything)  # every committed tweet, once
+    log.append(_tweets(520, 60))
+    _run(dsn, spark_remote, coord, str(grown), "after")
+    everything = [p for _e, p in _tweets(0, 580)]
+    assert users() == Counter(json.loads(p)["user"] for p in everything)
+    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file, "--spark-connect", spark_connect_conn]) == 0
+    coord.close()
+    log.close()
