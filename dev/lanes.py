@@ -39,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: job's story reads the broker the e2e stack already has.
 CLUSTER_LANE_SPARK = ("tests/spark/test_verify_job.py", "tests/spark/test_payments_job.py",
                       "tests/spark/test_correction_preview.py", "tests/spark/test_recompute_with_replays.py",
-                      "tests/spark/test_spark_job.py", "tests/spark/test_retractions_job.py")
+                      "tests/spark/test_spark_job.py", "tests/spark/test_retractions_job.py",
+                      "tests/spark/test_evolution_job.py")
 E2E_LANE_SPARK = ("tests/spark/test_spark_connect.py", "tests/spark/test_kafka_job.py")
 #: lane -> its pytest selection (paths in the order they run, and a marker expression)
 LANES = {"e2e": ("tests/e2e", *E2E_LANE_SPARK, "-m", "e2e or spark"),
