@@ -228,6 +228,8 @@ class Coordinator:
     # -- a state added to a running topology (core/evolution.py; built through recompute) --------
     evolution = Operation(evolution_.status)
     cancel_build = Operation(evolution_.cancel)
+    retire_states = Operation(evolution_.retire)
+    drop_retired = Operation(evolution_.drop)
 
     # -- a rebuild (core/rebuild.py; run through recompute) left half done, ended by hand -------
     abort_rebuild = Operation(rebuild.abort)

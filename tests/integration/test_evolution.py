@@ -221,3 +221,53 @@ def test_the_status_says_what_is_declared_and_building_and_a_rebuild_waits_for_t
         assert coord.status("clicks").evolving is None
     finally:
         coord.close()
+
+
+def test_a_state_the_dag_file_drops_is_kept_until_approved_then_retired_as_it_was(dsn: str) -> None:
+    log = make_log(dsn)
+    log.append([click(i) for i in range(20)])
+    coord = Coordinator(dsn)
+    try:
+        coord.register(evolved())  # no progress yet: three live states
+        run_one(coord, "clicks", "r1", evolved_fn)
+        coord.register(counting_topology())  # the DAG file drops one: still kept until approved
+        assert coord.evolution("clicks")["retiring"] == ["clicks_big"]
+        assert "retiring clicks_big" in (coord.status("clicks").evolving or "")
+        log.append([click(i) for i in range(20, 40)])
+        run_one(coord, "clicks", "r2", evolved_fn)
+        assert big(dsn) == big_oracle(dsn)
+        assert coord.retire_states("clicks") == {"clicks_big": 2}
+        # Retired at txid 2: no commit after keeps it, whether the job still returns its rows or not.
+        log.append([click(i, amount=10) for i in range(40, 60)])
+        run_one(coord, "clicks", "r3", evolved_fn)
+        log.append([click(i, amount=10) for i in range(60, 70)])
+        run_one(coord, "clicks", "r4", click_fn)
+        assert sum(v for _u, v in big(dsn)) == sum(
+            json.loads(p)["amount"] for (p,) in query(dsn, "SELECT payload FROM airflow_txn.log_events WHERE "
+                                                      "log_name = 'clicks' AND event_id IN %s",
+                                                      (tuple(f"ev-{i}" for i in range(40)),))
+            if json.loads(p)["amount"] >= 5)  # as it was at txid 2
+        assert coord.evolution("clicks")["retired"] == {"clicks_big": 2}
+        with pytest.raises(DeclarationChanged, match="'clicks_big' was retired at txid 2"):
+            coord.register(evolved())  # its name is taken until it is dropped
+        assert '"public"."clicks_big"' in coord.drop_retired("clicks", "clicks_big")
+        assert not query(dsn, "SELECT to_regclass('public.clicks_big')")[0][0]
+        coord.register(evolved())  # the name is free again: a new state, declared
+        assert coord.evolution("clicks")["declared"] == ["clicks_big"]
+    finally:
+        coord.close()
+
+
+def test_a_reset_drops_what_a_build_and_a_retirement_left(dsn: str) -> None:
+    make_log(dsn).append([click(i) for i in range(20)])
+    coord = Coordinator(dsn)
+    try:
+        coord.register(evolved())
+        run_one(coord, "clicks", "r1", evolved_fn)
+        coord.register(counting_topology())
+        coord.retire_states("clicks")
+        dropped = coord.reset("clicks").dropped
+        assert {'"public"."clicks_big"', '"airflow_txn"."stg_1_clicks_big"'} <= set(dropped)
+        assert not query(dsn, "SELECT to_regclass('public.clicks_big')")[0][0]
+    finally:
+        coord.close()

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from ..connections import redact
 from ..exceptions import ConfigError, TransactionalError
-from ..spec import TopologySpec
+from ..spec import EVOLUTION_KEYS, TopologySpec
 
 
 def declared_topologies(dag_files: list[str]) -> list[TopologySpec]:
@@ -58,11 +58,12 @@ TUNING = ("max_in_flight", "max_batch_size", "stall_after_seconds")
 
 
 def _compared(spec: TopologySpec) -> dict[str, Any]:
-    """What must agree: the states whatever their stage (a state the file adds is kept as declared,
-    then building, then live: ``core/evolution.py``), and everything but the tuning."""
-    config = {k: v for k, v in spec.to_config().items() if k not in (*TUNING, "building", "declared", "built")}
-    config["states"] = [s.to_config() for s in sorted((*spec.states, *spec.building, *spec.declared),
-                                                      key=lambda s: s.name)]
+    """What must agree: the states the file declares whatever their stage (a state it adds is kept
+    as declared, then building, then live; one it drops, retiring: ``core/evolution.py``), and
+    everything but the tuning."""
+    config = {k: v for k, v in spec.to_config().items() if k not in (*TUNING, *EVOLUTION_KEYS)}
+    declared = [s for s in (*spec.states, *spec.building, *spec.declared) if s.name not in spec.retiring]
+    config["states"] = [s.to_config() for s in sorted(declared, key=lambda s: s.name)]
     return config
 
 

@@ -67,10 +67,20 @@ def evolve(args: argparse.Namespace, coord: Coordinator) -> int:
         print(f"state build of {topology_id} cancelled: {', '.join(names)} declared again (their rows are dropped "
               "until approved)" if names else f"{topology_id} has no state being built")
         return 0
+    if args.drop:
+        dropped = coord.drop_retired(topology_id, args.drop)
+        print(f"retired state {args.drop} of {topology_id} dropped: {', '.join(dropped) or 'no table of its own'}")
+        return 0
     if not args.approve:
         print(evolution_text(coord.evolution(topology_id)))
         return 0
     spec = declared_as_stored(coord.spec(topology_id), args.dag_file, "evolve")
+    for name, txid in coord.retire_states(topology_id).items():
+        print(f"retired {name} of {topology_id} at txid {txid}: no commit after it keeps it; its table stays as it "
+              f"was (drop it with 'airflow-txn evolve {topology_id} --drop {name}')")
+    st = coord.evolution(topology_id)
+    if not (st["declared"] or st["building"]):
+        return 0
     result = recompute(coord.dsn, coord.schema, spec, StateBuild(topology_id), **on_spark(args),
                        records=_committed_records(coord, topology_id))
     rows = ", ".join(f"{name} ({n} keys)" for name, n in result["states"].items())
@@ -94,6 +104,12 @@ def evolution_text(st: Mapping[str, Any]) -> str:
                         else "yet; the build's process is gone: approve again to take it up, or --cancel") + ")")
     for name, txid in dict(st["built"]).items():
         lines.append(f"  built: {name} as of txid {txid} (its delta history and verification start there)")
+    if st["retiring"]:
+        lines.append(f"  retiring: {', '.join(st['retiring'])} (its DAG file no longer declares them; the commits "
+                     f"keep them until 'airflow-txn evolve {topology_id} --approve')")
+    for name, txid in dict(st["retired"]).items():
+        lines.append(f"  retired: {name} at txid {txid} (its table kept as it was; 'airflow-txn evolve "
+                     f"{topology_id} --drop {name}' drops it)")
     if len(lines) == 1:
         lines.append("  every state it declares is live")
     return "\n".join(lines)
@@ -143,10 +159,13 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                          "(a store whose declaration differs is refused)" +
                          (" (not needed with --abort)" if name == "rebuild" else ""))
         spark_target(one)
-    evolving = command("evolve", evolve, "show the states a DAG file adds to a running topology; --approve builds "
-                       "them from the source's history while it commits and switches them in at one txid")
-    evolving.add_argument("--approve", action="store_true", help="build the declared states and switch them in")
+    evolving = command("evolve", evolve, "show the states a DAG file adds to or drops from a running topology; "
+                       "--approve builds the added ones from the source's history while it commits and switches "
+                       "them in at one txid, and retires the dropped ones")
+    evolving.add_argument("--approve", action="store_true", help="retire the states the DAG file dropped, build the "
+                          "ones it added and switch them in")
     evolving.add_argument("--cancel", action="store_true", help="forget a build that has not switched in")
+    evolving.add_argument("--drop", metavar="STATE", help="drop a retired state's tables")
     evolving.add_argument("--dag-file", help="with --approve: the DAG file that declares the topology (its Spark job "
                           "runs the build)")
     spark_target(evolving)

@@ -1,4 +1,4 @@
-"""Add a state to a running topology: built from the source's history while the topology keeps
+"""Add a state to a running topology (or retire one): built from the source's history while the topology keeps
 committing, switched in at one txid, exactly once (OLEP: a new derived view of a kept log).
 
 A state the DAG file adds is kept as *declared* at registration (``core/redeclaration.py``): the
@@ -18,6 +18,10 @@ evolve TOPOLOGY --approve``, the recompute engine's :class:`~.recompute.StateBui
    holds the load plus the staged rows of txids M+1..now (the journal, each the committed
    attempt's), the history starts at M with the load as its snapshot, the state joins the live
    ones (``built``: M). From the next commit on, every commit applies it.
+
+A live state the DAG file no longer declares is *retiring* -- still kept, its job must still
+return its rows -- until the owner approves; :func:`retire` then stops it at the committed txid,
+its table kept as it was (archived), until :func:`drop`.
 
 So the state equals, at the switch, the fold of txids 1..C (C the committed txid) under the code
 in force -- what the audit recomputes. A build whose process dies leaves the state building (the
@@ -42,7 +46,7 @@ from ..store.topologies import BUILD_MARK, RebuildMark
 from . import rebuild, registration
 from .context import StateStore
 
-__all__ = ["Build", "begin", "cancel", "load_copies", "status", "switch", "wait_for_plans"]
+__all__ = ["Build", "begin", "cancel", "drop", "load_copies", "retire", "status", "switch", "wait_for_plans"]
 
 @dataclass(frozen=True)
 class Build:
@@ -232,6 +236,58 @@ def cancel(store: StateStore, topology_id: str) -> list[str]:
     return names
 
 
+def retire(store: StateStore, topology_id: str) -> dict[str, int]:
+    """Retire the states the DAG file no longer declares, at the committed txid, in one transaction
+    under the topology's lock: no commit after it applies them; each table is kept as it was then
+    (and its delta history), until :func:`drop`. The states retired, by the txid they stopped at."""
+    with store.db.transaction() as cur:
+        _num, spec, committed, _o = store.load(cur, topology_id, lock=True)
+        if not spec.retiring:
+            return {}
+        if len(spec.retiring) == len(spec.states):
+            raise ConfigError(f"topology {topology_id!r} would keep no state: declare one before retiring "
+                              f"{list(spec.retiring)}, or reset the topology")
+        config = spec.to_config()
+        retired = dict(config.get("retired") or {})
+        for name in spec.retiring:
+            retired[name] = {"txid": committed, "state": spec.state(name).to_config()}
+        config["states"] = [s for s in config["states"] if s["name"] not in spec.retiring]
+        config["built"] = {k: v for k, v in dict(config.get("built") or {}).items() if k not in spec.retiring}
+        config["retired"] = retired
+        for key in ("retiring", "built"):
+            if not config.get(key):
+                config.pop(key, None)
+        topologies.upsert(cur, store.schema, topology_id, config)
+    return dict.fromkeys(spec.retiring, committed)
+
+
+def drop(store: StateStore, topology_id: str, name: str) -> list[str]:
+    """Drop a retired state's tables -- its table only if the topology's registration made it (its
+    mark): another's is kept and named -- and forget it; the tables dropped."""
+    with store.db.transaction() as cur:
+        num, spec, _c, _o = store.load(cur, topology_id, lock=True)
+        if name not in spec.retired:
+            raise ConfigError(f"topology {topology_id!r} has no retired state {name!r} (retired: "
+                              f"{', '.join(spec.retired) or 'none'}): only a retired state is dropped")
+        state = StateSpec.from_config(spec.retired[name]["state"])
+        tables = [store.staging(num, state), store.verify_staging(num, state)]
+        if catalog.exists(cur, q.state_table(state)) and (catalog.comment(cur, q.state_table(state))
+                                                          == q.state_marker(topology_id, state)):
+            tables.append(q.state_table(state))
+        cur.execute(q.drop_history_view(q.history_view(store.schema, num, state)))
+        dropped = []
+        for table in tables:
+            if catalog.exists(cur, table):
+                catalog.drop(cur, table)
+                dropped.append(table.as_string(cur))
+        config = spec.to_config()
+        config["retired"] = {k: v for k, v in config["retired"].items() if k != name}
+        if not config["retired"]:
+            del config["retired"]
+        topologies.upsert(cur, store.schema, topology_id, config)
+    return dropped
+
+
 def status(store: StateStore, topology_id: str) -> dict[str, Any]:
     """What is declared, building (from which txid) and built (since which txid)."""
     with store.db.transaction() as cur:
@@ -240,4 +296,5 @@ def status(store: StateStore, topology_id: str) -> dict[str, Any]:
     building = mark.rebuild_from_txid if mark.state_build else None
     return {"topology": topology_id, "committed_txid": committed,
             "declared": [s.name for s in spec.declared], "building": [s.name for s in spec.building],
-            "building_through_txid": building, "built": dict(spec.built)}
+            "building_through_txid": building, "built": dict(spec.built), "retiring": list(spec.retiring),
+            "retired": {name: int(r["txid"]) for name, r in spec.retired.items()}}

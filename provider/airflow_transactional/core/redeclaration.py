@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..spec import EVOLUTION_KEYS
+
 # Settings a topology may change between deployments: they shape future batches only. Anything
 # else -- where the source is, the states' keys, types, rules and tables -- decides what the
 # committed offsets and state values *mean*, and may not change under them. (The DAG that runs a
@@ -63,21 +65,29 @@ def other_owner(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> str |
 
 def evolved(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``declared`` as it is kept over ``stored`` once the topology has progress: its settings, the
-    stored live and building states, and each state it adds as ``declared`` -- waiting for the
-    owner's approval (``core/evolution.py``); and what it changes that may not change (a live or
-    building state changed or removed, the source, ...). A declared state it no longer declares is
-    forgotten: nothing was built of it."""
+    stored live and building states, each state it adds as ``declared`` and each live state it no
+    longer declares as ``retiring`` -- both waiting for the owner's approval
+    (``core/evolution.py``) -- and what it changes that may not change (a live or building state
+    changed, a building one removed, a retired one's name taken again, the source, ...). A declared
+    state it no longer declares is forgotten: nothing was built of it."""
     live = [s["name"] for s in stored["states"]]
     building = [s["name"] for s in stored.get("building", ())]
-    kept_names = set(live) | set(building)
-    stored_side = {**stored, "states": [*stored["states"], *stored.get("building", ())]}
+    retired = dict(stored.get("retired") or {})
+    names = {s["name"] for s in declared["states"]}
+    retiring = [n for n in live if n not in names]
+    kept_names = (set(live) - set(retiring)) | set(building)
+    stored_side = {**stored, "states": [s for s in (*stored["states"], *stored.get("building", ()))
+                                        if s["name"] in kept_names]}
     declared_side = {**declared, "states": [s for s in declared["states"] if s["name"] in kept_names]}
     changes = incompatible_changes(stored_side, declared_side)
-    added = [dict(s) for s in declared["states"] if s["name"] not in kept_names]
-    config = {k: v for k, v in declared.items() if k not in ("states", "building", "declared", "built")}
+    changes += [f"state {n!r} was retired at txid {retired[n]['txid']} and is kept as it was: drop it first "
+                f"('airflow-txn evolve {stored['topology_id']} --drop {n}') or give the new one another name"
+                for n in sorted(names & set(retired))]
+    added = [dict(s) for s in declared["states"] if s["name"] not in {*live, *building, *retired}]
+    config = {k: v for k, v in declared.items() if k not in ("states", *EVOLUTION_KEYS)}
     config["states"] = list(stored["states"])
     for key, value in (("building", list(stored.get("building", ()))), ("declared", added),
-                       ("built", dict(stored.get("built") or {}))):
+                       ("retiring", retiring), ("built", dict(stored.get("built") or {})), ("retired", retired)):
         if value:
             config[key] = value
     return config, changes

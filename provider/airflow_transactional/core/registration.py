@@ -74,6 +74,10 @@ def _register(store: StateStore, spec: TopologySpec) -> None:
                             "dropped until the owner builds them from the source's history and switches them in "
                             "('airflow-txn evolve %s --approve --dag-file DAG_FILE')", spec.topology_id,
                             ", ".join(s["name"] for s in config["declared"]), spec.topology_id)
+            if config.get("retiring"):
+                log.warning("topology %s no longer declares state(s) %s: its commits keep them (its job must still "
+                            "return their rows) until the owner retires them ('airflow-txn evolve %s --approve')",
+                            spec.topology_id, ", ".join(config["retiring"]), spec.topology_id)
             spec = TopologySpec.from_config(config, store.connections)  # what is kept: no table of a declared state
         if known is not None and known.spec == config and _tables_exist(store, cur, known.num, spec):
             # Unchanged: nothing to write (a run-time role may not write declarations or tables).
@@ -139,16 +143,18 @@ def reset(store: StateStore, topology_id: str) -> Reset:
         tables = [store.out_staging(num), store.out_verify(num),
                   *(store.decision_staging(num, d) for d in spec.decisions),
                   *(store.decision_runs(num, d) for d in spec.decisions)]
-        for state in spec.states:
+        retired = [StateSpec.from_config(r["state"]) for r in spec.retired.values()]
+        states = [*spec.states, *spec.building, *retired]
+        for state in states:
             tables += [store.staging(num, state), store.verify_staging(num, state),
-                       q.audit_table(store.schema, num, state, purpose="rebuild")]
-        for state in spec.states:
+                       *(q.audit_table(store.schema, num, state, purpose=p) for p in ("rebuild", "build"))]
+        for state in [*spec.states, *retired]:
             if state.database is None and catalog.exists(cur, q.state_table(state)):
                 if catalog.comment(cur, q.state_table(state)) == q.state_marker(topology_id, state):
                     tables.append(q.state_table(state))
                 else:
                     kept.append(q.state_table(state).as_string(cur))
-        for state in spec.states:  # the views on the staging tables go first
+        for state in states:  # the views on the staging tables go first
             cur.execute(q.drop_history_view(q.history_view(store.schema, num, state)))
         for table in tables:
             if catalog.exists(cur, table):

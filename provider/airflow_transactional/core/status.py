@@ -79,6 +79,9 @@ def _evolving(spec: TopologySpec, mark: topologies.RebuildMark) -> str | None:
                                                "the commits stage it meanwhile)" if mark.state_build else
                                                f"its build stopped: 'airflow-txn evolve {spec.topology_id} "
                                                "--approve' takes it up)"))
+    if spec.retiring:
+        parts.append(f"retiring {', '.join(spec.retiring)} (kept until approved: 'airflow-txn evolve "
+                     f"{spec.topology_id} --approve')")
     if spec.declared:
         parts.append(f"declared {', '.join(s.name for s in spec.declared)} (not kept until approved: "
                      f"'airflow-txn evolve {spec.topology_id} --approve')")

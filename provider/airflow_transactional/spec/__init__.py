@@ -6,7 +6,7 @@ time with a message that names the fix, long before a database is touched.
 
 from .effects import MAX_OUTPUT_PARTITIONS, DecisionSpec, OutputSpec
 from .states import DEFAULT_STATE_SCHEMA, StateSpec
-from .topology import MAX_BATCH_SIZE, MAX_IN_FLIGHT, SparkJob, TopologySpec
+from .topology import EVOLUTION_KEYS, MAX_BATCH_SIZE, MAX_IN_FLIGHT, SparkJob, TopologySpec
 
-__all__ = ["DEFAULT_STATE_SCHEMA", "MAX_BATCH_SIZE", "MAX_IN_FLIGHT", "MAX_OUTPUT_PARTITIONS", "DecisionSpec",
-           "OutputSpec", "SparkJob", "StateSpec", "TopologySpec"]
+__all__ = ["DEFAULT_STATE_SCHEMA", "EVOLUTION_KEYS", "MAX_BATCH_SIZE", "MAX_IN_FLIGHT", "MAX_OUTPUT_PARTITIONS",
+           "DecisionSpec", "OutputSpec", "SparkJob", "StateSpec", "TopologySpec"]

@@ -48,6 +48,10 @@ class SparkJob:
                 **({"py_files": self.py_files} if self.py_files else {})}
 
 
+#: What a stored declaration says of its states' evolution, beyond what a DAG file declares.
+EVOLUTION_KEYS = ("building", "declared", "retiring", "built", "retired")
+
+
 @dataclass(frozen=True)
 class TopologySpec:
     """A transactional topology: one source, one or more states, and its limits.
@@ -66,7 +70,9 @@ class TopologySpec:
     ``declared`` (its transform's rows are dropped) until the owner approves it; then it is
     ``building`` -- every attempt folds and stages it, no commit applies it -- until it is switched
     in, when it joins ``states`` and ``built`` records the txid its values were first computed at
-    (its delta history, and its verification, start there)."""
+    (its delta history, and its verification, start there). A live state the file no longer
+    declares is ``retiring`` (still kept) until approved, then ``retired``: ``{name: {"txid": N,
+    "state": its declaration}}``, its table kept as it was at txid N."""
 
     topology_id: str
     source: Source
@@ -84,6 +90,8 @@ class TopologySpec:
     building: Sequence[StateSpec] = ()
     declared: Sequence[StateSpec] = ()
     built: Mapping[str, int] = field(default_factory=dict)
+    retiring: Sequence[str] = ()
+    retired: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def dag(self) -> str:
@@ -105,6 +113,8 @@ class TopologySpec:
             raise ConfigError(f"topology {self.topology_id!r}: a state is declared twice (live, building or "
                               f"declared): {names}")
         object.__setattr__(self, "built", dict(self.built))
+        object.__setattr__(self, "retiring", tuple(self.retiring))
+        object.__setattr__(self, "retired", dict(self.retired))
         tables = [s.schema_and_table for s in states]
         if len(set(tables)) != len(tables):
             raise ConfigError(f"topology {self.topology_id!r}: two states write the same table")
@@ -177,6 +187,12 @@ class TopologySpec:
         being built (``building``)."""
         return (*self.recomputable_states, *self.building)
 
+    @property
+    def unkept(self) -> frozenset[str]:
+        """The states whose rows a job may return and nothing keeps: declared (not approved yet) and
+        retired ones."""
+        return frozenset({*(s.name for s in self.declared), *self.retired})
+
     def decision(self, name: str) -> DecisionSpec:
         return _named(self.topology_id, "decision", self.decisions, name)
 
@@ -217,6 +233,8 @@ class TopologySpec:
             **({"building": [s.to_config() for s in self.building]} if self.building else {}),
             **({"declared": [s.to_config() for s in self.declared]} if self.declared else {}),
             **({"built": dict(self.built)} if self.built else {}),
+            **({"retiring": list(self.retiring)} if self.retiring else {}),
+            **({"retired": dict(self.retired)} if self.retired else {}),
         }
 
     @classmethod
@@ -239,6 +257,8 @@ class TopologySpec:
             building=[StateSpec.from_config(s) for s in config.get("building", ())],
             declared=[StateSpec.from_config(s) for s in config.get("declared", ())],
             built={str(k): int(v) for k, v in dict(config.get("built") or {}).items()},
+            retiring=list(config.get("retiring", ())),
+            retired=dict(config.get("retired") or {}),
         )
 
 
