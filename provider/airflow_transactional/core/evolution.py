@@ -43,7 +43,7 @@ from ..store import catalog, commits, privileges, topologies, transactions
 from ..store import history as h
 from ..store import state as q
 from ..store.topologies import BUILD_MARK, RebuildMark
-from . import rebuild, registration
+from . import history, rebuild, registration
 from .context import StateStore
 
 __all__ = ["Build", "begin", "cancel", "drop", "load_copies", "retire", "status", "switch", "wait_for_plans"]
@@ -167,22 +167,22 @@ def switch(store: StateStore, build: Build) -> dict[str, Any]:
         journal = commits.log(cur, store.schema, topology_id, after=through)
         result: dict[str, Any] = {"topology": topology_id, "built_at_txid": through, "switched_at_txid": committed,
                                   "journal_txids": len(journal), "states": {}}
+        entries = [(e.txid, e.attempt) for e in journal]
+        like = next((s for s in spec.states if s.database is None), None)  # whose grants the new table gets
+        snapshot_attempt = history.committed_attempt(cur, store.schema, topology_id, through)
         for name in build.states:
-            state = spec.state(name)
+            state, load = spec.state(name), load_table(store, num, spec.state(name))
             _check_journal(topology_id, name, journal)
             registration.ensure_state_table(store, cur, topology_id, state)
-            like = next((s for s in spec.states if s.database is None), None)
             if like is not None:
                 privileges.grant_like(cur, q.state_table(like), q.state_table(state))
-            keys = rebuild.caught_up(store, cur, state, load_table(store, num, state), through,
-                                     [(e.txid, e.attempt) for e in journal], store.staging(num, state))
+            result["states"][name] = rebuild.caught_up(store, cur, state, load, through, entries,
+                                                       store.staging(num, state))
             # The history of the state starts at M: the load is its snapshot (earlier staged rows of
             # txids through M, an attempt's that began after the build, were folded from the source).
-            attempt = commits.get(cur, store.schema, topology_id, through)
-            h.snapshot_of(cur, store.schema, topology_id, state, store.staging(num, state),
-                          load_table(store, num, state), through, attempt.attempt if attempt else 0)
-            result["states"][name] = keys
-            catalog.drop(cur, load_table(store, num, state))
+            h.snapshot_of(cur, store.schema, topology_id, state, store.staging(num, state), load, through,
+                          snapshot_attempt)
+            catalog.drop(cur, load)
         config = spec.to_config()
         config["states"] = [*config["states"], *(spec.state(n).to_config() for n in build.states)]
         config["built"] = {**dict(config.get("built") or {}), **dict.fromkeys(build.states, through)}
@@ -269,7 +269,7 @@ def drop(store: StateStore, topology_id: str, name: str) -> list[str]:
         if name not in spec.retired:
             raise ConfigError(f"topology {topology_id!r} has no retired state {name!r} (retired: "
                               f"{', '.join(spec.retired) or 'none'}): only a retired state is dropped")
-        state = StateSpec.from_config(spec.retired[name]["state"])
+        state = spec.retired_states[name]
         tables = [store.staging(num, state), store.verify_staging(num, state)]
         if catalog.exists(cur, q.state_table(state)) and (catalog.comment(cur, q.state_table(state))
                                                           == q.state_marker(topology_id, state)):

@@ -25,7 +25,7 @@ from .context import StateStore
 Rows = list[tuple[Any, ...]]
 
 
-def _committed_attempt(cur: psycopg2.extensions.cursor, schema: str, topology_id: str, txid: int) -> int:
+def committed_attempt(cur: psycopg2.extensions.cursor, schema: str, topology_id: str, txid: int) -> int:
     """The attempt ``txid`` committed (0: an empty batch, or txid 0: nothing committed)."""
     row = commits.get(cur, schema, topology_id, txid)
     return 0 if row is None else int(row.attempt)
@@ -104,7 +104,7 @@ def snapshot(store: StateStore, topology_id: str) -> int:
         if external:
             raise ConfigError(f"topology {topology_id!r}: states {external} are kept in another database; their "
                               "history starts with the commits after it was kept")
-        attempt = _committed_attempt(cur, store.schema, topology_id, committed)
+        attempt = committed_attempt(cur, store.schema, topology_id, committed)
         for state in kept_states(spec):
             h.snapshot_of(cur, store.schema, topology_id, state, store.staging(num, state), q.state_table(state),
                           committed, attempt)
@@ -116,7 +116,7 @@ def rebased(store: StateStore, cur: psycopg2.extensions.cursor, topology_id: str
             through_txid: int, recomputed: dict[str, Any]) -> None:
     """In a rebuild's swap: its recomputation as of ``through_txid`` (a table per state) becomes the
     snapshot the history starts at -- the deltas before it were not what produced the new state."""
-    attempt = _committed_attempt(cur, store.schema, topology_id, through_txid)
+    attempt = committed_attempt(cur, store.schema, topology_id, through_txid)
     for state in kept_states(spec):
         h.snapshot_of(cur, store.schema, topology_id, state, store.staging(num, state), recomputed[state.name],
                       through_txid, attempt)
@@ -134,7 +134,7 @@ def compact(store: StateStore, topology_id: str, keep_txids: int) -> int | None:
         upto = committed - keep_txids
         if upto <= mark.history_from_txid:
             return None
-        attempt = _committed_attempt(cur, store.schema, topology_id, upto)
+        attempt = committed_attempt(cur, store.schema, topology_id, upto)
         for state in kept_states(spec):
             h.fold_into_snapshot(cur, store.schema, topology_id, state, store.staging(num, state), upto, attempt,
                                  mark.history_from_txid)

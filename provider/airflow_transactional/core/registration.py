@@ -143,7 +143,7 @@ def reset(store: StateStore, topology_id: str) -> Reset:
         tables = [store.out_staging(num), store.out_verify(num),
                   *(store.decision_staging(num, d) for d in spec.decisions),
                   *(store.decision_runs(num, d) for d in spec.decisions)]
-        retired = [StateSpec.from_config(r["state"]) for r in spec.retired.values()]
+        retired = list(spec.retired_states.values())
         states = [*spec.states, *spec.building, *retired]
         for state in states:
             tables += [store.staging(num, state), store.verify_staging(num, state),

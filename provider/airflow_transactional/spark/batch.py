@@ -34,7 +34,8 @@ def transformed(spec: TopologySpec, transform: Transform, good: DataFrame) -> di
                           "for the topology's outputs, {decision name: DataFrame} for its decisions)")
     # A state the DAG file adds is declared until the owner approves it, a retired one is kept as it
     # was: their rows are not kept.
-    out = {name: df for name, df in out.items() if name not in spec.unkept}
+    unkept = spec.unkept
+    out = {name: df for name, df in out.items() if name not in unkept}
     states = spec.folded_states
     others = [o.name for o in spec.outputs] + [d.name for d in spec.decisions]
     unknown = set(out) - {s.name for s in states} - set(others)

@@ -188,6 +188,11 @@ class TopologySpec:
         return (*self.recomputable_states, *self.building)
 
     @property
+    def retired_states(self) -> dict[str, StateSpec]:
+        """Each retired state's declaration, by name (its table kept as it was when retired)."""
+        return {name: StateSpec.from_config(r["state"]) for name, r in self.retired.items()}
+
+    @property
     def unkept(self) -> frozenset[str]:
         """The states whose rows a job may return and nothing keeps: declared (not approved yet) and
         retired ones."""
