@@ -98,3 +98,26 @@ def test_a_state_table_or_headroom_in_the_providers_schema_is_refused(
     with pytest.raises(ConfigError, match=f"in {where}: put it in a schema of its own"):
         coordinator.register(spec)
     assert query(dsn, "SELECT count(*) FROM airflow_txn.topologies WHERE topology_id = 'inside'") == [(0,)]
+
+
+def test_a_states_key_order_survives_the_store_so_a_record_functions_key_tuples_land_in_their_columns(
+        dsn: str) -> None:
+    """The store keeps a declaration as jsonb, which orders an object's keys its own way (shorter
+    first): a process that reads the declaration back must still take ``(user, size)`` as declared."""
+    keys = {"user_id": "text", "size": "text"}  # jsonb would keep "size" first
+
+    def sized(rec: dict[str, object]) -> list[tuple[str, tuple[object, ...], int]]:
+        return [("drift_count", (rec["user"], "big" if int(str(rec["amount"])) >= 5 else "small"), 1)]
+
+    make_log(dsn).append([click(i) for i in range(20)])
+    owner = Coordinator(dsn)
+    owner.register(words(PostgresLogSource("clicks"), keys=keys))
+    owner.close()
+    fresh = Coordinator(dsn)  # reads the declaration from the store
+    try:
+        assert fresh.spec("drift").state("drift_count").key_columns == ["user_id", "size"]
+        run_one(fresh, "drift", "r1", sized)
+        assert {u for u, _s, _v in query(dsn, "SELECT user_id, size, value FROM drift_count")} == \
+            {f"u{i}" for i in range(7)}
+    finally:
+        fresh.close()

@@ -74,9 +74,13 @@ class StateSpec:
         return list(self.keys)
 
     def to_config(self) -> dict[str, Any]:
+        keys = list(self.keys)
         return {
             "name": self.name,
             "keys": dict(self.keys),
+            # The state store keeps a declaration as jsonb, whose objects keep their keys in an order of
+            # their own: a record function's key tuples follow the declared order, so it is kept apart.
+            **({"key_order": keys} if keys != sorted(keys, key=_jsonb_order) else {}),
             "combiner": Combiner.parse(self.combiner).value,
             "value_type": self.value_type,
             "kind": ValueKind.parse(self.kind).value,
@@ -87,4 +91,14 @@ class StateSpec:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> StateSpec:
-        return cls(**config)
+        given = dict(config)
+        order = given.pop("key_order", None)
+        if order is not None:
+            given["keys"] = {k: given["keys"][k] for k in order}
+        return cls(**given)
+
+
+def _jsonb_order(key: str) -> tuple[int, bytes]:
+    """Where jsonb puts an object's key: shorter keys first, then by their bytes."""
+    raw = key.encode()
+    return len(raw), raw
