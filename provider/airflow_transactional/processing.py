@@ -176,7 +176,7 @@ class _Batch:
         kept = (*spec.states, *spec.building)  # a state being built is staged too
         self.partials: dict[str, dict[tuple[Any, ...], Any]] = {s.name: {} for s in kept}
         self.combiners = {s.name: Combiner(s.combiner) for s in kept}
-        self._unkept = spec.unkept  # added by the DAG file and not approved yet, or retired
+        self._routes = spec.job_routes  # added by the DAG file and not approved yet, retired, or redefined
         self.partitions = coordinator.output_staging(spec.topology_id).partitions if spec.outputs else {}
         self.events: list[StagedEvent] = []
         self.requests: dict[str, list[tuple[tuple[Any, ...], int, str, Any]]] = {d.name: [] for d in spec.decisions}
@@ -201,8 +201,10 @@ class _Batch:
             elif isinstance(e, OutputEvent):
                 events.append((_check_event(spec, topology_id, rec, n, e), None, None, None))
                 n += 1
-            elif isinstance(e, (tuple, list)) and e and e[0] in self._unkept:
-                continue
+            elif isinstance(e, (tuple, list)) and e and isinstance(e[0], str) and e[0] in self._routes:
+                if self._routes[e[0]] is not None:
+                    state_name, key, value = _check_emit(spec, (self._routes[e[0]], *e[1:]))
+                    emits.append((state_name, key, -value if retraction else value))
             else:
                 state_name, key, value = _check_emit(spec, e)
                 emits.append((state_name, key, -value if retraction else value))

@@ -114,3 +114,48 @@ def test_a_state_added_to_the_words_job_is_built_from_history_and_kept_after_the
     assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file, "--spark-connect", spark_connect_conn]) == 0
     coord.close()
     log.close()
+
+
+#: The words job once its DAG file redefines ``url_counts`` (version 2: per URL and user); until the
+#: switch it returns the live version's rows as ``url_counts@1``.
+REDEFINED_JOB = GROWN_JOB.replace(
+    'return {**words(tweets), "user_counts": per_record(tweets, {"user": F.col("user")})}',
+    'old = words(tweets)\n    return {**old, "url_counts@1": old["url_counts"], '
+    '"url_counts": per_record(tweets, {"url": F.col("url"), "user": F.col("user")})}')
+URLS_V2 = StateSpec("url_counts", {"url": "text", "user": "text"}, combiner="count", version=2)
+
+
+def test_a_state_of_the_words_job_redefined_is_switched_in_and_its_old_version_archived(
+        dsn: str, tmp_path: Path, spark_remote: str, spark_connect_conn: str) -> None:
+    log = EventLog(dsn, "tweets")
+    log.create(3)
+    log.append(_tweets(0, 200))
+    coord = Coordinator(dsn)
+    spec, _dag = declared(tmp_path, _spec(WORDS))
+    coord.register(spec)
+    _run(dsn, spark_remote, coord, WORDS, "r1")
+    job = tmp_path / "redefined_words.py"
+    job.write_text(REDEFINED_JOB)
+    assert '"url_counts@1"' in REDEFINED_JOB
+    redefined = TopologySpec.from_config({**_spec(str(job)).to_config(), "states": [
+        URLS_V2.to_config(), _spec(WORDS).to_config()["states"][1]]})
+    spec, dag_file = declared(tmp_path, redefined)
+    coord.register(spec)
+    log.append(_tweets(200, 100))
+    _run(dsn, spark_remote, coord, str(job), "r2")  # declared: the live version kept from url_counts@1
+    assert cli(["--dsn", dsn, "evolve", "words", "--approve", "--dag-file", dag_file,
+                "--spark-connect", spark_connect_conn]) == 0
+    switched = coord.evolution("words")["built"]["url_counts"]
+    log.append(_tweets(300, 50))
+    _run(dsn, spark_remote, coord, str(job), "after")
+
+    def counted(sql: str) -> Counter[tuple[str, ...]]:
+        return Counter({tuple(row[:-1]): int(row[-1]) for row in query(dsn, sql)})
+
+    tweets = [json.loads(p) for _e, p in _tweets(0, 350)]
+    assert counted('SELECT url, "user", value FROM url_counts') == Counter((t["url"], t["user"]) for t in tweets)
+    assert counted("SELECT url, value FROM url_counts_v1") == Counter((t["url"],) for t in tweets[:300])
+    assert coord.evolution("words")["retired"] == {"url_counts__v1": switched}
+    assert cli(["--dsn", dsn, "audit", "words", "--dag-file", dag_file, "--spark-connect", spark_connect_conn]) == 0
+    coord.close()
+    log.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import runpy
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from ..connections import redact
@@ -62,7 +63,10 @@ def _compared(spec: TopologySpec) -> dict[str, Any]:
     as declared, then building, then live; one it drops, retiring: ``core/evolution.py``), and
     everything but the tuning."""
     config = {k: v for k, v in spec.to_config().items() if k not in (*TUNING, *EVOLUTION_KEYS)}
-    declared = [s for s in (*spec.states, *spec.building, *spec.declared) if s.name not in spec.retiring]
+    # A live state with a new version pending is declared at that version (under its own name).
+    declared = [s for s in spec.states if s.name not in spec.retiring and spec.pending(s.name) is None]
+    declared += [replace(s, name=s.replaces, replaces=None) if s.replaces else s
+                 for s in (*spec.building, *spec.declared)]
     config["states"] = [s.to_config() for s in sorted(declared, key=lambda s: s.name)]
     return config
 

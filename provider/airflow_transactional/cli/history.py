@@ -14,7 +14,7 @@ from .args import print_rows, txid_or_zero
 def state(args: argparse.Namespace, coord: Coordinator) -> int:
     spec = coord.spec(args.topology)
     rows = coord.state_as_of(args.topology, args.state, args.as_of)
-    print_rows(rows, [*spec.state(args.state).key_columns, "value"], args.json)
+    print_rows(rows, [*spec.version_at(args.state, args.as_of).key_columns, "value"], args.json)
     return 0
 
 
@@ -28,7 +28,7 @@ def changes(args: argparse.Namespace, coord: Coordinator) -> int:
             continue
         if not args.json:
             print(f"# state {name}: {len(rows)} keys changed by txid {args.txid}")
-        print_rows(rows, [*spec.state(name).key_columns, "delta"], args.json)
+        print_rows(rows, [*spec.version_at(name, args.txid).key_columns, "delta"], args.json)
     return 0
 
 

@@ -92,14 +92,16 @@ def evolve(args: argparse.Namespace, coord: Coordinator) -> int:
 
 def evolution_text(st: Mapping[str, Any]) -> str:
     """``airflow-txn evolve TOPOLOGY``'s account of its states' stages."""
-    topology_id = st["topology"]
+    topology_id, labels = st["topology"], dict(st.get("labels") or {})
     lines = [f"topology {topology_id} at committed txid {st['committed_txid']}"]
     if st["declared"]:
-        lines.append(f"  declared, not kept yet: {', '.join(st['declared'])} (its DAG file adds them; build them from "
+        lines.append(f"  declared, not kept yet: {', '.join(labels.get(n, n) for n in st['declared'])} (its DAG "
+                     "file adds or redefines them; build them from "
                      f"the source's history with 'airflow-txn evolve {topology_id} --approve --dag-file DAG_FILE')")
     if st["building"]:
         through = st["building_through_txid"]
-        lines.append(f"  building: {', '.join(st['building'])} (every attempt stages them, no commit applies them "
+        lines.append(f"  building: {', '.join(labels.get(n, n) for n in st['building'])} (every attempt stages "
+                     "them, no commit applies them "
                      + (f"yet; the build folds txids 1..{through} of the source's history" if through is not None
                         else "yet; the build's process is gone: approve again to take it up, or --cancel") + ")")
     for name, txid in dict(st["built"]).items():
@@ -108,8 +110,8 @@ def evolution_text(st: Mapping[str, Any]) -> str:
         lines.append(f"  retiring: {', '.join(st['retiring'])} (its DAG file no longer declares them; the commits "
                      f"keep them until 'airflow-txn evolve {topology_id} --approve')")
     for name, txid in dict(st["retired"]).items():
-        lines.append(f"  retired: {name} at txid {txid} (its table kept as it was; 'airflow-txn evolve "
-                     f"{topology_id} --drop {name}' drops it)")
+        lines.append(f"  retired: {labels.get(name, name)} at txid {txid} (its table kept as it was; "
+                     f"'airflow-txn evolve {topology_id} --drop {name}' drops it)")
     if len(lines) == 1:
         lines.append("  every state it declares is live")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ import psycopg2.extensions
 from .. import provenance
 from ..exceptions import NotProcessed, SourceChanged, StagedOutputIncomplete, StaleAttempt, WaitingForPredecessor
 from ..model import CommitResult, Transaction
-from ..spec import TopologySpec
+from ..spec import TopologySpec, version_name
 from ..store import attempts, commits, decisions, outputs
 from ..store import state as q
 from ..store.history import EMPTY_DIGEST
@@ -80,6 +80,9 @@ def verify_staged(store: StateStore, cur: psycopg2.extensions.cursor, num: int, 
                             f"({differs.attempt_digest}) than its plan's first attempt ({differs.plan_digest}); the "
                             "source changed under the plan: process the txid again, or declare the topology opaque")
     unstaged = [name for name in spec.built if name not in row_counts]
+    # An attempt that staged a new version beside the live one began before it was switched in: under
+    # the state's name it staged the version since archived.
+    unstaged += [s.name for s in spec.states if s.version > 1 and version_name(s.name, s.version) in row_counts]
     if unstaged:  # an attempt that began before these states were switched in: it never folded them
         raise StaleAttempt(f"topology {txn.topology_id!r} txid {txn.txid}: attempt {attempt} did not stage states "
                            f"{unstaged}, switched in after it began; process the txid again (a new attempt), "

@@ -1,5 +1,6 @@
-"""Add a state to a running topology (or retire one): built from the source's history while the topology keeps
-committing, switched in at one txid, exactly once (OLEP: a new derived view of a kept log).
+"""Add a state to a running topology, redefine one (``core/redefinition.py``) or retire one: built from
+the source's history while the topology keeps committing, switched in at one txid, exactly once
+(OLEP: a new derived view of a kept log).
 
 A state the DAG file adds is kept as *declared* at registration (``core/redeclaration.py``): the
 job's rows for it are dropped and nothing else changes. The owner approves it -- ``airflow-txn
@@ -43,7 +44,7 @@ from ..store import catalog, commits, privileges, topologies, transactions
 from ..store import history as h
 from ..store import state as q
 from ..store.topologies import BUILD_MARK, RebuildMark
-from . import history, rebuild, registration
+from . import history, rebuild, redefinition, registration
 from .context import StateStore
 
 __all__ = ["Build", "begin", "cancel", "drop", "load_copies", "retire", "status", "switch", "wait_for_plans"]
@@ -61,11 +62,11 @@ class Build:
 
 def _refusal(spec: TopologySpec, states: list[StateSpec]) -> str | None:
     """Why ``states`` cannot be built exactly from the source (None: they can)."""
-    external = [s.name for s in states if s.database is not None]
+    external = [s.name for s in states if s.database is not None or (s.replaces and spec.state(s.replaces).database)]
     if external:
         return (f"states {external} are kept in another database, outside the commit's transaction: the switch "
                 "could not be one commit; keep them in the state store, or give the topology a new id")
-    decided = [s.name for s in states if s.name in spec.decided_states]
+    decided = [s.name for s in states if {s.name, s.replaces} & spec.decided_states]
     if decided:
         return (f"states {decided} are kept by decisions, whose verdicts were taken in commit order: a "
                 "recomputation from the source cannot take them again; give the topology a new id")
@@ -108,6 +109,8 @@ def begin(store: StateStore, topology_id: str) -> Build:
             topologies.set_rebuild_mark(cur, store.schema, topology_id, RebuildMark(build.through_txid,
                                                                                     build.build_id))
             for state in states:
+                if state.replaces:
+                    redefinition.check(cur, spec, state)
                 _tables(store, cur, num, topology_id, state, like=spec.states[0])  # staging: in the store
     except BaseException:
         rebuild.release(store, topology_id)
@@ -167,32 +170,63 @@ def switch(store: StateStore, build: Build) -> dict[str, Any]:
         journal = commits.log(cur, store.schema, topology_id, after=through)
         result: dict[str, Any] = {"topology": topology_id, "built_at_txid": through, "switched_at_txid": committed,
                                   "journal_txids": len(journal), "states": {}}
-        entries = [(e.txid, e.attempt) for e in journal]
-        like = next((s for s in spec.states if s.database is None), None)  # whose grants the new table gets
-        snapshot_attempt = history.committed_attempt(cur, store.schema, topology_id, through)
-        for name in build.states:
-            state, load = spec.state(name), load_table(store, num, spec.state(name))
-            _check_journal(topology_id, name, journal)
-            registration.ensure_state_table(store, cur, topology_id, state)
-            if like is not None:
-                privileges.grant_like(cur, q.state_table(like), q.state_table(state))
-            result["states"][name] = rebuild.caught_up(store, cur, state, load, through, entries,
-                                                       store.staging(num, state))
-            # The history of the state starts at M: the load is its snapshot (earlier staged rows of
-            # txids through M, an attempt's that began after the build, were folded from the source).
-            h.snapshot_of(cur, store.schema, topology_id, state, store.staging(num, state), load, through,
-                          snapshot_attempt)
-            catalog.drop(cur, load)
         config = spec.to_config()
-        config["states"] = [*config["states"], *(spec.state(n).to_config() for n in build.states)]
-        config["built"] = {**dict(config.get("built") or {}), **dict.fromkeys(build.states, through)}
+        switched = _Switched(store, cur, num, spec, through, committed)
+        for name in build.states:
+            _check_journal(topology_id, name, journal)
+            result["states"][name] = switched.state(spec.state(name), [(e.txid, e.attempt) for e in journal])
+        config["states"] = [switched.live.pop(s["name"], s) for s in config["states"]] + list(switched.live.values())
+        config["built"] = {**dict(config.get("built") or {}), **switched.built}
+        config["retired"] = {**dict(config.get("retired") or {}), **switched.archived}
         config["building"] = [s for s in config.get("building", ()) if s["name"] not in build.states]
-        if not config["building"]:
-            del config["building"]
+        for key in ("building", "retired"):
+            if not config[key]:
+                del config[key]
         topologies.upsert(cur, store.schema, topology_id, config)
         topologies.set_rebuild_mark(cur, store.schema, topology_id, rebuild.NO_REBUILD)
     rebuild.release(store, topology_id)
     return result
+
+
+class _Switched:
+    """What a switch did, state by state: each built state's table loaded and caught up, its history
+    started at M -- a redefined one's in place of the version it replaces, archived
+    (``core/redefinition.py``) -- and the declarations that changed."""
+
+    def __init__(self, store: StateStore, cur: Any, num: int, spec: TopologySpec, through: int,
+                 committed: int) -> None:
+        self.store, self.cur, self.num, self.spec = store, cur, num, spec
+        self.through, self.committed = through, committed
+        self.like = next((s for s in spec.states if s.database is None), None)  # whose grants the new table gets
+        self.snapshot_attempt = history.committed_attempt(cur, store.schema, spec.topology_id, through)
+        self.mark = h.mark(cur, store.schema, spec.topology_id)
+        self.live: dict[str, dict[str, Any]] = {}  # the declarations of the states switched in, by name
+        self.built: dict[str, int] = {}
+        self.archived: dict[str, dict[str, Any]] = {}
+
+    def state(self, built: StateSpec, journal: list[tuple[int, int]]) -> int:
+        """Switch one built state in; its keys."""
+        store, cur, num, spec, topology_id = self.store, self.cur, self.num, self.spec, self.spec.topology_id
+        load, state, grants_from = load_table(store, num, built), built, self.like
+        if built.replaces:  # a new version: the live one is archived, this one takes its names (and grants)
+            state, gone = redefinition.swap(store, cur, num, topology_id, spec, built)
+            start = max(self.mark.history_from_txid, spec.built.get(state.name, 0))
+            base = self.mark.history_base or state.name in spec.built  # a built state's history starts at its load
+            self.archived[gone.name] = redefinition.record(gone, state.name, self.committed, start, base)
+            grants_from = gone
+        registration.ensure_state_table(store, cur, topology_id, state)
+        if grants_from is not None:
+            privileges.grant_like(cur, q.state_table(grants_from), q.state_table(state))
+        keys = rebuild.caught_up(store, cur, state, load, self.through, journal, store.staging(num, state))
+        # The history of the state starts at M: the load is its snapshot (earlier staged rows of
+        # txids through M, an attempt's that began after the build, were folded from the source).
+        h.snapshot_of(cur, store.schema, topology_id, state, store.staging(num, state), load, self.through,
+                      self.snapshot_attempt)
+        catalog.drop(cur, load)
+        self.live[state.name] = state.to_config()
+        # A new version is what readers see from the switch on (before it, the archived one answers).
+        self.built[state.name] = self.committed if built.replaces else self.through
+        return keys
 
 
 def _check_journal(topology_id: str, name: str, journal: list[commits.CommitRecord]) -> None:
@@ -294,7 +328,12 @@ def status(store: StateStore, topology_id: str) -> dict[str, Any]:
         _num, spec, committed, _o = store.load(cur, topology_id)
         mark = topologies.rebuild_mark(cur, store.schema, topology_id)
     building = mark.rebuild_from_txid if mark.state_build else None
-    return {"topology": topology_id, "committed_txid": committed,
+    labels = {s.name: f"{s.replaces} version {s.version} (redefines version {spec.state(s.replaces).version})"
+              for s in (*spec.building, *spec.declared) if s.replaces}
+    labels.update({name: f"{name} (version {gone.version} of {spec.retired[name]['of']}, table "
+                         f"{'.'.join(gone.schema_and_table)})"
+                   for name, gone in spec.retired_states.items() if spec.retired[name].get("of")})
+    return {"topology": topology_id, "committed_txid": committed, "labels": labels,
             "declared": [s.name for s in spec.declared], "building": [s.name for s in spec.building],
             "building_through_txid": building, "built": dict(spec.built), "retiring": list(spec.retiring),
             "retired": {name: int(r["txid"]) for name, r in spec.retired.items()}}

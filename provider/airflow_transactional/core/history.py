@@ -19,6 +19,7 @@ from ..spec import StateSpec, TopologySpec
 from ..store import commits
 from ..store import history as h
 from ..store import state as q
+from . import redefinition
 from .context import StateStore
 
 #: A state's history as a query answers it: (keys..., value) rows in key order.
@@ -73,8 +74,12 @@ def changes(store: StateStore, topology_id: str, txid: int) -> dict[str, Rows]:
     with store.db.transaction() as cur:
         num, spec, committed, _o = store.load(cur, topology_id)
         _check_txid(store, cur, topology_id, txid, committed, base=False)
-        return {s.name: h.deltas(cur, store.schema, topology_id, s, store.staging(num, s), txid)
-                for s in kept_states(spec)}
+        answered = {}
+        for s in kept_states(spec):  # a redefined state's archived version answers for when it was live
+            archive = redefinition.archive_at(spec, s.name, txid)
+            version = archive.state if archive is not None else s
+            answered[s.name] = h.deltas(cur, store.schema, topology_id, version, store.staging(num, version), txid)
+        return answered
 
 
 def as_of(store: StateStore, topology_id: str, state_name: str, txid: int | None = None) -> Rows:
@@ -87,10 +92,17 @@ def as_of(store: StateStore, topology_id: str, state_name: str, txid: int | None
         if state not in kept_states(spec):
             raise ConfigError(f"state {state_name!r} is kept by a decision: its values were decided in commit order "
                               "and have no delta history")
+        archive = redefinition.archive_at(spec, state_name, txid)
+        if archive is not None:  # redefined since: the version live at txid answers, from its own history
+            if not archive.base:
+                raise ConfigError(f"state {state_name!r} as of txid {txid}: version {archive.state.version}, live "
+                                  f"then, has a delta history from txid {archive.history_from} with no snapshot there")
+            return h.as_of(cur, store.schema, topology_id, archive.state, store.staging(num, archive.state), txid,
+                           archive.history_from)
         if txid < spec.built.get(state_name, 0):
-            raise ConfigError(f"state {state_name!r} was added to topology {topology_id!r} and built from the source "
-                              f"as of txid {spec.built[state_name]}: its history starts there; ask for a txid from "
-                              "it on")
+            raise ConfigError(f"state {state_name!r} was added to topology {topology_id!r} (or redefined) and built "
+                              f"from the source as of txid {spec.built[state_name]}: its history starts there; ask for "
+                              "a txid from it on")
         mark = _check_txid(store, cur, topology_id, txid, committed, base=True)
         return h.as_of(cur, store.schema, topology_id, state, store.staging(num, state), txid, mark.history_from_txid)
 

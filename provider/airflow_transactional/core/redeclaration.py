@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..spec import EVOLUTION_KEYS
+from ..spec import EVOLUTION_KEYS, version_name
 
 # Settings a topology may change between deployments: they shape future batches only. Anything
 # else -- where the source is, the states' keys, types, rules and tables -- decides what the
@@ -15,12 +15,13 @@ from ..spec import EVOLUTION_KEYS
 # topology may never change: see other_owner.)
 MUTABLE_SOURCE_SETTINGS = frozenset({"max_files", "settle_seconds", "max_batch_bytes", "listing",
                                      "full_listing_seconds"})
-_STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database", "schema")
+_STATE_IDENTITY = ("keys", "combiner", "value_type", "kind", "table", "database", "schema", "version")
 
 
 def _identity(config: Mapping[str, Any]) -> dict[str, Any]:
     source = {k: v for k, v in dict(config["source"]).items() if k not in MUTABLE_SOURCE_SETTINGS}
-    states = {s["name"]: {k: s.get(k) for k in _STATE_IDENTITY} for s in config["states"]}
+    states = {s["name"]: {**{k: s.get(k) for k in _STATE_IDENTITY}, "version": int(s.get("version", 1))}
+              for s in config["states"]}
     outputs = {o["name"]: o["log"] for o in config.get("outputs", ())}
     # A decision's rule (floor, headroom) may change for later requests; the state it keeps may not.
     decisions = {d["name"]: d["state"] for d in config.get("decisions", ())}
@@ -40,8 +41,12 @@ def incompatible_changes(stored: Mapping[str, Any], declared: Mapping[str, Any])
         elif after is None:
             changes.append(f"state {name!r} removed")
         else:
-            changes += [f"state {name!r} {k} {before[k]!r} -> {after[k]!r}" for k in _STATE_IDENTITY
-                        if before[k] != after[k]]
+            changed = [f"state {name!r} {k} {before[k]!r} -> {after[k]!r}" for k in _STATE_IDENTITY
+                       if before[k] != after[k]]
+            if changed and before["version"] == after["version"]:
+                changed[-1] += (f" (to redefine it, declare it with version={before['version'] + 1}: it is "
+                                "built beside the live one and switched in once approved)")
+            changes += changed
     # An output may be added (later batches append to it) but not moved or dropped: staged and
     # downstream readers count on it.
     for name, log in sorted(old["outputs"].items()):
@@ -65,11 +70,13 @@ def other_owner(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> str |
 
 def evolved(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """``declared`` as it is kept over ``stored`` once the topology has progress: its settings, the
-    stored live and building states, each state it adds as ``declared`` and each live state it no
-    longer declares as ``retiring`` -- both waiting for the owner's approval
+    stored live and building states, each state it adds -- or declares at a higher version than the
+    live one: ``<name>__v<version>`` -- as ``declared`` and each live state it no longer declares as
+    ``retiring`` -- both waiting for the owner's approval
     (``core/evolution.py``) -- and what it changes that may not change (a live or building state
     changed, a building one removed, a retired one's name taken again, the source, ...). A declared
     state it no longer declares is forgotten: nothing was built of it."""
+    declared = _redefinitions(stored, declared)
     live = [s["name"] for s in stored["states"]]
     building = [s["name"] for s in stored.get("building", ())]
     retired = dict(stored.get("retired") or {})
@@ -91,3 +98,18 @@ def evolved(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> tuple[dic
         if value:
             config[key] = value
     return config, changes
+
+
+def _redefinitions(stored: Mapping[str, Any], declared: Mapping[str, Any]) -> dict[str, Any]:
+    """``declared`` with each live state it declares at a higher version split in two: the live
+    one as stored (kept until the switch) and the new version, ``<name>__v<version>`` replacing it
+    (declared, or the one being built)."""
+    live = {s["name"]: s for s in stored["states"]}
+    states = []
+    for s in declared["states"]:
+        was = live.get(s["name"])
+        if was is not None and int(s.get("version", 1)) > int(was.get("version", 1)):
+            states += [dict(was), {**s, "name": version_name(s["name"], int(s["version"])), "replaces": s["name"]}]
+        else:
+            states.append(s)
+    return {**declared, "states": states}

@@ -71,10 +71,15 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
 
 
 def _evolving(spec: TopologySpec, mark: topologies.RebuildMark) -> str | None:
-    """States the DAG file added, in a line: being built (from which history), declared (waiting)."""
+    """States the DAG file added or redefined, in a line: being built (from which history), declared
+    (waiting), retiring."""
     parts = []
+
+    def named(states: Sequence[StateSpec]) -> str:
+        return ", ".join(f"{s.replaces} version {s.version}" if s.replaces else s.name for s in states)
+
     if spec.building:
-        names = ", ".join(s.name for s in spec.building)
+        names = named(spec.building)
         parts.append(f"building {names} (" + (f"folding txids 1..{mark.rebuild_from_txid} of the source's history; "
                                                "the commits stage it meanwhile)" if mark.state_build else
                                                f"its build stopped: 'airflow-txn evolve {spec.topology_id} "
@@ -83,7 +88,7 @@ def _evolving(spec: TopologySpec, mark: topologies.RebuildMark) -> str | None:
         parts.append(f"retiring {', '.join(spec.retiring)} (kept until approved: 'airflow-txn evolve "
                      f"{spec.topology_id} --approve')")
     if spec.declared:
-        parts.append(f"declared {', '.join(s.name for s in spec.declared)} (not kept until approved: "
+        parts.append(f"declared {named(spec.declared)} (not kept until approved: "
                      f"'airflow-txn evolve {spec.topology_id} --approve')")
     return "; ".join(parts) or None
 

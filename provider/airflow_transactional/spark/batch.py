@@ -33,9 +33,9 @@ def transformed(spec: TopologySpec, transform: Transform, good: DataFrame) -> di
         raise ConfigError("the transform must return {state name: DataFrame} (and {output name: DataFrame} "
                           "for the topology's outputs, {decision name: DataFrame} for its decisions)")
     # A state the DAG file adds is declared until the owner approves it, a retired one is kept as it
-    # was: their rows are not kept.
-    unkept = spec.unkept
-    out = {name: df for name, df in out.items() if name not in unkept}
+    # was: their rows are not kept; while a state is redefined, its name feeds the new version.
+    routes = spec.job_routes
+    out = {to: df for name, df in out.items() if (to := routes.get(name, name)) is not None}
     states = spec.folded_states
     others = [o.name for o in spec.outputs] + [d.name for d in spec.decisions]
     unknown = set(out) - {s.name for s in states} - set(others)
@@ -47,7 +47,7 @@ def transformed(spec: TopologySpec, transform: Transform, good: DataFrame) -> di
                              if spec.decided_states else ""))
     missing = [s.name for s in states if s.name not in out]
     if missing:
-        raise ConfigError(f"the transform returned no DataFrame for states {missing}")
+        raise ConfigError(f"the transform returned no DataFrame for states {missing}" + spec.redefined_hint(missing))
     return {name: out[name] for name in [*(s.name for s in states), *others] if name in out}
 
 

@@ -13,6 +13,11 @@ from ..values import Combiner, ValueKind
 DEFAULT_STATE_SCHEMA = "public"
 
 
+def version_name(name: str, version: int) -> str:
+    """The name version ``version`` of state ``name`` is kept under beside the live one (pending or archived)."""
+    return f"{name}__v{version}"
+
+
 @dataclass(frozen=True)
 class StateSpec:
     """A keyed state table updated by the commit phase.
@@ -23,6 +28,12 @@ class StateSpec:
     say ``"schema.table"``) -- apart from the provider's own bookkeeping in ``airflow_txn``.
     ``database`` names another Postgres (see ``Coordinator(external_dsns=...)``): such a state
     is not atomic with the checkpoint and relies on the per-value txid rule to stay idempotent.
+
+    ``version`` redefines a live state (``core/evolution.py``): a declaration with a higher version
+    than the live one -- its transform, keys, combiner or value type changed -- is built beside it
+    and switched in at one txid. The provider keeps such a pending version under the name
+    ``<name>__v<version>`` with ``replaces`` naming the live state; its table defaults to that
+    state's.
     """
 
     name: str
@@ -33,9 +44,16 @@ class StateSpec:
     table: str | None = None
     database: str | None = None
     schema: str | None = None
+    version: int = 1
+    replaces: str | None = None
 
     def __post_init__(self) -> None:
         identifiers.name("state name", self.name)
+        if type(self.version) is not int or self.version < 1:
+            raise ConfigError(f"state {self.name!r}: version must be a whole number from 1, got {self.version!r} "
+                              "(raise it by one to redefine a live state)")
+        if self.replaces is not None:
+            identifiers.name("state name", self.replaces)
         if not isinstance(self.keys, Mapping):
             raise ConfigError(f"state {self.name!r}: keys must map each key column to its SQL type, e.g. "
                               f"keys={{'url': 'text'}}, not {type(self.keys).__name__} {self.keys!r}")
@@ -67,7 +85,8 @@ class StateSpec:
 
     @property
     def schema_and_table(self) -> tuple[str, str]:
-        return identifiers.qualified_table(self.table or self.name, self.schema or DEFAULT_STATE_SCHEMA)
+        return identifiers.qualified_table(self.table or self.replaces or self.name,
+                                           self.schema or DEFAULT_STATE_SCHEMA)
 
     @property
     def key_columns(self) -> list[str]:
@@ -87,7 +106,14 @@ class StateSpec:
             "table": self.table,
             "database": self.database,
             **({"schema": self.schema} if self.schema else {}),  # absent from older declarations
+            **({"version": self.version} if self.version != 1 else {}),
+            **({"replaces": self.replaces} if self.replaces else {}),
         }
+
+    @property
+    def job_key(self) -> str:
+        """What a job calls this version of the state while another replaces it: ``name@version``."""
+        return f"{self.replaces or self.name}@{self.version}"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> StateSpec:

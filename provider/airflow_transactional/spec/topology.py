@@ -198,6 +198,45 @@ class TopologySpec:
         retired ones."""
         return frozenset({*(s.name for s in self.declared), *self.retired})
 
+    def archived_at(self, name: str, txid: int) -> Mapping[str, Any] | None:
+        """What ``retired`` keeps of the archived version of state ``name`` that was live at
+        ``txid`` (None: the live version was): ``core/redefinition.py``."""
+        return next((r for r in self.retired.values()
+                     if r.get("of") == name and int(r["from"]) <= txid <= int(r["txid"])), None)
+
+    def version_at(self, name: str, txid: int | None) -> StateSpec:
+        """The declaration of state ``name`` in force at ``txid`` (None: now)."""
+        kept = None if txid is None else self.archived_at(name, txid)
+        return self.state(name) if kept is None else StateSpec.from_config(kept["state"])
+
+    def pending(self, name: str) -> StateSpec | None:
+        """The new version of live state ``name`` declared or being built beside it (None: none)."""
+        return next((s for s in (*self.building, *self.declared) if s.replaces == name), None)
+
+    def redefined_hint(self, missing: Sequence[str]) -> str:
+        """What a job that returned no rows for live states ``missing`` must return while they are redefined."""
+        keys = [f"{self.state(n).job_key!r}" for n in missing if self.pending(n) is not None]
+        if not keys:
+            return ""
+        return (f": while a state is redefined the job returns the live version's rows (its transform as it was) "
+                f"as {', '.join(keys)} and the new version's under the state's name, until the switch")
+
+    @property
+    def job_routes(self) -> dict[str, str | None]:
+        """The job's row keys that do not name the state they feed (None: nothing keeps them). While
+        a state is redefined its name feeds the new version (once approved: before, nothing) and
+        ``name@N`` the live version N; an archived version's ``name@N``, a declared state's and a
+        retired one's rows are kept by nothing."""
+        routes: dict[str, str | None] = dict.fromkeys(self.unkept)
+        for record in self.retired.values():
+            if record.get("of"):  # an archived version of a redefined state
+                routes[f"{record['of']}@{int(record['state'].get('version', 1))}"] = None
+        for new in (*self.building, *self.declared):
+            if new.replaces:
+                routes[new.replaces] = new.name if new in self.building else None
+                routes[self.state(new.replaces).job_key] = new.replaces
+        return routes
+
     def decision(self, name: str) -> DecisionSpec:
         return _named(self.topology_id, "decision", self.decisions, name)
 

@@ -77,6 +77,11 @@ def set_comment(cur: Cursor, table: sql.Composed, text: str) -> None:
     cur.execute(query("catalog_set_comment", table=table, comment=sql.Literal(text)))
 
 
+def rename(cur: Cursor, table: sql.Composed, name: str) -> None:
+    """Rename ``table`` to ``name`` in its schema: what refers to it (views, grants) follows."""
+    cur.execute(query("catalog_rename_table", table=table, name=sql.Identifier(name)))
+
+
 class savepoint:
     """Run statements that may fail under a savepoint: :meth:`rollback` undoes them and keeps the
     transaction usable; leaving the block releases it."""

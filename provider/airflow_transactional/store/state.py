@@ -20,22 +20,33 @@ if TYPE_CHECKING:  # the store takes declarations, it does not depend on them
     from ..spec import StateSpec
 
 
+def _own(schema: str, prefix: str, topology_num: int, name: str) -> sql.Composed:
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"{prefix}_{topology_num}_{name}"))
+
+
 def staging_table(schema: str, topology_num: int, state: StateSpec) -> sql.Composed:
     """Staged partials of one state, keyed by (txid, attempt, key)."""
-    return sql.SQL("{}.{}").format(sql.Identifier(schema),
-                                   sql.Identifier(f"stg_{topology_num}_{state.name}"))
+    return _own(schema, "stg", topology_num, state.name)
 
 
 def verify_table(schema: str, topology_num: int, state: StateSpec) -> sql.Composed:
     """Where a round of the shadow audit stages what it recomputed of a state (the staging table's
     shape, attempt -1): apart from the staging table, so that with an auditor role the role that
     stages attempts cannot write what the auditor's round judges."""
-    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"vfy_{topology_num}_{state.name}"))
+    return _own(schema, "vfy", topology_num, state.name)
 
 
 def history_view(schema: str, topology_num: int, state: StateSpec) -> sql.Composed:
     """A state's delta history as a view: (txid, key..., delta) of every committed txid."""
-    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(f"dlt_{topology_num}_{state.name}"))
+    return _own(schema, "dlt", topology_num, state.name)
+
+
+def rename_own(schema: str, topology_num: int, state: StateSpec, name: str) -> list[sql.Composed]:
+    """Statements that give a state's staging and verification tables and its history view the
+    names of state ``name``'s (the history view follows its staging table: it refers to it)."""
+    return [query("catalog_rename_view" if prefix == "dlt" else "catalog_rename_table",
+                  table=_own(schema, prefix, topology_num, state.name),
+                  name=sql.Identifier(f"{prefix}_{topology_num}_{name}")) for prefix in ("stg", "vfy", "dlt")]
 
 
 def create_history_view(view: sql.Composed, staging: sql.Composed, state: StateSpec, schema: str,

@@ -51,6 +51,12 @@ SELECT version()
 -- name: catalog_set_comment
 COMMENT ON TABLE {table} IS {comment}
 
+-- name: catalog_rename_table
+ALTER TABLE {table} RENAME TO {name}
+
+-- name: catalog_rename_view
+ALTER VIEW {table} RENAME TO {name}
+
 -- name: select_all
 SELECT * FROM {table}
 
