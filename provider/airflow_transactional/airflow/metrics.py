@@ -21,10 +21,15 @@ backends that keep tags:
 ``stall_seconds``         gauge   how long it has not moved while stalled (0 when not stalled)
 ``verified_through``      gauge   the shadow audit's mark: the txids through it are verified
 ``verification_failures`` gauge   committed txids whose check failed (0 when none)
+``build_through_txid``    gauge   while a state is built from the history: the txid its fold has
+                                  reached (of ``build_of_txid``, M: ``core/building.py``)
+``build_of_txid``         gauge   the txid the build's fold ends at (M)
+``build_eta_seconds``     gauge   the seconds left at the rate of the fold so far (once known)
 ========================  ======  ==============================================================
 
-Sent by the commit task after it commits (``blocked`` when it or a plan fails fast; ``late_commits``
-and ``stalled`` by the commit deadline's callback in the triggerer; ``stalled`` and
+Sent by the commit task after it commits (the ``build_`` ones too, while a build runs; ``blocked``
+when it or a plan fails fast; ``late_commits`` and ``stalled`` by the commit deadline's callback in
+the triggerer; ``stalled`` and
 ``stall_seconds`` at every check of the stall watch, :mod:`airflow_transactional.airflow.stalls`;
 ``verified_through`` and ``verification_failures`` by the verify task after its round), so a
 backfill or a clear that commits nothing new sends nothing twice. A metric that cannot be sent
@@ -35,6 +40,8 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+
+from ..model import BuildProgress
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +59,15 @@ def name(topology_id: str, metric: str) -> str:
 
 
 def committed(topology_id: str, *, txid: int, duration_ms: float, records: int, quarantined: int,
-              lag_records: int, lag_seconds: float | None) -> None:
-    """The metrics of one commit that did commit."""
+              lag_records: int, lag_seconds: float | None, build: BuildProgress | None = None) -> None:
+    """The metrics of one commit that did commit (``build``: how far a state build is)."""
     try:
         stats, tags = _stats(), {"topology_id": topology_id}
+        if build is not None:
+            stats.gauge(name(topology_id, "build_through_txid"), build.through_txid, tags=tags)
+            stats.gauge(name(topology_id, "build_of_txid"), build.of_txid, tags=tags)
+            if build.eta_seconds is not None:
+                stats.gauge(name(topology_id, "build_eta_seconds"), round(build.eta_seconds), tags=tags)
         stats.gauge(name(topology_id, "committed_txid"), txid, tags=tags)
         stats.timing(name(topology_id, "commit_duration"), duration_ms, tags=tags)
         stats.gauge(name(topology_id, "batch_records"), records, tags=tags)

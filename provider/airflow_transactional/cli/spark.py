@@ -12,6 +12,7 @@ from typing import Any
 from ..airflow.dagfile import declared_as_stored
 from ..coordinator import Audit, Coordinator, Rebuild, StateBuild
 from ..exceptions import TransactionalError
+from ..model import duration
 from ..spark import cds, jars
 from ..spark.recompute import recompute
 from .args import on_spark, spark_target
@@ -104,6 +105,11 @@ def evolution_text(st: Mapping[str, Any]) -> str:
                      "them, no commit applies them "
                      + (f"yet; the build folds txids 1..{through} of the source's history" if through is not None
                         else "yet; the build's process is gone: approve again to take it up, or --cancel") + ")")
+        if st.get("progress"):
+            p = st["progress"]
+            lines.append(f"    folded through txid {p['through_txid']} of {p['of_txid']} ({p['records']:,} of "
+                         f"{p['of_records']:,} records)" + (f", ETA {duration(p['eta_seconds'])}"
+                                                            if p["eta_seconds"] is not None else ""))
     for name, txid in dict(st["built"]).items():
         lines.append(f"  built: {name} as of txid {txid} (its delta history and verification start there)")
     if st["retiring"]:

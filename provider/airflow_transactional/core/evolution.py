@@ -36,18 +36,17 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg2 import sql
-
 from ..exceptions import ConfigError, RebuildInProgress, TransactionalError
 from ..spec import StateSpec, TopologySpec
-from ..store import catalog, commits, privileges, topologies, transactions
+from ..store import builds, catalog, commits, privileges, topologies, transactions
 from ..store import history as h
 from ..store import state as q
 from ..store.topologies import BUILD_MARK, RebuildMark
 from . import history, rebuild, redefinition, registration
+from .building import load_table, part_table, progress
 from .context import StateStore
 
-__all__ = ["Build", "begin", "cancel", "drop", "load_copies", "retire", "status", "switch", "wait_for_plans"]
+__all__ = ["Build", "begin", "cancel", "drop", "load_table", "retire", "status", "switch", "wait_for_plans"]
 
 @dataclass(frozen=True)
 class Build:
@@ -73,10 +72,6 @@ def _refusal(spec: TopologySpec, states: list[StateSpec]) -> str | None:
     return None
 
 
-def load_table(store: StateStore, num: int, state: StateSpec) -> sql.Composed:
-    return q.audit_table(store.schema, num, state, purpose="build")
-
-
 def begin(store: StateStore, topology_id: str) -> Build:
     """Approve the declared states: make them building (or take up a build whose process died)."""
     if not rebuild.hold(store, topology_id):
@@ -96,13 +91,15 @@ def begin(store: StateStore, topology_id: str) -> Build:
             why = _refusal(spec, states)
             if why:
                 raise ConfigError(f"topology {topology_id!r}: {why}")
-            if spec.building and mark.rebuild_id is not None and not spec.declared:  # taken up again
+            taken_up = bool(spec.building and mark.rebuild_id is not None and not spec.declared)
+            if taken_up:  # its fold goes on from the first chunk not done (core/building.py)
                 build = Build(topology_id, tuple(s.name for s in states), int(mark.rebuild_from_txid or 0),
-                              mark.rebuild_id)
+                              str(mark.rebuild_id))
             else:
                 last = transactions.last(cur, store.schema, topology_id)
                 build = Build(topology_id, tuple(s.name for s in states), max(committed, last.txid if last else 0),
                               BUILD_MARK + uuid.uuid4().hex)
+                catalog.drop(cur, builds.table(store.schema, num), if_exists=True)
             config = {**spec.to_config(), "building": [s.to_config() for s in states]}
             config.pop("declared", None)
             topologies.upsert(cur, store.schema, topology_id, config)
@@ -111,17 +108,18 @@ def begin(store: StateStore, topology_id: str) -> Build:
             for state in states:
                 if state.replaces:
                     redefinition.check(cur, spec, state)
-                _tables(store, cur, num, topology_id, state, like=spec.states[0])  # staging: in the store
+                _tables(store, cur, num, topology_id, state, like=spec.states[0], fresh=not taken_up)
     except BaseException:
         rebuild.release(store, topology_id)
         raise
     return build
 
 
-def _tables(store: StateStore, cur: Any, num: int, topology_id: str, state: StateSpec, *, like: StateSpec) -> None:
+def _tables(store: StateStore, cur: Any, num: int, topology_id: str, state: StateSpec, *, like: StateSpec,
+            fresh: bool) -> None:
     """A building state's staging table (and its history view, its verification's) -- reached by
-    the roles that reach the live state ``like``'s: the run-time role's attempts stage it -- and a
-    fresh load table."""
+    the roles that reach the live state ``like``'s: the run-time role's attempts stage it -- and its
+    load table (``fresh``: empty; else the one a build taken up has folded into so far)."""
     if not catalog.exists(cur, store.staging(num, state)):
         cur.execute(q.create_staging_table(store.staging(num, state), state))
         cur.execute(q.create_history_view(q.history_view(store.schema, num, state), store.staging(num, state),
@@ -129,9 +127,11 @@ def _tables(store: StateStore, cur: Any, num: int, topology_id: str, state: Stat
     cur.execute(q.create_staging_table(store.verify_staging(num, state), state))  # if not there
     privileges.grant_like(cur, store.staging(num, like), store.staging(num, state))
     privileges.grant_like(cur, store.verify_staging(num, like), store.verify_staging(num, state))
-    catalog.drop(cur, load_table(store, num, state), if_exists=True)
-    for stmt in q.create_audit_table(load_table(store, num, state), state):
-        cur.execute(stmt)
+    if fresh:
+        catalog.drop(cur, load_table(store, num, state), if_exists=True)
+    if not catalog.exists(cur, load_table(store, num, state)):
+        for stmt in q.create_audit_table(load_table(store, num, state), state):
+            cur.execute(stmt)
 
 
 def wait_for_plans(store: StateStore, build: Build, *, timeout: float = 3600.0, poll: float = 1.0) -> None:
@@ -148,15 +148,6 @@ def wait_for_plans(store: StateStore, build: Build, *, timeout: float = 3600.0, 
                 f"{build.through_txid}, planned before it began, to commit, and they did not within "
                 f"{timeout:.0f}s: let them commit (or fail them for good), then approve again")
         time.sleep(poll)
-
-
-def load_copies(store: StateStore, build: Build) -> dict[str, str]:
-    """The COPY statement that loads each building state's fold of txids 1..M into its load table."""
-    with store.db.transaction() as cur:
-        num, spec, _c, _o = store.load(cur, build.topology_id)
-        return {name: q.copy_into(load_table(store, num, spec.state(name)),
-                                  [*spec.state(name).key_columns, "value"], csv=True).as_string(cur)
-                for name in build.states}
 
 
 def switch(store: StateStore, build: Build) -> dict[str, Any]:
@@ -184,6 +175,7 @@ def switch(store: StateStore, build: Build) -> dict[str, Any]:
                 del config[key]
         topologies.upsert(cur, store.schema, topology_id, config)
         topologies.set_rebuild_mark(cur, store.schema, topology_id, rebuild.NO_REBUILD)
+        catalog.drop(cur, builds.table(store.schema, num), if_exists=True)
     rebuild.release(store, topology_id)
     return result
 
@@ -262,9 +254,11 @@ def cancel(store: StateStore, topology_id: str) -> list[str]:
                 topologies.set_rebuild_mark(cur, store.schema, topology_id, rebuild.NO_REBUILD)
             for state in spec.building:
                 cur.execute(q.drop_history_view(q.history_view(store.schema, num, state)))
-                tables = (store.staging(num, state), store.verify_staging(num, state), load_table(store, num, state))
+                tables = (store.staging(num, state), store.verify_staging(num, state), load_table(store, num, state),
+                          part_table(store, num, state))
                 for table in tables:
                     catalog.drop(cur, table, if_exists=True)
+            catalog.drop(cur, builds.table(store.schema, num), if_exists=True)
     finally:
         rebuild.release(store, topology_id)
     return names
@@ -325,9 +319,10 @@ def drop(store: StateStore, topology_id: str, name: str) -> list[str]:
 def status(store: StateStore, topology_id: str) -> dict[str, Any]:
     """What is declared, building (from which txid) and built (since which txid)."""
     with store.db.transaction() as cur:
-        _num, spec, committed, _o = store.load(cur, topology_id)
+        num, spec, committed, _o = store.load(cur, topology_id)
         mark = topologies.rebuild_mark(cur, store.schema, topology_id)
-    building = mark.rebuild_from_txid if mark.state_build else None
+        building = mark.rebuild_from_txid if mark.state_build else None
+        built = None if building is None else progress(cur, store.schema, num, int(building), catalog.now(cur))
     labels = {s.name: f"{s.replaces} version {s.version} (redefines version {spec.state(s.replaces).version})"
               for s in (*spec.building, *spec.declared) if s.replaces}
     labels.update({name: f"{name} (version {gone.version} of {spec.retired[name]['of']}, table "
@@ -335,5 +330,6 @@ def status(store: StateStore, topology_id: str) -> dict[str, Any]:
                    for name, gone in spec.retired_states.items() if spec.retired[name].get("of")})
     return {"topology": topology_id, "committed_txid": committed, "labels": labels,
             "declared": [s.name for s in spec.declared], "building": [s.name for s in spec.building],
-            "building_through_txid": building, "built": dict(spec.built), "retiring": list(spec.retiring),
+            "building_through_txid": building, "progress": built._asdict() if built else None,
+            "built": dict(spec.built), "retiring": list(spec.retiring),
             "retired": {name: int(r["txid"]) for name, r in spec.retired.items()}}

@@ -35,7 +35,7 @@ from .. import faults
 from ..exceptions import ConfigError, TransactionalError
 from ..model import VERIFY_ATTEMPT, PlannedBatch, Staging
 from ..ranges import Round
-from . import attempts, audit_base, corrections, evolution, rebuild, registration, replayed, status, verify
+from . import attempts, audit_base, building, corrections, evolution, rebuild, registration, replayed, status, verify
 from .context import StateStore
 
 __all__ = ["Audit", "CorrectionPreview", "Fold", "Folded", "Kind", "Rebuild", "StateBuild", "Target",
@@ -171,12 +171,14 @@ class StateBuild:
         try:
             evolution.wait_for_plans(store, started)
             lap("wait for the txids planned before the build")
-            batch, why_not = status.committed_batch(store, topology_id, through_txid=started.through_txid)
-            if why_not:
-                raise TransactionalError(f"topology {topology_id!r}: states {list(started.states)} cannot be built "
-                                         f"from its source: {why_not}")
-            fold(batch, Target(evolution.load_copies(store, started)))
-            _with_replays(store, topology_id, "build", 0, started.through_txid, fold, started.states)
+            for chunk in building.pending(store, started):  # those a build taken up has not folded yet
+                copies, batch = building.begin_chunk(store, started, chunk)
+                if chunk.last_txid == 0:  # the committed replays' records, each as edited
+                    _with_replays(store, topology_id, "build_part", 0, started.through_txid, fold, started.states)
+                elif batch is not None:
+                    fold(batch, Target(copies))
+                building.end_chunk(store, started, chunk)
+                faults.point("build.chunk", scope=(topology_id,))
             lap("fold the history")
             faults.point("build.loaded", scope=(topology_id,))
             return evolution.switch(store, started)

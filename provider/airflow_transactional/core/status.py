@@ -15,15 +15,15 @@ from psycopg2 import sql
 
 from .. import quarantine
 from ..exceptions import SourceUnreachable
-from ..model import InFlight, Offsets, PlannedBatch, RecoverResult, TopologyStatus
+from ..model import BuildProgress, InFlight, Offsets, PlannedBatch, RecoverResult, TopologyStatus, duration
 from ..sources.base import Source
 from ..spec import StateSpec, TopologySpec
 from ..store import attempts, catalog, decisions, topologies, transactions
 from ..store import commits as commit_log
 from ..store import outputs as out_q
 from ..store import state as q
+from . import building, liveness
 from . import lag as lag_
-from . import liveness
 from .context import StateStore
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,8 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
         warning = quarantine.rising(*commit_log.recent_quarantine(cur, store.schema, topology_id, quarantine.RECENT),
                                     spec.max_quarantined)
         mark = topologies.rebuild_mark(cur, store.schema, topology_id)
+        built = (building.progress(cur, store.schema, _num, int(mark.rebuild_from_txid or 0), catalog.now(cur))
+                 if mark.state_build else None)
         if not spec.source.remote:
             lag, lag_seconds, source_error, lag_bytes = _local_lag(spec.source, cur, store.schema, topology_id,
                                                                    offsets)
@@ -65,12 +67,12 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
                         blocked, int(quarantined.committed), int(quarantined.pending), int(progress.lost_records),
                         lag_seconds, source_error, lag_unit=spec.source.lag_unit,
                         offsets_skipped=int(progress.offsets_skipped), lag_bytes=lag_bytes,
-                        quarantine_warning=warning, evolving=_evolving(spec, mark))
+                        quarantine_warning=warning, evolving=_evolving(spec, mark, built), build_progress=built)
     stall = None if blocked else liveness.stalled(st, spec.stall_after_seconds, datetime.now(UTC))
     return replace(st, blocked_by=stall, stalled=True) if stall else st  # nothing failed, and nothing moves
 
 
-def _evolving(spec: TopologySpec, mark: topologies.RebuildMark) -> str | None:
+def _evolving(spec: TopologySpec, mark: topologies.RebuildMark, built: BuildProgress | None) -> str | None:
     """States the DAG file added or redefined, in a line: being built (from which history), declared
     (waiting), retiring."""
     parts = []
@@ -80,8 +82,8 @@ def _evolving(spec: TopologySpec, mark: topologies.RebuildMark) -> str | None:
 
     if spec.building:
         names = named(spec.building)
-        parts.append(f"building {names} (" + (f"folding txids 1..{mark.rebuild_from_txid} of the source's history; "
-                                               "the commits stage it meanwhile)" if mark.state_build else
+        parts.append(f"building {names} (" + (f"{building_text(mark.rebuild_from_txid, built)}; the commits stage "
+                                               "it meanwhile)" if mark.state_build else
                                                f"its build stopped: 'airflow-txn evolve {spec.topology_id} "
                                                "--approve' takes it up)"))
     if spec.retiring:
@@ -91,6 +93,17 @@ def _evolving(spec: TopologySpec, mark: topologies.RebuildMark) -> str | None:
         parts.append(f"declared {named(spec.declared)} (not kept until approved: "
                      f"'airflow-txn evolve {spec.topology_id} --approve')")
     return "; ".join(parts) or None
+
+
+def building_text(through: int | None, built: BuildProgress | None) -> str:
+    """``folding txids 1..M``, and how far: ``txid k of M, ETA``."""
+    text = f"folding txids 1..{through} of the source's history"
+    if built is not None:
+        text += (f": through txid {built.through_txid} of {built.of_txid}, {built.records:,} of "
+                 f"{built.of_records:,} records")
+        if built.eta_seconds is not None:
+            text += f", ETA {duration(built.eta_seconds)}"
+    return text
 
 
 def ask_lags(store: StateStore, topology_ids: Sequence[str]) -> None:

@@ -61,6 +61,7 @@ def summary(store: StateStore, topology_id: str, *, dag_id: str, now: datetime) 
         "quarantined": st.quarantined,
         "quarantined_pending": st.quarantined_pending,
         "quarantine_warning": st.quarantine_warning,
+        "evolving": st.evolving,  # a state its DAG file adds, redefines or retires; how far its build is
         "lost_records": st.lost_records,
         "offsets_skipped": st.offsets_skipped,
         "blocked_by": st.blocked_by,

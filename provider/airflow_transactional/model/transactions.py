@@ -83,6 +83,18 @@ class InFlight:
     since: datetime | None = None  # when its phase began (planned, attempt started or ended, try failed)
 
 
+class BuildProgress(NamedTuple):
+    """How far a state build's fold is (``core/building.py``): the last txid of the chunks folded
+    (0: none yet) of M, the records they planned of all, and the seconds left at the rate of the
+    chunks done (None: not known yet)."""
+
+    through_txid: int
+    of_txid: int
+    records: int
+    of_records: int
+    eta_seconds: float | None
+
+
 @dataclass(frozen=True)
 class TopologyStatus:
     topology_id: str
@@ -103,6 +115,7 @@ class TopologyStatus:
     lag_bytes: int | None = None  # what the waiting files hold (a landing directory on S3 or HDFS)
     quarantine_warning: str | None = None  # the latest txids set aside half their max_quarantined or more
     evolving: str | None = None  # states its DAG file added, declared or being built (core/evolution.py)
+    build_progress: BuildProgress | None = None  # how far a state build's fold is
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +136,8 @@ class TopologyStatus:
             "offsets_skipped": self.offsets_skipped,
             "lag_bytes": self.lag_bytes,
             "quarantine_warning": self.quarantine_warning,
+            "evolving": self.evolving,
+            "build_progress": self.build_progress._asdict() if self.build_progress else None,
         }
 
 

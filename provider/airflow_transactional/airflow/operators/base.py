@@ -109,7 +109,8 @@ class TopologyTask(BaseOperator):
             self.log.warning("txid %d committed; its metrics were not sent", txid, exc_info=True)
             return
         metrics.committed(self.topology_id, txid=txid, duration_ms=took * 1000, records=commit["records_read"],
-                          quarantined=commit["quarantined"], lag_records=st.lag, lag_seconds=st.lag_seconds)
+                          quarantined=commit["quarantined"], lag_records=st.lag, lag_seconds=st.lag_seconds,
+                          build=st.build_progress)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """What OpenLineage hears when the task ends (:mod:`airflow_transactional.airflow.lineage`):

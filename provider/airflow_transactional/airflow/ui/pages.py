@@ -10,6 +10,7 @@ from urllib.parse import quote, urlencode
 from ...model import offsets_moved
 from .checks import check, check_cell, verified
 from .markup import e, plural, table
+from .standing import age, changing, flight_line, lag_text, skipped_text, when
 from .waits import TASK_ORDER
 
 #: How much of a quarantined record a page shows (the CSV download has all of it).
@@ -32,23 +33,6 @@ border:0;border-radius:4px;cursor:pointer}
 def page(title: str, body: str) -> str:
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{e(title)}</title>"
             f"<style>{STYLE}</style></head><body>{body}</body></html>")
-
-
-def when(value: str | None) -> str:
-    """An ISO timestamp as a person reads it, to the second, escaped."""
-    if not value:
-        return "-"
-    stamp = datetime.fromisoformat(value)
-    return e(stamp.strftime("%Y-%m-%d %H:%M:%S ") + (stamp.tzname() or ""))
-
-
-def age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit} ago"
-    return f"{seconds:.0f} s ago"
 
 
 def counts(row_counts: dict[str, int] | None) -> str:
@@ -195,13 +179,6 @@ def txn_status(t: dict[str, Any]) -> str:
     return "planned"
 
 
-def flight_line(f: dict[str, Any]) -> str:
-    """One txid in flight: its phase, for how long, and what Airflow holds its run for."""
-    lasted = f" for {age(f['for_seconds']).removesuffix(' ago')}" if f.get("for_seconds") is not None else ""
-    waiting = f" <span class=muted>&#8212; {e(f['waiting'])}</span>" if f.get("waiting") else ""
-    return f"txid {int(f['txid'])}: {e(f['phase'])}{lasted}{waiting}"
-
-
 def _blocked(base: str, summary: dict[str, Any]) -> str:
     """What blocks a topology: a failed txid (with the way out), or the stall rule -- or what is
     about to (a quarantine share rising towards its limit)."""
@@ -213,29 +190,6 @@ def _blocked(base: str, summary: dict[str, Any]) -> str:
     return (f"<p class=blocked>Blocked: {e(summary['blocked_by'])}</p>"
             f"<p><a class=action href='{e(base)}{dag_path(summary['dag_id'])}/reprocess'>Reprocess the failed "
             "runs&#8230;</a> <span class=muted>(a preview first)</span></p>")
-
-
-def lag_text(summary: dict[str, Any]) -> str:
-    """How far behind its source a topology is, in what the source counts (records, files, Kafka
-    offsets), with how long the oldest has waited."""
-    size = f" ({summary['lag_bytes']:,} bytes)" if summary.get("lag_bytes") is not None else ""
-    return f"{summary['lag_records']:,} {e(summary.get('lag_unit') or 'records')}{size}{_waited(summary)}"
-
-
-def skipped_text(summary: dict[str, Any]) -> str:
-    """For a Kafka topology, the offsets its commits skipped: what a read_committed reader never sees."""
-    if summary.get("lag_unit") != "offsets":
-        return ""
-    return (f"; {summary.get('offsets_skipped', 0):,} offsets skipped (aborted transactions' records and "
-            "transaction markers: no committed record)")
-
-
-def _waited(summary: dict[str, Any]) -> str:
-    """How long the oldest record behind has waited, where the source knows (or why it cannot say now)."""
-    if summary.get("source_error"):
-        return f" (unknown now: {e(summary['source_error'])})"
-    waited = summary.get("lag_seconds")
-    return f" (the oldest waiting {age(waited).removesuffix(' ago')})" if summary["lag_records"] and waited else ""
 
 
 def read_count(t: dict[str, Any], unit: str | None) -> str:
@@ -274,7 +228,7 @@ def topology(base: str, summary: dict[str, Any], txns: list[dict[str, Any]], now
             f"{lag_text(summary)} behind the source, "
             f"{summary['quarantined']:,} records quarantined{skipped_text(summary)}.</p>"
             f"<p>In flight: {'<br>'.join(flight_line(f) for f in summary['in_flight']) or 'nothing'}</p>"
-            + verified(base, summary)
+            + changing(summary) + verified(base, summary)
             + "<h2>Timeline</h2><p class=muted>Each row is a txid: <span style='color:#a0aec0'>plan</span>, "
             "processing attempts (<span style='color:#48bb78'>complete</span>, "
             "<span style='color:#e53e3e'>failed</span>, <span style='color:#d69e2e'>running</span>) and the "
