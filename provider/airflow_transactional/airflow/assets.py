@@ -61,6 +61,13 @@ def topology_assets(spec: TopologySpec) -> list[Any]:
             + [output_asset(spec.topology_id, o.log_name) for o in spec.outputs])
 
 
+def committed_outlets(outlets: list[Any], stored: TopologySpec) -> list[Any]:
+    """The outlets a commit of the stored topology updates: not the table of a state its DAG file
+    adds (declared, or being built: ``core/evolution.py``), which has no table and no value yet."""
+    kept = {str(a.uri) for a in topology_assets(stored)}
+    return [o for o in outlets if str(o.uri) in kept]
+
+
 def event_extra(topology_id: str, commit: dict[str, Any]) -> dict[str, Any]:
     """What an asset event of a committed txid carries: its entry of the commit log (txid,
     offsets and numbers), as JSON."""

@@ -103,6 +103,7 @@ class CommitOperator(WaitingTask):
             return
         [commit] = coordinator.commits(self.topology_id, result.txid)  # the txid is committed: its entry
         extra = assets.event_extra(self.topology_id, commit)
+        self.outlets = assets.committed_outlets(self.outlets, coordinator.spec(self.topology_id))
         for outlet in self.outlets:
             event = context["outlet_events"][outlet]
             event.extra = extra
