@@ -80,6 +80,7 @@ class Sizes:
     startup_trials: int = 4
     work_batch: int = 1_000_000
     work_trials: int = 3
+    evolution_events: int = 10_000_000  # the history a state is built from (committed in work_batch txids)
     decision_requests: int = 100_000
     decision_accounts: int = 20_000
     decision_trials: int = 5
@@ -102,7 +103,8 @@ class Sizes:
                    overhead_runs=2, pipeline_transactions=3, pipeline_batch=2_000, startup_trials=2,
                    work_trials=2, decision_trials=2, latency_transactions=8, publish_events=50_000,
                    scale_runs=6, scale_topologies=(2,),
-                   cluster_transactions=3, cluster_batch=20_000, objects_large=10_000, objects_trials=3)
+                   cluster_transactions=3, cluster_batch=20_000, objects_large=10_000, objects_trials=3,
+                   evolution_events=2_000_000)
 
     def batches_of(self, size: int) -> int:
         """How many batches of ``size`` events a vs-SSS row runs (on each side)."""

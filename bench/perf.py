@@ -9,7 +9,7 @@ and every result is a ratio against a baseline measured in the same run. A secti
 a run takes them:
 
 - on the state store and one ``spark-submit``, before Airflow starts: ``commit``, ``decisions``,
-  ``plan``, ``startup``, ``work``, ``objects`` (on an S3 server and an HDFS of its own), ``kafka``
+  ``plan``, ``startup``, ``work``, ``evolution``, ``objects`` (on an S3 server and an HDFS of its own), ``kafka``
   (on a broker of its own), and the peer's half of
   ``peer`` (Structured Streaming alone on the machine);
 - on the benchmark's Airflow (:mod:`bench.harness`): ``overhead``, ``pipelining`` and our half of
@@ -53,6 +53,7 @@ from bench.sections import (
     cluster,
     commit,
     decisions,
+    evolution,
     history,
     kafka,
     latency,
@@ -70,8 +71,8 @@ from bench.sections import (
 
 log = logging.getLogger("bench.perf")
 
-SECTIONS = ("commit", "history", "verify", "decisions", "plan", "startup", "work", "objects", "kafka", "peer",
-            "overhead", "pipelining", "waits", "scale", "cluster", "latency")
+SECTIONS = ("commit", "history", "verify", "decisions", "plan", "startup", "work", "evolution", "objects", "kafka",
+            "peer", "overhead", "pipelining", "waits", "scale", "cluster", "latency")
 #: The sections that need the benchmark's Airflow running.
 ON_AIRFLOW = {"peer", "overhead", "pipelining", "waits", "scale", "cluster"}
 
@@ -100,6 +101,8 @@ def run(h: Harness) -> Report:
                 on_store.run(dsn, sizes, report)
         if "work" in chosen:
             work.run(dsn, SCHEMA, h.base / "work", h.batch_files(sizes.work_batch)[0], sizes, report, BIG_BATCH_CONF)
+        if "evolution" in chosen:
+            evolution.run(dsn, SCHEMA, h.base / "evolution", h.batch_files(sizes.work_batch), sizes, report)
         if "objects" in chosen:
             objects.run(dsn, SCHEMA, h.base / "objects", h.batch_files(sizes.work_batch)[0], sizes, report,
                         BIG_BATCH_CONF)
