@@ -54,14 +54,17 @@ def _events(first: int, n: int) -> list[tuple[str, str]]:
 
 
 def _deploy(stack: LocalStack, client: RestClient, text: str) -> None:
-    """Write the DAG file and wait until the dag-processor has parsed this version of it."""
-    path = stack.dags_folder / "grow_dags.py"
+    deploy(stack, client, DAG, stack.dags_folder / "grow_dags.py", text)
+
+
+def deploy(stack: LocalStack, client: RestClient, dag: str, path: Path, text: str) -> None:
+    """Write DAG file ``path`` and wait until the dag-processor has parsed this version of it."""
     written = datetime.now(UTC)
     path.write_text(text)
-    client.wait_for_dag(DAG)
+    client.wait_for_dag(dag)
     deadline = time.monotonic() + 180
     while True:
-        parsed = client.get(f"/api/v2/dags/{DAG}/details").get("last_parsed_time")
+        parsed = client.get(f"/api/v2/dags/{dag}/details").get("last_parsed_time")
         if parsed and datetime.fromisoformat(parsed) > written:
             return
         assert time.monotonic() < deadline, "the dag-processor never parsed the new DAG file"

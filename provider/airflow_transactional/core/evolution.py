@@ -36,6 +36,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from .. import faults
 from ..exceptions import ConfigError, RebuildInProgress, TransactionalError
 from ..spec import StateSpec, TopologySpec
 from ..store import builds, catalog, commits, privileges, topologies, transactions
@@ -176,6 +177,7 @@ def switch(store: StateStore, build: Build) -> dict[str, Any]:
         topologies.upsert(cur, store.schema, topology_id, config)
         topologies.set_rebuild_mark(cur, store.schema, topology_id, rebuild.NO_REBUILD)
         catalog.drop(cur, builds.table(store.schema, num), if_exists=True)
+        faults.point("build.switch", cur, scope=(topology_id,))  # lost here: nothing switched, approve again
     rebuild.release(store, topology_id)
     return result
 
