@@ -126,6 +126,7 @@ def progress(cur: Any, schema: str, num: int, through_txid: int, now: datetime) 
     done = [c for c in planned if c.done_at is not None]
     timed = [c for c in done if c.started_at is not None and c.done_at is not None]
     seconds = sum((c.done_at - c.started_at).total_seconds() for c in timed if c.done_at and c.started_at)
+    # The seconds left: the records not folded at the rate of the chunks done, less the running chunk's time.
     left = sum(c.records for c in planned if c.done_at is None)
     eta = None
     if timed and seconds > 0:
@@ -133,4 +134,4 @@ def progress(cur: Any, schema: str, num: int, through_txid: int, now: datetime) 
         spent = (now - running[0].started_at).total_seconds() if running and running[0].started_at else 0.0
         eta = max(0.0, left * seconds / max(1, sum(c.records for c in timed)) - spent)
     return BuildProgress(max((c.last_txid for c in done), default=0), through_txid,
-                    sum(c.records for c in done), sum(c.records for c in planned), eta)
+                         sum(c.records for c in done), sum(c.records for c in planned), eta)

@@ -14,11 +14,13 @@ evolve TOPOLOGY --approve``, the recompute engine's :class:`~.recompute.StateBui
 2. :func:`wait_for_plans`: the txids through M commit as they would (their attempts may predate
    the build; those are what step 3 computes).
 3. The topology's own code folds every source record of txids 1..M (and what committed replays
-   through M took, each as edited) into a load table: the state as of M.
+   through M took, each as edited) into a load table, chunk by chunk (``core/building.py``): the
+   state as of M.
 4. :func:`switch` (ONE database transaction, under the lock, commits wait): the state's table
    holds the load plus the staged rows of txids M+1..now (the journal, each the committed
    attempt's), the history starts at M with the load as its snapshot, the state joins the live
-   ones (``built``: M). From the next commit on, every commit applies it.
+   ones (``built``: M; a redefined state replaces its live version, archived: ``built``: C). From
+   the next commit on, every commit applies it.
 
 A live state the DAG file no longer declares is *retiring* -- still kept, its job must still
 return its rows -- until the owner approves; :func:`retire` then stops it at the committed txid,
@@ -26,7 +28,8 @@ its table kept as it was (archived), until :func:`drop`.
 
 So the state equals, at the switch, the fold of txids 1..C (C the committed txid) under the code
 in force -- what the audit recomputes. A build whose process dies leaves the state building (the
-attempts keep staging it): approving again starts the fold over; :func:`cancel` forgets it.
+attempts keep staging it): approving again goes on from the first chunk not folded;
+:func:`cancel` forgets it.
 """
 
 from __future__ import annotations

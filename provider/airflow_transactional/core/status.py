@@ -37,7 +37,7 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
     most (default: a view's few, :data:`.lag.WAIT`; a check that can afford it: :data:`.lag.PATIENT`),
     else it is unknown, with why."""
     with store.db.transaction() as cur:
-        _num, spec, committed, offsets = store.load(cur, topology_id)
+        num, spec, committed, offsets = store.load(cur, topology_id)
         progress = topologies.progress(cur, store.schema, topology_id)
         in_flight = []
         for row in transactions.in_flight(cur, store.schema, topology_id):
@@ -51,7 +51,7 @@ def status(store: StateStore, topology_id: str, *, lag_wait: float | None = None
         warning = quarantine.rising(*commit_log.recent_quarantine(cur, store.schema, topology_id, quarantine.RECENT),
                                     spec.max_quarantined)
         mark = topologies.rebuild_mark(cur, store.schema, topology_id)
-        built = (building.progress(cur, store.schema, _num, int(mark.rebuild_from_txid or 0), catalog.now(cur))
+        built = (building.progress(cur, store.schema, num, int(mark.rebuild_from_txid or 0), catalog.now(cur))
                  if mark.state_build else None)
         if not spec.source.remote:
             lag, lag_seconds, source_error, lag_bytes = _local_lag(spec.source, cur, store.schema, topology_id,
