@@ -84,3 +84,30 @@ def test_a_file_that_holds_no_request_is_refused_naming_what_writes_one(tmp_path
         read_request(str(junk))
     with pytest.raises(SystemExit):  # neither a txid nor a request: argparse says what is required
         parse_args(["--topology", "words"])
+
+
+@pytest.mark.parametrize(("kind", "niced"), [(StateBuild("words"), True), (Rebuild("words"), False)])
+def test_a_state_build_s_local_driver_starts_at_the_lowest_cpu_priority(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: object, niced: bool) -> None:
+    """A build runs beside the live topology for as long as its history takes: on this machine its
+    driver takes what the batches leave (a rebuild keeps its priority)."""
+    import subprocess
+
+    from airflow_transactional.sources import PostgresLogSource
+    from airflow_transactional.spark import recompute as module
+    from airflow_transactional.spark.submit import lowest_priority
+    from airflow_transactional.spec import SparkJob, StateSpec, TopologySpec
+
+    started: dict[str, object] = {}
+
+    def run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        started.update(kwargs)
+        return subprocess.CompletedProcess(argv, 1, "", "")
+
+    monkeypatch.setattr(module.cds, "current", lambda: None)  # no start-up archive built here
+    monkeypatch.setattr(module.subprocess, "run", run)
+    spec = TopologySpec("words", PostgresLogSource("tweets"), [StateSpec("counts", {"k": "text"})],
+                        job=SparkJob(str(tmp_path / "job.py")))
+    with pytest.raises(Exception):  # noqa: B017 -- the job "failed": what matters is how it was started
+        module.recompute("host=h dbname=d", "airflow_txn", spec, kind, master="local[2]", conf=[])  # type: ignore[arg-type]
+    assert (started["preexec_fn"] is lowest_priority) is niced

@@ -55,6 +55,7 @@ from .submit import (
     DSN_ENV,
     DsnDelivery,
     deliver_dsn,
+    lowest_priority,
     provider_zip,
     secrets_text,
     spark_submit_argv,
@@ -125,7 +126,10 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, kind: Kind, *, master: 
                 env = connect_client_env(remote, dsn, spec.source, job.py_files, os.environ)
                 proc = subprocess.run([sys.executable, *app], env=env, capture_output=True, text=True, check=False)
             else:
-                proc = _submitted(dsn, spec, master, conf, records, job.py_files, app)
+                # A state build runs beside the live topology for as long as its history takes: on
+                # this machine its driver (and a local master's executors) take what the batches leave.
+                proc = _submitted(dsn, spec, master, conf, records, job.py_files, app,
+                                  niced=kind.name == "build" and master.startswith("local"))
         finally:
             asked.remove()
         if not os.path.exists(result_file):  # what it said, wherever it said it
@@ -136,9 +140,9 @@ def recompute(dsn: str, schema: str, spec: TopologySpec, kind: Kind, *, master: 
 
 
 def _submitted(dsn: str, spec: TopologySpec, master: str, conf: list[str], records: int | None,
-               job_py_files: str | None, app: list[str]) -> subprocess.CompletedProcess[str]:
+               job_py_files: str | None, app: list[str], *, niced: bool = False) -> subprocess.CompletedProcess[str]:
     """``app`` (the job and its arguments) run under ``spark-submit`` on ``master``, the job's own
-    modules (``job_py_files``) beside the provider's."""
+    modules (``job_py_files``) beside the provider's; ``niced``: at the lowest CPU priority."""
     settings = with_quiet_driver_logs({"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
                                        **dict(c.split("=", 1) for c in conf)})
     if records is not None and master.startswith("local"):
@@ -155,7 +159,8 @@ def _submitted(dsn: str, spec: TopologySpec, master: str, conf: list[str], recor
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable), **cds.env_of(startup)}
     env.pop(DSN_ENV, None)
     try:
-        return subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        return subprocess.run(argv, env=env, capture_output=True, text=True, check=False,
+                              preexec_fn=lowest_priority if niced else None)
     finally:
         delivery.remove()
 
