@@ -7,8 +7,6 @@ txids of 1M events by the words job."""
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import os
 import resource
@@ -20,16 +18,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import psycopg2
-
 from airflow_transactional.coordinator import Coordinator, Rebuild, StateBuild
-from airflow_transactional.sources import EventLog, PostgresLogSource
+from airflow_transactional.sources import PostgresLogSource
 from airflow_transactional.spark import cds
 from airflow_transactional.spark.recompute import recompute
 from airflow_transactional.spark.submit import provider_zip, spark_submit_argv, with_quiet_driver_logs
 from airflow_transactional.spec import SparkJob, StateSpec
 from bench.measure import WORDS_JOB, Report, Row, Sizes, median, run_measured, settle_log
-from bench.sections.work import LOG_PARTITIONS, words_topology
+from bench.sections.work import fill_log_from_file, words_topology
 
 log = logging.getLogger("bench.perf")
 
@@ -65,27 +61,13 @@ def _grown(base: Path, states: list[str]) -> str:
 
 
 def _fill(dsn: str, schema: str, files: list[Path], first: int, total: int) -> None:
-    """Events ``first``..``total - 1`` into the log, the files' lines taken in turn (each with an id of its own)."""
-    events = EventLog(dsn, NAME)
-    events.create(LOG_PARTITIONS)
-    events.close()
+    """Events ``first``..``total - 1`` into the log, the files' lines taken in turn."""
     n = first
-    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
-        while n < total:
-            for path in files:
-                buf = io.StringIO()
-                out = csv.writer(buf)
-                with open(path, encoding="utf-8") as fh:
-                    for line in fh:
-                        if line.strip() and n < total:
-                            out.writerow([NAME, n % LOG_PARTITIONS, n // LOG_PARTITIONS + 1, f"v{n}", line.rstrip()])
-                            n += 1
-                buf.seek(0)
-                cur.copy_expert(f"COPY {schema}.log_events (log_name, partition, lsn, event_id, payload) "
-                                "FROM STDIN WITH (FORMAT csv)", buf)
-                if n >= total:
-                    break
-    conn.close()
+    while n < total:
+        for path in files:
+            n = fill_log_from_file(dsn, schema, NAME, path, first=n, total=total, settle=False)
+            if n >= total:
+                break
     settle_log(dsn, schema, NAME)
 
 

@@ -85,16 +85,19 @@ def words_topology(name: str, source: Any, batch: int) -> TopologySpec:
         max_batch_size=batch)
 
 
-def fill_log_from_file(dsn: str, schema: str, name: str, path: Path) -> int:
-    """The file's events, one per line, into the event log ``name`` (setup, not measured)."""
+def fill_log_from_file(dsn: str, schema: str, name: str, path: Path, *, first: int = 0, total: int | None = None,
+                       settle: bool = True) -> int:
+    """The file's events, one per line, into the event log ``name`` as its events ``first``.. (up to
+    ``total`` events in all; setup, not measured); the number of the next event. ``settle``: the log
+    made ready to read (:func:`settle_log`) -- once, after the last file of several."""
     events = EventLog(dsn, name)
     events.create(LOG_PARTITIONS)
     events.close()
-    buf, n = io.StringIO(), 0
+    buf, n = io.StringIO(), first
     out = csv.writer(buf)
     with open(path, encoding="utf-8") as fh:
         for line in fh:
-            if line.strip():
+            if line.strip() and (total is None or n < total):
                 out.writerow([name, n % LOG_PARTITIONS, n // LOG_PARTITIONS + 1, f"w{n}", line.rstrip("\n")])
                 n += 1
     buf.seek(0)
@@ -102,7 +105,8 @@ def fill_log_from_file(dsn: str, schema: str, name: str, path: Path) -> int:
         cur.copy_expert(f"COPY {schema}.log_events (log_name, partition, lsn, event_id, payload) "
                         "FROM STDIN WITH (FORMAT csv)", buf)
     conn.close()
-    settle_log(dsn, schema, name)
+    if settle:
+        settle_log(dsn, schema, name)
     return n
 
 

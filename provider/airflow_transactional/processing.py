@@ -201,12 +201,8 @@ class _Batch:
             elif isinstance(e, OutputEvent):
                 events.append((_check_event(spec, topology_id, rec, n, e), None, None, None))
                 n += 1
-            elif isinstance(e, (tuple, list)) and e and isinstance(e[0], str) and e[0] in self._routes:
-                if self._routes[e[0]] is not None:
-                    state_name, key, value = _check_emit(spec, (self._routes[e[0]], *e[1:]))
-                    emits.append((state_name, key, -value if retraction else value))
-            else:
-                state_name, key, value = _check_emit(spec, e)
+            elif (routed := self._routed(e)) is not None:
+                state_name, key, value = _check_emit(spec, routed)
                 emits.append((state_name, key, -value if retraction else value))
         folded: dict[tuple[str, tuple[Any, ...]], Any] = {}
         for state_name, key, value in emits:  # the record's effect, checked whole before any of it is kept
@@ -232,6 +228,14 @@ class _Batch:
                 self._seen.add((output, eid))
                 self.events.append((output, partition, len(self.events), eid, payload, decision, request, verdict,
                                     retraction or self.marked))
+
+    def _routed(self, emit: Any) -> Any:
+        """``emit`` with the state the declaration routes its rows to (``spec.job_routes``); None:
+        nothing keeps them."""
+        if isinstance(emit, (tuple, list)) and emit and isinstance(emit[0], str) and emit[0] in self._routes:
+            to = self._routes[emit[0]]
+            return None if to is None else (to, *emit[1:])
+        return emit
 
     def stage(self, coordinator: Coordinator, attempt: Attempt) -> dict[str, int]:
         counts = {name: coordinator.stage(attempt, name, ((*k, v) for k, v in rows.items()))

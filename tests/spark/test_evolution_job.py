@@ -61,17 +61,23 @@ def _run(dsn: str, remote: str, coord: Coordinator, job: str, run_key: str) -> i
     return txid
 
 
-def test_a_state_added_to_the_words_job_is_built_from_history_and_kept_after_the_switch(
-        dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark_remote: str,
-        spark_connect_conn: str) -> None:
+def _started(dsn: str, tmp_path: Path, remote: str, *, tweets: int, runs: int) -> tuple[EventLog, Coordinator]:
+    """The words topology registered from its DAG file, ``tweets`` in its log, committed by ``runs`` runs."""
     log = EventLog(dsn, "tweets")
     log.create(3)
-    log.append(_tweets(0, 300))
+    log.append(_tweets(0, tweets))
     coord = Coordinator(dsn)
     spec, _dag = declared(tmp_path, _spec(WORDS))
     coord.register(spec)
-    _run(dsn, spark_remote, coord, WORDS, "r1")
-    _run(dsn, spark_remote, coord, WORDS, "r2")
+    for n in range(runs):
+        _run(dsn, remote, coord, WORDS, f"r{n + 1}")
+    return log, coord
+
+
+def test_a_state_added_to_the_words_job_is_built_from_history_and_kept_after_the_switch(
+        dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark_remote: str,
+        spark_connect_conn: str) -> None:
+    log, coord = _started(dsn, tmp_path, spark_remote, tweets=300, runs=2)
     # The DAG file adds the state and the job returns its rows: declared, they are dropped.
     grown = tmp_path / "grown_words.py"
     grown.write_text(GROWN_JOB)
@@ -127,13 +133,7 @@ URLS_V2 = StateSpec("url_counts", {"url": "text", "user": "text"}, combiner="cou
 
 def test_a_state_of_the_words_job_redefined_is_switched_in_and_its_old_version_archived(
         dsn: str, tmp_path: Path, spark_remote: str, spark_connect_conn: str) -> None:
-    log = EventLog(dsn, "tweets")
-    log.create(3)
-    log.append(_tweets(0, 200))
-    coord = Coordinator(dsn)
-    spec, _dag = declared(tmp_path, _spec(WORDS))
-    coord.register(spec)
-    _run(dsn, spark_remote, coord, WORDS, "r1")
+    log, coord = _started(dsn, tmp_path, spark_remote, tweets=200, runs=1)
     job = tmp_path / "redefined_words.py"
     job.write_text(REDEFINED_JOB)
     assert '"url_counts@1"' in REDEFINED_JOB

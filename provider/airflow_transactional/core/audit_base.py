@@ -17,7 +17,7 @@ from ..store import state as q
 from ..store import verifications as v
 from ..values import Combiner
 from .context import StateStore
-from .corrections import merged_batch
+from .reread import merged_batch
 
 
 def audit_base(store: StateStore, topology_id: str) -> dict[str, Any]:

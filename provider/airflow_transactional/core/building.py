@@ -22,11 +22,10 @@ from ..exceptions import TransactionalError
 from ..model import BuildProgress, PlannedBatch
 from ..spec import StateSpec
 from ..store import builds, catalog
-from ..store import corrections as cq
 from ..store import state as q
 from ..store.builds import Chunk
+from . import reread
 from .context import StateStore
-from .corrections import merged_batch
 
 if TYPE_CHECKING:
     from .evolution import Build
@@ -91,17 +90,14 @@ def begin_chunk(store: StateStore, build: Build, chunk: Chunk) -> tuple[dict[str
                 cur.execute(stmt)
             copies[name] = q.copy_into(part_table(store, num, state), [*state.key_columns, "value"],
                                        csv=True).as_string(cur)
-        if chunk.last_txid == 0 or chunk.records == 0:
-            return copies, None
-        originals = [t for t in cq.committed_txns(cur, store.schema, build.topology_id, chunk.first_txid,
-                                                  chunk.last_txid) if not t.corrects]
-        batch = merged_batch([t.batch for t in originals])
-        missing = spec.source.unavailable(cur, store.schema, build.topology_id, batch)
+        again = None if chunk.last_txid == 0 or chunk.records == 0 else reread.committed_range(
+            cur, store.schema, build.topology_id, chunk.first_txid, chunk.last_txid)
+        missing = None if again is None else spec.source.unavailable(cur, store.schema, build.topology_id, again[0])
     if missing:
         raise TransactionalError(f"topology {build.topology_id!r}: states {list(build.states)} cannot be built from "
                                  f"its source: txids {chunk.first_txid}..{chunk.last_txid} cannot be read again "
                                  f"({missing}); the source's retention removed what they read")
-    return copies, batch
+    return copies, None if again is None else again[0]
 
 
 def end_chunk(store: StateStore, build: Build, chunk: Chunk) -> None:

@@ -21,14 +21,13 @@ no longer holds, or whose records the source's retention removed, cannot be read
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import psycopg2.extensions
 
 from ..exceptions import ConfigError, NonDeterministic, TooManyInFlight
-from ..model import FileBatch, LogBatch, Offsets, PlannedBatch, Range, TopicBatch, Transaction
+from ..model import Offsets, PlannedBatch, Transaction
 from ..ranges import txid_range
 from ..sources.eventlog import SOURCE_KIND
 from ..spec import TopologySpec
@@ -37,6 +36,7 @@ from ..store import corrections as cq
 from ..store import history as h
 from ..store import state as q
 from ..values import Combiner
+from . import reread
 from .context import StateStore
 
 #: What makes two commits' code the same for the determinism check (:mod:`..provenance`).
@@ -111,24 +111,6 @@ def kind(txn: Transaction) -> str | None:
     return "replay" if "replay" in txn.corrects else "range"
 
 
-def merged_batch(batches: Sequence[PlannedBatch]) -> PlannedBatch:
-    """One batch reading every record of ``batches`` (consecutive, of one source), without what
-    retention had removed from them (those records were never counted)."""
-    first = batches[0]
-    if isinstance(first, FileBatch):
-        return FileBatch(directory=first.directory, format=first.format,
-                         files=tuple(f for b in batches for f in getattr(b, "files", ())))
-    if isinstance(first, (LogBatch, TopicBatch)):
-        ranges: list[Range] = []
-        for r in sorted((r for b in batches for r in getattr(b, "ranges", ())), key=lambda r: (r.partition, r.start)):
-            if ranges and ranges[-1].partition == r.partition and ranges[-1].end == r.start:
-                ranges[-1] = Range(r.partition, ranges[-1].start, r.end)  # contiguous: one range
-            else:
-                ranges.append(r)
-        return replace(first, ranges=tuple(ranges), lost=None)
-    return PlannedBatch()
-
-
 def plan_correction(store: StateStore, topology_id: str, run_key: str, first: int, last: int) -> Transaction:
     """The correction of committed txids ``first``..``last`` that run ``run_key`` is: planned now
     (the next txid) if new, else the stored one."""
@@ -166,16 +148,16 @@ def _range_batch(store: StateStore, cur: psycopg2.extensions.cursor, spec: Topol
     or a ConfigError naming why it cannot be corrected."""
     topology_id = spec.topology_id
     _check_range(store, cur, spec, first, last, committed)
-    originals = [t for t in cq.committed_txns(cur, store.schema, topology_id, first, last) if not t.corrects]
-    if not originals:
+    again = reread.committed_range(cur, store.schema, topology_id, first, last)
+    if again is None:
         raise ConfigError(f"topology {topology_id!r}: txids {first}..{last} are corrections and replays, which "
                           "read no records of the source: correct the txids they corrected")
-    batch = merged_batch([t.batch for t in originals])
+    batch, planned_records = again
     missing = spec.source.unavailable(cur, store.schema, topology_id, batch)
     if missing:
         raise ConfigError(f"topology {topology_id!r}: txids {first}..{last} cannot be read again ({missing}); "
                           "the source's retention removed what they read. A correction needs their records")
-    return batch, sum(t.planned_records for t in originals)
+    return batch, planned_records
 
 
 def range_batch(store: StateStore, topology_id: str, first: int, last: int) -> PlannedBatch:

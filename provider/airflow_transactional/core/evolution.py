@@ -328,7 +328,7 @@ def status(store: StateStore, topology_id: str) -> dict[str, Any]:
         mark = topologies.rebuild_mark(cur, store.schema, topology_id)
         building = mark.rebuild_from_txid if mark.state_build else None
         built = None if building is None else progress(cur, store.schema, num, int(building), catalog.now(cur))
-    labels = {s.name: f"{s.replaces} version {s.version} (redefines version {spec.state(s.replaces).version})"
+    labels = {s.name: f"{s.shown} (redefines version {spec.state(s.replaces).version})"
               for s in (*spec.building, *spec.declared) if s.replaces}
     labels.update({name: f"{name} (version {gone.version} of {spec.retired[name]['of']}, table "
                          f"{'.'.join(gone.schema_and_table)})"

@@ -74,12 +74,10 @@ def changes(store: StateStore, topology_id: str, txid: int) -> dict[str, Rows]:
     with store.db.transaction() as cur:
         num, spec, committed, _o = store.load(cur, topology_id)
         _check_txid(store, cur, topology_id, txid, committed, base=False)
-        answered = {}
-        for s in kept_states(spec):  # a redefined state's archived version answers for when it was live
-            archive = redefinition.archive_at(spec, s.name, txid)
-            version = archive.state if archive is not None else s
-            answered[s.name] = h.deltas(cur, store.schema, topology_id, version, store.staging(num, version), txid)
-        return answered
+        # A redefined state's archived version answers for the txids it was live.
+        versions = {s.name: spec.version_at(s.name, txid) for s in kept_states(spec)}
+        return {name: h.deltas(cur, store.schema, topology_id, v, store.staging(num, v), txid)
+                for name, v in versions.items()}
 
 
 def as_of(store: StateStore, topology_id: str, state_name: str, txid: int | None = None) -> Rows:

@@ -76,12 +76,8 @@ def _evolving(spec: TopologySpec, mark: topologies.RebuildMark, built: BuildProg
     """States the DAG file added or redefined, in a line: being built (from which history), declared
     (waiting), retiring."""
     parts = []
-
-    def named(states: Sequence[StateSpec]) -> str:
-        return ", ".join(f"{s.replaces} version {s.version}" if s.replaces else s.name for s in states)
-
     if spec.building:
-        names = named(spec.building)
+        names = ", ".join(s.shown for s in spec.building)
         parts.append(f"building {names} (" + (f"{building_text(mark.rebuild_from_txid, built)}; the commits stage "
                                                "it meanwhile)" if mark.state_build else
                                                f"its build stopped: 'airflow-txn evolve {spec.topology_id} "
@@ -90,7 +86,7 @@ def _evolving(spec: TopologySpec, mark: topologies.RebuildMark, built: BuildProg
         parts.append(f"retiring {', '.join(spec.retiring)} (kept until approved: 'airflow-txn evolve "
                      f"{spec.topology_id} --approve')")
     if spec.declared:
-        parts.append(f"declared {named(spec.declared)} (not kept until approved: "
+        parts.append(f"declared {', '.join(s.shown for s in spec.declared)} (not kept until approved: "
                      f"'airflow-txn evolve {spec.topology_id} --approve')")
     return "; ".join(parts) or None
 

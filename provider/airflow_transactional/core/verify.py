@@ -45,8 +45,9 @@ from ..store import outputs as out_q
 from ..store import state as q
 from ..store import turns
 from ..store import verifications as v
+from . import reread
 from .context import StateStore
-from .corrections import SAME_CODE, merged_batch, old_txids
+from .corrections import SAME_CODE, old_txids
 
 #: How many differing keys a failed check names per state.
 SAMPLES = 10
@@ -118,7 +119,7 @@ def triage(store: StateStore, topology_id: str, *, budget: int = 10, every: int 
                 _drifted(store, cur, num, spec, committed)
     batches = [t.batch for t in tasks]
     return {"busy": rnd.busy, "recompute": [t.txid for t in tasks], "records": sum(t.records for t in tasks),
-            "batch": merged_batch(batches) if batches and all(type(b) is type(batches[0]) for b in batches)
+            "batch": reread.merged_batch(batches) if batches and all(type(b) is type(batches[0]) for b in batches)
             else PlannedBatch(), "waiting": len(rnd.tasks) - len(tasks)}
 
 
@@ -186,9 +187,8 @@ def _triage(store: StateStore, cur: psycopg2.extensions.cursor, spec: TopologySp
     corrects = c.corrects or {}
     if "txids" in corrects:
         first, last = (int(t) for t in corrects["txids"])
-        originals = [t for t in cq.committed_txns(cur, store.schema, topology_id, first, last) if not t.corrects]
-        batch = merged_batch([t.batch for t in originals]) if originals else PlannedBatch()
-        task = Task(c.txid, "range", batch, c.attempt, first, last, sum(t.planned_records for t in originals))
+        batch, records = reread.committed_range(cur, store.schema, topology_id, first, last) or (PlannedBatch(), 0)
+        task = Task(c.txid, "range", batch, c.attempt, first, last, records)
     else:
         task = Task(c.txid, "batch", planned_batch(c.batch, spec.source.kind), c.attempt, records=c.planned_records)
     missing = None if "replay" in corrects else spec.source.unavailable(cur, store.schema, topology_id, task.batch)

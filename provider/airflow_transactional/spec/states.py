@@ -111,6 +111,11 @@ class StateSpec:
         }
 
     @property
+    def shown(self) -> str:
+        """How a person is told of this state: a pending version as ``<name> version <N>``."""
+        return f"{self.replaces} version {self.version}" if self.replaces else self.name
+
+    @property
     def job_key(self) -> str:
         """What a job calls this version of the state while another replaces it: ``name@version``."""
         return f"{self.replaces or self.name}@{self.version}"
